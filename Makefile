@@ -19,13 +19,13 @@ $(STAMP): pyproject.toml Makefile
 	@touch $@
 
 demo: $(STAMP)
-	$(PY) -m fairdp data describe adult compas german
+	$(PY) -m fairdp run studies/demo.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow || test $$? -eq 5  # 5: no test is marked slow yet
+	$(PY) -m pytest -q -m slow 
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fairdp tests benchmarks

@@ -156,6 +156,59 @@ def _cmd_audit(args) -> int:
     return 0
 
 
+def _seed_list(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise InputError(f"--seeds: expected comma-separated integers like 0,1,2, got {text!r}") from None
+
+
+def _cmd_run(args) -> int:
+    from fairdp.study import load_spec, run_study, with_overrides
+
+    spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
+    summary = run_study(spec, args.results, args.address, repair=args.repair)
+    failed = f", {summary.failed_packs} packs failed (stored as errors; rerun to retry)" if summary.failed_packs else ""
+    print(f"\n{spec.name}: {summary.configs} configs in {summary.packs} packs run, {summary.already_stored} "
+          f"already stored{failed}; {summary.wall_s:.0f} s; results in {summary.results}\n")
+    _print_results(summary.results, spec.fairness, spec.rt)
+    return 1 if summary.failed_packs else 0
+
+
+def _cmd_search(args) -> int:
+    from fairdp.study import load_spec
+    from fairdp.study._search import search_study
+
+    spec = load_spec(args.study)
+    summary = search_study(spec, args.results, args.address, trials=args.trials, mode=args.mode)
+    search = spec.search
+    print(f"\n{spec.name}: {summary.trials_run} trials run ({summary.mode}), {summary.trials_total} in the "
+          f"study; {summary.wall_s:.0f} s; rows in {summary.results}, Optuna journal {summary.journal}\n")
+    print(f"Pareto front of {search.method} over "
+          + ", ".join(f"{k} ({v})" for k, v in search.objectives.items())
+          + f": {len(summary.front)} configs\n")
+    cols = [c for c in summary.front.columns if c not in ("method", "seed")]
+    _print_table(tuple(cols), [tuple(_fmt(v) for v in row) for row in summary.front[cols].itertuples(index=False)])
+    return 0
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _print_results(location: str, fairness: str, rt: float) -> None:
+    from fairdp.analysis import aggregate_seeds, format_table, select_by_rt
+    from fairdp.study import read_results
+
+    df = read_results(location)
+    selected = select_by_rt(df, rt=rt, fairness=fairness)
+    print(f"relaxation threshold {rt:g} (selection by valid accuracy within {rt:g} points, then lowest "
+          f"valid {fairness}); test metrics, mean ± std over seeds\n")
+    print(format_table(aggregate_seeds(selected, fairness=fairness), fmt="md", fairness=fairness))
+
+
 def _print_table(header: tuple, rows: list[tuple]) -> None:
     cells = [tuple(str(c) for c in header)] + [tuple(str(c) for c in r) for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
@@ -195,6 +248,26 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--seed", type=int, default=0, help="seed of the mechanism's noise (default 0)")
     aud.add_argument("--json", action="store_true", help="one JSON object")
     aud.set_defaults(func=_cmd_audit)
+    run = sub.add_parser("run", help="run every (method, config, seed) of a study on Ray Tune")
+    run.add_argument("study", metavar="STUDY.yaml")
+    run.add_argument("--results", metavar="DIR", help="results location: a directory or a URI "
+                     "(file://, s3://, gs://); default results/<study name>")
+    run.add_argument("--address", help="Ray cluster to use (host:port or auto); default RAY_ADDRESS, else "
+                     "an embedded Ray on 127.0.0.1")
+    run.add_argument("--seeds", help="comma-separated seeds instead of the spec's, e.g. 0,1")
+    run.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
+    run.add_argument("--repair", action="store_true",
+                     help="move corrupt result files aside (hidden .corrupt-* names) and rerun their configs")
+    run.set_defaults(func=_cmd_run)
+    srch = sub.add_parser("search", help="Optuna multi-objective search (the spec's search: block) on Ray Tune")
+    srch.add_argument("study", metavar="STUDY.yaml")
+    srch.add_argument("--trials", type=int, help="total trials of the search (default: search.trials)")
+    srch.add_argument("--results", metavar="DIR", help="results directory (default results/<study name>)")
+    srch.add_argument("--address", help="Ray cluster to use; default RAY_ADDRESS, else embedded Ray on 127.0.0.1")
+    srch.add_argument("--mode", choices=("packed", "per-config"),
+                      help="packed: a sampler generation trains as packs (NSGA-II default); per-config: "
+                      "Ray Tune's OptunaSearch, one config per trial (TPE default)")
+    srch.set_defaults(func=_cmd_search)
     return p
 
 

@@ -1,0 +1,66 @@
+"""Analysis of result rows: RT selection, seed aggregation, binning, Pareto fronts; tables, plots, report.
+
+Pure functions over pandas DataFrames of result rows (DESIGN.md results table); only rows
+with status "ok" count. The plot and report writers are the only functions that write
+files, and only into the path or folder they are given.
+"""
+
+from fairdp.analysis._pareto import (
+    constrained_select,
+    dto_select,
+    hypervolume,
+    pareto_front,
+    select_per_run,
+)
+from fairdp.analysis._plots import (
+    default_direction,
+    figure_fairness_accuracy_bins,
+    figure_leakage_vs_eps,
+    figure_pareto_fronts,
+    figure_privacy_accuracy,
+    figure_rt_sweep,
+    legend_labels,
+    plot_fairness_accuracy_bins,
+    plot_leakage_vs_eps,
+    plot_pareto_fronts,
+    plot_privacy_accuracy,
+    plot_rt_sweep,
+)
+from fairdp.analysis._report import write_report
+from fairdp.analysis._select import (
+    FAIRNESS_METRICS,
+    aggregate_seeds,
+    fairness_accuracy_bins,
+    privacy_accuracy_by_eps,
+    rt_sweep,
+    select_by_rt,
+)
+from fairdp.analysis._tables import format_table
+
+__all__ = [
+    "FAIRNESS_METRICS",
+    "aggregate_seeds",
+    "constrained_select",
+    "default_direction",
+    "dto_select",
+    "fairness_accuracy_bins",
+    "figure_fairness_accuracy_bins",
+    "figure_leakage_vs_eps",
+    "figure_pareto_fronts",
+    "figure_privacy_accuracy",
+    "figure_rt_sweep",
+    "format_table",
+    "hypervolume",
+    "legend_labels",
+    "pareto_front",
+    "plot_fairness_accuracy_bins",
+    "plot_leakage_vs_eps",
+    "plot_pareto_fronts",
+    "plot_privacy_accuracy",
+    "plot_rt_sweep",
+    "privacy_accuracy_by_eps",
+    "rt_sweep",
+    "select_by_rt",
+    "select_per_run",
+    "write_report",
+]

@@ -1,0 +1,238 @@
+"""Multi-objective views of result rows: Pareto fronts, hypervolume, DTO and constrained picks.
+
+``objectives`` is always a dict column -> "min" | "max" (e.g. {"valid_accuracy": "max",
+"valid_tpr_gap": "min", "leakage": "min"}). Internally every objective is turned into a
+minimisation (max columns negated).
+
+- ``pareto_front``: the non-dominated rows. A row is dominated when another row is no worse
+  in every objective and strictly better in one; exact duplicates of a non-dominated point
+  are all kept. Rows with NaN in an objective are dropped.
+- ``hypervolume``: the Lebesgue measure of the region dominated by the points and bounded
+  by the reference point, computed exactly (2-D sweep, slicing over the last objective
+  for d > 2). Optuna 5.0 has no public hypervolume function (only the private
+  ``optuna._hypervolume``), so this is our own, tested against closed forms.
+- ``dto_select``: fairlib's distance to optimum: min-max normalise every objective over the
+  candidates (best = 0, worst = 1) and pick the row closest to the utopia point (0, ..., 0).
+- ``constrained_select``: the most accurate row whose fairness gap is within a threshold.
+- ``select_per_run``: apply either rule per (dataset, method, seed).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fairdp.analysis._select import RUN_KEYS, _numeric, _ok_rows, _require
+from fairdp.errors import InputError
+
+_DIRECTIONS = ("min", "max")
+
+
+def _check_objectives(objectives: object) -> dict[str, str]:
+    if not isinstance(objectives, Mapping) or not objectives:
+        raise InputError("objectives: expected a non-empty dict column -> 'min' | 'max'")
+    for col, d in objectives.items():
+        if d not in _DIRECTIONS:
+            raise InputError(f"objectives: direction of {col!r} must be 'min' or 'max', got {d!r}")
+    return {str(c): str(d) for c, d in objectives.items()}
+
+
+def _as_min(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
+    sign = np.array([-1.0 if d == "max" else 1.0 for d in directions])
+    return values * sign
+
+
+def _nondominated_mask(y: np.ndarray, block: int = 256) -> np.ndarray:
+    """True for rows of ``y`` (n, d; minimisation) that no other row dominates."""
+    n = len(y)
+    mask = np.ones(n, dtype=bool)
+    for start in range(0, n, block):
+        yi = y[start : start + block, None, :]  # (b, 1, d)
+        no_worse = (y[None, :, :] <= yi).all(axis=2)  # (b, n): row j no worse than i
+        better = (y[None, :, :] < yi).any(axis=2)
+        mask[start : start + block] = ~(no_worse & better).any(axis=1)
+    return mask
+
+
+def _objective_rows(df: pd.DataFrame, objectives: dict[str, str]) -> pd.DataFrame:
+    rows = _ok_rows(df)
+    _require(rows, objectives)
+    rows = _numeric(rows, list(objectives))
+    return rows.dropna(subset=list(objectives))
+
+
+def pareto_front(df: pd.DataFrame, objectives: Mapping[str, str]) -> pd.DataFrame:
+    """The non-dominated rows of ``df`` under ``objectives`` (column -> "min" | "max").
+
+    Rows with NaN in an objective are dropped first; duplicates of a front point are all
+    kept. The rows keep their columns and index, in their original order.
+    """
+    objectives = _check_objectives(objectives)
+    rows = _objective_rows(df, objectives)
+    y = _as_min(rows[list(objectives)].to_numpy(float), list(objectives.values()))
+    return rows[_nondominated_mask(y)]
+
+
+def _hv2(p: np.ndarray, r: np.ndarray) -> float:
+    """2-D hypervolume by a sweep over x (points strictly inside the reference box)."""
+    p = p[np.lexsort((p[:, 1], p[:, 0]))]
+    best_y = np.minimum.accumulate(p[:, 1])
+    prev_y = np.concatenate([[r[1]], best_y[:-1]])
+    return float(np.sum((r[0] - p[:, 0]) * np.clip(prev_y - p[:, 1], 0.0, None)))
+
+
+def _hv(p: np.ndarray, r: np.ndarray) -> float:
+    """Exact hypervolume of minimisation points ``p`` (n, d) that all lie below ``r``."""
+    n, d = p.shape
+    if n == 0:
+        return 0.0
+    if d == 1:
+        return float(r[0] - p[:, 0].min())
+    if d == 2:
+        return _hv2(p, r)
+    # Slice along the last objective: between consecutive z levels the dominated region is
+    # the (d-1)-dimensional region of the points already passed.
+    p = p[np.argsort(p[:, -1], kind="mergesort")]
+    z_next = np.append(p[1:, -1], r[-1])
+    volume = 0.0
+    for i in range(n):
+        height = z_next[i] - p[i, -1]
+        if height > 0:
+            proj = p[: i + 1, :-1]
+            if d > 3:  # the 2-D sweep skips dominated points by itself
+                proj = proj[_nondominated_mask(proj)]
+            volume += height * _hv(proj, r[:-1])
+    return volume
+
+
+def hypervolume(
+    points: object, reference: Sequence[float], directions: Sequence[str] | None = None
+) -> float:
+    """Exact hypervolume of ``points`` (n, d) with respect to ``reference`` (d,).
+
+    ``directions`` gives "min" or "max" per objective (default all "min"). The region counted
+    is the union of the boxes between each point and the reference; points that are not
+    strictly better than the reference in every objective contribute nothing.
+    """
+    p = np.asarray(points.to_numpy(float) if isinstance(points, pd.DataFrame) else points, dtype=float)
+    r = np.asarray(reference, dtype=float)
+    if r.ndim != 1 or r.size == 0:
+        raise InputError("reference: expected a 1-D sequence of numbers")
+    d = r.size
+    if p.size == 0:
+        return 0.0
+    if p.ndim == 1:
+        p = p[None, :]
+    if p.ndim != 2 or p.shape[1] != d:
+        raise InputError(f"points: expected shape (n, {d}) to match reference, got {p.shape}")
+    if np.isnan(p).any() or np.isnan(r).any():
+        raise InputError("points: NaN in points or reference")
+    directions = ["min"] * d if directions is None else list(directions)
+    if len(directions) != d or any(x not in _DIRECTIONS for x in directions):
+        raise InputError(f"directions: expected {d} of 'min' | 'max', got {directions!r}")
+    p, r = _as_min(p, directions), _as_min(r, directions)
+    p = p[(p < r).all(axis=1)]
+    if len(p) == 0:
+        return 0.0
+    if d > 2:
+        p = np.unique(p[_nondominated_mask(p)], axis=0)
+    return _hv(p, r)
+
+
+def _order_ties(rows: pd.DataFrame, score: np.ndarray) -> pd.DataFrame:
+    """Rows sorted by ``score``, ties to the smaller config_id (string order)."""
+    rows = rows.assign(_score=score)
+    by, asc = ["_score"], [True]
+    if "config_id" in rows.columns:
+        rows = rows.assign(_cid=rows["config_id"].astype(str))
+        by, asc = by + ["_cid"], asc + [True]
+    return rows.sort_values(by, ascending=asc, kind="mergesort").drop(
+        columns=[c for c in ("_score", "_cid") if c in rows.columns]
+    )
+
+
+def dto_select(df: pd.DataFrame, objectives: Mapping[str, str]) -> pd.Series | None:
+    """The row closest to the utopia point after min-max normalisation (fairlib's DTO).
+
+    Each objective is scaled over the candidates to [0, 1] with its best value at 0 (an
+    objective constant over the candidates is 0 for all); the row with the smallest
+    Euclidean norm wins, ties to the smaller config_id. Rows with NaN in an objective are
+    dropped; None when no row is left.
+    """
+    objectives = _check_objectives(objectives)
+    rows = _objective_rows(df, objectives)
+    if rows.empty:
+        return None
+    y = _as_min(rows[list(objectives)].to_numpy(float), list(objectives.values()))
+    lo, hi = y.min(axis=0), y.max(axis=0)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    dist = np.sqrt((((y - lo) / span) ** 2).sum(axis=1))
+    return _order_ties(rows, dist).iloc[0]
+
+
+def constrained_select(
+    df: pd.DataFrame, fairness_col: str, threshold: float, accuracy_col: str = "valid_accuracy"
+) -> pd.Series | None:
+    """The most accurate row with ``fairness_col <= threshold``; None if no row qualifies.
+
+    Ties go to the lower fairness gap, then the smaller config_id. Rows with NaN in either
+    column never qualify.
+    """
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or np.isnan(threshold):
+        raise InputError(f"threshold: expected a number, got {threshold!r}")
+    rows = _ok_rows(df)
+    _require(rows, [fairness_col, accuracy_col])
+    rows = _numeric(rows, [fairness_col, accuracy_col]).dropna(subset=[fairness_col, accuracy_col])
+    rows = rows[rows[fairness_col] <= threshold]
+    if rows.empty:
+        return None
+    by, asc = [accuracy_col, fairness_col], [False, True]
+    if "config_id" in rows.columns:
+        rows = rows.assign(_cid=rows["config_id"].astype(str))
+        by, asc = by + ["_cid"], asc + [True]
+    best = rows.sort_values(by, ascending=asc, kind="mergesort").iloc[0]
+    return best.drop(labels=[c for c in ("_cid",) if c in best.index])
+
+
+_RULES: dict[str, Callable[..., pd.Series | None]] = {
+    "dto": dto_select,
+    "constrained": constrained_select,
+}
+
+
+def select_per_run(
+    df: pd.DataFrame,
+    rule: str | Callable[..., pd.Series | None],
+    keys: Sequence[str] = RUN_KEYS,
+    **kw: object,
+) -> pd.DataFrame:
+    """Apply a selection ``rule`` to each (dataset, method, seed) and stack the chosen rows.
+
+    ``rule`` is "dto" (``dto_select``), "constrained" (``constrained_select``) or any
+    callable ``rule(rows, **kw) -> Series | None``. Runs where the rule finds nothing (None)
+    have no row. The result has the original columns, sorted by ``keys``.
+    """
+    if isinstance(rule, str):
+        if rule not in _RULES:
+            raise InputError(f"rule: unknown selection rule {rule!r} (expected dto, constrained or a callable)")
+        rule = _RULES[rule]
+    if not callable(rule):
+        raise InputError("rule: expected 'dto', 'constrained' or a callable")
+    rows = _ok_rows(df).reset_index(drop=True)
+    keys = list(keys)
+    _require(rows, keys)
+    chosen = [
+        pick
+        for _, group in rows.groupby(keys, sort=True)
+        if (pick := rule(group, **kw)) is not None
+    ]
+    if not chosen:
+        return rows.iloc[0:0]
+    labels = [pick.name for pick in chosen]
+    if all(label in rows.index for label in labels):
+        # The rules return rows of ``rows`` (labelled by its index): keep the column dtypes.
+        return rows.loc[labels].reset_index(drop=True)
+    return pd.DataFrame(chosen).infer_objects().reset_index(drop=True)

@@ -1,0 +1,288 @@
+"""Trade-off figures of FEDERATE sec. 5 as PNG files (matplotlib, Agg backend).
+
+Each ``figure_*`` function builds a ``matplotlib.figure.Figure`` (one row of panels per
+dataset, one colour per method, one figure legend naming the methods) or returns None
+when there is nothing to plot; each ``plot_*`` function builds the same figure and writes
+it as a PNG (atomically: hidden temp file in the same folder, then rename), returning the
+path, or None without writing anything.
+
+Figures are drawn on ``Figure`` objects with an explicit Agg canvas, never through pyplot:
+nothing global (the pyplot figure list, the user's interactive backend) is touched, no
+display is needed, and there are no figures to close.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from fairdp.analysis._pareto import pareto_front
+from fairdp.analysis._select import _check_fairness, _frame, _ok_rows, _require
+from fairdp.analysis._tables import FAIRNESS_LABELS
+from fairdp.errors import InputError
+
+PathLike = str | os.PathLike
+
+
+def _colors(methods: Sequence[str]) -> dict[str, tuple]:
+    cmap = matplotlib.colormaps["tab10" if len(methods) <= 10 else "tab20"]
+    return {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+
+
+def _new_figure(nrows: int, ncols: int) -> tuple[Figure, np.ndarray]:
+    fig = Figure(figsize=(max(7.0, 3.6 * ncols + 1.8), 3.0 * nrows + 0.4), layout="constrained", dpi=100)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, squeeze=False)
+
+
+def _finish(fig: Figure, handles: dict[str, object], title: str) -> Figure:
+    fig.legend(list(handles.values()), list(handles.keys()), loc="outside right upper", title="method")
+    fig.suptitle(title)
+    return fig
+
+
+def legend_labels(fig: Figure) -> list[str]:
+    """The method names in a figure's legend, in legend order."""
+    return [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+
+
+def _has(df: pd.DataFrame, col: str) -> bool:
+    return col in df.columns and pd.to_numeric(df[col], errors="coerce").notna().any()
+
+
+def _label(col: str, fairness: str | None = None) -> str:
+    names = {"valid_accuracy": "valid accuracy (%) ↑", "test_accuracy": "test accuracy (%) ↑",
+             "leakage": "leakage (%) ↓", "mdl": "MDL (kbits) ↑", "eps": "ε"}
+    if col in names:
+        return names[col]
+    for f, lab in FAIRNESS_LABELS.items():
+        for split in ("valid", "test"):
+            if col == f"{split}_{f}":
+                return f"{split} {lab} (%) ↓"
+    return col
+
+
+def _yerr(std: pd.Series) -> np.ndarray:
+    return np.nan_to_num(std.to_numpy(float), nan=0.0)
+
+
+def figure_rt_sweep(sweep: pd.DataFrame, fairness: str = "tpr_gap") -> Figure | None:
+    """FEDERATE Figure 2: valid accuracy, valid fairness and leakage (mean ± std) against RT."""
+    sweep = _frame(sweep, "sweep")
+    fairness = _check_fairness(fairness)
+    _require(sweep, ["dataset", "method", "rt"], "sweep")
+    metrics = [m for m in ("valid_accuracy", f"valid_{fairness}", "leakage") if _has(sweep, f"{m}_mean")]
+    if sweep.empty or not metrics:
+        return None
+    datasets = sorted(sweep["dataset"].astype(str).unique())
+    colors = _colors(sorted(sweep["method"].astype(str).unique()))
+    fig, axes = _new_figure(len(datasets), len(metrics))
+    handles: dict[str, object] = {}
+    for i, ds in enumerate(datasets):
+        part = sweep[sweep["dataset"].astype(str) == ds]
+        for j, m in enumerate(metrics):
+            ax = axes[i, j]
+            for method, g in part.groupby("method", sort=True):
+                g = g.sort_values("rt")
+                line = ax.errorbar(g["rt"], g[f"{m}_mean"], yerr=_yerr(g[f"{m}_std"]), marker="o",
+                                   ms=4, capsize=2, color=colors[str(method)], label=str(method))
+                handles.setdefault(str(method), line)
+            ax.set_xlabel("relaxation threshold (points)")
+            ax.set_ylabel(_label(m))
+            ax.set_title(ds, fontsize=9)
+    return _finish(fig, handles, "Selection by relaxation threshold")
+
+
+def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap") -> Figure | None:
+    """FEDERATE Figure 3: best valid fairness per 1-point valid-accuracy interval.
+
+    Intervals that no config reached are gaps in the line (no point), not zeros.
+    """
+    bins = _frame(bins, "bins")
+    fairness = _check_fairness(fairness)
+    col = f"valid_{fairness}"
+    _require(bins, ["dataset", "method", "accuracy_bin", f"{col}_mean", f"{col}_std"], "bins")
+    if bins.empty:
+        return None
+    datasets = sorted(bins["dataset"].astype(str).unique())
+    colors = _colors(sorted(bins["method"].astype(str).unique()))
+    fig, axes = _new_figure(len(datasets), 1)
+    handles: dict[str, object] = {}
+    for i, ds in enumerate(datasets):
+        ax = axes[i, 0]
+        part = bins[bins["dataset"].astype(str) == ds]
+        for method, g in part.groupby("method", sort=True):
+            g = g.set_index("accuracy_bin").sort_index()
+            full = g.reindex(range(int(g.index.min()), int(g.index.max()) + 1))  # gaps break the line
+            line = ax.errorbar(full.index, full[f"{col}_mean"], yerr=_yerr(full[f"{col}_std"]),
+                               marker="o", ms=4, capsize=2, color=colors[str(method)], label=str(method))
+            handles.setdefault(str(method), line)
+        ax.set_xlabel("valid accuracy interval (%)")
+        ax.set_ylabel(f"best {_label(col)}")
+        ax.set_title(ds, fontsize=9)
+    return _finish(fig, handles, "Fairness-accuracy trade-off")
+
+
+def figure_privacy_accuracy(by_eps: pd.DataFrame) -> Figure | None:
+    """FEDERATE Figure 4: test accuracy and leakage of the best-accuracy config per eps."""
+    by_eps = _frame(by_eps, "by_eps")
+    _require(by_eps, ["dataset", "method", "eps"], "by_eps")
+    metrics = [m for m in ("test_accuracy", "leakage") if _has(by_eps, f"{m}_mean")]
+    if by_eps.empty or not metrics:
+        return None
+    datasets = sorted(by_eps["dataset"].astype(str).unique())
+    colors = _colors(sorted(by_eps["method"].astype(str).unique()))
+    fig, axes = _new_figure(len(datasets), len(metrics))
+    handles: dict[str, object] = {}
+    for i, ds in enumerate(datasets):
+        part = by_eps[by_eps["dataset"].astype(str) == ds]
+        for j, m in enumerate(metrics):
+            ax = axes[i, j]
+            for method, g in part.groupby("method", sort=True):
+                g = g.sort_values("eps")
+                line = ax.errorbar(g["eps"], g[f"{m}_mean"], yerr=_yerr(g[f"{m}_std"]), marker="o",
+                                   ms=4, capsize=2, color=colors[str(method)], label=str(method))
+                handles.setdefault(str(method), line)
+            ax.set_xlabel("ε")
+            ax.set_ylabel(_label(m))
+            ax.set_title(ds, fontsize=9)
+    return _finish(fig, handles, "Privacy-accuracy trade-off (best valid accuracy per ε)")
+
+
+def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
+    """Leakage of every config against eps per method (points), with the mean per eps (line)."""
+    rows = _ok_rows(df)
+    _require(rows, ["dataset", "method", "eps", "leakage"])
+    rows = rows.assign(eps=pd.to_numeric(rows["eps"], errors="coerce"),
+                       leakage=pd.to_numeric(rows["leakage"], errors="coerce"))
+    rows = rows.dropna(subset=["eps", "leakage"])
+    rows = rows[np.isfinite(rows["eps"].to_numpy(float))]
+    if rows.empty:
+        return None
+    datasets = sorted(rows["dataset"].astype(str).unique())
+    colors = _colors(sorted(rows["method"].astype(str).unique()))
+    fig, axes = _new_figure(len(datasets), 1)
+    handles: dict[str, object] = {}
+    for i, ds in enumerate(datasets):
+        ax = axes[i, 0]
+        part = rows[rows["dataset"].astype(str) == ds]
+        for method, g in part.groupby("method", sort=True):
+            c = colors[str(method)]
+            ax.scatter(g["eps"], g["leakage"], s=8, alpha=0.3, color=c)
+            mean = g.groupby("eps")["leakage"].mean()
+            (line,) = ax.plot(mean.index, mean.to_numpy(), marker="o", ms=4, color=c, label=str(method))
+            handles.setdefault(str(method), line)
+        ax.set_xlabel("ε")
+        ax.set_ylabel(_label("leakage"))
+        ax.set_title(ds, fontsize=9)
+    return _finish(fig, handles, "Leakage against ε (all configs)")
+
+
+def default_direction(column: str) -> str:
+    """"max" for accuracies and MDL (higher is better), "min" for gaps, leakage and the rest."""
+    return "max" if column.endswith("accuracy") or column.endswith("mdl") else "min"
+
+
+def figure_pareto_fronts(
+    df: pd.DataFrame,
+    pairs: Sequence[tuple[str, str]],
+    directions: Mapping[str, str] | None = None,
+) -> Figure | None:
+    """2-D Pareto fronts per method for each objective pair (x, y), all seeds pooled.
+
+    Every config is a faint point; the method's front under the two objectives is the
+    line. ``directions`` maps a column to "min" | "max" (default: ``default_direction``).
+    Pairs whose columns are missing or all NaN are skipped.
+    """
+    rows = _ok_rows(df)
+    _require(rows, ["dataset", "method"])
+    if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
+        pairs = [pairs]
+    pairs = [tuple(p) for p in pairs]
+    if any(len(p) != 2 for p in pairs):
+        raise InputError("pairs: expected a list of (x column, y column) pairs")
+    directions = dict(directions or {})
+    pairs = [p for p in pairs if _has(rows, p[0]) and _has(rows, p[1])]
+    if rows.empty or not pairs:
+        return None
+    datasets = sorted(rows["dataset"].astype(str).unique())
+    colors = _colors(sorted(rows["method"].astype(str).unique()))
+    fig, axes = _new_figure(len(datasets), len(pairs))
+    handles: dict[str, object] = {}
+    for i, ds in enumerate(datasets):
+        part = rows[rows["dataset"].astype(str) == ds]
+        for j, (x, y) in enumerate(pairs):
+            ax = axes[i, j]
+            objectives = {c: directions.get(c, default_direction(c)) for c in (x, y)}
+            for method, g in part.groupby("method", sort=True):
+                c = colors[str(method)]
+                pts = g[[x, y]].apply(pd.to_numeric, errors="coerce").dropna()
+                if pts.empty:
+                    continue
+                ax.scatter(pts[x], pts[y], s=8, alpha=0.25, color=c)
+                front = pareto_front(pts, objectives).sort_values([x, y])
+                (line,) = ax.plot(front[x], front[y], marker="o", ms=4, color=c, label=str(method))
+                handles.setdefault(str(method), line)
+            ax.set_xlabel(_label(x))
+            ax.set_ylabel(_label(y))
+            ax.set_title(ds, fontsize=9)
+    if not handles:
+        return None
+    return _finish(fig, handles, "Pareto fronts (all seeds pooled)")
+
+
+def save_png(fig: Figure, path: PathLike) -> Path:
+    """Write ``fig`` as a PNG at ``path`` atomically (hidden temp file, then os.replace)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _write(fig: Figure | None, path: PathLike) -> Path | None:
+    return None if fig is None else save_png(fig, path)
+
+
+def plot_rt_sweep(sweep: pd.DataFrame, path: PathLike, fairness: str = "tpr_gap") -> Path | None:
+    """Write ``figure_rt_sweep`` as a PNG at ``path``; None (nothing written) if empty."""
+    return _write(figure_rt_sweep(sweep, fairness), path)
+
+
+def plot_fairness_accuracy_bins(bins: pd.DataFrame, path: PathLike, fairness: str = "tpr_gap") -> Path | None:
+    """Write ``figure_fairness_accuracy_bins`` as a PNG at ``path``; None if empty."""
+    return _write(figure_fairness_accuracy_bins(bins, fairness), path)
+
+
+def plot_privacy_accuracy(by_eps: pd.DataFrame, path: PathLike) -> Path | None:
+    """Write ``figure_privacy_accuracy`` as a PNG at ``path``; None if no method has eps."""
+    return _write(figure_privacy_accuracy(by_eps), path)
+
+
+def plot_leakage_vs_eps(df: pd.DataFrame, path: PathLike) -> Path | None:
+    """Write ``figure_leakage_vs_eps`` as a PNG at ``path``; None if no method has eps."""
+    return _write(figure_leakage_vs_eps(df), path)
+
+
+def plot_pareto_fronts(
+    df: pd.DataFrame,
+    path: PathLike,
+    pairs: Sequence[tuple[str, str]],
+    directions: Mapping[str, str] | None = None,
+) -> Path | None:
+    """Write ``figure_pareto_fronts`` as a PNG at ``path``; None if no pair can be drawn."""
+    return _write(figure_pareto_fronts(df, pairs, directions), path)

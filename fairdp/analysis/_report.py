@@ -1,0 +1,267 @@
+"""``fairdp report``: the tables and figures of FEDERATE sec. 5 as Markdown and HTML.
+
+``write_report`` writes into ``out_dir``: ``figures/*.png``, ``table.csv`` (the
+``fairdp analyze --format csv`` table), ``report.md`` (figures linked) and a self-contained
+``report.html`` (figures embedded as base64 PNG data URIs, tables as HTML). Every file is
+written atomically (hidden temp file in the same folder, then os.replace), so a reader never
+sees a half-written file. Figures that a previous report wrote but this one cannot draw
+(e.g. no method with eps any more) are removed, so the folder matches the report.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fairdp.analysis._pareto import hypervolume, pareto_front
+from fairdp.analysis._plots import (
+    plot_fairness_accuracy_bins,
+    plot_leakage_vs_eps,
+    plot_pareto_fronts,
+    plot_privacy_accuracy,
+    plot_rt_sweep,
+)
+from fairdp.analysis._select import (
+    RUN_KEYS,
+    _check_fairness,
+    _check_rt,
+    _frame,
+    aggregate_seeds,
+    fairness_accuracy_bins,
+    privacy_accuracy_by_eps,
+    rt_sweep,
+    select_by_rt,
+)
+from fairdp.analysis._tables import FAIRNESS_LABELS, _html, _md, format_table, mean_std
+from fairdp.errors import InputError
+
+FIGURES = {
+    "rt_sweep": "Validation accuracy, fairness and leakage against the relaxation threshold (FEDERATE Fig. 2)",
+    "fairness_accuracy_bins": "Best validation fairness per 1-point validation-accuracy interval (FEDERATE Fig. 3)",
+    "privacy_accuracy": "Test accuracy and leakage of the best-accuracy config per ε (FEDERATE Fig. 4)",
+    "leakage_vs_eps": "Leakage of every config against ε",
+    "pareto_fronts": "Pareto fronts of validation accuracy, fairness and leakage (all seeds pooled)",
+}
+
+# Percent metrics have natural worst values, which make a reference point independent of
+# the results: accuracy 0, gaps and leakage 100.
+_HV_REFERENCE = {"max": 0.0, "min": 100.0}
+
+
+def _atomic_write(path: Path, data: bytes) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _eps_table(by_eps: pd.DataFrame, decimals: int) -> pd.DataFrame:
+    out = pd.DataFrame({
+        "Dataset": by_eps["dataset"].astype(str),
+        "Method": by_eps["method"].astype(str),
+        "ε": [f"{v:g}" for v in by_eps["eps"]],
+        "Seeds": [str(int(v)) for v in by_eps["n_seeds"]],
+        "Accuracy ↑": [mean_std(a, b, decimals) for a, b in zip(by_eps["test_accuracy_mean"], by_eps["test_accuracy_std"])],
+        "Leakage ↓": [mean_std(a, b, decimals) for a, b in zip(by_eps["leakage_mean"], by_eps["leakage_std"])],
+    })
+    if "eps_formal_max" in by_eps.columns:
+        out["formal ε (max)"] = [mean_std(v, np.nan, 2) for v in by_eps["eps_formal_max"]]
+    return out
+
+
+def _pareto_summary(rows: pd.DataFrame, fairness: str) -> pd.DataFrame | None:
+    """Per (dataset, method): Pareto-front size and normalised hypervolume, mean ± std over seeds."""
+    objectives = {"valid_accuracy": "max", f"valid_{fairness}": "min"}
+    if "leakage" in rows.columns and pd.to_numeric(rows["leakage"], errors="coerce").notna().any():
+        objectives["leakage"] = "min"
+    reference = [_HV_REFERENCE[d] for d in objectives.values()]
+    scale = 100.0 ** len(objectives)
+    per_seed = []
+    for key, group in rows.groupby(list(RUN_KEYS), sort=True):
+        front = pareto_front(group, objectives)
+        if front.empty:
+            continue
+        hv = hypervolume(front[list(objectives)], reference, list(objectives.values())) / scale
+        per_seed.append((*key, len(front), hv))
+    if not per_seed:
+        return None
+    ps = pd.DataFrame(per_seed, columns=[*RUN_KEYS, "front", "hv"])
+    agg = ps.groupby(["dataset", "method"], sort=True).agg(
+        n_seeds=("seed", "nunique"), front_mean=("front", "mean"), front_std=("front", "std"),
+        hv_mean=("hv", "mean"), hv_std=("hv", "std"),
+    ).reset_index()
+    names = {"valid_accuracy": "accuracy ↑", f"valid_{fairness}": f"{FAIRNESS_LABELS[fairness]} ↓", "leakage": "leakage ↓"}
+    objs = ", ".join(names[c] for c in objectives)
+    return pd.DataFrame({
+        "Dataset": agg["dataset"].astype(str),
+        "Method": agg["method"].astype(str),
+        "Seeds": [str(int(v)) for v in agg["n_seeds"]],
+        "Front size": [mean_std(a, b, 1) for a, b in zip(agg["front_mean"], agg["front_std"])],
+        f"Hypervolume ({objs})": [mean_std(a, b, 3) for a, b in zip(agg["hv_mean"], agg["hv_std"])],
+    })
+
+
+def _overview(df: pd.DataFrame, ok: pd.DataFrame) -> list[tuple[str, str]]:
+    def values(col: str) -> str:
+        if col not in df.columns:
+            return "-"
+        return ", ".join(sorted({str(v) for v in df[col].dropna().unique()})) or "-"
+
+    per_method = ok.groupby(["dataset", "method"], sort=True).agg(
+        seeds=("seed", "nunique"), configs=("config_id", "nunique"), rows=("seed", "size")
+    )
+    runs = "; ".join(f"{d}/{m}: {r.seeds} seeds × {r.configs} configs" for (d, m), r in per_method.iterrows())
+    return [
+        ("studies", values("study")),
+        ("datasets", values("dataset")),
+        ("methods", values("method")),
+        ("rows", f"{len(ok)} ok, {len(df) - len(ok)} not ok (left out)"),
+        ("runs", runs),
+        ("fairdp versions", values("fairdp_version")),
+    ]
+
+
+def write_report(
+    df: pd.DataFrame,
+    out_dir: str | os.PathLike,
+    rt: float = 1.0,
+    fairness: str = "tpr_gap",
+    rts: Iterable[float] = (0, 0.5, 1, 2, 3, 5),
+) -> list[Path]:
+    """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
+
+    Main table: ``select_by_rt(rt)`` + ``aggregate_seeds`` (FEDERATE Table 1 layout); then
+    the RT sweep over ``rts``, the fairness-accuracy bins, privacy-accuracy by eps and Pareto
+    fronts. Rows excluded for NaN metrics are listed under Notes (and warned about once).
+    Returns the written paths: figures first, then table.csv, report.md, report.html.
+    """
+    df = _frame(df)
+    fairness = _check_fairness(fairness)
+    rt = _check_rt(rt)
+    rts = [_check_rt(r, "rts") for r in rts]
+    ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
+    if ok.empty:
+        raise InputError("df: no result rows with status 'ok' to report")
+    out = Path(out_dir)
+    fig_dir = out / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    label = FAIRNESS_LABELS[fairness]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agg = aggregate_seeds(select_by_rt(df, rt, fairness), fairness=fairness)
+        sweep = rt_sweep(df, rts, fairness) if rts else None
+        bins = fairness_accuracy_bins(df, fairness)
+        by_eps = privacy_accuracy_by_eps(df, fairness) if "eps" in df.columns else None
+        pareto = _pareto_summary(ok, fairness)
+        pairs = [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"),
+                 (f"valid_{fairness}", "leakage")]
+        figures = {
+            "rt_sweep": plot_rt_sweep(sweep, fig_dir / "rt_sweep.png", fairness) if sweep is not None else None,
+            "fairness_accuracy_bins": plot_fairness_accuracy_bins(bins, fig_dir / "fairness_accuracy_bins.png", fairness),
+            "privacy_accuracy": plot_privacy_accuracy(by_eps, fig_dir / "privacy_accuracy.png") if by_eps is not None else None,
+            "leakage_vs_eps": plot_leakage_vs_eps(df, fig_dir / "leakage_vs_eps.png") if {"eps", "leakage"} <= set(df.columns) else None,
+            "pareto_fronts": plot_pareto_fronts(df, fig_dir / "pareto_fronts.png", pairs),
+        }
+    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
+    for msg in notes:
+        warnings.warn(msg, UserWarning, stacklevel=2)
+    for name, path in figures.items():
+        if path is None:
+            (fig_dir / f"{name}.png").unlink(missing_ok=True)
+
+    table = format_table(agg, "md", fairness)
+    sections: list[tuple[str, str, list[tuple[str, pd.DataFrame | str]]]] = []
+    sections.append((
+        f"Test results at RT = {rt:g}",
+        f"Per (dataset, method, seed) the config with the lowest validation {label} among those "
+        f"within RT = {rt:g} accuracy points of the best validation accuracy (FEDERATE sec. 5.1), "
+        "then mean ± sample std (ddof=1) over seeds of its test metrics (FEDERATE Table 1 layout).",
+        [("table", agg)],
+    ))
+    if sweep is not None:
+        sections.append(("Relaxation-threshold sweep", "The same selection for each RT (FEDERATE Fig. 2, Tables 4-6).",
+                         [("figure", "rt_sweep"), ("table", sweep)]))
+    sections.append(("Fairness-accuracy trade-off",
+                     "Validation accuracy in 1-point intervals centred on integers ([71.5, 72.5) → 72); the best "
+                     f"validation {label} per interval and seed, averaged over the seeds that reached it. "
+                     "Missing points are intervals no config reached.",
+                     [("figure", "fairness_accuracy_bins")]))
+    if by_eps is not None and not by_eps.empty:
+        sections.append(("Privacy-accuracy trade-off",
+                         "Per ε and seed the config with the best validation accuracy (RT = 0), mean ± std over seeds.",
+                         [("figure", "privacy_accuracy"), ("display", _eps_table(by_eps, 1)), ("figure", "leakage_vs_eps")]))
+    if pareto is not None:
+        sections.append(("Pareto fronts",
+                         "Per seed, the non-dominated configs under validation objectives; hypervolume is "
+                         "normalised to [0, 1] with the worst possible values (accuracy 0 %, gaps and leakage 100 %) "
+                         "as reference point.",
+                         [("figure", "pareto_fronts"), ("display", pareto)]))
+
+    overview = _overview(df, ok)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+    md = [f"# fairdp report\n\n_Generated {stamp}._\n"]
+    md += ["| | |\n|:--|:--|"] + [f"| {k} | {v} |" for k, v in overview] + [""]
+    for title, text, items in sections:
+        md.append(f"\n## {title}\n\n{text}\n")
+        for kind, item in items:
+            if kind == "figure":
+                if figures.get(item) is not None:
+                    md.append(f"![{FIGURES[item]}](figures/{item}.png)\n")
+            elif kind == "table":
+                md.append(table if item is agg else format_table(item, "md", fairness))
+            else:
+                md.append(_md(item))
+    if notes:
+        md.append("\n## Notes\n")
+        md += [f"- {n}" for n in notes]
+    md_text = "\n".join(md).rstrip() + "\n"
+
+    body = [f"<h1>fairdp report</h1>\n<p><em>Generated {html.escape(stamp)}.</em></p>",
+            "<table class=\"meta\">" + "".join(
+                f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in overview) + "</table>"]
+    for title, text, items in sections:
+        body.append(f"<h2>{html.escape(title)}</h2>\n<p>{html.escape(text)}</p>")
+        for kind, item in items:
+            if kind == "figure":
+                path = figures.get(item)
+                if path is not None:
+                    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+                    body.append(f'<figure><img alt="{html.escape(FIGURES[item])}" '
+                                f'src="data:image/png;base64,{data}">'
+                                f"<figcaption>{html.escape(FIGURES[item])}</figcaption></figure>")
+            elif kind == "table":
+                body.append(format_table(item, "html", fairness))
+            else:
+                body.append(_html(item))
+    if notes:
+        body.append("<h2>Notes</h2>\n<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+    html_text = (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>fairdp report</title>\n"
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .6em}"
+        "td{text-align:right}td:first-child,td:nth-child(2){text-align:left}"
+        "img{max-width:100%}figcaption{font-size:.9em;color:#555}</style>\n</head>\n<body>\n"
+        + "\n".join(body) + "\n</body>\n</html>\n"
+    )
+
+    written = [p for p in figures.values() if p is not None]
+    written.append(_atomic_write(out / "table.csv", format_table(agg, "csv", fairness).encode()))
+    written.append(_atomic_write(out / "report.md", md_text.encode()))
+    written.append(_atomic_write(out / "report.html", html_text.encode()))
+    return written

@@ -1,0 +1,291 @@
+"""Model selection and cross-seed aggregation over result rows (FEDERATE sec. 5.1 and 5.2).
+
+Every function takes a DataFrame of result rows (one row per dataset, method, seed and
+config; see the results table in DESIGN.md) and returns a new DataFrame; nothing here reads
+or writes files. Only rows with ``status == "ok"`` count (all rows when there is no status
+column). A *run* is one (dataset, method, seed): the unit in which the papers select a
+configuration before averaging over seeds.
+
+- ``select_by_rt``: the relaxation threshold (RT) rule. alpha* is the best validation
+  accuracy of the run; every config with valid accuracy in [alpha* - RT, alpha*] is a
+  candidate and the one with the lowest validation fairness gap wins. RT = 0 is the usual
+  best-accuracy selection (ties then go to the fairer config).
+- ``aggregate_seeds``: mean and sample standard deviation over the selected seeds, the
+  "mean ± std over 5 seeds" of FEDERATE Tables 1-7.
+- ``rt_sweep``: selection + aggregation for several RTs (Figure 2, Tables 4-6).
+- ``fairness_accuracy_bins``: best validation fairness per 1-point accuracy interval
+  (Figure 3).
+- ``privacy_accuracy_by_eps``: best-accuracy config per eps (Figure 4, Table 7).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fairdp.errors import InputError
+
+FAIRNESS_METRICS = ("tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap")
+RUN_KEYS = ("dataset", "method", "seed")
+
+# Accuracy is stored in percent with float noise (75.3 - 1.0 is not exactly 74.3), so the
+# RT window is widened by this many points; far below any reported precision.
+_RT_TOL = 1e-9
+
+
+def _frame(df: object, name: str = "df") -> pd.DataFrame:
+    if not isinstance(df, pd.DataFrame):
+        raise InputError(f"{name}: expected a pandas DataFrame of result rows, got {type(df).__name__}")
+    return df
+
+
+def _require(df: pd.DataFrame, columns: Iterable[str], name: str = "df") -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise InputError(f"{name}: missing column {', '.join(repr(c) for c in missing)}")
+
+
+def _ok_rows(df: object, name: str = "df") -> pd.DataFrame:
+    """The rows that count: status == "ok" (every row when there is no status column)."""
+    df = _frame(df, name)
+    if "status" in df.columns:
+        df = df[df["status"].astype("object") == "ok"]
+    return df.copy()
+
+
+def _check_fairness(fairness: object) -> str:
+    if fairness not in FAIRNESS_METRICS:
+        raise InputError(
+            f"fairness: unknown metric {fairness!r} (expected one of {', '.join(FAIRNESS_METRICS)})"
+        )
+    return str(fairness)
+
+
+def _check_rt(rt: object, name: str = "rt") -> float:
+    if isinstance(rt, bool) or not isinstance(rt, numbers.Real) or math.isnan(float(rt)):
+        raise InputError(f"{name}: expected a number >= 0, got {rt!r}")
+    if rt < 0:
+        raise InputError(f"{name}: must be >= 0 (accuracy points), got {rt!r}")
+    return float(rt)
+
+
+def _numeric(df: pd.DataFrame, columns: Iterable[str], name: str = "df") -> pd.DataFrame:
+    """Cast metric columns to float (None -> NaN); a non-numeric column is an InputError."""
+    for col in columns:
+        try:
+            df[col] = pd.to_numeric(df[col], errors="raise").astype(float)
+        except (TypeError, ValueError):
+            raise InputError(f"{name}: column {col!r} is not numeric") from None
+    return df
+
+
+def _describe_rows(rows: pd.DataFrame, limit: int = 10) -> str:
+    parts = []
+    for _, r in rows.head(limit).iterrows():
+        ident = [f"{k}={r[k]}" for k in ("dataset", "method", "seed", "config_id") if k in rows.columns]
+        parts.append("(" + " ".join(ident) + ")")
+    more = len(rows) - limit
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
+def _drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str) -> pd.DataFrame:
+    """Drop rows with NaN in ``columns``, warning with the identity of each dropped row."""
+    bad = df[list(columns)].isna().any(axis=1)
+    if bad.any():
+        warnings.warn(
+            f"{caller}: excluding {int(bad.sum())} row(s) with NaN {' or '.join(columns)}: "
+            f"{_describe_rows(df[bad])}",
+            UserWarning,
+            stacklevel=3,
+        )
+        df = df[~bad]
+    return df
+
+
+def _run_rows(df: object, fairness: str, caller: str) -> pd.DataFrame:
+    """Validated ok rows with numeric, non-NaN valid accuracy and valid fairness."""
+    fairness = _check_fairness(fairness)
+    fcol = f"valid_{fairness}"
+    df = _ok_rows(df)
+    _require(df, [*RUN_KEYS, "config_id", "valid_accuracy", fcol])
+    df = _numeric(df, ["valid_accuracy", fcol])
+    return _drop_nan(df, ["valid_accuracy", fcol], caller)
+
+
+def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.DataFrame:
+    """Per group of ``keys``: among valid_accuracy >= max - rt, the lowest ``fcol``.
+
+    Ties go to the higher valid accuracy, then the smaller config_id (string order); NaN in
+    ``fcol`` sorts last, so it only wins when nothing else is in the window.
+    """
+    keys = list(keys)
+    if df.empty:
+        return df.iloc[0:0].reset_index(drop=True)
+    alpha = df.groupby(keys, sort=False, dropna=False)["valid_accuracy"].transform("max")
+    cand = df[df["valid_accuracy"] >= alpha - rt - _RT_TOL].copy()
+    cand["_cid"] = cand["config_id"].astype(str)
+    cand = cand.sort_values(
+        [*keys, fcol, "valid_accuracy", "_cid"],
+        ascending=[True] * len(keys) + [True, False, True],
+        na_position="last",
+        kind="mergesort",
+    )
+    chosen = cand.drop_duplicates(keys, keep="first").drop(columns="_cid")
+    return chosen.reset_index(drop=True)
+
+
+def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap") -> pd.DataFrame:
+    """One config per (dataset, method, seed) by the relaxation-threshold rule (FEDERATE 5.1).
+
+    alpha* = the run's best ``valid_accuracy``; candidates have valid_accuracy >= alpha* - rt
+    (in accuracy points); the lowest ``valid_<fairness>`` wins, ties to the higher valid
+    accuracy and then the smaller ``config_id``. ``rt=0`` is best-accuracy selection.
+    Rows with NaN valid accuracy or fairness are excluded with a warning naming them.
+    Returns the chosen rows with all their columns (test metrics, leakage, mdl, ...) and an
+    added ``rt`` column, sorted by dataset, method, seed.
+    """
+    rt = _check_rt(rt)
+    fairness = _check_fairness(fairness)
+    rows = _run_rows(df, fairness, "select_by_rt")
+    return _select_clean(rows, rt, fairness)
+
+
+def _select_clean(rows: pd.DataFrame, rt: float, fairness: str) -> pd.DataFrame:
+    out = _pick(rows, RUN_KEYS, rt, f"valid_{fairness}")
+    out["rt"] = rt
+    return out
+
+
+def _default_metrics(fairness: str) -> list[str]:
+    return ["test_accuracy", f"test_{fairness}", "leakage", "mdl"]
+
+
+def _aggregate(selected: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str]) -> pd.DataFrame:
+    keys = list(keys)
+    columns = [*keys, "n_seeds"] + [f"{m}_{s}" for m in metrics for s in ("mean", "std")]
+    if selected.empty:
+        return pd.DataFrame({c: pd.Series(dtype=float) for c in columns}).astype(
+            {k: selected[k].dtype for k in keys if k in selected.columns}
+        )
+    grouped = selected.groupby(keys, sort=True)
+    out = grouped["seed"].nunique().rename("n_seeds").to_frame()
+    for m in metrics:
+        out[f"{m}_mean"] = grouped[m].mean()
+        out[f"{m}_std"] = grouped[m].std(ddof=1)
+    out = out.reset_index()
+    out["n_seeds"] = out["n_seeds"].astype(int)
+    return out[columns]
+
+
+def aggregate_seeds(
+    selected: pd.DataFrame, metrics: Sequence[str] | None = None, fairness: str = "tpr_gap"
+) -> pd.DataFrame:
+    """Mean and std over seeds of the selected rows, per (dataset, method).
+
+    ``selected`` has one row per (dataset, method, seed), e.g. from ``select_by_rt``.
+    ``metrics`` defaults to test_accuracy, test_<fairness>, leakage, mdl. ``M_std`` is the
+    sample standard deviation (ddof=1, as the papers' "± std over seeds"); it is NaN when a
+    method has a single seed. NaN values of a metric are skipped in its mean and std;
+    ``n_seeds`` counts the selected seeds. Columns: dataset, method, n_seeds, then M_mean,
+    M_std per metric in order (the ``fairdp analyze --format csv`` contract).
+    """
+    fairness = _check_fairness(fairness)
+    metrics = _default_metrics(fairness) if metrics is None else list(metrics)
+    if isinstance(metrics, str) or not metrics:
+        raise InputError("metrics: expected a non-empty list of column names")
+    rows = _ok_rows(selected, "selected")
+    _require(rows, ["dataset", "method", "seed", *metrics], "selected")
+    rows = _numeric(rows, metrics, "selected")
+    dup = rows.duplicated(list(RUN_KEYS), keep=False)
+    if dup.any():
+        raise InputError(
+            "selected: several rows for one (dataset, method, seed), e.g. "
+            f"{_describe_rows(rows[dup], limit=1)}; select one config per seed first (select_by_rt)"
+        )
+    return _aggregate(rows, ["dataset", "method"], metrics)
+
+
+def rt_sweep(
+    df: pd.DataFrame,
+    rts: Iterable[float] = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0),
+    fairness: str = "tpr_gap",
+    metrics: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """``select_by_rt`` + ``aggregate_seeds`` for each RT, stacked (FEDERATE Fig. 2, Tables 4-6).
+
+    ``metrics`` defaults to valid_accuracy and valid_<fairness> (what Figure 2 plots) plus
+    the ``aggregate_seeds`` defaults. Columns: dataset, method, rt, n_seeds, M_mean, M_std...
+    """
+    fairness = _check_fairness(fairness)
+    if isinstance(rts, (str, numbers.Real)):
+        rts = [rts]
+    rts = [_check_rt(r, "rts") for r in rts]
+    if not rts:
+        raise InputError("rts: expected at least one relaxation threshold")
+    if metrics is None:
+        metrics = ["valid_accuracy", f"valid_{fairness}", *_default_metrics(fairness)]
+    metrics = list(metrics)
+    rows = _run_rows(df, fairness, "rt_sweep")
+    _require(rows, metrics)
+    rows = _numeric(rows, metrics)
+    parts = []
+    for rt in rts:
+        agg = _aggregate(_select_clean(rows, rt, fairness), ["dataset", "method"], metrics)
+        agg.insert(2, "rt", rt)
+        parts.append(agg)
+    out = pd.concat(parts, ignore_index=True)
+    return out.sort_values(["dataset", "method", "rt"], kind="mergesort").reset_index(drop=True)
+
+
+def fairness_accuracy_bins(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.DataFrame:
+    """Best validation fairness per 1-point validation-accuracy interval (FEDERATE Fig. 3).
+
+    The interval of accuracy a is floor(a + 0.5): [71.5, 72.5) is bin 72, so 71.5 -> 72 and
+    72.5 -> 73. Per (dataset, method, seed, bin) the lowest ``valid_<fairness>`` is kept, then
+    averaged over the seeds that reached the bin. Columns: dataset, method, accuracy_bin,
+    n_seeds, valid_<fairness>_mean, valid_<fairness>_std (ddof=1). An interval no config
+    reached has no row (the paper's "missing point"), never a zero.
+    """
+    fairness = _check_fairness(fairness)
+    fcol = f"valid_{fairness}"
+    rows = _run_rows(df, fairness, "fairness_accuracy_bins")
+    rows["accuracy_bin"] = np.floor(rows["valid_accuracy"].to_numpy(float) + 0.5).astype(np.int64)
+    best = rows.groupby([*RUN_KEYS, "accuracy_bin"], sort=False)[fcol].min().reset_index()
+    return _aggregate(best, ["dataset", "method", "accuracy_bin"], [fcol])
+
+
+def privacy_accuracy_by_eps(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.DataFrame:
+    """Accuracy and leakage against eps for the methods that have one (FEDERATE Fig. 4, Table 7).
+
+    Per (dataset, method, eps, seed) the config with the best valid accuracy at that eps is
+    chosen (RT = 0; ties to the lower valid_<fairness> when present, then smaller config_id),
+    then test_accuracy and leakage are averaged over seeds (std ddof=1). Rows with NaN eps
+    are methods without one and are left out. Columns: dataset, method, eps, n_seeds,
+    test_accuracy_mean/std, leakage_mean/std, and eps_formal_max when eps_formal exists.
+    """
+    fairness = _check_fairness(fairness)
+    fcol = f"valid_{fairness}"
+    rows = _ok_rows(df)
+    _require(rows, [*RUN_KEYS, "config_id", "eps", "valid_accuracy", "test_accuracy", "leakage"])
+    numeric = ["eps", "valid_accuracy", "test_accuracy", "leakage"]
+    numeric += [c for c in (fcol, "eps_formal") if c in rows.columns]
+    rows = _numeric(rows, numeric)
+    rows = rows[rows["eps"].notna()]
+    rows = _drop_nan(rows, ["valid_accuracy"], "privacy_accuracy_by_eps")
+    if fcol not in rows.columns:
+        rows[fcol] = np.nan
+    keys = ["dataset", "method", "eps", "seed"]
+    chosen = _pick(rows, keys, 0.0, fcol)
+    out = _aggregate(chosen, ["dataset", "method", "eps"], ["test_accuracy", "leakage"])
+    if "eps_formal" in rows.columns:
+        if chosen.empty:
+            out["eps_formal_max"] = pd.Series(dtype=float)
+        else:
+            emax = chosen.groupby(["dataset", "method", "eps"], sort=True)["eps_formal"].max()
+            out["eps_formal_max"] = emax.to_numpy()
+    return out

@@ -1,0 +1,129 @@
+"""Result tables in the layout of FEDERATE Table 1: one row per (dataset, method).
+
+Columns Accuracy ↑, <fairness> ↓, Leakage ↓, MDL ↑ as "mean ± std" over seeds. The arrows
+are the paper's: fairness gaps and leakage are better lower; MDL is better higher (a higher
+MDL means the sensitive attribute is harder to extract from the representation). A metric
+that a method does not have (NaN mean, e.g. Random's leakage) prints as "-", and a single
+seed (NaN std) prints the mean alone.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+
+from fairdp.analysis._select import _check_fairness, _frame, _require
+from fairdp.errors import InputError
+
+FORMATS = ("md", "csv", "latex", "html")
+
+FAIRNESS_LABELS = {
+    "tpr_gap": "TPR-gap",
+    "grms": "GRMS",
+    "dp_gap": "DP-gap",
+    "eo_gap": "EO-gap",
+    "ap_gap": "AP-gap",
+}
+
+
+def _columns(fairness: str) -> list[tuple[str, str, str]]:
+    """(metric column stem, label, arrow) of the Table 1 layout."""
+    return [
+        ("test_accuracy", "Accuracy", "↑"),
+        (f"test_{fairness}", FAIRNESS_LABELS[fairness], "↓"),
+        ("leakage", "Leakage", "↓"),
+        ("mdl", "MDL", "↑"),
+    ]
+
+
+def mean_std(mean: float, std: float, decimals: int = 1, sep: str = " ± ") -> str:
+    """"mean ± std" with ``decimals``; "-" for a NaN mean, the mean alone for a NaN std."""
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "-"
+    text = f"{float(mean):.{decimals}f}"
+    if std is None or math.isnan(float(std)):
+        return text
+    return f"{text}{sep}{float(std):.{decimals}f}"
+
+
+def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = False) -> pd.DataFrame:
+    """The aggregate as display strings: Dataset, Method, [RT,] Seeds, then the metrics."""
+    cols = _columns(fairness)
+    _require(agg, ["dataset", "method", "n_seeds"] + [f"{m}_{s}" for m, _, _ in cols for s in ("mean", "std")], "agg")
+    out = pd.DataFrame({"Dataset": agg["dataset"].astype(str), "Method": agg["method"].astype(str)})
+    if "rt" in agg.columns:
+        out["RT"] = [f"{float(v):g}" for v in agg["rt"]]
+    out["Seeds"] = [str(int(v)) for v in agg["n_seeds"]]
+    for m, label, arrow in cols:
+        sep = r" \pm " if latex else " ± "
+        cells = [mean_std(a, b, decimals, sep) for a, b in zip(agg[f"{m}_mean"], agg[f"{m}_std"])]
+        if latex:
+            cells = ["-" if c == "-" else f"${c}$" for c in cells]
+            head = label + (r" $\uparrow$" if arrow == "↑" else r" $\downarrow$")
+        else:
+            head = f"{label} {arrow}"
+        out[head] = cells
+    return out.reset_index(drop=True)
+
+
+def _md(table: pd.DataFrame) -> str:
+    def cell(v: str) -> str:
+        return str(v).replace("|", "\\|")
+
+    align = [":--" if i < 2 else "--:" for i in range(table.shape[1])]
+    lines = ["| " + " | ".join(cell(c) for c in table.columns) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+
+
+def _latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def _latex(table: pd.DataFrame) -> str:
+    n_left = 2
+    n_num = table.shape[1] - n_left - 4
+    spec = "l" * n_left + "r" * n_num + "c" * 4
+    head = [_latex_escape(c) if i < table.shape[1] - 4 else c for i, c in enumerate(table.columns)]
+    lines = [f"\\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
+    for row in table.itertuples(index=False):
+        cells = [_latex_escape(v) if i < len(row) - 4 else v for i, v in enumerate(row)]
+        lines.append(" & ".join(cells) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def _html(table: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>\n"
+        for row in table.itertuples(index=False)
+    )
+    return f'<table class="results">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n'
+
+
+def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", decimals: int = 1) -> str:
+    """Render ``aggregate_seeds`` output as a FEDERATE Table 1 style table.
+
+    ``fmt`` is "md" (Markdown), "latex" (booktabs tabular), "html" (a plain <table>) or
+    "csv" (the raw aggregate columns: dataset, method, n_seeds, M_mean, M_std, ... as the
+    ``fairdp analyze --format csv`` contract says). An ``rt`` column, as in ``rt_sweep``
+    output, becomes an RT column. Cells are "mean ± std" with ``decimals`` decimals.
+    """
+    agg = _frame(agg, "agg")
+    fairness = _check_fairness(fairness)
+    if fmt not in FORMATS:
+        raise InputError(f"fmt: unknown table format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
+        raise InputError(f"decimals: expected an integer >= 0, got {decimals!r}")
+    if fmt == "csv":
+        _require(agg, ["dataset", "method", "n_seeds"], "agg")
+        return agg.to_csv(index=False, lineterminator="\n")
+    table = _display(agg, fairness, decimals, latex=fmt == "latex")
+    return {"md": _md, "latex": _latex, "html": _html}[fmt](table)

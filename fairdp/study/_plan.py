@@ -1,0 +1,107 @@
+"""Grids into packs: the (method, seed, configs) units a Ray Tune trial trains together."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from fairdp.errors import InputError
+from fairdp.methods import get_method
+from fairdp.study._spec import DEFAULT_PACK_CAP, StudySpec
+from fairdp.study._store import pack_id
+
+
+@dataclass(frozen=True)
+class Pack:
+    method: str
+    seed: int
+    configs: tuple[dict, ...]
+    config_ids: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return pack_id(self.method, self.seed, self.config_ids)
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "seed": self.seed, "configs": list(self.configs),
+                "config_ids": list(self.config_ids)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Pack:
+        return cls(d["method"], int(d["seed"]), tuple(d["configs"]), tuple(d["config_ids"]))
+
+
+def auto_pack_size(n_configs: int, n_groups: int, slots: int, cap: int = DEFAULT_PACK_CAP) -> int:
+    """Pack size for a (method, seed) group of ``n_configs`` when the study has ``n_groups`` groups.
+
+    A trial costs about a second of Ray overhead, so fewer, larger packs are cheaper; but the
+    study needs at least ``slots`` packs to keep every worker busy, and a pack count that is
+    a multiple of ``slots`` so the last round has no idle worker; ``cap`` bounds the work a
+    kill can lose per slot.
+    """
+    slots = max(1, slots)
+    per_group = max(math.ceil(slots / max(n_groups, 1)), math.ceil(n_configs / cap), 1)
+    rounds = math.ceil(n_groups * per_group / slots)
+    per_group = max(per_group, math.ceil(rounds * slots / max(n_groups, 1)))
+    per_group = min(per_group, max(n_configs, 1))
+    return max(1, math.ceil(n_configs / per_group))
+
+
+def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1) -> tuple[list[Pack], int]:
+    """Packs still to run, and how many configs are already stored.
+
+    A config is done when a row with status 'ok' exists for its (method, seed, config_id).
+    A stored pack whose rows are errors is planned again with exactly its configs, so that
+    its new file replaces the old one; the remaining configs are chunked afresh.
+    """
+    ok, errored = set(), {}
+    if len(stored):
+        good = stored[stored["status"] == "ok"]
+        ok = set(zip(good["method"], good["seed"].astype(int), good["config_id"]))
+        bad = stored[stored["status"] != "ok"]
+        for (method, seed, pid), grp in bad.groupby(["method", "seed", "pack_id"]):
+            errored[(method, int(seed), pid)] = set(grp["config_id"])
+    packs, done = [], 0
+    groups = [(plan, seed) for plan in spec.methods for seed in spec.seeds]
+    for plan, seed in groups:
+        method = get_method(plan.name)
+        ids = [method.config_id(c) for c in plan.configs]
+        by_id = dict(zip(ids, plan.configs))
+        todo = []
+        for cid in ids:
+            if (plan.name, seed, cid) in ok:
+                done += 1
+            else:
+                todo.append(cid)
+        # error packs first, with their exact composition
+        for (m, s, _pid), cids in errored.items():
+            if m == plan.name and s == seed:
+                retry = [c for c in ids if c in cids and c in todo]
+                if retry:
+                    packs.append(Pack(m, s, tuple(by_id[c] for c in retry), tuple(retry)))
+                    todo = [c for c in todo if c not in set(retry)]
+        size = spec.pack_size or auto_pack_size(len(ids), len(groups), slots)
+        for start in range(0, len(todo), size):
+            chunk = todo[start:start + size]
+            packs.append(Pack(plan.name, seed, tuple(by_id[c] for c in chunk), tuple(chunk)))
+    return packs, done
+
+
+def check_compatible(spec: StudySpec, stored: pd.DataFrame, location: str) -> None:
+    """Refuse to resume into results made by a different study or training length."""
+    if not len(stored):
+        return
+    ok = stored[stored["status"] == "ok"]
+    studies = sorted(set(stored["study"].dropna()))
+    if studies and studies != [spec.name]:
+        raise InputError(f"{location}: holds results of study '{studies[0]}', not '{spec.name}'; "
+                         f"pass another --results")
+    datasets = sorted(set(stored["dataset"].dropna()))
+    if datasets and datasets != [spec.dataset]:
+        raise InputError(f"{location}: holds results on dataset '{datasets[0]}', not '{spec.dataset}'")
+    epochs = sorted(set(ok["epochs"].dropna().astype(int)))
+    if epochs and epochs != [spec.train.epochs]:
+        raise InputError(f"{location}: holds runs of {epochs[0]} epochs, this run asks for "
+                         f"{spec.train.epochs} (train.epochs / --epochs); pass another --results")

@@ -1,0 +1,63 @@
+"""Ray sessions: embedded Ray kept on loopback, or an existing cluster by address."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def keep_ray_on_loopback() -> None:
+    """Make a single-node Ray bind its services to 127.0.0.1 only.
+
+    On Linux ``ray.init()`` binds to the machine's network address and opens unauthenticated
+    ports on every interface (the ShadowRay exposure, CVE-2023-48022); ``_node_ip_address``
+    does not prevent it. Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` when it is imported,
+    so the variable is set here, and the constant is patched too in case ``ray`` was
+    imported before (the services read it at start time).
+    """
+    os.environ[LOOPBACK_ENV] = "0"
+    import ray._private.ray_constants as ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def resolve_address(address: str | None) -> str | None:
+    """The cluster to join: ``--address``, else ``RAY_ADDRESS``, else None (embedded Ray)."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None):
+    """Connect to ``address`` or start an embedded single-node Ray on loopback; shut it down after.
+
+    Yields the address mode used: 'embedded' or the address string. A Ray already
+    initialised in this process (e.g. by the caller) is used as is and left running.
+    """
+    address = resolve_address(address)
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Tune's default loggers include TensorBoard, which complains about NaN metrics (an mdl
+    # that was not computed); the runners add the JSON logger that result grids read back.
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    if address is None:
+        keep_ray_on_loopback()
+    import ray
+
+    if ray.is_initialized():
+        yield "existing"
+        return
+    kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+                  configure_logging=True)
+    if address is None:
+        # "local" always starts a new instance instead of joining one found on this machine
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+        mode = "embedded"
+    else:
+        ray.init(address=address, **kwargs)
+        mode = address
+    try:
+        yield mode
+    finally:
+        ray.shutdown()

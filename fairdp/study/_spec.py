@@ -1,0 +1,364 @@
+"""Study specs (YAML, DESIGN.md's format): load, validate every key with its path, expand grids.
+
+Validation happens before anything runs: unknown keys, wrong types and out-of-range values
+are ``InputError``s whose message starts with the key path, e.g.
+``methods.federate.grid.eps[2]: must be > 0.0, got -1``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from fairdp.engine import TrainSettings
+from fairdp.errors import InputError
+from fairdp.methods import Method, get_method, method_names
+from fairdp.methods._base import arange_grid
+from fairdp.metrics import ProbeSettings
+
+FAIRNESS_METRICS = ("tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap")
+# Columns a search may optimise: every method reports these (leakage / mdl when evaluated).
+OBJECTIVES = (
+    "valid_accuracy", "test_accuracy",
+    *(f"{split}_{m}" for split in ("valid", "test") for m in FAIRNESS_METRICS),
+    "leakage", "mdl", "eps_formal",
+)
+SAMPLERS = ("nsga2", "tpe")
+DEFAULT_PACK_CAP = 32
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class MethodPlan:
+    """One method of a study: its validated configs, in grid order."""
+
+    name: str
+    configs: tuple[dict, ...]
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    method: str
+    sampler: str
+    trials: int
+    objectives: dict[str, str]  # column -> "min" | "max"
+    space: dict[str, dict]  # param -> {low, high, log} | {choices}
+    fixed: dict
+    seed: int
+    population: int  # NSGA-II generation size; also the pack size of a packed search
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_failures: int = 1  # Ray Tune retries of a failed pack
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    dataset: str
+    dataset_options: dict
+    seeds: tuple[int, ...]
+    train: TrainSettings
+    leakage: bool
+    mdl: bool
+    probe: ProbeSettings
+    fairness: str
+    rt: float
+    methods: tuple[MethodPlan, ...]
+    search: SearchSpec | None
+    resources: Resources
+    pack_size: int | None  # None: chosen from the grid and the cluster's CPUs
+    source: str = ""
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def n_configs(self) -> int:
+        return sum(len(m.configs) for m in self.methods) * len(self.seeds)
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    """Read and validate a study file; every problem is an ``InputError`` naming the key path."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such study file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise InputError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file") from None
+    return parse_spec(raw, source=str(path))
+
+
+def parse_spec(raw, source: str = "<spec>") -> StudySpec:
+    top = _mapping(raw, "", required=("name", "dataset", "methods"),
+                   optional=("seeds", "train", "evaluate", "selection", "search", "resources", "pack_size",
+                             "description"))
+    name = _string(top["name"], "name")
+    if not _NAME.match(name):
+        raise InputError(f"name: {name!r} must be letters, digits, '_', '.', '-' (it names the results directory)")
+    dataset, dataset_options = _dataset(top["dataset"])
+    seeds = _seeds(top.get("seeds", [0]))
+    train = _train(top.get("train") or {})
+    leakage, mdl, probe = _evaluate(top.get("evaluate") or {})
+    fairness, rt = _selection(top.get("selection") or {})
+    methods = _methods(top["methods"], dataset)
+    resources = _resources(top.get("resources") or {})
+    pack_size = top.get("pack_size")
+    if pack_size is not None:
+        pack_size = _int(pack_size, "pack_size", low=1)
+    search = _search(top["search"], leakage, mdl, seeds) if top.get("search") is not None else None
+    return StudySpec(name=name, dataset=dataset, dataset_options=dataset_options, seeds=seeds, train=train,
+                     leakage=leakage, mdl=mdl, probe=probe, fairness=fairness, rt=rt, methods=methods,
+                     search=search, resources=resources, pack_size=pack_size, source=source, raw=top)
+
+
+# -- sections ---------------------------------------------------------------------------------
+
+def _dataset(value) -> tuple[str, dict]:
+    from fairdp.data import dataset_names, get_entry
+
+    if isinstance(value, str):
+        name, options = value, {}
+    else:
+        d = _mapping(value, "dataset", required=("name",), optional=None)
+        name = _string(d["name"], "dataset.name")
+        options = {k: v for k, v in d.items() if k != "name"}
+    if name not in dataset_names():
+        raise InputError(f"dataset: unknown dataset '{name}'; known: {', '.join(dataset_names())}")
+    known = get_entry(name).options()
+    for key in options:
+        if key not in known:
+            raise InputError(f"dataset.{key}: '{name}' has no option '{key}'; it has: {', '.join(known) or 'none'}")
+    return name, options
+
+
+def _seeds(value) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise InputError(f"seeds: must be a non-empty list of integers, got {value!r}")
+    seeds = tuple(_int(v, f"seeds[{i}]", low=0) for i, v in enumerate(value))
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"seeds: repeated seed in {list(seeds)}")
+    return seeds
+
+
+def _train(value) -> TrainSettings:
+    d = _mapping(value, "train", optional=("epochs", "batch_size", "lr", "gamma", "device", "dtype", "config_chunk"))
+    kw = {}
+    for key in ("epochs", "batch_size", "config_chunk"):
+        if key in d:
+            kw[key] = _int(d[key], f"train.{key}", low=1)
+    for key in ("lr", "gamma"):
+        if key in d:
+            kw[key] = _number(d[key], f"train.{key}", low=0.0, low_open=True)
+    for key in ("device", "dtype"):
+        if key in d:
+            kw[key] = _string(d[key], f"train.{key}")
+    if kw.get("dtype", "float32") not in ("float32", "float64"):
+        raise InputError(f"train.dtype: must be float32 or float64, got {kw['dtype']!r}")
+    return TrainSettings(**kw)
+
+
+def _evaluate(value) -> tuple[bool, bool, ProbeSettings]:
+    d = _mapping(value, "evaluate", optional=("leakage", "mdl", "probe"))
+    flags = []
+    for key in ("leakage", "mdl"):
+        v = d.get(key, True)
+        if not isinstance(v, bool):
+            raise InputError(f"evaluate.{key}: must be true or false, got {v!r}")
+        flags.append(v)
+    probe_raw = _mapping(d.get("probe") or {}, "evaluate.probe",
+                         optional=("kind", "hidden", "lr", "alpha", "batch_size", "max_epochs", "patience", "backend"))
+    if probe_raw.get("kind", "mlp") not in ("mlp", "linear"):
+        raise InputError(f"evaluate.probe.kind: must be mlp or linear, got {probe_raw['kind']!r}")
+    if probe_raw.get("backend", "torch") not in ("torch", "sklearn"):
+        raise InputError(f"evaluate.probe.backend: must be torch or sklearn, got {probe_raw['backend']!r}")
+    for key in ("hidden", "batch_size", "max_epochs", "patience"):
+        if key in probe_raw:
+            probe_raw[key] = _int(probe_raw[key], f"evaluate.probe.{key}", low=1)
+    for key in ("lr", "alpha"):
+        if key in probe_raw:
+            probe_raw[key] = _number(probe_raw[key], f"evaluate.probe.{key}", low=0.0, low_open=key == "lr")
+    return flags[0], flags[1], ProbeSettings(**probe_raw)
+
+
+def _selection(value) -> tuple[str, float]:
+    d = _mapping(value, "selection", optional=("fairness", "rt"))
+    fairness = d.get("fairness", "tpr_gap")
+    if fairness not in FAIRNESS_METRICS:
+        raise InputError(f"selection.fairness: must be one of {', '.join(FAIRNESS_METRICS)}, got {fairness!r}")
+    rt = _number(d.get("rt", 1.0), "selection.rt", low=0.0)
+    return fairness, rt
+
+
+def _methods(value, dataset: str) -> tuple[MethodPlan, ...]:
+    if not isinstance(value, dict) or not value:
+        raise InputError("methods: must be a non-empty mapping of method name -> {grid: ...}")
+    plans = []
+    for name, body in value.items():
+        path = f"methods.{name}"
+        if name not in method_names():
+            raise InputError(f"{path}: unknown method '{name}'; known: {', '.join(method_names())}")
+        method = get_method(name)
+        body = _mapping(body or {}, path, optional=("grid",))
+        grid = _grid(method, body.get("grid") or {}, f"{path}.grid", dataset)
+        configs = tuple(method.expand(grid))
+        ids = [method.config_id(c) for c in configs]
+        if len(set(ids)) != len(ids):
+            raise InputError(f"{path}.grid: repeated values give the same config twice")
+        plans.append(MethodPlan(name, configs))
+    return tuple(plans)
+
+
+def _grid(method: Method, grid, path: str, dataset: str) -> dict[str, list]:
+    grid = _mapping(grid, path, optional=None)
+    params = {h.name: h for h in method.hyperparams}
+    for key in grid:
+        if key not in params:
+            raise InputError(f"{path}.{key}: '{method.name}' has no hyperparameter '{key}'; "
+                             f"it has: {', '.join(params) or 'none'}")
+    paper = method.paper_grid(dataset)
+    out = {}
+    for key, hp in params.items():
+        if key not in grid:
+            out[key] = list(paper[key])
+            continue
+        values = grid[key]
+        if isinstance(values, dict):
+            r = _mapping(values, f"{path}.{key}", required=("start", "stop", "step"), optional=())
+            start, stop = (_number(r[k], f"{path}.{key}.{k}") for k in ("start", "stop"))
+            step = _number(r["step"], f"{path}.{key}.step", low=0.0, low_open=True)
+            if stop < start:
+                raise InputError(f"{path}.{key}.stop: must be >= start ({start}), got {stop}")
+            values = arange_grid(start, stop, step)
+            out[key] = [hp.validate(v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
+        elif isinstance(values, list) and values:
+            out[key] = [hp.validate(v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
+        else:
+            out[key] = [hp.validate(values, f"{path}.{key}")]
+    return out
+
+
+def _resources(value) -> Resources:
+    d = _mapping(value, "resources", optional=("cpus_per_trial", "gpus_per_trial", "max_failures"))
+    cpus = _number(d.get("cpus_per_trial", 1), "resources.cpus_per_trial", low=0.0, low_open=True)
+    gpus = _number(d.get("gpus_per_trial", 0), "resources.gpus_per_trial", low=0.0)
+    if gpus > 1 and gpus != int(gpus):
+        raise InputError(f"resources.gpus_per_trial: fractions are for sharing one GPU; above 1 it must be whole, got {gpus}")
+    retries = _int(d.get("max_failures", 1), "resources.max_failures", low=0)
+    return Resources(cpus, gpus, retries)
+
+
+def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSpec:
+    d = _mapping(value, "search", required=("method", "objectives", "space"),
+                 optional=("sampler", "trials", "fixed", "seed", "population"))
+    name = _string(d["method"], "search.method")
+    if name not in method_names():
+        raise InputError(f"search.method: unknown method '{name}'; known: {', '.join(method_names())}")
+    method = get_method(name)
+    params = {h.name: h for h in method.hyperparams}
+    sampler = d.get("sampler", "nsga2")
+    if sampler not in SAMPLERS:
+        raise InputError(f"search.sampler: must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
+    trials = _int(d.get("trials", 100), "search.trials", low=1)
+    population = _int(d.get("population", 16), "search.population", low=2)
+    objectives = _mapping(d["objectives"], "search.objectives", optional=None)
+    if not objectives:
+        raise InputError("search.objectives: needs at least one objective")
+    for key, direction in objectives.items():
+        if key not in OBJECTIVES:
+            raise InputError(f"search.objectives.{key}: no method reports '{key}'; objectives: {', '.join(OBJECTIVES)}")
+        if (key == "leakage" and not leakage) or (key == "mdl" and not mdl):
+            raise InputError(f"search.objectives.{key}: evaluate.{key} is false, so no run reports it")
+        if direction not in ("min", "max"):
+            raise InputError(f"search.objectives.{key}: direction must be min or max, got {direction!r}")
+    space_raw = _mapping(d["space"], "search.space", optional=None)
+    space = {}
+    for key, body in space_raw.items():
+        path = f"search.space.{key}"
+        if key not in params:
+            raise InputError(f"{path}: '{name}' has no hyperparameter '{key}'; it has: {', '.join(params) or 'none'}")
+        hp = params[key]
+        if isinstance(body, dict) and "choices" in body:
+            b = _mapping(body, path, required=("choices",), optional=())
+            if not isinstance(b["choices"], list) or not b["choices"]:
+                raise InputError(f"{path}.choices: must be a non-empty list")
+            space[key] = {"choices": [hp.validate(v, f"{path}.choices[{i}]") for i, v in enumerate(b["choices"])]}
+            continue
+        b = _mapping(body, path, required=("low", "high"), optional=("log",))
+        low, high = hp.validate(b["low"], f"{path}.low"), hp.validate(b["high"], f"{path}.high")
+        if not high > low:
+            raise InputError(f"{path}.high: must be > low ({low}), got {high}")
+        log = b.get("log", False)
+        if not isinstance(log, bool):
+            raise InputError(f"{path}.log: must be true or false, got {log!r}")
+        if log and low <= 0:
+            raise InputError(f"{path}.low: a log scale needs low > 0, got {low}")
+        space[key] = {"low": low, "high": high, "log": log, "int": hp.integer}
+    fixed_raw = _mapping(d.get("fixed") or {}, "search.fixed", optional=None)
+    fixed = {}
+    for key, v in fixed_raw.items():
+        if key not in params:
+            raise InputError(f"search.fixed.{key}: '{name}' has no hyperparameter '{key}'")
+        if key in space:
+            raise InputError(f"search.fixed.{key}: also in search.space")
+        fixed[key] = params[key].validate(v, f"search.fixed.{key}")
+    for key in params:
+        if key not in space and key not in fixed:
+            raise InputError(f"search.space.{key}: '{name}' needs '{key}' searched (space) or set (fixed)")
+    seed = _int(d.get("seed", seeds[0]), "search.seed", low=0)
+    return SearchSpec(name, sampler, trials, dict(objectives), space, fixed, seed, population)
+
+
+# -- typed accessors ---------------------------------------------------------------------------
+
+def _mapping(value, path: str, required=(), optional=()) -> dict:
+    """A dict with string keys; ``optional=None`` allows any key, else unknown keys are errors."""
+    where = path or "study"
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: must be a mapping, got {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise InputError(f"{where}: keys must be strings, got {key!r}")
+        if optional is not None and key not in required and key not in optional:
+            allowed = ", ".join([*required, *optional])
+            raise InputError(f"{_join(path, key)}: unknown key; allowed here: {allowed}")
+    for key in required:
+        if key not in value:
+            raise InputError(f"{_join(path, key)}: required")
+    return dict(value)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _string(value, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{path}: must be a non-empty string, got {value!r}")
+    return value
+
+
+def _number(value, path: str, low: float | None = None, low_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{path}: must be a finite number, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise InputError(f"{path}: must be {'>' if low_open else '>='} {low}, got {value!r}")
+    return float(value)
+
+
+def _int(value, path: str, low: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{path}: must be an integer, got {value!r}")
+    if low is not None and value < low:
+        raise InputError(f"{path}: must be >= {low}, got {value}")
+    return value

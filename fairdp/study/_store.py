@@ -1,0 +1,188 @@
+"""The results store: one Parquet file per pack under ``<root>/<dataset>/<method>/``.
+
+Each pack file is written whole under a hidden temporary name in its own directory and
+then moved into place, so a reader (which ignores names starting with '.') sees a pack's
+rows all at once or not at all, even if the writer is killed mid-write. A pack's file name
+is a hash of (method, seed, its config ids): a retried pack replaces its own file instead
+of adding a copy. ``root`` is a local path or a URI that pyarrow's filesystems understand
+(``file://``, ``s3://``, ``gs://``); on object stores a single PUT is already atomic, so the
+file is written directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from dataclasses import dataclass
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from fairdp.errors import InputError
+
+HYPERPARAMS = ("eps", "lam", "lam_ort", "iterations", "clip_primal", "clip_dual", "bound", "fairness_notion")
+METRICS = (
+    "valid_accuracy", "test_accuracy",
+    "valid_tpr_gap", "test_tpr_gap", "valid_grms", "test_grms",
+    "valid_dp_gap", "test_dp_gap", "valid_eo_gap", "test_eo_gap", "valid_ap_gap", "test_ap_gap",
+    "leakage", "mdl", "eps_formal", "delta",
+)
+SCHEMA = pa.schema(
+    [("study", pa.string()), ("dataset", pa.string()), ("method", pa.string()), ("seed", pa.int64()),
+     ("config_id", pa.string())]
+    + [(h, pa.string() if h == "fairness_notion" else pa.float64()) for h in HYPERPARAMS]
+    + [(m, pa.float64()) for m in METRICS]
+    + [("best_epoch", pa.int64()), ("epochs", pa.int64()), ("duration_s", pa.float64()),
+       ("pack_id", pa.string()), ("pack_size", pa.int64()), ("pack_duration_s", pa.float64()),
+       ("status", pa.string()), ("error", pa.string()), ("fairdp_version", pa.string()),
+       ("node", pa.string()), ("finished_at", pa.timestamp("ms", tz="UTC"))]
+)
+COLUMNS = tuple(SCHEMA.names)
+KEY = ("method", "seed", "config_id")
+
+
+def pack_id(method: str, seed: int, config_ids) -> str:
+    blob = f"{method}/{seed}/" + ",".join(sorted(config_ids))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CorruptFile:
+    path: str
+    reason: str
+
+
+class ResultStore:
+    """Pack files of one results location (a directory or a filesystem URI)."""
+
+    def __init__(self, location: str | os.PathLike):
+        location = str(location)
+        if "://" not in location:
+            location = os.path.abspath(location)
+        try:
+            self.fs, self.root = pafs.FileSystem.from_uri(location)
+        except (pa.ArrowInvalid, ValueError, OSError) as e:
+            raise InputError(f"--results {location}: cannot open ({e})") from None
+        self.root = self.root.rstrip("/")
+        self.location = location
+        self._local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    # -- writing ---------------------------------------------------------------------------
+    def pack_path(self, dataset: str, method: str, seed: int, pid: str) -> str:
+        return f"{self.root}/{dataset}/{method}/part-s{seed}-{pid}.parquet"
+
+    def write_pack(self, rows: list[dict], dataset: str, method: str, seed: int, pid: str) -> str:
+        """Write a pack's rows as one file, atomically; returns its path."""
+        table = pa.Table.from_pylist([{c: r.get(c) for c in COLUMNS} for r in rows], schema=SCHEMA)
+        final = self.pack_path(dataset, method, seed, pid)
+        directory = final.rsplit("/", 1)[0]
+        self.fs.create_dir(directory, recursive=True)
+        if not self._local:
+            pq.write_table(table, final, filesystem=self.fs)
+            return final
+        tmp = f"{directory}/.tmp-{uuid.uuid4().hex}-{final.rsplit('/', 1)[1]}"
+        try:
+            with self.fs.open_output_stream(tmp) as out:
+                pq.write_table(table, out)
+            with open(tmp, "rb+") as f:  # on disk before the rename makes it visible
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return final
+
+    def write_table(self, df: pd.DataFrame, name: str) -> str:
+        """A side table (e.g. a Pareto front) at ``<root>/<name>``, written atomically."""
+        final = f"{self.root}/{name}"
+        self.fs.create_dir(self.root, recursive=True)
+        table = pa.Table.from_pandas(df, preserve_index=False)
+        if not self._local:
+            pq.write_table(table, final, filesystem=self.fs)
+            return final
+        tmp = f"{self.root}/.tmp-{uuid.uuid4().hex}-{name}"
+        try:
+            pq.write_table(table, tmp)
+            os.replace(tmp, final)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return final
+
+    # -- reading ---------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.fs.get_file_info(self.root).type == pafs.FileType.Directory
+
+    def pack_files(self) -> list[str]:
+        """Pack files (names ``part-*.parquet``, no hidden path component), sorted."""
+        if not self.exists():
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True))
+        out = []
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            rel = info.path[len(self.root) + 1:]
+            parts = rel.split("/")
+            if any(p.startswith((".", "_")) for p in parts):
+                continue
+            if parts[-1].startswith("part-") and parts[-1].endswith(".parquet") and len(parts) == 3:
+                out.append(info.path)
+        return sorted(out)
+
+    def read(self, *, on_corrupt: str = "raise") -> tuple[pd.DataFrame, list[CorruptFile]]:
+        """All rows as one DataFrame (schemas unified) and the files that could not be read.
+
+        ``on_corrupt="raise"`` makes a corrupt or truncated file an ``InputError`` naming it.
+        """
+        tables, corrupt = [], []
+        for path in self.pack_files():
+            try:
+                tables.append(pq.read_table(path, filesystem=self.fs))
+            except (pa.ArrowException, OSError) as e:
+                corrupt.append(CorruptFile(path, str(e).splitlines()[0]))
+        if corrupt and on_corrupt == "raise":
+            c = corrupt[0]
+            more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+            raise InputError(f"{c.path}: corrupt or truncated results file{more} ({c.reason}); "
+                             f"`fairdp run --repair` moves it aside and reruns its configs")
+        if not tables:
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS}), corrupt
+        table = pa.concat_tables(tables, promote_options="permissive")
+        return table.to_pandas(), corrupt
+
+    def move_aside(self, path: str) -> str:
+        """Rename a bad file to a hidden name beside it: readers skip it, its configs run again."""
+        directory, name = path.rsplit("/", 1)
+        target = f"{directory}/.corrupt-{uuid.uuid4().hex[:8]}-{name}"
+        self.fs.move(path, target)
+        return target
+
+    def remove_temporaries(self) -> int:
+        """Delete ``.tmp-*`` files left by writers that were killed mid-write."""
+        if not self.exists():
+            return 0
+        n = 0
+        for info in self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True)):
+            if info.type == pafs.FileType.File and info.base_name.startswith(".tmp-"):
+                self.fs.delete_file(info.path)
+                n += 1
+        return n
+
+
+def read_results(*locations) -> pd.DataFrame:
+    """Rows of several results locations (studies, seeds, hosts) as one DataFrame."""
+    frames = []
+    for loc in locations:
+        store = ResultStore(loc)
+        if not store.exists():
+            raise InputError(f"{loc}: no such results directory")
+        df, _ = store.read()
+        if len(df):
+            frames.append(df)
+    if not frames:
+        raise InputError(f"{', '.join(map(str, locations))}: no result rows found")
+    return pd.concat(frames, ignore_index=True)

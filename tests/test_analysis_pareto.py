@@ -1,0 +1,181 @@
+"""Pareto fronts against brute force, hypervolume against closed forms, DTO and constrained picks."""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairdp.analysis import (
+    constrained_select,
+    dto_select,
+    hypervolume,
+    pareto_front,
+    select_per_run,
+)
+from fairdp.errors import InputError
+
+
+def brute_force_front(values, directions):
+    """Indices of non-dominated rows by the definition, one pair at a time."""
+    sign = np.array([-1.0 if d == "max" else 1.0 for d in directions])
+    y = values * sign
+    keep = []
+    for i in range(len(y)):
+        dominated = any(
+            all(y[j] <= y[i]) and any(y[j] < y[i]) for j in range(len(y)) if j != i
+        )
+        if not dominated:
+            keep.append(i)
+    return keep
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("directions", [("min", "min"), ("max", "min"), ("max", "min", "min"), ("min", "max", "max", "min")])
+def test_pareto_front_matches_brute_force(seed, directions):
+    rng = np.random.default_rng(seed)
+    n, d = 60, len(directions)
+    values = rng.integers(0, 6, size=(n, d)).astype(float)  # coarse grid: many ties
+    values[n // 2 :] = values[: n - n // 2] if seed % 2 else values[n // 2 :]  # duplicated points
+    cols = [f"o{k}" for k in range(d)]
+    df = pd.DataFrame(values, columns=cols).assign(config_id=[f"c{i}" for i in range(n)])
+    front = pareto_front(df, dict(zip(cols, directions)))
+    assert list(front.index) == brute_force_front(values, directions)
+    # duplicates of a front point are all kept
+    dup_counts = df[cols].value_counts()
+    for _, row in front[cols].drop_duplicates().iterrows():
+        key = tuple(row)
+        assert (front[cols] == row.to_numpy()).all(axis=1).sum() == dup_counts[key]
+
+
+def test_pareto_front_drops_nan_and_failed_rows():
+    df = pd.DataFrame({
+        "acc": [80.0, 70.0, np.nan, 90.0, 75.0],
+        "gap": [5.0, 1.0, 0.0, 10.0, 0.5],
+        "status": ["ok", "ok", "ok", "error", "ok"],
+    })
+    front = pareto_front(df, {"acc": "max", "gap": "min"})
+    assert list(front.index) == [0, 4]
+    with pytest.raises(InputError, match="leakage"):
+        pareto_front(df, {"acc": "max", "leakage": "min"})
+    with pytest.raises(InputError, match="gap"):
+        pareto_front(df, {"acc": "max", "gap": "lower"})
+
+
+def test_hypervolume_single_point_is_a_box():
+    assert hypervolume([[1.0, 2.0]], [4.0, 5.0]) == pytest.approx(9.0)
+    assert hypervolume([[1.0, 2.0, 3.0]], [2.0, 4.0, 7.0]) == pytest.approx(1 * 2 * 4)
+    assert hypervolume([[0.5, 0.5, 0.5, 0.5]], [1, 1, 1, 1]) == pytest.approx(0.5**4)
+    # max objectives: (accuracy 80 above reference 50) x (gap 10 below reference 30)
+    assert hypervolume([[80.0, 10.0]], [50.0, 30.0], ["max", "min"]) == pytest.approx(30 * 20)
+
+
+def test_hypervolume_two_points_2d_union_of_rectangles():
+    # boxes [1,4]x[3,5] (area 6) and [2,4]x[1,5] (area 8) overlap in [2,4]x[3,5] (area 4)
+    assert hypervolume([[1, 3], [2, 1]], [4, 5]) == pytest.approx(6 + 8 - 4)
+    # a dominated point and a duplicate add nothing
+    assert hypervolume([[1, 3], [2, 1], [3, 4], [2, 1]], [4, 5]) == pytest.approx(10)
+
+
+def test_hypervolume_3d_closed_forms():
+    # two boxes against r = (1, 1, 1): [0,1]^2 x [0.5,1] and [0.5,1] x [0,1]^2 overlap in 0.5^2 x 0.5
+    a, b = [0.0, 0.0, 0.5], [0.5, 0.0, 0.0]
+    assert hypervolume([a, b], [1, 1, 1]) == pytest.approx(0.5 + 0.5 - 0.25)
+    # three "staircase" points on the unit simplex corners
+    pts = [[0, 0.5, 0.5], [0.5, 0, 0.5], [0.5, 0.5, 0]]
+    # each box volume 0.25, pairwise overlaps 0.125, triple overlap 0.125
+    assert hypervolume(pts, [1, 1, 1]) == pytest.approx(3 * 0.25 - 3 * 0.125 + 0.125)
+
+
+def test_points_beyond_the_reference_contribute_nothing():
+    assert hypervolume([[5.0, 1.0]], [4.0, 5.0]) == 0.0
+    assert hypervolume([[4.0, 1.0]], [4.0, 5.0]) == 0.0  # on the reference plane: zero width
+    assert hypervolume([[1.0, 2.0], [0.0, 9.0]], [4.0, 5.0]) == pytest.approx(9.0)
+    assert hypervolume([[40.0, 10.0]], [50.0, 30.0], ["max", "min"]) == 0.0
+    assert hypervolume(np.empty((0, 3)), [1, 1, 1]) == 0.0
+
+
+def inclusion_exclusion(points, ref):
+    """Volume of the union of boxes [p, ref] by inclusion-exclusion (minimisation)."""
+    total = 0.0
+    for k in range(1, len(points) + 1):
+        for subset in itertools.combinations(points, k):
+            corner = np.max(subset, axis=0)
+            total += (-1) ** (k + 1) * np.prod(np.clip(ref - corner, 0, None))
+    return total
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("d", [2, 3, 4])
+def test_hypervolume_matches_inclusion_exclusion(seed, d):
+    rng = np.random.default_rng(100 + seed)
+    pts = rng.random((7, d))
+    pts[3] = pts[1]  # a duplicate
+    ref = np.full(d, 0.9)  # some points lie beyond the reference
+    assert hypervolume(pts, ref) == pytest.approx(inclusion_exclusion(pts, ref), abs=1e-12)
+    # the same problem with every objective flipped to "max"
+    assert hypervolume(-pts, -ref, ["max"] * d) == pytest.approx(inclusion_exclusion(pts, ref), abs=1e-12)
+
+
+def test_hypervolume_input_checks():
+    with pytest.raises(InputError, match="points"):
+        hypervolume([[1, 2, 3]], [4, 5])
+    with pytest.raises(InputError, match="directions"):
+        hypervolume([[1, 2]], [4, 5], ["min", "up"])
+    with pytest.raises(InputError, match="NaN"):
+        hypervolume([[np.nan, 2]], [4, 5])
+
+
+def runs_table():
+    return pd.DataFrame({
+        "dataset": "adult",
+        "method": "federate",
+        "seed": [0, 0, 0, 0, 1, 1],
+        "config_id": ["a", "b", "c", "d", "a", "b"],
+        "valid_accuracy": [80.0, 78.0, 70.0, 79.0, 60.0, 65.0],
+        "valid_tpr_gap": [10.0, 2.0, 0.0, 4.0, 1.0, 3.0],
+        "leakage": [70.0, 70.0, 50.0, 60.0, 50.0, 50.0],
+    })
+
+
+def test_dto_select_hand_table():
+    seed0 = runs_table().query("seed == 0")
+    # normalised (acc: 80 -> 0, 70 -> 1; gap: 0 -> 0, 10 -> 1):
+    # a (0, 1) -> 1; b (0.2, 0.2) -> 0.283; c (1, 0) -> 1; d (0.1, 0.4) -> 0.412
+    pick = dto_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min"})
+    assert pick["config_id"] == "b"
+    # with leakage too: b (0.2, 0.2, 1) -> 1.04; d (0.1, 0.4, 0.5) -> 0.648; c (1, 0, 0) -> 1
+    pick = dto_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min", "leakage": "min"})
+    assert pick["config_id"] == "d"
+    # a constant objective does not matter; a single candidate is chosen
+    assert dto_select(seed0.iloc[[2]], {"valid_accuracy": "max", "valid_tpr_gap": "min"})["config_id"] == "c"
+    assert dto_select(seed0.iloc[0:0], {"valid_accuracy": "max"}) is None
+
+
+def test_constrained_select_hand_table():
+    seed0 = runs_table().query("seed == 0")
+    assert constrained_select(seed0, "valid_tpr_gap", 5.0)["config_id"] == "d"
+    assert constrained_select(seed0, "valid_tpr_gap", 2.0)["config_id"] == "b"   # <= is inclusive
+    assert constrained_select(seed0, "valid_tpr_gap", 100.0)["config_id"] == "a"
+    assert constrained_select(seed0, "valid_tpr_gap", -1.0) is None
+    tie = pd.DataFrame({"config_id": ["z", "y", "x"], "valid_accuracy": [70.0, 70.0, 70.0],
+                        "valid_tpr_gap": [1.0, 0.5, 0.5]})
+    assert constrained_select(tie, "valid_tpr_gap", 2.0)["config_id"] == "x"
+    with pytest.raises(InputError, match="threshold"):
+        constrained_select(seed0, "valid_tpr_gap", "low")
+    with pytest.raises(InputError, match="valid_grms"):
+        constrained_select(seed0, "valid_grms", 1.0)
+
+
+def test_select_per_run_applies_a_rule_per_seed():
+    df = runs_table()
+    picks = select_per_run(df, "constrained", fairness_col="valid_tpr_gap", threshold=2.0)
+    assert list(zip(picks["seed"], picks["config_id"])) == [(0, "b"), (1, "a")]
+    assert picks["valid_accuracy"].dtype == float
+    picks = select_per_run(df, "dto", objectives={"valid_accuracy": "max", "valid_tpr_gap": "min"})
+    # seed 1: a (1, 0) and b (0, 1) are both at distance 1: the tie goes to the smaller config_id
+    assert list(picks["config_id"]) == ["b", "a"]
+    none = select_per_run(df, "constrained", fairness_col="valid_tpr_gap", threshold=0.5)
+    assert list(zip(none["seed"], none["config_id"])) == [(0, "c")]
+    with pytest.raises(InputError, match="rule"):
+        select_per_run(df, "best")

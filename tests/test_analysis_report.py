@@ -1,0 +1,224 @@
+"""Tables, figures and the report on a realistic synthetic result table."""
+
+import math
+
+import matplotlib.image as mpimg
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairdp.analysis import (
+    aggregate_seeds,
+    fairness_accuracy_bins,
+    figure_fairness_accuracy_bins,
+    figure_leakage_vs_eps,
+    figure_pareto_fronts,
+    figure_privacy_accuracy,
+    figure_rt_sweep,
+    format_table,
+    legend_labels,
+    plot_leakage_vs_eps,
+    plot_privacy_accuracy,
+    plot_rt_sweep,
+    privacy_accuracy_by_eps,
+    rt_sweep,
+    select_by_rt,
+    write_report,
+)
+from fairdp.errors import InputError
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+METHODS = ("unconstrained", "adversarial", "noise", "federate")
+EPS_METHODS = ("federate", "noise")
+
+
+def synthetic_results(seed=0, datasets=("adult", "twitter"), methods=METHODS, seeds=(0, 1, 2), configs=20):
+    """Result rows shaped like a real study: every (dataset, method, seed, config), two failures."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for ds in datasets:
+        base = {"adult": 83.0, "twitter": 73.0}.get(ds, 70.0)
+        for method in methods:
+            n_cfg = 1 if method == "unconstrained" else configs
+            for s in seeds:
+                for k in range(n_cfg):
+                    eps = float(rng.choice([1.0, 4.0, 8.0, 16.0])) if method in EPS_METHODS else np.nan
+                    lam = float(rng.uniform(0.1, 3.0)) if method in ("adversarial", "federate") else np.nan
+                    strength = (0 if np.isnan(lam) else lam / 3.0) + (0 if np.isnan(eps) else 1.0 / eps)
+                    acc = base - 3.0 * strength + rng.normal(0, 0.8)
+                    gap = max(0.0, 20.0 - 12.0 * (0 if np.isnan(lam) else lam / 3.0) + rng.normal(0, 2.0))
+                    leak = 88.0 - (0 if np.isnan(eps) else 25.0 / math.sqrt(eps)) + rng.normal(0, 1.5)
+                    rows.append({
+                        "study": "synthetic", "dataset": ds, "method": method, "seed": s,
+                        "config_id": f"{method[:3]}{k:02d}",
+                        "eps": eps, "lam": lam, "lam_ort": np.nan, "iterations": np.nan,
+                        "clip_primal": np.nan, "clip_dual": np.nan, "fairness_notion": None,
+                        "valid_accuracy": acc, "test_accuracy": acc + rng.normal(0, 0.5),
+                        "valid_tpr_gap": gap, "test_tpr_gap": gap + rng.normal(0, 1.0),
+                        "valid_grms": gap, "test_grms": gap,
+                        "valid_dp_gap": np.nan, "test_dp_gap": np.nan, "valid_eo_gap": np.nan,
+                        "test_eo_gap": np.nan, "valid_ap_gap": np.nan, "test_ap_gap": np.nan,
+                        "leakage": leak, "mdl": 20.0 + (0 if np.isnan(eps) else 8.0 / eps) + rng.normal(0, 0.5),
+                        "eps_formal": eps if not np.isnan(eps) else math.inf, "delta": 0.0,
+                        "epochs": 5, "duration_s": 1.0, "status": "ok", "error": None,
+                        "fairdp_version": "0.1.0", "node": "local",
+                    })
+    df = pd.DataFrame(rows)
+    failed = df.sample(2, random_state=seed).index
+    df.loc[failed, ["status", "error"]] = ["error", "RuntimeError: boom"]
+    df.loc[failed, ["valid_accuracy", "valid_tpr_gap", "leakage"]] = np.nan
+    return df
+
+
+@pytest.fixture(scope="module")
+def results():
+    return synthetic_results()
+
+
+@pytest.fixture(scope="module")
+def agg(results):
+    return aggregate_seeds(select_by_rt(results, 1.0))
+
+
+def assert_png(path):
+    data = path.read_bytes()
+    assert len(data) > 1000 and data[:8] == PNG_SIGNATURE, path
+    image = mpimg.imread(path)
+    assert image.ndim == 3 and image.shape[0] > 50 and image.shape[1] > 50
+
+
+def test_synthetic_results_have_the_result_columns(results):
+    assert len(results) == 2 * 3 * (1 + 3 * 20)
+    assert (results["status"] == "error").sum() == 2
+
+
+def test_format_table_markdown(agg):
+    md = format_table(agg, "md")
+    lines = md.splitlines()
+    assert lines[0] == "| Dataset | Method | Seeds | Accuracy ↑ | TPR-gap ↓ | Leakage ↓ | MDL ↑ |"
+    assert len(lines) == 2 + len(agg) == 2 + 2 * len(METHODS)
+    row = agg[(agg["dataset"] == "adult") & (agg["method"] == "federate")].iloc[0]
+    cell = f"{row['test_accuracy_mean']:.1f} ± {row['test_accuracy_std']:.1f}"
+    assert any(line.startswith("| adult | federate | 3 | " + cell + " |") for line in lines)
+    assert "GRMS ↓" in format_table(agg.rename(columns=lambda c: c.replace("tpr_gap", "grms")), "md", "grms")
+
+
+def test_format_table_cells_for_missing_values():
+    agg = pd.DataFrame({
+        "dataset": ["d", "d"], "method": ["random", "one_seed"], "n_seeds": [5, 1],
+        "test_accuracy_mean": [50.0, 72.06], "test_accuracy_std": [0.0, np.nan],
+        "test_tpr_gap_mean": [0.0, 3.0], "test_tpr_gap_std": [0.0, np.nan],
+        "leakage_mean": [np.nan, 61.0], "leakage_std": [np.nan, np.nan],
+        "mdl_mean": [31.3, 22.94], "mdl_std": [0.1, np.nan],
+    })
+    md = format_table(agg, "md", decimals=2)
+    assert "| d | random | 5 | 50.00 ± 0.00 | 0.00 ± 0.00 | - | 31.30 ± 0.10 |" in md
+    assert "| d | one_seed | 1 | 72.06 | 3.00 | 61.00 | 22.94 |" in md
+
+
+def test_format_table_latex(agg):
+    tex = format_table(agg, "latex")
+    assert tex.startswith("\\begin{tabular}{llr")
+    assert "Accuracy $\\uparrow$ & TPR-gap $\\downarrow$ & Leakage $\\downarrow$ & MDL $\\uparrow$ \\\\" in tex
+    row = agg.iloc[0]
+    assert f"${row['test_accuracy_mean']:.1f} \\pm {row['test_accuracy_std']:.1f}$" in tex
+    assert "\\toprule" in tex and "\\bottomrule" in tex and tex.rstrip().endswith("\\end{tabular}")
+    under = agg.assign(method=agg["method"].str.replace("adversarial", "multi_adversarial"))
+    assert "multi\\_adversarial" in format_table(under, "latex")
+
+
+def test_format_table_csv_is_the_aggregate(agg):
+    csv = format_table(agg, "csv")
+    header = csv.splitlines()[0].split(",")
+    assert header == ["dataset", "method", "n_seeds", "test_accuracy_mean", "test_accuracy_std",
+                      "test_tpr_gap_mean", "test_tpr_gap_std", "leakage_mean", "leakage_std",
+                      "mdl_mean", "mdl_std"]
+    assert len(csv.splitlines()) == 1 + len(agg)
+    back = pd.read_csv(__import__("io").StringIO(csv))
+    assert np.allclose(back["test_accuracy_std"], agg["test_accuracy_std"])
+
+
+def test_format_table_bad_input(agg):
+    with pytest.raises(InputError, match="fmt"):
+        format_table(agg, "xlsx")
+    with pytest.raises(InputError, match="leakage_mean"):
+        format_table(agg.drop(columns="leakage_mean"), "md")
+
+
+def test_figures_have_a_legend_with_the_method_names(results):
+    sweep = rt_sweep(results, [0, 1, 3])
+    assert sorted(legend_labels(figure_rt_sweep(sweep))) == sorted(METHODS)
+    bins = fairness_accuracy_bins(results)
+    assert sorted(legend_labels(figure_fairness_accuracy_bins(bins))) == sorted(METHODS)
+    # only the methods with eps take part in the privacy plots
+    by_eps = privacy_accuracy_by_eps(results)
+    assert sorted(legend_labels(figure_privacy_accuracy(by_eps))) == sorted(EPS_METHODS)
+    assert sorted(legend_labels(figure_leakage_vs_eps(results))) == sorted(EPS_METHODS)
+    fig = figure_pareto_fronts(results, [("valid_accuracy", "valid_tpr_gap"), ("valid_accuracy", "leakage")])
+    assert sorted(legend_labels(fig)) == sorted(METHODS)
+    assert len(fig.axes) == 2 * 2  # datasets x pairs
+
+
+def test_plot_writes_a_png_and_returns_its_path(results, tmp_path):
+    by_eps = privacy_accuracy_by_eps(results)
+    path = plot_privacy_accuracy(by_eps, tmp_path / "sub" / "privacy.png")
+    assert path == tmp_path / "sub" / "privacy.png"
+    assert_png(path)
+    assert [p.name for p in path.parent.iterdir()] == ["privacy.png"]  # no temp file left
+
+
+def test_nothing_to_plot_writes_nothing(results, tmp_path):
+    no_eps = results[results["method"].isin(["unconstrained", "adversarial"])]
+    assert plot_privacy_accuracy(privacy_accuracy_by_eps(no_eps), tmp_path / "p.png") is None
+    assert plot_leakage_vs_eps(no_eps, tmp_path / "l.png") is None
+    assert plot_rt_sweep(rt_sweep(no_eps.iloc[0:0].astype(results.dtypes), [1]), tmp_path / "r.png") is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_report_renders(results, tmp_path):
+    out = tmp_path / "report"
+    with pytest.warns(UserWarning, match="config_id=bad"):
+        broken = results.copy()
+        broken.loc[broken.index[5], ["valid_tpr_gap", "config_id"]] = [np.nan, "bad"]
+        paths = write_report(broken, out, rt=1.0, rts=(0, 1, 3))
+    names = sorted(p.name for p in paths)
+    figures = [p for p in paths if p.suffix == ".png"]
+    assert {p.stem for p in figures} == {
+        "rt_sweep", "fairness_accuracy_bins", "privacy_accuracy", "leakage_vs_eps", "pareto_fronts"}
+    assert {"report.md", "report.html", "table.csv"} <= set(names)
+    for p in paths:
+        assert p.exists() and p.stat().st_size > 0
+    for p in figures:
+        assert p.parent == out / "figures"
+        assert_png(p)
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") == len(figures)
+    assert "<table" in html and "src=\"figures/" not in html
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "| Dataset | Method | Seeds | Accuracy ↑ | TPR-gap ↓ | Leakage ↓ | MDL ↑ |" in md
+    assert "![" in md and "(figures/rt_sweep.png)" in md
+    for method in METHODS:
+        assert method in md and method in html
+    assert "config_id=bad" in md  # excluded rows are listed under Notes
+    assert not [p for p in out.rglob(".*")]  # no hidden temp files left behind
+    assert (out / "table.csv").read_text().startswith("dataset,method,n_seeds,")
+
+
+def test_report_without_eps_methods_drops_stale_figures(results, tmp_path):
+    write_report(results[results["dataset"] == "adult"], tmp_path, rts=(0, 1))
+    assert (tmp_path / "figures" / "privacy_accuracy.png").exists()
+    no_eps = results[(results["dataset"] == "adult") & results["method"].isin(["unconstrained", "adversarial"])]
+    paths = write_report(no_eps, tmp_path, rts=(0, 1))
+    assert not (tmp_path / "figures" / "privacy_accuracy.png").exists()
+    assert not (tmp_path / "figures" / "leakage_vs_eps.png").exists()
+    assert {p.stem for p in paths if p.suffix == ".png"} == {"rt_sweep", "fairness_accuracy_bins", "pareto_fronts"}
+    assert "Privacy-accuracy" not in (tmp_path / "report.md").read_text(encoding="utf-8")
+
+
+def test_report_bad_input(results, tmp_path):
+    with pytest.raises(InputError, match="status"):
+        write_report(results.assign(status="error"), tmp_path)
+    with pytest.raises(InputError, match="fairness"):
+        write_report(results, tmp_path, fairness="accuracy")
+    with pytest.raises(InputError, match="rt"):
+        write_report(results, tmp_path, rt=-1)

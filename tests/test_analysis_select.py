@@ -1,0 +1,244 @@
+"""RT selection, seed aggregation, accuracy binning and privacy-by-eps on hand-built tables."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairdp.analysis import (
+    aggregate_seeds,
+    fairness_accuracy_bins,
+    privacy_accuracy_by_eps,
+    rt_sweep,
+    select_by_rt,
+)
+from fairdp.errors import InputError
+
+
+def table(records, dataset="adult"):
+    """Result rows from (method, seed, config_id, valid_accuracy, valid_tpr_gap[, extra]) tuples."""
+    rows = []
+    for rec in records:
+        method, seed, cid, acc, gap = rec[:5]
+        extra = rec[5] if len(rec) > 5 else {}
+        row = {
+            "study": "s", "dataset": dataset, "method": method, "seed": seed, "config_id": cid,
+            "eps": np.nan, "lam": np.nan, "valid_accuracy": acc, "valid_tpr_gap": gap,
+            "test_accuracy": acc - 1.0, "test_tpr_gap": gap + 1.0,
+            "leakage": 60.0 + seed, "mdl": 20.0, "eps_formal": math.inf, "status": "ok",
+        }
+        row.update(extra)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def chosen(df, **kw):
+    sel = select_by_rt(df, **kw)
+    return dict(zip(zip(sel["method"], sel["seed"]), sel["config_id"]))
+
+
+WINDOW = table([
+    ("federate", 0, "c1", 80.0, 20.0),
+    ("federate", 0, "c2", 79.5, 10.0),
+    ("federate", 0, "c3", 78.9, 1.0),   # 1.1 points below the best
+    ("federate", 0, "c4", 79.0, 5.0),   # exactly on the RT = 1 edge: a candidate
+])
+
+
+@pytest.mark.parametrize("rt, expected", [(0.0, "c1"), (0.5, "c2"), (1.0, "c4"), (1.2, "c3"), (math.inf, "c3")])
+def test_rt_window_picks_fairest_candidate(rt, expected):
+    assert chosen(WINDOW, rt=rt) == {("federate", 0): expected}
+
+
+def test_rt_edge_survives_float_noise():
+    # 64.4 - 1.0 > 63.4 in binary floating point; the edge config still counts.
+    assert 64.4 - 1.0 > 63.4
+    df = table([("noise", 0, "a", 64.4, 9.0), ("noise", 0, "b", 63.4, 2.0)])
+    assert chosen(df, rt=1.0) == {("noise", 0): "b"}
+
+
+def test_equal_fairness_goes_to_higher_accuracy_then_smaller_config_id():
+    df = table([
+        ("adversarial", 0, "a", 80.0, 9.0),
+        ("adversarial", 0, "b", 79.2, 3.0),
+        ("adversarial", 0, "c", 79.6, 3.0),    # same gap as b, more accurate -> wins
+        ("adversarial", 1, "c9", 70.0, 4.0),
+        ("adversarial", 1, "c10", 70.0, 4.0),  # identical: "c10" < "c9" as strings
+        ("adversarial", 1, "c2", 69.5, 4.0),
+    ])
+    assert chosen(df, rt=1.0) == {("adversarial", 0): "c", ("adversarial", 1): "c10"}
+    # rt = 0: only the most accurate configs are candidates, the fairer of them wins.
+    assert chosen(df, rt=0.0) == {("adversarial", 0): "a", ("adversarial", 1): "c10"}
+
+
+def test_single_config_is_always_chosen():
+    df = table([("unconstrained", 3, "only", 71.0, 25.0)])
+    for rt in (0.0, 1.0, 10.0):
+        sel = select_by_rt(df, rt=rt)
+        assert len(sel) == 1 and sel.loc[0, "config_id"] == "only" and sel.loc[0, "rt"] == rt
+
+
+def test_one_row_per_run_with_all_columns_and_rt():
+    df = pd.concat([
+        WINDOW,
+        table([("federate", 1, "c1", 70.0, 3.0), ("unconstrained", 0, "u", 72.0, 20.0)]),
+        table([("federate", 0, "c1", 60.0, 3.0)], dataset="compas"),
+    ], ignore_index=True)
+    sel = select_by_rt(df, rt=1.0)
+    assert list(sel.columns) == [*df.columns, "rt"]
+    assert len(sel) == 4
+    assert not sel.duplicated(["dataset", "method", "seed"]).any()
+    row = sel[(sel["dataset"] == "adult") & (sel["method"] == "federate") & (sel["seed"] == 0)].iloc[0]
+    assert row["config_id"] == "c4" and row["test_accuracy"] == 78.0 and row["test_tpr_gap"] == 6.0
+
+
+def test_nan_metrics_are_excluded_with_a_warning_naming_them():
+    df = table([
+        ("federate", 0, "good", 75.0, 5.0),
+        ("federate", 0, "nan_gap", 76.0, np.nan),    # would win on accuracy
+        ("federate", 2, "nan_acc", np.nan, 0.0),
+        ("federate", 2, "ok2", 70.0, 3.0),
+    ])
+    with pytest.warns(UserWarning, match="NaN") as record:
+        sel = select_by_rt(df, rt=0.0)
+    message = str(record[0].message)
+    for part in ("method=federate", "seed=0", "config_id=nan_gap", "seed=2", "config_id=nan_acc"):
+        assert part in message
+    assert "config_id=good" not in message
+    assert chosen(df.iloc[[0, 3]], rt=0.0) == {("federate", 0): "good", ("federate", 2): "ok2"}
+    assert list(sel["config_id"]) == ["good", "ok2"]
+
+
+def test_rows_that_did_not_finish_ok_do_not_count():
+    df = table([("federate", 0, "ok", 75.0, 5.0), ("federate", 0, "failed", 90.0, 0.0, {"status": "error"})])
+    assert chosen(df, rt=0.0) == {("federate", 0): "ok"}
+    # No status column at all: every row counts.
+    assert chosen(df.drop(columns="status"), rt=0.0) == {("federate", 0): "failed"}
+
+
+def test_other_fairness_metric_is_used_for_selection():
+    df = table([
+        ("pfld", 0, "a", 80.0, 1.0, {"valid_dp_gap": 9.0}),
+        ("pfld", 0, "b", 79.5, 9.0, {"valid_dp_gap": 1.0}),
+    ])
+    assert chosen(df, rt=1.0) == {("pfld", 0): "a"}
+    assert chosen(df, rt=1.0, fairness="dp_gap") == {("pfld", 0): "b"}
+
+
+@pytest.mark.parametrize("kw, names", [
+    ({"rt": -0.5}, ["rt"]),
+    ({"rt": float("nan")}, ["rt"]),
+    ({"fairness": "accuracy"}, ["fairness", "accuracy"]),
+    ({"fairness": "grms"}, ["valid_grms"]),  # the column is missing from the table
+])
+def test_bad_arguments_raise_input_error(kw, names):
+    with pytest.raises(InputError) as err:
+        select_by_rt(WINDOW, **kw)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for name in names:
+        assert name in msg
+
+
+def test_missing_column_names_the_column():
+    with pytest.raises(InputError, match="config_id"):
+        select_by_rt(WINDOW.drop(columns="config_id"))
+    with pytest.raises(InputError, match="df"):
+        select_by_rt([1, 2, 3])
+
+
+def test_aggregate_mean_and_sample_std_over_seeds():
+    sel = table([
+        ("federate", 0, "a", 71.0, 1.0, {"leakage": 50.0, "mdl": 10.0}),
+        ("federate", 1, "a", 73.0, 2.0, {"leakage": 54.0, "mdl": np.nan}),
+        ("federate", 2, "b", 78.0, 6.0, {"leakage": 58.0, "mdl": 14.0}),
+        ("unconstrained", 0, "u", 80.0, 20.0),
+    ])
+    agg = aggregate_seeds(sel)
+    assert list(agg.columns) == [
+        "dataset", "method", "n_seeds",
+        "test_accuracy_mean", "test_accuracy_std", "test_tpr_gap_mean", "test_tpr_gap_std",
+        "leakage_mean", "leakage_std", "mdl_mean", "mdl_std",
+    ]
+    fed = agg[agg["method"] == "federate"].iloc[0]
+    assert fed["n_seeds"] == 3
+    # test accuracy 70, 72, 77: mean 73, squared deviations 9 + 1 + 16 = 26, ddof=1 -> 26 / 2.
+    assert fed["test_accuracy_mean"] == pytest.approx(73.0)
+    assert fed["test_accuracy_std"] == pytest.approx(math.sqrt(13.0))
+    assert fed["leakage_std"] == pytest.approx(4.0)
+    assert fed["mdl_mean"] == pytest.approx(12.0)  # NaN skipped
+    unc = agg[agg["method"] == "unconstrained"].iloc[0]
+    assert unc["n_seeds"] == 1 and unc["test_accuracy_mean"] == 79.0 and math.isnan(unc["test_accuracy_std"])
+
+
+def test_aggregate_custom_metrics_and_fairness():
+    sel = table([("pfld", 0, "a", 80.0, 1.0, {"test_eo_gap": 2.0}), ("pfld", 1, "a", 82.0, 1.0, {"test_eo_gap": 4.0})])
+    agg = aggregate_seeds(sel, fairness="eo_gap")
+    assert agg.loc[0, "test_eo_gap_mean"] == 3.0
+    agg = aggregate_seeds(sel, metrics=["valid_accuracy"])
+    assert list(agg.columns) == ["dataset", "method", "n_seeds", "valid_accuracy_mean", "valid_accuracy_std"]
+    with pytest.raises(InputError, match="test_grms"):
+        aggregate_seeds(sel, fairness="grms")
+
+
+def test_aggregate_refuses_unselected_rows():
+    with pytest.raises(InputError, match="select"):
+        aggregate_seeds(WINDOW)
+
+
+def test_rt_sweep_stacks_selections():
+    df = pd.concat([WINDOW, table([("federate", 1, "x", 70.0, 8.0), ("federate", 1, "y", 69.5, 2.0)])],
+                   ignore_index=True)
+    sweep = rt_sweep(df, [0, 1, 3])
+    assert list(sweep.columns[:4]) == ["dataset", "method", "rt", "n_seeds"]
+    assert list(sweep["rt"]) == [0.0, 1.0, 3.0]
+    assert (sweep["n_seeds"] == 2).all()
+    for rt in (0, 1, 3):
+        expected = aggregate_seeds(select_by_rt(df, rt))
+        got = sweep[sweep["rt"] == rt].iloc[0]
+        assert got["test_tpr_gap_mean"] == pytest.approx(expected.loc[0, "test_tpr_gap_mean"])
+    # RT = 1: seed 0 -> c4 (valid gap 5), seed 1 -> y (valid gap 2).
+    assert sweep.loc[1, "valid_tpr_gap_mean"] == pytest.approx(3.5)
+    with pytest.raises(InputError, match="rts"):
+        rt_sweep(df, [1, -1])
+
+
+def test_accuracy_bins_edges_and_best_fairness():
+    df = table([
+        ("federate", 0, "a", 71.5, 9.0),   # -> 72
+        ("federate", 0, "b", 72.49, 4.0),  # -> 72, fairer
+        ("federate", 0, "c", 72.5, 7.0),   # -> 73
+        ("federate", 0, "d", 71.49, 1.0),  # -> 71
+        ("federate", 1, "a", 72.0, 6.0),   # -> 72
+        ("federate", 1, "e", 76.2, 3.0),   # -> 76; 74 and 75 were never reached
+    ])
+    bins = fairness_accuracy_bins(df)
+    assert list(bins.columns) == ["dataset", "method", "accuracy_bin", "n_seeds",
+                                  "valid_tpr_gap_mean", "valid_tpr_gap_std"]
+    got = {int(r.accuracy_bin): (r.n_seeds, r.valid_tpr_gap_mean) for r in bins.itertuples()}
+    assert got == {71: (1, 1.0), 72: (2, 5.0), 73: (1, 7.0), 76: (1, 3.0)}
+    b72 = bins[bins["accuracy_bin"] == 72].iloc[0]
+    assert b72["valid_tpr_gap_std"] == pytest.approx(math.sqrt(2.0))  # gaps 4 and 6, ddof=1
+    assert not bins["accuracy_bin"].isin([74, 75]).any()
+
+
+def test_privacy_accuracy_by_eps():
+    df = table([
+        ("federate", 0, "e1a", 70.0, 5.0, {"eps": 1.0, "leakage": 55.0, "eps_formal": 1.0}),
+        ("federate", 0, "e1b", 72.0, 9.0, {"eps": 1.0, "leakage": 57.0, "eps_formal": 1.0}),
+        ("federate", 1, "e1a", 74.0, 5.0, {"eps": 1.0, "leakage": 61.0, "eps_formal": 1.0}),
+        ("federate", 0, "e8", 80.0, 9.0, {"eps": 8.0, "leakage": 70.0, "eps_formal": 8.0}),
+        ("unconstrained", 0, "u", 85.0, 20.0),
+    ])
+    out = privacy_accuracy_by_eps(df)
+    assert set(out["method"]) == {"federate"}
+    assert list(out["eps"]) == [1.0, 8.0]
+    e1 = out.iloc[0]
+    assert e1["n_seeds"] == 2
+    assert e1["test_accuracy_mean"] == pytest.approx(72.0)  # (71 + 73) / 2: e1b on seed 0
+    assert e1["leakage_mean"] == pytest.approx(59.0)
+    assert e1["leakage_std"] == pytest.approx(math.sqrt(8.0))
+    assert e1["eps_formal_max"] == 1.0
+    assert out.iloc[1]["n_seeds"] == 1 and math.isnan(out.iloc[1]["leakage_std"])
+    assert privacy_accuracy_by_eps(df[df["method"] == "unconstrained"]).empty

@@ -1,0 +1,209 @@
+"""Studies for real on embedded Ray: every row once, resume after SIGKILL, loopback only, search fronts."""
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from fairdp.study import COLUMNS, ResultStore, load_spec, run_study
+from tests.conftest import REPO, run_cli
+
+DESIGN_COLUMNS = (
+    "study", "dataset", "method", "seed", "config_id", "eps", "lam", "lam_ort", "iterations", "clip_primal",
+    "clip_dual", "fairness_notion", "valid_accuracy", "test_accuracy", "valid_tpr_gap", "test_tpr_gap",
+    "valid_grms", "test_grms", "valid_dp_gap", "test_dp_gap", "valid_eo_gap", "test_eo_gap", "valid_ap_gap",
+    "test_ap_gap", "leakage", "mdl", "eps_formal", "delta", "epochs", "duration_s", "status", "error",
+    "fairdp_version", "node",
+)
+KEY = ["method", "seed", "config_id"]
+
+
+def _write_study(path: Path, **overrides) -> Path:
+    spec = {
+        "name": "tiny",
+        "dataset": {"name": "synthetic", "rows": 1000, "features": 8},
+        "seeds": [0, 1],
+        "train": {"epochs": 2, "batch_size": 250},
+        "evaluate": {"leakage": True, "mdl": False},
+        "methods": {"unconstrained": {}, "federate": {"grid": {"eps": [1, 10], "lam": [0.5, 1.0, 1.5]}}},
+        "pack_size": 3,
+    }
+    spec.update(overrides)
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tmp_path):
+    study = _write_study(tmp_path / "tiny.yaml")
+    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "packs 6/6" in proc.stderr and "configs 14/14" in proc.stderr  # progress lines
+    assert "unconstrained" in proc.stdout and "federate" in proc.stdout  # the results table
+    df, corrupt = ResultStore(tmp_path / "r").read()
+    assert corrupt == [] and len(df) == 14
+    assert set(DESIGN_COLUMNS) <= set(df.columns) and set(COLUMNS) == set(df.columns)
+    assert not df.duplicated(KEY).any()
+    assert (df["status"] == "ok").all() and df["error"].isna().all()
+    assert df["valid_accuracy"].between(0, 100).all() and df["leakage"].notna().all()
+    fed = df[df["method"] == "federate"]
+    assert fed["eps"].notna().all() and df.loc[df["method"] == "unconstrained", "eps"].isna().all()
+    assert np.isinf(df.loc[df["method"] == "unconstrained", "eps_formal"]).all()
+    assert (fed["eps_formal"] == fed["eps"]).all()
+    assert (df["node"] == "127.0.0.1").all()
+
+    again = run_cli("run", str(study), "--results", str(tmp_path / "r"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "14 configs already stored" in again.stderr
+    df2, _ = ResultStore(tmp_path / "r").read()
+    pd.testing.assert_frame_equal(df.sort_values(KEY).reset_index(drop=True),
+                                  df2.sort_values(KEY).reset_index(drop=True))
+
+
+def test_rerun_into_results_of_another_length_is_refused(tmp_path):
+    study = _write_study(tmp_path / "tiny.yaml", methods={"unconstrained": {}}, seeds=[0])
+    run_study(load_spec(study), str(tmp_path / "r"), num_cpus=1, progress_stream=open(os.devnull, "w"))
+    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"), "--epochs", "3")
+    assert proc.returncode == 2 and "epochs" in proc.stderr and "--results" in proc.stderr
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        out.add(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def _listening(pids: set[int]) -> list[str]:
+    """Local addresses of TCP listening sockets owned by ``pids`` (from `ss -ltnpH`)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    addrs = []
+    for line in out.splitlines():
+        owners = {int(p) for p in __import__("re").findall(r"pid=(\d+)", line)}
+        if owners & pids:
+            addrs.append(line.split()[3])
+    return addrs
+
+
+def _is_loopback(address: str) -> bool:
+    """'127.0.0.1:80', '[::1]:80', '[::ffff:127.0.0.1]:80' yes; '0.0.0.0:80', '*:80', '10.0.0.2:80' no."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # '*' (every interface)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+@pytest.mark.slow
+def test_embedded_ray_listens_only_on_loopback_and_a_sigkilled_run_resumes_exactly(tmp_path):
+    study = _write_study(tmp_path / "kill.yaml", seeds=[0, 1, 2], pack_size=2,
+                         train={"epochs": 4, "batch_size": 250})
+    results = tmp_path / "r"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    store = ResultStore(results)
+    listening: list[str] = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            pids = _descendants(proc.pid)
+            listening = sorted(set(listening) | set(_listening(pids)))
+            if len(store.pack_files()) >= 2:
+                break
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.2)
+        assert len(store.pack_files()) >= 2, "no pack stored in time"
+        listening = sorted(set(listening) | set(_listening(_descendants(proc.pid))))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # Ray's services listened, and only on loopback
+    assert listening, "found no listening socket of the run"
+    assert all(_is_loopback(a) for a in listening), listening
+
+    before, _ = store.read()
+    total = 3 * 7
+    assert 0 < len(before) < total
+    rerun = run_cli("run", str(study), "--results", str(results))
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    after, corrupt = store.read()
+    assert corrupt == [] and len(after) == total and not after.duplicated(KEY).any()
+    kept = after.merge(before[KEY], on=KEY).sort_values(KEY).reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, before.sort_values(KEY).reset_index(drop=True))
+    assert not list(results.rglob(".tmp-*"))
+
+
+def test_repair_moves_a_corrupt_file_aside_and_reruns_its_configs(tmp_path):
+    study = _write_study(tmp_path / "tiny.yaml", seeds=[0], methods={"federate": {"grid": {"eps": [1, 10], "lam": [1.0]}}},
+                         pack_size=1)
+    results = tmp_path / "r"
+    run_study(load_spec(study), str(results), num_cpus=1, progress_stream=open(os.devnull, "w"))
+    victim = sorted(results.rglob("part-*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])
+    refused = run_cli("run", str(study), "--results", str(results))
+    assert refused.returncode == 2 and victim.name in refused.stderr and "--repair" in refused.stderr
+    fixed = run_cli("run", str(study), "--results", str(results), "--repair")
+    assert fixed.returncode == 0, fixed.stderr[-2000:]
+    df, corrupt = ResultStore(results).read()
+    assert corrupt == [] and len(df) == 2 and not df.duplicated(KEY).any()
+    assert len(list(results.rglob(".corrupt-*"))) == 1
+
+
+def _dominates(a, b, directions):
+    better_or_equal = all((x >= y) if d == "max" else (x <= y) for x, y, d in zip(a, b, directions))
+    strictly = any((x > y) if d == "max" else (x < y) for x, y, d in zip(a, b, directions))
+    return better_or_equal and strictly
+
+
+@pytest.mark.parametrize("sampler,mode", [("nsga2", "packed"), ("tpe", "per-config")])
+def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
+    objectives = {"valid_accuracy": "max", "valid_tpr_gap": "min"}
+    study = _write_study(
+        tmp_path / "search.yaml", name="tiny-search", seeds=[0], methods={"federate": {}},
+        search={"method": "federate", "sampler": sampler, "population": 4, "trials": 8, "seed": 3,
+                "objectives": objectives, "space": {"eps": {"low": 1, "high": 20, "log": True},
+                                                    "lam": {"low": 0.1, "high": 3.0}}})
+    results = tmp_path / "r"
+    proc = run_cli("search", str(study), "--results", str(results), "--mode", mode)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    front = pd.read_parquet(results / "pareto-federate.parquet")
+    rows, _ = ResultStore(results).read()
+    assert len(rows) == len(set(rows["config_id"])) <= 8 and len(rows) >= 6
+    assert 1 <= len(front) <= len(rows)
+    pts = front[list(objectives)].to_numpy()
+    dirs = list(objectives.values())
+    assert not any(_dominates(pts[i], pts[j], dirs) for i in range(len(pts)) for j in range(len(pts)) if i != j)
+    # every stored row not on the front is dominated by a front point
+    others = rows[~rows["config_id"].isin(front["config_id"])][list(objectives)].to_numpy()
+    assert all(any(_dominates(p, q, dirs) or (p == q).all() for p in pts) for q in others)
+    assert (results / "optuna.journal").stat().st_size > 0
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    stored = optuna.load_study(study_name="tiny-search-federate",
+                               storage=JournalStorage(JournalFileBackend(str(results / "optuna.journal"))))
+    assert len(stored.trials) == 8

@@ -1,0 +1,156 @@
+"""Study specs: the shipped studies load, grids expand as written, bad specs are refused by key path."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fairdp.cli import main
+from fairdp.errors import InputError
+from fairdp.methods import get_method
+from fairdp.study import load_spec, parse_spec
+from tests.conftest import REPO
+
+GOOD = {
+    "name": "ok",
+    "dataset": {"name": "synthetic", "rows": 400},
+    "seeds": [0, 1],
+    "train": {"epochs": 2, "batch_size": 100},
+    "methods": {"federate": {"grid": {"eps": [1, 2, 3], "lam": {"start": 0.1, "stop": 0.5, "step": 0.2}}},
+                "unconstrained": {}},
+}
+
+
+def _with(path: str, value):
+    """GOOD with the value at dotted ``path`` replaced (or deleted when value is ...)."""
+    spec = yaml.safe_load(yaml.safe_dump(GOOD))
+    *parents, last = path.split(".")
+    node = spec
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is ...:
+        del node[last]
+    else:
+        node[last] = value
+    return spec
+
+
+@pytest.mark.parametrize("study", sorted((REPO / "studies").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_study_loads(study):
+    spec = load_spec(study)
+    assert spec.n_configs > 0
+    assert spec.name.replace("-", "_") == study.stem
+
+
+def test_federate_adult_has_the_papers_grids():
+    spec = load_spec(REPO / "studies/federate_adult.yaml")
+    sizes = {m.name: len(m.configs) for m in spec.methods}
+    assert sizes["federate"] == 150 and sizes["multi_adversarial"] == 150 and sizes["adversarial"] == 15
+    assert spec.seeds == (0, 1, 2, 3, 4)
+    fed = next(m for m in spec.methods if m.name == "federate")
+    assert fed.configs == tuple(get_method("federate").expand(get_method("federate").paper_grid("adult")))
+
+
+def test_ranges_expand_inclusively_and_missing_keys_take_the_paper_grid():
+    spec = parse_spec(GOOD)
+    fed = next(m for m in spec.methods if m.name == "federate")
+    assert sorted({c["lam"] for c in fed.configs}) == [0.1, 0.3, 0.5]
+    assert len(fed.configs) == 9
+    one = parse_spec(_with("methods", {"noise": {}}))
+    assert len(one.methods[0].configs) == len(get_method("noise").paper_grid("synthetic")["eps"])
+
+
+MALFORMED = [
+    ("methods.federate.grid.eps", [1, 2, -1], "methods.federate.grid.eps[2]"),
+    ("methods.federate.grid.eps", [1, "big"], "methods.federate.grid.eps[1]"),
+    ("methods.federate.grid.lam", [0.5, -0.1], "methods.federate.grid.lam[1]"),
+    ("methods.pfld", {"grid": {"clip_primal": [0], "eps": [1], "clip_dual": [5], "fairness_notion": ["dp"]}},
+     "methods.pfld.grid.clip_primal[0]"),
+    ("methods.pfld", {"grid": {"fairness_notion": ["dp", "xx"]}}, "methods.pfld.grid.fairness_notion[1]"),
+    ("methods.federate.grid.tau", [1], "methods.federate.grid.tau"),
+    ("methods.nosuch", {}, "methods.nosuch"),
+    ("methods.federate.grid.lam", {"start": 0.1, "stop": 1.0}, "methods.federate.grid.lam.step"),
+    ("train.epochs", 0, "train.epochs"),
+    ("train.epochs", 2.5, "train.epochs"),
+    ("train.optimizer", "sgd", "train.optimizer"),
+    ("seeds", [0, -1], "seeds[1]"),
+    ("seeds", [], "seeds"),
+    ("dataset.rows", "many", "dataset.rows"),
+    ("dataset.colour", "red", "dataset.colour"),
+    ("dataset", "nosuch", "dataset"),
+    ("name", "a/b", "name"),
+    ("name", ..., "name"),
+    ("selection.fairness", "accuracy", "selection.fairness"),
+    ("evaluate.leakage", "yes", "evaluate.leakage"),
+    ("resources.gpus_per_trial", -0.5, "resources.gpus_per_trial"),
+    ("resources.cpus_per_trial", 0, "resources.cpus_per_trial"),
+    ("extra", 1, "extra"),
+    ("search", {"method": "federate", "objectives": {"valid_accuracy": "max", "speed": "min"},
+                "space": {"eps": {"low": 1, "high": 5}, "lam": {"low": 0.1, "high": 1}}}, "search.objectives.speed"),
+    ("search", {"method": "federate", "objectives": {"valid_accuracy": "up"},
+                "space": {"eps": {"low": 1, "high": 5}, "lam": {"low": 0.1, "high": 1}}}, "search.objectives.valid_accuracy"),
+    ("search", {"method": "federate", "objectives": {"mdl": "max"}, "space": {"eps": {"low": 1, "high": 5},
+                "lam": {"low": 0.1, "high": 1}}}, "search.objectives.mdl"),
+    ("search", {"method": "federate", "objectives": {"valid_accuracy": "max"},
+                "space": {"eps": {"low": 0, "high": 5}, "lam": {"low": 0.1, "high": 1}}}, "search.space.eps.low"),
+    ("search", {"method": "federate", "objectives": {"valid_accuracy": "max"},
+                "space": {"eps": {"low": 1, "high": 5}}}, "search.space.lam"),
+]
+
+
+@pytest.mark.parametrize("path,value,named", MALFORMED, ids=[m[2] for m in MALFORMED])
+def test_malformed_spec_exits_2_naming_the_key_path_and_writes_nothing(tmp_path, capsys, path, value, named):
+    spec = _with(path, value)
+    if path == "search":  # mdl is off: the objective that no run reports
+        spec["evaluate"] = {"mdl": False}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(spec))
+    results = tmp_path / "results"
+    code = main(["run", str(study), "--results", str(results)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("fairdp: error:"), err
+    assert named in err[0], err[0]
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("text,named", [
+    ("name: x\nmethods: [unclosed\n", "line"),
+    ("- just\n- a list\n", "study"),
+    ("", "study"),
+])
+def test_unparseable_files_name_the_file(tmp_path, capsys, text, named):
+    study = tmp_path / "bad.yaml"
+    study.write_text(text)
+    assert main(["run", str(study), "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert named in err and not (tmp_path / "r").exists()
+    if named == "line":
+        assert "bad.yaml" in err
+
+
+def test_missing_study_file_and_bad_overrides(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml" in capsys.readouterr().err
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump(GOOD))
+    assert main(["run", str(study), "--seeds", "0,x", "--results", str(tmp_path / "r")]) == 2
+    assert "--seeds" in capsys.readouterr().err
+    assert main(["run", str(study), "--epochs", "0", "--results", str(tmp_path / "r")]) == 2
+    assert "--epochs" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_user_supplied_data_missing_is_named_before_ray_starts(tmp_path, capsys):
+    spec = _with("dataset", {"name": "twitter", "path": str(tmp_path / "no-such-dir")})
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump(spec))
+    assert main(["run", str(study), "--results", str(tmp_path / "r")]) == 2
+    assert "no-such-dir" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+
+
+def test_parse_spec_raises_input_error_not_crash():
+    with pytest.raises(InputError, match=r"^methods: must be a non-empty mapping"):
+        parse_spec(_with("methods", {}))
+    assert Path(REPO / "studies/demo.yaml").exists()

@@ -1,0 +1,130 @@
+"""The Parquet store and resume planning: whole files, one copy per pack, corrupt files named."""
+
+import os
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fairdp.errors import InputError
+from fairdp.study import COLUMNS, ResultStore, parse_spec, plan_packs, read_results
+from fairdp.study._plan import auto_pack_size
+from fairdp.study._store import pack_id
+
+SPEC = parse_spec({
+    "name": "store-test", "dataset": {"name": "synthetic", "rows": 400}, "seeds": [0, 1],
+    "train": {"epochs": 2}, "pack_size": 3,
+    "methods": {"federate": {"grid": {"eps": [1, 2], "lam": [0.5, 1.0, 1.5]}}, "unconstrained": {}},
+})
+
+
+def _rows(pack, status="ok", acc=80.0):
+    return [{"study": SPEC.name, "dataset": "synthetic", "method": pack.method, "seed": pack.seed,
+             "config_id": cid, "pack_id": pack.id, "epochs": 2, "status": status,
+             "valid_accuracy": acc, **{k: v for k, v in cfg.items() if k != "fairness_notion"}}
+            for cfg, cid in zip(pack.configs, pack.config_ids)]
+
+
+def _store_all(store, packs, status="ok"):
+    for p in packs:
+        store.write_pack(_rows(p, status), "synthetic", p.method, p.seed, p.id)
+
+
+def test_plan_covers_every_config_once_in_packs_of_the_spec_size():
+    packs, done = plan_packs(SPEC, pd.DataFrame(), slots=2)
+    assert done == 0
+    keys = [(p.method, p.seed, c) for p in packs for c in p.config_ids]
+    assert len(keys) == len(set(keys)) == SPEC.n_configs == 14
+    assert max(len(p.configs) for p in packs) == 3
+
+
+def test_a_rewritten_pack_replaces_its_file_and_readers_skip_hidden_files(tmp_path):
+    store = ResultStore(tmp_path / "r")
+    packs, _ = plan_packs(SPEC, pd.DataFrame())
+    _store_all(store, packs)
+    (tmp_path / "r/synthetic/federate/.tmp-killed-part-x.parquet").write_bytes(b"PAR1 half a file")
+    store.write_pack(_rows(packs[0], acc=90.0), "synthetic", packs[0].method, packs[0].seed, packs[0].id)
+    df, corrupt = store.read()
+    assert corrupt == [] and len(df) == SPEC.n_configs
+    assert not df.duplicated(["method", "seed", "config_id"]).any()
+    mine = df["config_id"].isin(packs[0].config_ids) & (df["seed"] == packs[0].seed) & (df["method"] == packs[0].method)
+    assert (df.loc[mine, "valid_accuracy"] == 90.0).all() and (df.loc[~mine, "valid_accuracy"] == 80.0).all()
+    assert list(df.columns) == list(COLUMNS)
+    assert store.remove_temporaries() == 1
+
+
+def test_resume_skips_stored_configs_and_retries_error_packs_with_their_own_file(tmp_path):
+    store = ResultStore(tmp_path / "r")
+    packs, _ = plan_packs(SPEC, pd.DataFrame())
+    _store_all(store, packs[:2])
+    _store_all(store, packs[2:3], status="error")
+    stored, _ = store.read()
+    again, done = plan_packs(SPEC, stored)
+    assert done == sum(len(p.configs) for p in packs[:2])
+    assert packs[2] in again  # same configs, so the same file name: the retry replaces it
+    keys = [(p.method, p.seed, c) for p in again for c in p.config_ids]
+    assert len(keys) == len(set(keys)) == SPEC.n_configs - done
+    _store_all(store, again)
+    final, _ = store.read()
+    assert len(final) == SPEC.n_configs and (final["status"] == "ok").all()
+
+
+def test_pack_ids_ignore_config_order():
+    assert pack_id("m", 0, ["b", "a"]) == pack_id("m", 0, ["a", "b"]) != pack_id("m", 1, ["a", "b"])
+
+
+def test_schemas_are_unified_across_files(tmp_path):
+    store = ResultStore(tmp_path / "r")
+    packs, _ = plan_packs(SPEC, pd.DataFrame())
+    _store_all(store, packs[1:])
+    old = pa.table({"study": [SPEC.name], "dataset": ["synthetic"], "method": ["federate"], "seed": [0],
+                    "config_id": [packs[0].config_ids[0]], "status": ["ok"], "valid_accuracy": [70.0]})
+    path = store.pack_path("synthetic", "federate", 0, "oldformat")
+    pq.write_table(old, path)
+    df, _ = store.read()
+    assert len(df) == SPEC.n_configs - len(packs[0].configs) + 1
+    assert df["test_accuracy"].isna().sum() >= 1
+
+
+def test_a_truncated_file_is_named_and_repair_moves_it_aside(tmp_path):
+    store = ResultStore(tmp_path / "r")
+    packs, _ = plan_packs(SPEC, pd.DataFrame())
+    _store_all(store, packs)
+    victim = store.pack_path("synthetic", packs[0].method, packs[0].seed, packs[0].id)
+    data = open(victim, "rb").read()
+    with open(victim, "wb") as f:
+        f.write(data[: len(data) // 2])
+    with pytest.raises(InputError, match=os.path.basename(victim)):
+        store.read()
+    _, corrupt = store.read(on_corrupt="collect")
+    assert [c.path for c in corrupt] == [victim]
+    moved = store.move_aside(victim)
+    assert os.path.basename(moved).startswith(".corrupt-") and not os.path.exists(victim)
+    df, corrupt = store.read()
+    assert corrupt == [] and len(df) == SPEC.n_configs - len(packs[0].configs)
+    again, _ = plan_packs(SPEC, df)
+    assert [set(p.config_ids) for p in again] == [set(packs[0].config_ids)]
+
+
+def test_file_uri_and_several_locations_read_together(tmp_path):
+    a, b = ResultStore(f"file://{tmp_path}/a"), ResultStore(str(tmp_path / "b"))
+    packs, _ = plan_packs(SPEC, pd.DataFrame())
+    _store_all(a, packs[:2])
+    _store_all(b, packs[2:])
+    assert os.path.isdir(tmp_path / "a/synthetic/federate")
+    df = read_results(f"file://{tmp_path}/a", tmp_path / "b")
+    assert len(df) == SPEC.n_configs
+    with pytest.raises(InputError, match="no such results"):
+        read_results(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("configs,groups,slots,expected", [
+    (150, 1, 2, 25),   # capped at 32, and 6 packs rather than 5 so no slot idles in the last round
+    (150, 5, 2, 25),
+    (9, 2, 2, 9),      # enough groups to fill the slots: whole grids
+    (9, 1, 4, 3),      # one grid, four slots: split it
+    (1, 4, 8, 1),
+])
+def test_auto_pack_size(configs, groups, slots, expected):
+    assert auto_pack_size(configs, groups, slots) == expected
