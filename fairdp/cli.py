@@ -198,6 +198,47 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+FAIRNESS_CHOICES = ("tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap")
+
+
+def _load_rows(dirs: list[str]):
+    from fairdp.study import read_results
+
+    return read_results(*dirs)
+
+
+def _cmd_analyze(args) -> int:
+    import warnings
+
+    from fairdp.analysis import aggregate_seeds, format_table, select_by_rt
+
+    df = _load_rows(args.dirs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agg = aggregate_seeds(select_by_rt(df, rt=args.rt, fairness=args.fairness), fairness=args.fairness)
+    for w in caught:
+        print(f"fairdp analyze: warning: {w.message}", file=sys.stderr)
+    sys.stdout.write(format_table(agg, fmt=args.format, fairness=args.fairness))
+    return 0
+
+
+def _cmd_report(args) -> int:
+    import warnings
+
+    from fairdp.analysis import write_report
+
+    df = _load_rows(args.dirs)
+    rts = [float(r) for r in args.rts.split(",")] if args.rts else (0, 0.5, 1, 2, 3, 5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts)
+    for w in caught:
+        print(f"fairdp report: warning: {w.message}", file=sys.stderr)
+    for p in paths:
+        print(p)
+    return 0
+
+
 def _print_results(location: str, fairness: str, rt: float) -> None:
     from fairdp.analysis import aggregate_seeds, format_table, select_by_rt
     from fairdp.study import read_results
@@ -268,6 +309,20 @@ def build_parser() -> argparse.ArgumentParser:
                       help="packed: a sampler generation trains as packs (NSGA-II default); per-config: "
                       "Ray Tune's OptunaSearch, one config per trial (TPE default)")
     srch.set_defaults(func=_cmd_search)
+    ana = sub.add_parser("analyze", help="relaxation-threshold selection, mean ± std over seeds, as a table")
+    ana.add_argument("dirs", nargs="+", metavar="DIR", help="results directories (several combine)")
+    ana.add_argument("--rt", type=float, default=1.0, help="relaxation threshold in accuracy points (default 1)")
+    ana.add_argument("--fairness", choices=FAIRNESS_CHOICES, default="tpr_gap",
+                     help="selection and reported fairness metric (default tpr_gap)")
+    ana.add_argument("--format", choices=("md", "csv", "latex"), default="md")
+    ana.set_defaults(func=_cmd_analyze)
+    rep = sub.add_parser("report", help="tables, figures and a Markdown/HTML report of results")
+    rep.add_argument("dirs", nargs="+", metavar="DIR", help="results directories (several combine)")
+    rep.add_argument("-o", "--output", required=True, metavar="OUT", help="report directory")
+    rep.add_argument("--rt", type=float, default=1.0, help="relaxation threshold of the main table (default 1)")
+    rep.add_argument("--rts", help="RTs of the sweep, comma-separated (default 0,0.5,1,2,3,5)")
+    rep.add_argument("--fairness", choices=FAIRNESS_CHOICES, default="tpr_gap")
+    rep.set_defaults(func=_cmd_report)
     return p
 
 

@@ -58,8 +58,9 @@ def test_config_chunk_rule():
     adult = layer_shapes(ModelSpec(privatizer="laplace", adversaries=1), arch, 85, 2, 2)
     twitter = layer_shapes(ModelSpec(privatizer="laplace", adversaries=1), arch, 2304, 2, 2)
     assert adult[0] == (85, 300) and len(adult) == 2 + 1 + 3
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert config_chunk(TrainSettings(), adult, 150, cuda) == 150
+    cpu = torch.device("cpu")
+    if torch.cuda.is_available():  # the memory rule; its arithmetic is tested without a GPU below
+        assert config_chunk(TrainSettings(), adult, 150, torch.device("cuda")) == 150
     assert config_chunk(TrainSettings(), adult, 150, cpu) == 1  # 2000 x 300 floats per config
     assert config_chunk(TrainSettings(batch_size=100), adult, 150, cpu) == 34
     assert config_chunk(TrainSettings(), twitter, 150, cpu) == 13  # GEMM-bound: larger chunks
@@ -147,3 +148,20 @@ def test_cpu_training_is_deterministic(data):
     c = method.train_pack(data, [{"lam": 1.0, "eps": 5.0}], seed=4, settings=settings)
     np.testing.assert_array_equal(a.representations["valid"], b.representations["valid"])
     assert not np.array_equal(a.representations["valid"], c.representations["valid"])
+
+
+def test_gpu_memory_rule_keeps_a_pack_within_its_share_of_the_device():
+    from fairdp.engine import bytes_per_config, cuda_config_chunk
+    from fairdp.engine._train import ACTIVATION_COPIES, CUDA_MEMORY_SHARE
+
+    shapes = [(85, 512), (512, 2)]  # Adult-shaped encoder + classifier
+    per = bytes_per_config(shapes, batch_size=2000, eval_rows=9000)
+    params = 85 * 512 + 512 + 512 * 2 + 2
+    assert per == 4 * (4 * params + ACTIVATION_COPIES * 2000 * 514 + 9000 * 514)
+    gib = 1 << 30
+    whole = cuda_config_chunk(per, 80 * gib, 1.0, k=10_000)
+    quarter = cuda_config_chunk(per, 80 * gib, 0.25, k=10_000)
+    assert whole * per <= CUDA_MEMORY_SHARE * 80 * gib < (whole + 1) * per
+    assert quarter * per <= CUDA_MEMORY_SHARE * 20 * gib and quarter < whole
+    assert cuda_config_chunk(per, 80 * gib, 1.0, k=150) == 150  # a paper grid fits at once
+    assert cuda_config_chunk(per, 1 << 20, 1.0, k=150) == 1  # never zero

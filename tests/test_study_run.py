@@ -207,3 +207,31 @@ def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
     stored = optuna.load_study(study_name="tiny-search-federate",
                                storage=JournalStorage(JournalFileBackend(str(results / "optuna.journal"))))
     assert len(stored.trials) == 8
+
+
+def test_a_pack_that_keeps_failing_is_stored_as_errors_and_retried_in_place(tmp_path):
+    """A worker-side failure (here: a CUDA device on a machine without one; the driver does
+    not refuse it, since on a cluster the workers may have GPUs it lacks) is retried
+    ``max_failures`` times, then stored as error rows that the next run retries."""
+    study = _write_study(tmp_path / "fail.yaml", seeds=[0], methods={"unconstrained": {}},
+                         train={"epochs": 1, "device": "cuda:0"}, resources={"max_failures": 1})
+    results = tmp_path / "r"
+    first = run_cli("run", str(study), "--results", str(results))
+    assert first.returncode == 1, first.stderr[-2000:]
+    assert "failures 1" in first.stderr and "retries 1" in first.stderr
+    df, _ = ResultStore(results).read()
+    assert len(df) == 1 and df["status"].iloc[0] == "error" and "cuda" in df["error"].iloc[0].lower()
+    second = run_cli("run", str(study), "--results", str(results))
+    assert second.returncode == 1
+    df2, _ = ResultStore(results).read()
+    assert len(df2) == 1 and len(list(results.rglob("part-*.parquet"))) == 1  # replaced, not added
+
+
+def test_a_method_that_cannot_train_on_the_dataset_is_refused_before_ray(tmp_path, capsys):
+    from fairdp.cli import main
+
+    study = _write_study(tmp_path / "s.yaml", dataset={"name": "synthetic", "rows": 600, "classes": 3},
+                         methods={"unconstrained": {}, "fld": {}})
+    assert main(["run", str(study), "--results", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "methods.fld" in err and "binary labels" in err and not (tmp_path / "r").exists()

@@ -80,6 +80,8 @@ class TrainSettings:
     dtype: str = "float32"
     # Configs computed together inside a pack; None picks by device (see engine.config_chunk).
     config_chunk: int | None = None
+    # The part of a GPU this run may fill (a Ray trial's fractional GPU); bounds CUDA chunks.
+    gpu_share: float = 1.0
 
     def __post_init__(self):
         for key in ("epochs", "batch_size"):
@@ -90,5 +92,7 @@ class TrainSettings:
             raise InputError(f"train.lr: must be > 0, got {self.lr!r}")
         if self.config_chunk is not None and (not isinstance(self.config_chunk, int) or self.config_chunk < 1):
             raise InputError(f"train.config_chunk: must be a positive integer, got {self.config_chunk!r}")
+        if not isinstance(self.gpu_share, (int, float)) or not 0 < self.gpu_share <= 1:
+            raise InputError(f"train.gpu_share: must be in (0, 1], got {self.gpu_share!r}")
         if self.dtype not in ("float32", "float64"):
             raise InputError(f"train.dtype: must be float32 or float64, got {self.dtype!r}")

@@ -172,6 +172,28 @@ CPU_CHUNK_FLOATS_GEMM_BOUND = 1 << 23
 CPU_BATCHED_INTENSITY = 500  # matmul FLOPs per activation element above which batching pays on a CPU
 
 
+# On CUDA a pack runs as one batched model unless its memory estimate exceeds this share of
+# the trial's part of the device (the rest: CUDA context, allocator slack, the probes).
+CUDA_MEMORY_SHARE = 0.6
+# Float32 copies of each layer's output alive in a training step: pre- and post-activation,
+# dropout mask, privacy noise, and the two gradients flowing back.
+ACTIVATION_COPIES = 6
+
+
+def bytes_per_config(shapes: list[tuple[int, int]], batch_size: int, eval_rows: int, itemsize: int = 4) -> int:
+    """Memory estimate of one config in a pack: parameters with their gradient and two Adam
+    moments, a training step's activations, and a forward pass over an evaluation split."""
+    params = sum(a * b + b for a, b in shapes)
+    widths = sum(b for _, b in shapes)
+    return itemsize * (4 * params + ACTIVATION_COPIES * batch_size * widths + eval_rows * widths)
+
+
+def cuda_config_chunk(per_config: int, device_bytes: int, gpu_share: float, k: int) -> int:
+    """Configs per batched chunk on a GPU: as many as fit in ``CUDA_MEMORY_SHARE`` of the
+    trial's share of the device (``gpu_share`` = the trial's fractional GPU), at least one."""
+    return max(1, min(k, int(CUDA_MEMORY_SHARE * gpu_share * device_bytes // max(per_config, 1))))
+
+
 def layer_shapes(spec: ModelSpec, arch: Architecture, d_in: int, n_classes: int, n_groups: int):
     """(fan_in, fan_out) of every linear layer of one config's model."""
     sizes = [[d_in, *arch.encoder], [arch.representation_dim, *arch.classifier, n_classes]]
@@ -179,10 +201,13 @@ def layer_shapes(spec: ModelSpec, arch: Architecture, d_in: int, n_classes: int,
     return [(a, b) for s in sizes for a, b in zip(s[:-1], s[1:])]
 
 
-def config_chunk(settings: TrainSettings, shapes: list[tuple[int, int]], k: int, device: torch.device) -> int:
+def config_chunk(settings: TrainSettings, shapes: list[tuple[int, int]], k: int, device: torch.device,
+                 eval_rows: int = 0) -> int:
     """How many of a pack's K configs are computed as one batched model.
 
-    On CUDA all K: batching is what fills the GPU. On a CPU it depends on the model's
+    On CUDA all K (batching is what fills the GPU) unless the pack's memory estimate
+    (``bytes_per_config``) exceeds ``CUDA_MEMORY_SHARE`` of the trial's share of the device
+    (``TrainSettings.gpu_share``); then as many as fit (``cuda_config_chunk``). On a CPU it depends on the model's
     arithmetic intensity (matmul FLOPs per activation element, sum(in*out) / sum(out)).
     Measured on a 2-core machine (benchmarks/bench_engine.py): the Adult-shaped FEDERATE
     model (intensity ~250) runs slower per config when batched, because the elementwise
@@ -196,7 +221,8 @@ def config_chunk(settings: TrainSettings, shapes: list[tuple[int, int]], k: int,
     if settings.config_chunk is not None:
         return min(settings.config_chunk, k)
     if device.type == "cuda":
-        return k
+        total = torch.cuda.get_device_properties(device).total_memory
+        return cuda_config_chunk(bytes_per_config(shapes, settings.batch_size, eval_rows), total, settings.gpu_share, k)
     intensity = sum(a * b for a, b in shapes) / sum(b for _, b in shapes)
     budget = CPU_CHUNK_FLOATS_GEMM_BOUND if intensity >= CPU_BATCHED_INTENSITY else CPU_CHUNK_FLOATS
     widest = max(b for _, b in shapes)
@@ -209,7 +235,7 @@ def train_pack(spec: ModelSpec, arch: Architecture, settings: TrainSettings, dat
     """Train one pack; each config dict may hold ``eps``, ``lam`` and ``lam_ort``."""
     device = resolve_device(settings.device)
     shapes = layer_shapes(spec, arch, data.n_features, data.n_classes, data.n_groups)
-    chunk = config_chunk(settings, shapes, len(configs), device)
+    chunk = config_chunk(settings, shapes, len(configs), device, eval_rows=max(len(v) for v in data.splits.values()))
     if chunk < len(configs):
         t0 = time.perf_counter()
         parts = [_train_batched(spec, arch, settings, data, configs[i:i + chunk], config_ids[i:i + chunk],

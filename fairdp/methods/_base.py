@@ -64,6 +64,13 @@ class Method(ABC):
 
     name: ClassVar[str]
     hyperparams: ClassVar[tuple[HyperParam, ...]] = ()
+    binary_only: ClassVar[bool] = False  # constraints written for y in {0, 1}
+
+    def check_dataset(self, data: Dataset, path: str | None = None) -> None:
+        """Refuse, before any training, a dataset this method cannot train on."""
+        if self.binary_only and data.n_classes != 2:
+            raise InputError(f"{path or 'methods.' + self.name}: '{self.name}' needs binary labels; "
+                             f"'{data.name}' has {data.n_classes} classes")
 
     @abstractmethod
     def paper_grid(self, dataset: str) -> dict[str, list]:

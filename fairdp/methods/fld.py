@@ -11,6 +11,7 @@ NOTION = HyperParam("fairness_notion", choices=NOTIONS, doc="dp, eo or ap (demog
 @register_method
 class FLD(Method):
     name = "fld"
+    binary_only = True
     hyperparams = (NOTION,)
 
     def paper_grid(self, dataset):

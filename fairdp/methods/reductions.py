@@ -96,6 +96,7 @@ def release(method: Method, models: list[ExponentiatedGradient], data: Dataset,
 @register_method
 class Reductions(Method):
     name = "reductions"
+    binary_only = True
     hyperparams = (NOTION, BOUND)
 
     def representation_dim(self, data, arch=None):

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from fairdp import __version__
 from fairdp.engine import TrainSettings
 from fairdp.errors import InputError
+from fairdp.methods import get_method
 from fairdp.metrics import ProbeSettings
 from fairdp.study._plan import Pack, check_compatible, plan_packs
 from fairdp.study._ray import ray_session
@@ -39,7 +40,9 @@ class StudyContext:
 
     @classmethod
     def from_spec(cls, spec: StudySpec, results: str) -> StudyContext:
-        return cls(spec.name, spec.dataset, dict(spec.dataset_options), spec.train, spec.leakage, spec.mdl,
+        gpus = spec.resources.gpus_per_trial
+        train = dataclasses.replace(spec.train, gpu_share=min(1.0, gpus)) if gpus > 0 else spec.train
+        return cls(spec.name, spec.dataset, dict(spec.dataset_options), train, spec.leakage, spec.mdl,
                    spec.probe, results, spec.resources.cpus_per_trial)
 
 
@@ -112,7 +115,6 @@ def train_and_evaluate(ctx: StudyContext, pack: Pack) -> list[dict]:
     """Train a pack, compute its metric columns and return its rows (status 'ok')."""
     import torch
 
-    from fairdp.methods import get_method
     from fairdp.metrics import evaluate_pack
 
     torch.set_num_threads(max(1, int(ctx.cpus_per_trial)))
@@ -268,7 +270,9 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     t0 = time.monotonic()
     results = results or default_results(spec)
     ctx = StudyContext.from_spec(spec, results)
-    load_study_data(ctx)
+    data = load_study_data(ctx)
+    for plan in spec.methods:
+        get_method(plan.name).check_dataset(data)
     store = ResultStore(results)
     stored, corrupt = store.read(on_corrupt="collect")
     repaired = []

@@ -230,7 +230,7 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
     t0 = time.monotonic()
     results = results or default_results(spec)
     ctx = StudyContext.from_spec(spec, results)
-    load_study_data(ctx)
+    get_method(search.method).check_dataset(load_study_data(ctx), "search.method")
     store = ResultStore(results)
     journal = journal_path(store)
     stored_df, _ = store.read()

@@ -1,0 +1,65 @@
+"""`fairdp analyze` and `fairdp report` over stored results, several directories combined."""
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairdp.analysis import aggregate_seeds, select_by_rt
+from fairdp.cli import main
+from fairdp.study import ResultStore
+from tests.test_analysis_report import PNG_SIGNATURE, synthetic_results
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """Synthetic rows written through the store, one directory per dataset (two 'hosts')."""
+    root = tmp_path_factory.mktemp("results")
+    df = synthetic_results()
+    dirs = []
+    for ds, part in df.groupby("dataset"):
+        store = ResultStore(root / ds)
+        for (method, seed), rows in part.groupby(["method", "seed"]):
+            store.write_pack(rows.to_dict("records"), ds, method, int(seed), f"p{method}{seed}")
+        dirs.append(str(root / ds))
+    return dirs, df
+
+
+def test_analyze_csv_is_the_rt_selection_aggregated_over_seeds(stored, capsys):
+    dirs, df = stored
+    expected = aggregate_seeds(select_by_rt(df, rt=1.0, fairness="tpr_gap"), fairness="tpr_gap")
+    assert main(["analyze", *dirs, "--rt", "1", "--format", "csv"]) == 0
+    got = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(got.columns) == list(expected.columns)
+    assert set(got["dataset"]) == {"adult", "twitter"}
+    got = got.sort_values(["dataset", "method"]).reset_index(drop=True)
+    expected = expected.sort_values(["dataset", "method"]).reset_index(drop=True)
+    np.testing.assert_allclose(got["test_accuracy_mean"], expected["test_accuracy_mean"])
+    np.testing.assert_allclose(got["test_tpr_gap_std"], expected["test_tpr_gap_std"])
+    assert (got["n_seeds"] == 3).all()
+
+
+def test_analyze_markdown_and_latex(stored, capsys):
+    dirs, _ = stored
+    assert main(["analyze", *dirs, "--rt", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "Accuracy ↑" in out and "TPR-gap ↓" in out and "± " in out
+    assert main(["analyze", dirs[0], "--format", "latex", "--fairness", "grms"]) == 0
+    out = capsys.readouterr().out
+    assert "\\begin{tabular}" in out and "GRMS" in out
+
+
+def test_report_writes_markdown_html_and_figures(stored, tmp_path, capsys):
+    dirs, _ = stored
+    assert main(["report", *dirs, "-o", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep/report.md").read_text().count("|") > 10
+    assert "data:image/png;base64," in (tmp_path / "rep/report.html").read_text()
+    pngs = sorted((tmp_path / "rep/figures").glob("*.png"))
+    assert len(pngs) >= 4 and all(p.read_bytes()[:8] == PNG_SIGNATURE for p in pngs)
+
+
+def test_analyze_bad_input_exits_2(tmp_path, capsys):
+    assert main(["analyze", str(tmp_path / "none")]) == 2
+    assert "none" in capsys.readouterr().err
+    assert main(["analyze", str(tmp_path), "--rt", "-1"]) == 2
