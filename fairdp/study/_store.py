@@ -58,14 +58,19 @@ class CorruptFile:
 class ResultStore:
     """Pack files of one results location (a directory or a filesystem URI)."""
 
-    def __init__(self, location: str | os.PathLike):
+    def __init__(self, location: str | os.PathLike, filesystem: pafs.FileSystem | None = None):
+        """``filesystem`` (optional) is used with ``location`` as its path, e.g. an fsspec
+        filesystem wrapped in ``pyarrow.fs.PyFileSystem``; otherwise the URI picks it."""
         location = str(location)
-        if "://" not in location:
-            location = os.path.abspath(location)
-        try:
-            self.fs, self.root = pafs.FileSystem.from_uri(location)
-        except (pa.ArrowInvalid, ValueError, OSError) as e:
-            raise InputError(f"--results {location}: cannot open ({e})") from None
+        if filesystem is not None:
+            self.fs, self.root = filesystem, location
+        else:
+            if "://" not in location:
+                location = os.path.abspath(location)
+            try:
+                self.fs, self.root = pafs.FileSystem.from_uri(location)
+            except (pa.ArrowInvalid, ValueError, OSError) as e:
+                raise InputError(f"--results {location}: cannot open ({e})") from None
         self.root = self.root.rstrip("/")
         self.location = location
         self._local = isinstance(self.fs, pafs.LocalFileSystem)
@@ -125,7 +130,8 @@ class ResultStore:
         for info in infos:
             if info.type != pafs.FileType.File:
                 continue
-            rel = info.path[len(self.root) + 1:]
+            # some filesystems (fsspec's) report '/bucket/...' for a root given as 'bucket/...'
+            rel = info.path.lstrip("/")[len(self.root.lstrip("/")) + 1:]
             parts = rel.split("/")
             if any(p.startswith((".", "_")) for p in parts):
                 continue
