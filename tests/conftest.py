@@ -27,13 +27,13 @@ def fresh_data_dir(tmp_path_factory):
         os.environ["FAIRDP_DATA_DIR"] = old
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env: dict | None = None, timeout: float = 600, cwd=REPO) -> subprocess.CompletedProcess:
     """Run ``python -m fairdp ARGS`` as a user would, capturing its output."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "fairdp", *args],
-        capture_output=True, text=True, env=full_env, cwd=REPO, timeout=timeout,
+        capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout,
     )
 
 

@@ -43,7 +43,8 @@ def _write_study(path: Path, **overrides) -> Path:
 
 def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tmp_path):
     study = _write_study(tmp_path / "tiny.yaml")
-    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"))
+    # a relative --results is the user's working directory's, not a trial's
+    proc = run_cli("run", str(study), "--results", "r", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "packs 6/6" in proc.stderr and "configs 14/14" in proc.stderr  # progress lines
     assert "unconstrained" in proc.stdout and "federate" in proc.stdout  # the results table

@@ -86,6 +86,8 @@ def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1) -> tuple[l
         for start in range(0, len(todo), size):
             chunk = todo[start:start + size]
             packs.append(Pack(plan.name, seed, tuple(by_id[c] for c in chunk), tuple(chunk)))
+    # largest packs first: the last round then holds the short ones, so workers finish together
+    packs.sort(key=lambda p: -len(p.configs))
     return packs, done
 
 

@@ -268,7 +268,8 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     come from the same study, dataset and epochs.
     """
     t0 = time.monotonic()
-    results = results or default_results(spec)
+    # absolute: Ray Tune runs each trial in its own working directory
+    results = ResultStore(results or default_results(spec)).location
     ctx = StudyContext.from_spec(spec, results)
     data = load_study_data(ctx)
     for plan in spec.methods:

@@ -228,7 +228,8 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
     if mode not in ("packed", "per-config"):
         raise InputError(f"--mode: must be packed or per-config, got {mode!r}")
     t0 = time.monotonic()
-    results = results or default_results(spec)
+    # absolute: Ray Tune runs each trial in its own working directory
+    results = ResultStore(results or default_results(spec)).location
     ctx = StudyContext.from_spec(spec, results)
     get_method(search.method).check_dataset(load_study_data(ctx), "search.method")
     store = ResultStore(results)
