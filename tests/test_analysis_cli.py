@@ -63,3 +63,14 @@ def test_analyze_bad_input_exits_2(tmp_path, capsys):
     assert main(["analyze", str(tmp_path / "none")]) == 2
     assert "none" in capsys.readouterr().err
     assert main(["analyze", str(tmp_path), "--rt", "-1"]) == 2
+
+
+def test_the_committed_reference_results_still_read_and_select(capsys):
+    from tests.conftest import REPO
+
+    assert main(["analyze", str(REPO / "results/demo-reference"), "--format", "csv"]) == 0
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert sorted(table["method"]) == ["adversarial", "federate", "noise", "unconstrained"]
+    assert (table["n_seeds"] == 2).all()
+    unconstrained = table.set_index("method").loc["unconstrained"]
+    assert 80 < unconstrained["test_accuracy_mean"] < 90 and unconstrained["leakage_mean"] > 75
