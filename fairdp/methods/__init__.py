@@ -4,6 +4,7 @@ from fairdp.methods import (  # noqa: F401  (each module registers its method)
     adversarial,
     cape,
     dpnr,
+    dpsgd,
     federate,
     fld,
     inlp,

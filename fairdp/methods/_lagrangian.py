@@ -178,15 +178,21 @@ def train_lagrangian(data, configs: list[dict], config_ids: list[str], seed: int
                 lam[nt] = (lam[nt] + DUAL_STEP * violation).clamp(0.0, LAMBDA_MAX)
             acc = per_config_accuracy(model(X["valid"]).argmax(-1), y["valid"])
         history[:, epoch] = acc.numpy()
+    diagnostics = {"clipped_fraction": clip_counts[0] / np.maximum(clip_counts[1], 1)} if private else {}
+    return final_model_result(model, X, configs, history, t0, diagnostics)
+
+
+def final_model_result(model: PackedModel, X: dict, configs: list[dict], history: np.ndarray, t0: float,
+                       diagnostics: dict) -> PackResult:
+    """The pack's result from the model after the last epoch (no best-epoch selection)."""
     predictions, representations = {}, {}
     with torch.no_grad():
         for n in ("valid", "test"):
             reps = model.represent(X[n], None, None)
             representations[n] = reps.cpu().numpy()
             predictions[n] = model.classifier(reps).argmax(-1).cpu().numpy()
-    diagnostics = {"clipped_fraction": clip_counts[0] / np.maximum(clip_counts[1], 1)} if private else {}
-    return PackResult(configs=list(configs), best_epoch=np.full(k, settings.epochs), valid_accuracy_history=history,
-                      predictions=predictions, representations=representations,
+    return PackResult(configs=list(configs), best_epoch=np.full(len(configs), history.shape[1]),
+                      valid_accuracy_history=history, predictions=predictions, representations=representations,
                       duration_s=time.perf_counter() - t0, model=model, diagnostics=diagnostics)
 
 
