@@ -170,6 +170,10 @@ def _cmd_run(args) -> int:
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
     summary = run_study(spec, args.results, args.address, repair=args.repair)
+    if summary.unfinished_packs:
+        print(f"fairdp run: interrupted: {summary.unfinished_packs} of {summary.packs} packs did not finish; "
+              f"what finished is stored in {summary.results}, and the same command resumes", file=sys.stderr)
+        return 130
     failed = f", {summary.failed_packs} packs failed (stored as errors; rerun to retry)" if summary.failed_packs else ""
     print(f"\n{spec.name}: {summary.configs} configs in {summary.packs} packs run, {summary.already_stored} "
           f"already stored{failed}; {summary.wall_s:.0f} s; results in {summary.results}\n")

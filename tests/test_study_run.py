@@ -236,3 +236,32 @@ def test_a_method_that_cannot_train_on_the_dataset_is_refused_before_ray(tmp_pat
     assert main(["run", str(study), "--results", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "methods.fld" in err and "binary labels" in err and not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_with_status_130_and_the_rerun_completes(tmp_path):
+    study = _write_study(tmp_path / "int.yaml", seeds=[0, 1, 2], pack_size=2, train={"epochs": 4, "batch_size": 250})
+    results = tmp_path / "r"
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    store = ResultStore(results)
+    deadline = time.monotonic() + 240
+    while len(store.pack_files()) < 1 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "resumes" in err
+    stored, _ = store.read()
+    assert 0 < len(stored) < 21
+    rerun = run_cli("run", str(study), "--results", str(results))
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    after, _ = store.read()
+    assert len(after) == 21 and not after.duplicated(KEY).any()

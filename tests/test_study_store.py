@@ -139,7 +139,7 @@ def test_an_object_store_gets_whole_files_resume_and_repair_too(tmp_path):
     memory = fsspec.filesystem("memory")
     memory.store.clear()
     store = ResultStore("bucket/study", filesystem=PyFileSystem(FSSpecHandler(memory)))
-    assert not store._local and not store.exists()
+    assert not store.is_local and not store.exists()
     packs, _ = plan_packs(SPEC, pd.DataFrame())
     _store_all(store, packs[:3])
     _store_all(store, packs[:1])  # a retried pack overwrites its object

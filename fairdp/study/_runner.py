@@ -55,6 +55,7 @@ class RunSummary:
     failed_packs: int
     wall_s: float
     repaired: list[str]
+    unfinished_packs: int = 0  # packs a Ctrl-C stopped before they ran or finished
 
 
 def default_results(spec: StudySpec) -> str:
@@ -224,8 +225,10 @@ def _json_logger():
     return JsonLoggerCallback()
 
 
-def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> int:
-    """Run packs as Ray Tune trials (a Ray session must be up); returns the failed pack count.
+def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
+    """Run packs as Ray Tune trials (a Ray session must be up): (failed, unfinished) pack counts.
+
+    Unfinished packs are those a Ctrl-C (Tune stops gracefully on SIGINT) kept from finishing.
 
     A pack that still fails after ``resources.max_failures`` retries is stored as error rows
     (status 'error', the exception's last line), which the next run retries.
@@ -246,14 +249,16 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
                                       callbacks=[_tune_callback(progress), _json_logger()]),
         )
         grid = tuner.fit()
-        failed = 0
+        failed = unfinished = 0
         for res in grid:
-            if res.error is not None:
+            if res.error is None and "configs" not in (res.metrics or {}):
+                unfinished += 1
+            elif res.error is not None:
                 failed += 1
                 pack = Pack.from_dict(res.config["pack"])
                 message = (str(res.error).strip().splitlines() or ["error"])[-1][:500]
                 store_pack(ctx, pack, error_rows(ctx, pack, message))
-        return failed
+        return failed, unfinished
     finally:
         shutil.rmtree(storage, ignore_errors=True)
 
@@ -295,5 +300,5 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         if done:
             print(f"fairdp run {spec.name}: {done} configs already stored in {results}, skipped",
                   file=progress.stream, flush=True)
-        failed = run_packs(ctx, packs, spec, progress) if packs else 0
-    return RunSummary(results, len(packs), configs, done, failed, time.monotonic() - t0, repaired)
+        failed, unfinished = run_packs(ctx, packs, spec, progress) if packs else (0, 0)
+    return RunSummary(results, len(packs), configs, done, failed, time.monotonic() - t0, repaired, unfinished)

@@ -58,7 +58,7 @@ class SearchSummary:
 
 
 def journal_path(store: ResultStore) -> str:
-    if not store._local:
+    if not store.is_local:
         raise InputError(f"--results {store.location}: a search keeps its Optuna journal beside the results, "
                          f"which needs a local or shared filesystem path")
     return f"{store.root}/optuna.journal"

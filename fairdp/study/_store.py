@@ -73,7 +73,7 @@ class ResultStore:
                 raise InputError(f"--results {location}: cannot open ({e})") from None
         self.root = self.root.rstrip("/")
         self.location = location
-        self._local = isinstance(self.fs, pafs.LocalFileSystem)
+        self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
 
     # -- writing ---------------------------------------------------------------------------
     def pack_path(self, dataset: str, method: str, seed: int, pid: str) -> str:
@@ -85,7 +85,7 @@ class ResultStore:
         final = self.pack_path(dataset, method, seed, pid)
         directory = final.rsplit("/", 1)[0]
         self.fs.create_dir(directory, recursive=True)
-        if not self._local:
+        if not self.is_local:
             pq.write_table(table, final, filesystem=self.fs)
             return final
         tmp = f"{directory}/.tmp-{uuid.uuid4().hex}-{final.rsplit('/', 1)[1]}"
@@ -105,7 +105,7 @@ class ResultStore:
         final = f"{self.root}/{name}"
         self.fs.create_dir(self.root, recursive=True)
         table = pa.Table.from_pandas(df, preserve_index=False)
-        if not self._local:
+        if not self.is_local:
             pq.write_table(table, final, filesystem=self.fs)
             return final
         tmp = f"{self.root}/.tmp-{uuid.uuid4().hex}-{name}"
