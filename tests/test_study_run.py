@@ -265,3 +265,29 @@ def test_ctrl_c_stops_with_status_130_and_the_rerun_completes(tmp_path):
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     after, _ = store.read()
     assert len(after) == 21 and not after.duplicated(KEY).any()
+
+
+def test_a_search_resumes_from_its_journal_without_retraining(tmp_path):
+    study = _write_study(
+        tmp_path / "search.yaml", name="resume-search", seeds=[0], methods={"noise": {}},
+        search={"method": "noise", "sampler": "nsga2", "population": 4, "trials": 4, "seed": 1,
+                "objectives": {"valid_accuracy": "max", "leakage": "min"},
+                "space": {"eps": {"low": 1, "high": 20, "log": True}}})
+    results = tmp_path / "r"
+    first = run_cli("search", str(study), "--results", str(results))
+    assert first.returncode == 0, first.stderr[-2000:]
+    rows1, _ = ResultStore(results).read()
+    second = run_cli("search", str(study), "--results", str(results), "--trials", "8")
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "4 trials already in" in second.stderr
+    rows2, _ = ResultStore(results).read()
+    assert len(rows2) <= 8 and not rows2.duplicated(KEY).any()
+    kept = rows2.merge(rows1[KEY], on=KEY).sort_values(KEY).reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, rows1.sort_values(KEY).reset_index(drop=True))  # not retrained
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = JournalStorage(JournalFileBackend(str(results / "optuna.journal")))
+    trials = optuna.load_study(study_name="resume-search-noise", storage=journal).trials
+    assert len(trials) == 8 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
