@@ -236,12 +236,14 @@ def _private_group_step(model, inputs, deltas, group_weight, c_p, noise_std, gen
     norms = sq.sqrt()
     factor = torch.clamp(c_p.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)  # min(1, C_p / ||g||)
     coef = (group_weight * factor).unsqueeze(-1)  # (K, B, 1)
-    std = noise_std.view(-1, 1, 1)
+    # one draw per config for all parameter entries: per-parameter draws cost a dispatch each
+    sizes = [n for layer in layers for n in (layer.weight[0].numel(), layer.bias[0].numel())]
+    noise = _rng.normal((sum(sizes),), generators, device=coef.device, dtype=coef.dtype) * noise_std.unsqueeze(1)
+    chunks = iter(noise.split(sizes, dim=1))
     for layer, a, d in zip(layers, inputs, deltas):
-        for param, g in ((layer.weight, torch.bmm(a.transpose(1, 2), coef * d)),
-                         (layer.bias, (coef * d).sum(dim=1, keepdim=True))):
-            noise = _rng.normal(g.shape[1:], generators, device=g.device, dtype=g.dtype)
-            param.grad += -g + noise * std
+        cd = coef * d
+        for param, g in ((layer.weight, torch.bmm(a.transpose(1, 2), cd)), (layer.bias, cd.sum(dim=1, keepdim=True))):
+            param.grad += next(chunks).view_as(g) - g
     in_group = group_weight != 0  # (K, B)
     exceeded = ((norms > c_p.unsqueeze(1)) & in_group).sum(1)
     return torch.stack([exceeded, in_group.sum(1)]).cpu().numpy()

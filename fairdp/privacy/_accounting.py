@@ -51,6 +51,7 @@ from collections.abc import Callable
 from numbers import Integral, Real
 
 import dp_accounting
+from absl import logging as absl_logging
 from dp_accounting.rdp import RdpAccountant
 
 from fairdp.errors import InputError
@@ -104,10 +105,20 @@ def _check_run(
 
 
 def _epsilon(events: list[dp_accounting.DpEvent], delta: float) -> float:
-    """eps at ``delta`` of the RDP composition of ``events`` (Mironov 2017, Prop. 1)."""
-    accountant = RdpAccountant()
-    accountant.compose(dp_accounting.ComposedDpEvent(events))
-    return float(accountant.get_epsilon(delta))
+    """eps at ``delta`` of the RDP composition of ``events`` (Mironov 2017, Prop. 1).
+
+    dp-accounting logs a warning for every RDP order whose series fails to converge (small
+    orders at large q) and leaves that order out; eps is the minimum over the other orders,
+    still a valid bound, so those warnings (dozens per calibration) are silenced here.
+    """
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        accountant = RdpAccountant()
+        accountant.compose(dp_accounting.ComposedDpEvent(events))
+        return float(accountant.get_epsilon(delta))
+    finally:
+        absl_logging.set_verbosity(verbosity)
 
 
 def _sampled_gaussian(sigma: float, q: float, steps: int) -> dp_accounting.DpEvent:
