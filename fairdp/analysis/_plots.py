@@ -14,7 +14,6 @@ display is needed, and there are no figures to close.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from fairdp._atomic import atomic_path
 from fairdp.analysis._pareto import pareto_front
 from fairdp.analysis._select import _check_fairness, _frame, _ok_rows, _require
 from fairdp.analysis._tables import FAIRNESS_LABELS
@@ -242,15 +242,8 @@ def figure_pareto_fronts(
 def save_png(fig: Figure, path: PathLike) -> Path:
     """Write ``fig`` as a PNG at ``path`` atomically (hidden temp file, then os.replace)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
     return path
 
 

@@ -14,7 +14,6 @@ import base64
 import datetime as _dt
 import html
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from fairdp._atomic import atomic_path
 from fairdp.analysis._pareto import hypervolume, pareto_front
 from fairdp.analysis._plots import (
     plot_fairness_accuracy_bins,
@@ -58,14 +58,8 @@ _HV_REFERENCE = {"max": 0.0, "min": 100.0}
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
     return path
 
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from fairdp._atomic import atomic_path
 from fairdp.errors import InputError
 
 HYPERPARAMS = ("eps", "lam", "lam_ort", "iterations", "clip_primal", "clip_dual", "bound", "fairness_notion")
@@ -83,38 +84,20 @@ class ResultStore:
         """Write a pack's rows as one file, atomically; returns its path."""
         table = pa.Table.from_pylist([{c: r.get(c) for c in COLUMNS} for r in rows], schema=SCHEMA)
         final = self.pack_path(dataset, method, seed, pid)
-        directory = final.rsplit("/", 1)[0]
-        self.fs.create_dir(directory, recursive=True)
-        if not self.is_local:
-            pq.write_table(table, final, filesystem=self.fs)
-            return final
-        tmp = f"{directory}/.tmp-{uuid.uuid4().hex}-{final.rsplit('/', 1)[1]}"
-        try:
-            with self.fs.open_output_stream(tmp) as out:
-                pq.write_table(table, out)
-            with open(tmp, "rb+") as f:  # on disk before the rename makes it visible
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return final
+        self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
+        return self._write(table, final)
 
     def write_table(self, df: pd.DataFrame, name: str) -> str:
         """A side table (e.g. a Pareto front) at ``<root>/<name>``, written atomically."""
-        final = f"{self.root}/{name}"
         self.fs.create_dir(self.root, recursive=True)
-        table = pa.Table.from_pandas(df, preserve_index=False)
-        if not self.is_local:
+        return self._write(pa.Table.from_pandas(df, preserve_index=False), f"{self.root}/{name}")
+
+    def _write(self, table: pa.Table, final: str) -> str:
+        if not self.is_local:  # an object store's single PUT is already all or nothing
             pq.write_table(table, final, filesystem=self.fs)
             return final
-        tmp = f"{self.root}/.tmp-{uuid.uuid4().hex}-{name}"
-        try:
+        with atomic_path(final, prefix=f".tmp-{final.rsplit('/', 1)[1]}.") as tmp:
             pq.write_table(table, tmp)
-            os.replace(tmp, final)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         return final
 
     # -- reading ---------------------------------------------------------------------------
