@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import shutil
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from fairdp.metrics import ProbeSettings
 from fairdp.study._plan import Pack, check_compatible, plan_packs
 from fairdp.study._ray import ray_session
 from fairdp.study._spec import StudySpec
-from fairdp.study._store import HYPERPARAMS, ResultStore
+from fairdp.study._store import HYPERPARAMS, ResultStore, corrupt_error
 
 
 @dataclass(frozen=True)
@@ -163,23 +162,18 @@ def _pack_trial(config: dict, ctx: StudyContext) -> None:
 class Progress:
     """Packs and configs done / total, failures, elapsed and ETA, as lines on stderr."""
 
-    def __init__(self, label: str, packs: int, configs: int, stream=None, min_interval_s: float = 0.0):
+    def __init__(self, label: str, packs: int, configs: int, stream=None):
         self.label, self.total_packs, self.total_configs = label, packs, configs
         self.packs = self.configs = self.failures = self.retries = 0
         self.t0 = time.monotonic()
         self.stream = stream or sys.stderr
-        self.min_interval_s = min_interval_s
-        self._last = -math.inf
 
     def update(self, packs: int = 0, configs: int = 0, failures: int = 0, retries: int = 0) -> None:
         self.packs += packs
         self.configs += configs
         self.failures += failures
         self.retries += retries
-        now = time.monotonic()
-        if now - self._last >= self.min_interval_s or self.packs == self.total_packs:
-            self._last = now
-            print(self.line(), file=self.stream, flush=True)
+        print(self.line(), file=self.stream, flush=True)
 
     def __getstate__(self):  # Tune pickles its callbacks with the experiment state; streams don't pickle
         return {k: v for k, v in self.__dict__.items() if k != "stream"}
@@ -284,7 +278,7 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     repaired = []
     if corrupt:
         if not repair:
-            store.read(on_corrupt="raise")
+            raise corrupt_error(corrupt)
         for c in corrupt:
             repaired.append(store.move_aside(c.path))
             print(f"fairdp run: moved aside {c.path} ({c.reason})", file=progress_stream or sys.stderr)

@@ -153,18 +153,16 @@ def _seeds(value) -> tuple[int, ...]:
 
 def _train(value) -> TrainSettings:
     d = _mapping(value, "train", optional=("epochs", "batch_size", "lr", "gamma", "device", "dtype", "config_chunk"))
-    kw = {}
-    for key in ("epochs", "batch_size", "config_chunk"):
-        if key in d:
-            kw[key] = _int(d[key], f"train.{key}", low=1)
+    # TrainSettings checks epochs, batch_size and dtype itself (naming train.<key>); here only
+    # what it checks more loosely: finite lr and gamma, a non-bool config_chunk, a device string.
+    kw = {k: d[k] for k in ("epochs", "batch_size", "dtype") if k in d}
+    if "config_chunk" in d:
+        kw["config_chunk"] = _int(d["config_chunk"], "train.config_chunk", low=1)
     for key in ("lr", "gamma"):
         if key in d:
             kw[key] = _number(d[key], f"train.{key}", low=0.0, low_open=True)
-    for key in ("device", "dtype"):
-        if key in d:
-            kw[key] = _string(d[key], f"train.{key}")
-    if kw.get("dtype", "float32") not in ("float32", "float64"):
-        raise InputError(f"train.dtype: must be float32 or float64, got {kw['dtype']!r}")
+    if "device" in d:
+        kw["device"] = _string(d["device"], "train.device")
     return TrainSettings(**kw)
 
 

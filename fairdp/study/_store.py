@@ -134,10 +134,7 @@ class ResultStore:
             except (pa.ArrowException, OSError) as e:
                 corrupt.append(CorruptFile(path, str(e).splitlines()[0]))
         if corrupt and on_corrupt == "raise":
-            c = corrupt[0]
-            more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
-            raise InputError(f"{c.path}: corrupt or truncated results file{more} ({c.reason}); "
-                             f"`fairdp run --repair` moves it aside and reruns its configs")
+            raise corrupt_error(corrupt)
         if not tables:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS}), corrupt
         table = pa.concat_tables(tables, promote_options="permissive")
@@ -160,6 +157,14 @@ class ResultStore:
                 self.fs.delete_file(info.path)
                 n += 1
         return n
+
+
+def corrupt_error(corrupt: list[CorruptFile]) -> InputError:
+    """The one-line error naming the first unreadable file (and how many more there are)."""
+    c = corrupt[0]
+    more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+    return InputError(f"{c.path}: corrupt or truncated results file{more} ({c.reason}); "
+                      f"`fairdp run --repair` moves it aside and reruns its configs")
 
 
 def read_results(*locations) -> pd.DataFrame:
