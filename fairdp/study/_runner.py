@@ -147,16 +147,15 @@ def store_pack(ctx: StudyContext, pack: Pack, rows: list[dict]) -> str:
 
 
 def _pack_trial(config: dict, ctx: StudyContext) -> None:
-    """The Ray Tune trainable: one pack in, its Parquet file written, a summary reported."""
+    """The Ray Tune trainable: one pack in, its Parquet file written, a summary reported
+    (with each row's metrics, which a searcher handing out packs tells back to Optuna)."""
     from ray import tune
 
     pack = Pack.from_dict(config["pack"])
     rows = train_and_evaluate(ctx, pack)
     store_pack(ctx, pack, rows)
-    report = {"configs": len(rows), "pack_duration_s": rows[0]["pack_duration_s"]}
-    if len(rows) == 1:  # a pack of one reports its metrics, for searchers that read them
-        report.update({k: v for k, v in rows[0].items() if isinstance(v, float)})
-    tune.report(report)
+    tune.report({"configs": len(rows), "pack_duration_s": rows[0]["pack_duration_s"],
+                 "rows": [{k: v for k, v in r.items() if isinstance(v, float)} for r in rows]})
 
 
 class Progress:

@@ -36,6 +36,7 @@ from fairdp.study._runner import (
     Progress,
     StudyContext,
     _json_logger,
+    _pack_trial,
     _tune_callback,
     default_results,
     load_study_data,
@@ -119,16 +120,6 @@ def _config(search: SearchSpec, params: dict) -> dict:
 
 
 # -- packed generations -------------------------------------------------------------------
-
-def _generation_trial(config: dict, ctx: StudyContext) -> None:
-    from ray import tune
-
-    pack = Pack.from_dict(config["pack"])
-    rows = train_and_evaluate(ctx, pack)
-    store_pack(ctx, pack, rows)
-    tune.report({"configs": len(rows), "rows": [{k: v for k, v in r.items() if isinstance(v, float)}
-                                                for r in rows]})
-
 
 def _generation_searcher(study, search: SearchSpec, total: int, slots: int, stored: dict):
     """A Ray Tune Searcher that asks Optuna one generation at a time and hands it out as packs."""
@@ -258,7 +249,7 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
             if remaining:
                 if mode == "packed":
                     searcher = _generation_searcher(study, search, remaining, slots, stored)
-                    trainable = tune.with_resources(tune.with_parameters(_generation_trial, ctx=ctx), resources)
+                    trainable = tune.with_resources(tune.with_parameters(_pack_trial, ctx=ctx), resources)
                     n_trials = -1  # until the searcher says FINISHED
                     tune_config = tune.TuneConfig(search_alg=searcher, num_samples=n_trials,
                                                   max_concurrent_trials=slots, reuse_actors=True,
