@@ -10,7 +10,7 @@ from fairdp.engine import ModelSpec, PackedModel, TrainSettings
 from fairdp.methods import get_method
 from fairdp.methods._lagrangian import ARCHITECTURE
 from fairdp.methods.dpsgd import dpsgd_gradients
-from fairdp.privacy import PFLD_DELTA, calibrate_gaussian_sigma, gaussian_epsilon
+from fairdp.privacy import PFLD_DELTA, calibrate_dpsgd_sigma, gaussian_epsilon
 
 
 def _model(k=2, d=6, dtype=torch.float64):
@@ -75,10 +75,10 @@ def test_noise_has_std_sigma_times_c_over_b(sigma, clip):
 
 def test_calibration_meets_the_target_and_the_pack_reports_the_accountants_eps():
     for eps in (0.5, 2.0, 8.0):
-        sigma = calibrate_gaussian_sigma(eps, 1e-5, 300, 1500, 2)
+        sigma = calibrate_dpsgd_sigma(eps, 1e-5, 300, 1500, 2)
         got = gaussian_epsilon(sigma, 2 * 5, 300 / 1500, 1e-5)
         assert 0.95 * eps <= got <= eps
-    assert calibrate_gaussian_sigma(0.5, 1e-5, 300, 1500, 2) > calibrate_gaussian_sigma(8.0, 1e-5, 300, 1500, 2)
+    assert calibrate_dpsgd_sigma(0.5, 1e-5, 300, 1500, 2) > calibrate_dpsgd_sigma(8.0, 1e-5, 300, 1500, 2)
     data = load_dataset("synthetic", rows=1500, features=8, seed=3)
     configs = [{"eps": 1.0, "clip_primal": 1.0}, {"eps": 8.0, "clip_primal": 10.0}]
     res = get_method("dpsgd").train_pack(data, configs, seed=0, settings=TrainSettings(epochs=2, batch_size=300))

@@ -60,6 +60,22 @@ PRIMAL_STEP = 0.1
 ARCHITECTURE = Architecture(encoder=(64, 64), classifier=(), adversary=(), dropout=0.0)
 
 
+def sgd_pack(data, config_ids: list[str], seed: int, settings, arch: Architecture):
+    """What F-LD, PF-LD and DP-SGD set up before their loops: device and dtype, each config's
+    init and noise streams, the packed model with Algorithm 1's plain SGD step, the splits as
+    tensors. Returns (device, dtype, generators, model, optimizer, X, y)."""
+    device = resolve_device(settings.device)
+    dtype = getattr(torch, settings.dtype)
+    gens = {st: _rng.make_generators([stream_seed(seed, c, st) for c in config_ids], device)
+            for st in ("init", "noise")}
+    model = PackedModel(ModelSpec(), arch, data.n_features, data.n_classes, data.n_groups, gens["init"],
+                        device=device, dtype=dtype)
+    opt = torch.optim.SGD(model.parameters(), lr=PRIMAL_STEP)
+    X = {n: torch.as_tensor(data.split(n).X, device=device, dtype=dtype) for n in ("train", "valid", "test")}
+    y = {n: torch.as_tensor(data.split(n).y, device=device) for n in ("train", "valid", "test")}
+    return device, dtype, gens, model, opt, X, y
+
+
 def constraint_masks(notion: str, y: torch.Tensor, s: torch.Tensor, n_groups: int):
     """Membership of each row in each constraint's population and group sets: two (I, n) bool masks."""
     if notion == "eo":
@@ -95,16 +111,8 @@ def train_lagrangian(data, configs: list[dict], config_ids: list[str], seed: int
         raise InputError(f"dataset: F-LD/PF-LD need binary labels (Tran et al.), '{data.name}' has "
                          f"{data.n_classes} classes")
     t0 = time.perf_counter()
-    device = resolve_device(settings.device)
-    dtype = getattr(torch, settings.dtype)
     k = len(configs)
-    gens = {st: _rng.make_generators([stream_seed(seed, c, st) for c in config_ids], device)
-            for st in ("init", "noise")}
-    model = PackedModel(ModelSpec(), arch, data.n_features, 2, data.n_groups, gens["init"],
-                        device=device, dtype=dtype)
-    opt = torch.optim.SGD(model.parameters(), lr=PRIMAL_STEP)
-    X = {n: torch.as_tensor(data.split(n).X, device=device, dtype=dtype) for n in ("train", "valid", "test")}
-    y = {n: torch.as_tensor(data.split(n).y, device=device) for n in ("train", "valid", "test")}
+    device, dtype, gens, model, opt, X, y = sgd_pack(data, config_ids, seed, settings, arch)
     s_train = torch.as_tensor(data.split("train").s, device=device)
     notions = [c["fairness_notion"] for c in configs]
     by_notion = {nt: [i for i, c in enumerate(notions) if c == nt] for nt in sorted(set(notions))}

@@ -6,7 +6,7 @@ to ``clip_primal`` (C) and Gaussian noise N(0, sigma^2 C^2) is added to the clip
 before averaging over the batch. It protects whole training rows (features, label and
 sensitive attribute), not only the attribute as PF-LD does. sigma is calibrated by the RDP
 accountant to the target ``eps`` at delta = 1e-5 for the run's batch size, training-set
-size and epochs (``calibrate_gaussian_sigma``: epochs * ceil(n / B) sampled Gaussian steps
+size and epochs (``calibrate_dpsgd_sigma``: epochs * ceil(n / B) sampled Gaussian steps
 at rate B / n); rows report the accountant's eps for the sigma used. Per-row gradient norms
 come from ghost norms (``_private_group_step``), as in PF-LD.
 """
@@ -18,18 +18,17 @@ import time
 import numpy as np
 import torch
 
-from fairdp import _rng
-from fairdp.engine import ModelSpec, PackedModel, per_config_accuracy, resolve_device, stream_seed
+from fairdp.engine import PackedModel, per_config_accuracy
 from fairdp.methods._base import EPS, HyperParam, Method
 from fairdp.methods._lagrangian import (
     ARCHITECTURE,
-    PRIMAL_STEP,
     _private_group_step,
     final_model_result,
     layered_forward,
+    sgd_pack,
 )
 from fairdp.methods._registry import register_method
-from fairdp.privacy import PFLD_DELTA, calibrate_gaussian_sigma, gaussian_epsilon
+from fairdp.privacy import PFLD_DELTA, calibrate_dpsgd_sigma, dpsgd_epsilon
 
 CLIP = HyperParam("clip_primal", low=0.0, low_open=True, doc="C, per-row gradient clip")
 
@@ -53,26 +52,17 @@ class DPSGD(Method):
         configs = [self.validate_config(c) for c in configs]
         n = len(data.splits["train"])
         batch = min(settings.batch_size, n)
-        sigmas = [calibrate_gaussian_sigma(c["eps"], PFLD_DELTA, batch, n, settings.epochs) for c in configs]
+        sigmas = [calibrate_dpsgd_sigma(c["eps"], PFLD_DELTA, batch, n, settings.epochs) for c in configs]
         result = train_dpsgd(data, configs, [self.config_id(c) for c in configs], seed, settings, sigmas,
                              arch or ARCHITECTURE)
-        steps = settings.epochs * -(-n // batch)
-        result.privacy = [(gaussian_epsilon(s, steps, batch / n, PFLD_DELTA), PFLD_DELTA) for s in sigmas]
+        result.privacy = [(dpsgd_epsilon(s, batch, n, settings.epochs, PFLD_DELTA), PFLD_DELTA) for s in sigmas]
         return result
 
 
 def train_dpsgd(data, configs, config_ids, seed, settings, sigmas, arch):
     t0 = time.perf_counter()
-    device = resolve_device(settings.device)
-    dtype = getattr(torch, settings.dtype)
     k = len(configs)
-    gens = {st: _rng.make_generators([stream_seed(seed, c, st) for c in config_ids], device)
-            for st in ("init", "noise")}
-    model = PackedModel(ModelSpec(), arch, data.n_features, data.n_classes, data.n_groups, gens["init"],
-                        device=device, dtype=dtype)
-    opt = torch.optim.SGD(model.parameters(), lr=PRIMAL_STEP)
-    X = {n: torch.as_tensor(data.split(n).X, device=device, dtype=dtype) for n in ("train", "valid", "test")}
-    y = {n: torch.as_tensor(data.split(n).y, device=device) for n in ("train", "valid")}
+    device, dtype, gens, model, opt, X, y = sgd_pack(data, config_ids, seed, settings, arch)
     clip = torch.tensor([c["clip_primal"] for c in configs], device=device, dtype=dtype)
     sigma = torch.tensor(sigmas, device=device, dtype=dtype)
     order = torch.Generator(device="cpu").manual_seed(seed)

@@ -227,13 +227,18 @@ def calibrate_pfld_sigmas(
     return sigma_primal, sigma_dual
 
 
-def calibrate_gaussian_sigma(target_eps: float, delta: float, batch_size: int, n: int, epochs: int) -> float:
-    """Smallest noise multiplier (to 1e-3, rounded up) making DP-SGD (target_eps, delta)-DP:
-    ``epochs * ceil(n / batch_size)`` sampled Gaussian steps at rate batch_size / n, so that
-    ``gaussian_epsilon(sigma, steps, q, delta) <= target_eps`` always."""
+def dpsgd_epsilon(sigma: float | None, batch_size: int, n: int, epochs: int, delta: float) -> float:
+    """eps of a DP-SGD run: ``epochs * ceil(n / batch_size)`` sampled Gaussian steps at rate
+    batch_size / n (one per mini-batch, the last partial one included, as for PF-LD)."""
+    batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
+    return gaussian_epsilon(sigma, epochs * -(-n // batch_size), batch_size / n, delta)
+
+
+def calibrate_dpsgd_sigma(target_eps: float, delta: float, batch_size: int, n: int, epochs: int) -> float:
+    """Smallest noise multiplier (to 1e-3, rounded up) with
+    ``dpsgd_epsilon(sigma, batch_size, n, epochs, delta) <= target_eps``."""
     target_eps = _check_real("target_eps", target_eps)
     if not 0 < target_eps < math.inf:
         raise InputError(f"target_eps must be finite and > 0, got {target_eps}")
     batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
-    steps = epochs * -(-n // batch_size)
-    return _smallest_sigma(lambda s: gaussian_epsilon(s, steps, batch_size / n, delta), target_eps)
+    return _smallest_sigma(lambda s: dpsgd_epsilon(s, batch_size, n, epochs, delta), target_eps)
