@@ -82,23 +82,7 @@ def figure_rt_sweep(sweep: pd.DataFrame, fairness: str = "tpr_gap") -> Figure | 
     metrics = [m for m in ("valid_accuracy", f"valid_{fairness}", "leakage") if _has(sweep, f"{m}_mean")]
     if sweep.empty or not metrics:
         return None
-    datasets = sorted(sweep["dataset"].astype(str).unique())
-    colors = _colors(sorted(sweep["method"].astype(str).unique()))
-    fig, axes = _new_figure(len(datasets), len(metrics))
-    handles: dict[str, object] = {}
-    for i, ds in enumerate(datasets):
-        part = sweep[sweep["dataset"].astype(str) == ds]
-        for j, m in enumerate(metrics):
-            ax = axes[i, j]
-            for method, g in part.groupby("method", sort=True):
-                g = g.sort_values("rt")
-                line = ax.errorbar(g["rt"], g[f"{m}_mean"], yerr=_yerr(g[f"{m}_std"]), marker="o",
-                                   ms=4, capsize=2, color=colors[str(method)], label=str(method))
-                handles.setdefault(str(method), line)
-            ax.set_xlabel("relaxation threshold (points)")
-            ax.set_ylabel(_label(m))
-            ax.set_title(ds, fontsize=9)
-    return _finish(fig, handles, "Selection by relaxation threshold")
+    return _curves(sweep, "rt", metrics, "relaxation threshold (points)", "Selection by relaxation threshold")
 
 
 def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap") -> Figure | None:
@@ -138,23 +122,28 @@ def figure_privacy_accuracy(by_eps: pd.DataFrame) -> Figure | None:
     metrics = [m for m in ("test_accuracy", "leakage") if _has(by_eps, f"{m}_mean")]
     if by_eps.empty or not metrics:
         return None
-    datasets = sorted(by_eps["dataset"].astype(str).unique())
-    colors = _colors(sorted(by_eps["method"].astype(str).unique()))
+    return _curves(by_eps, "eps", metrics, "ε", "Privacy-accuracy trade-off (best valid accuracy per ε)")
+
+
+def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title: str) -> Figure:
+    """One panel per (dataset, metric): each method's ``<metric>_mean`` ± ``_std`` against ``x``."""
+    datasets = sorted(table["dataset"].astype(str).unique())
+    colors = _colors(sorted(table["method"].astype(str).unique()))
     fig, axes = _new_figure(len(datasets), len(metrics))
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
-        part = by_eps[by_eps["dataset"].astype(str) == ds]
+        part = table[table["dataset"].astype(str) == ds]
         for j, m in enumerate(metrics):
             ax = axes[i, j]
             for method, g in part.groupby("method", sort=True):
-                g = g.sort_values("eps")
-                line = ax.errorbar(g["eps"], g[f"{m}_mean"], yerr=_yerr(g[f"{m}_std"]), marker="o",
+                g = g.sort_values(x)
+                line = ax.errorbar(g[x], g[f"{m}_mean"], yerr=_yerr(g[f"{m}_std"]), marker="o",
                                    ms=4, capsize=2, color=colors[str(method)], label=str(method))
                 handles.setdefault(str(method), line)
-            ax.set_xlabel("ε")
+            ax.set_xlabel(xlabel)
             ax.set_ylabel(_label(m))
             ax.set_title(ds, fontsize=9)
-    return _finish(fig, handles, "Privacy-accuracy trade-off (best valid accuracy per ε)")
+    return _finish(fig, handles, title)
 
 
 def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
