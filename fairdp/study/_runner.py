@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -212,10 +213,32 @@ def _tune_callback(progress: Progress):
     return _ProgressCallback()
 
 
-def _json_logger():
+def worker_slots(spec: StudySpec) -> int:
+    """Trials the connected Ray cluster runs at once (at least one)."""
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1) // spec.resources.cpus_per_trial))
+
+
+def trial_resources(spec: StudySpec) -> dict:
+    return {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
+
+
+@contextlib.contextmanager
+def tune_run_config(name: str, spec: StudySpec, progress: Progress):
+    """Tune's RunConfig for a study: the spec's retries, progress lines, and the JSON logger
+    that result grids read back; its storage is a temporary directory removed afterwards
+    (rows live in the results store, so Tune keeps nothing worth resuming from)."""
+    from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    return JsonLoggerCallback()
+    storage = tempfile.mkdtemp(prefix="fairdp-tune-")
+    try:
+        yield tune.RunConfig(name=name, storage_path=storage, verbose=0,
+                             failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
+                             callbacks=[_tune_callback(progress), JsonLoggerCallback()])
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
 
 
 def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
@@ -228,20 +251,15 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
     """
     from ray import tune
 
-    trainable = tune.with_resources(tune.with_parameters(_pack_trial, ctx=ctx),
-                                    {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial})
-    storage = tempfile.mkdtemp(prefix="fairdp-tune-")
-    try:
-        tuner = tune.Tuner(
+    trainable = tune.with_resources(tune.with_parameters(_pack_trial, ctx=ctx), trial_resources(spec))
+    with tune_run_config(spec.name, spec, progress) as run_config:
+        grid = tune.Tuner(
             trainable,
             param_space={"pack": tune.grid_search([p.to_dict() for p in packs])},
             tune_config=tune.TuneConfig(reuse_actors=True, trial_dirname_creator=lambda t: t.trial_id,
                                         trial_name_creator=lambda t: f"pack_{t.trial_id}"),
-            run_config=tune.RunConfig(name=spec.name, storage_path=storage, verbose=0,
-                                      failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
-                                      callbacks=[_tune_callback(progress), _json_logger()]),
-        )
-        grid = tuner.fit()
+            run_config=run_config,
+        ).fit()
         failed = unfinished = 0
         for res in grid:
             if res.error is None and "configs" not in (res.metrics or {}):
@@ -251,9 +269,7 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
                 pack = Pack.from_dict(res.config["pack"])
                 message = (str(res.error).strip().splitlines() or ["error"])[-1][:500]
                 store_pack(ctx, pack, error_rows(ctx, pack, message))
-        return failed, unfinished
-    finally:
-        shutil.rmtree(storage, ignore_errors=True)
+    return failed, unfinished
 
 
 def run_study(spec: StudySpec, results: str | None = None, address: str | None = None, *, repair: bool = False,
@@ -267,12 +283,12 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     """
     t0 = time.monotonic()
     # absolute: Ray Tune runs each trial in its own working directory
-    results = ResultStore(results or default_results(spec)).location
+    store = ResultStore(results or default_results(spec))
+    results = store.location
     ctx = StudyContext.from_spec(spec, results)
     data = load_study_data(ctx)
     for plan in spec.methods:
         get_method(plan.name).check_dataset(data)
-    store = ResultStore(results)
     stored, corrupt = store.read(on_corrupt="collect")
     repaired = []
     if corrupt:
@@ -283,11 +299,8 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
             print(f"fairdp run: moved aside {c.path} ({c.reason})", file=progress_stream or sys.stderr)
     check_compatible(spec, stored, results)
     store.remove_temporaries()
-    with ray_session(address, num_cpus=num_cpus) as _mode:
-        import ray
-
-        slots = max(1, int(ray.cluster_resources().get("CPU", 1) // spec.resources.cpus_per_trial))
-        packs, done = plan_packs(spec, stored, slots)
+    with ray_session(address, num_cpus=num_cpus):
+        packs, done = plan_packs(spec, stored, worker_slots(spec))
         configs = sum(len(p.configs) for p in packs)
         progress = Progress(f"run {spec.name}", len(packs), configs, stream=progress_stream)
         if done:

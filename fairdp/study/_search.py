@@ -20,9 +20,7 @@ the search's rows is written to ``<results>/pareto-<method>.parquet``.
 from __future__ import annotations
 
 import math
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -35,13 +33,14 @@ from fairdp.study._ray import ray_session
 from fairdp.study._runner import (
     Progress,
     StudyContext,
-    _json_logger,
     _pack_trial,
-    _tune_callback,
     default_results,
     load_study_data,
     store_pack,
     train_and_evaluate,
+    trial_resources,
+    tune_run_config,
+    worker_slots,
 )
 from fairdp.study._spec import SearchSpec, StudySpec
 from fairdp.study._store import ResultStore
@@ -207,8 +206,6 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
                  trials: int | None = None, mode: str | None = None, progress_stream=None,
                  num_cpus: int | None = None) -> SearchSummary:
     """Run (or resume) the spec's ``search:`` block until the study has ``trials`` trials."""
-    from ray import tune
-
     search = spec.search
     if search is None:
         raise InputError(f"{spec.source}: search: the study has no search block")
@@ -220,10 +217,10 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
         raise InputError(f"--mode: must be packed or per-config, got {mode!r}")
     t0 = time.monotonic()
     # absolute: Ray Tune runs each trial in its own working directory
-    results = ResultStore(results or default_results(spec)).location
+    store = ResultStore(results or default_results(spec))
+    results = store.location
     ctx = StudyContext.from_spec(spec, results)
     get_method(search.method).check_dataset(load_study_data(ctx), "search.method")
-    store = ResultStore(results)
     journal = journal_path(store)
     stored_df, _ = store.read()
     store.fs.create_dir(store.root, recursive=True)
@@ -239,45 +236,40 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
     stream = progress_stream or sys.stderr
     if done:
         print(f"fairdp search {spec.name}: {done} trials already in {journal}", file=stream, flush=True)
-    with ray_session(address, num_cpus=num_cpus):
-        import ray
-
-        slots = max(1, int(ray.cluster_resources().get("CPU", 1) // spec.resources.cpus_per_trial))
-        resources = {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
-        storage_dir = tempfile.mkdtemp(prefix="fairdp-tune-")
-        try:
-            if remaining:
-                if mode == "packed":
-                    searcher = _generation_searcher(study, search, remaining, slots, stored)
-                    trainable = tune.with_resources(tune.with_parameters(_pack_trial, ctx=ctx), resources)
-                    n_trials = -1  # until the searcher says FINISHED
-                    tune_config = tune.TuneConfig(search_alg=searcher, num_samples=n_trials,
-                                                  max_concurrent_trials=slots, reuse_actors=True,
-                                                  trial_dirname_creator=lambda t: t.trial_id)
-                    packs = math.ceil(remaining / search.population) * min(slots, search.population)
-                else:
-                    from ray.tune.search.optuna import OptunaSearch
-
-                    searcher = OptunaSearch(space=_distributions(search), metric=list(search.objectives),
-                                            mode=list(search.objectives.values()), sampler=_sampler(search),
-                                            study_name=study_name, storage=storage)
-                    trainable = tune.with_resources(
-                        tune.with_parameters(_config_trial, ctx=ctx, search=search), resources)
-                    tune_config = tune.TuneConfig(search_alg=searcher, num_samples=remaining,
-                                                  max_concurrent_trials=slots, reuse_actors=True,
-                                                  trial_dirname_creator=lambda t: t.trial_id)
-                    packs = remaining
-                progress = Progress(f"search {spec.name}", packs, remaining, stream=stream)
-                tuner = tune.Tuner(trainable, tune_config=tune_config,
-                                   run_config=tune.RunConfig(
-                                       name=study_name, storage_path=storage_dir, verbose=0,
-                                       failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
-                                       callbacks=[_tune_callback(progress), _json_logger()]))
-                tuner.fit()
-        finally:
-            shutil.rmtree(storage_dir, ignore_errors=True)
+    if remaining:
+        with ray_session(address, num_cpus=num_cpus):
+            _run_search(ctx, spec, study, study_name, storage, stored, remaining, mode, stream)
     front = write_front(store, spec)
     return SearchSummary(results, journal, remaining, total, front, time.monotonic() - t0, mode)
+
+
+def _run_search(ctx, spec: StudySpec, study, study_name: str, storage, stored: dict, remaining: int, mode: str,
+                stream) -> None:
+    """``remaining`` trials of the search through Ray Tune (a Ray session must be up)."""
+    from ray import tune
+
+    search = spec.search
+    slots = worker_slots(spec)
+    if mode == "packed":
+        searcher = _generation_searcher(study, search, remaining, slots, stored)
+        trainable = tune.with_parameters(_pack_trial, ctx=ctx)
+        n_samples = -1  # until the searcher says FINISHED
+        packs = math.ceil(remaining / search.population) * min(slots, search.population)
+    else:
+        from ray.tune.search.optuna import OptunaSearch
+
+        searcher = OptunaSearch(space=_distributions(search), metric=list(search.objectives),
+                                mode=list(search.objectives.values()), sampler=_sampler(search),
+                                study_name=study_name, storage=storage)
+        trainable = tune.with_parameters(_config_trial, ctx=ctx, search=search)
+        n_samples = packs = remaining
+    progress = Progress(f"search {spec.name}", packs, remaining, stream=stream)
+    with tune_run_config(study_name, spec, progress) as run_config:
+        tune.Tuner(tune.with_resources(trainable, trial_resources(spec)),
+                   tune_config=tune.TuneConfig(search_alg=searcher, num_samples=n_samples,
+                                               max_concurrent_trials=slots, reuse_actors=True,
+                                               trial_dirname_creator=lambda t: t.trial_id),
+                   run_config=run_config).fit()
 
 
 def write_front(store: ResultStore, spec: StudySpec) -> pd.DataFrame:
