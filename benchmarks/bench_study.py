@@ -19,8 +19,7 @@ import io
 import tempfile
 import time
 
-from fairdp.study import ResultStore, parse_spec, run_study
-from fairdp.study._search import search_study
+from fairdp.study import ResultStore, parse_spec, run_study, search_study
 
 
 def _spec(epochs: int, pack_size: int | None, trials: int = 32) -> dict:

@@ -11,6 +11,7 @@ import yaml
 
 from fairdp import __version__
 from fairdp.errors import InputError
+from fairdp.schema import FAIRNESS_METRICS
 
 EXIT_INPUT = 2
 
@@ -52,8 +53,7 @@ def _cmd_data_list(args) -> int:
 
 
 def _cmd_data_fetch(args) -> int:
-    from fairdp.data import get_entry
-    from fairdp.data._fetch import fetch
+    from fairdp.data import fetch, get_entry
 
     entry = get_entry(args.name)
     if entry.kind != "fetched":
@@ -182,8 +182,7 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_search(args) -> int:
-    from fairdp.study import load_spec
-    from fairdp.study._search import search_study
+    from fairdp.study import load_spec, search_study
 
     spec = load_spec(args.study)
     summary = search_study(spec, args.results, args.address, trials=args.trials, mode=args.mode)
@@ -202,9 +201,6 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-FAIRNESS_CHOICES = ("tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap")
-
-
 def _load_rows(dirs: list[str]):
     from fairdp.study import read_results
 
@@ -214,15 +210,26 @@ def _load_rows(dirs: list[str]):
 def _cmd_analyze(args) -> int:
     import warnings
 
-    from fairdp.analysis import aggregate_seeds, format_table, select_by_rt
+    from fairdp.analysis import (
+        aggregate_seeds,
+        format_table,
+        render_table,
+        select_by_rt,
+        selected_configs,
+    )
 
     df = _load_rows(args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        agg = aggregate_seeds(select_by_rt(df, rt=args.rt, fairness=args.fairness), fairness=args.fairness)
+        selected = select_by_rt(df, rt=args.rt, fairness=args.fairness)
+        if args.selected:
+            out = render_table(selected_configs(selected, args.fairness), fmt=args.format)
+        else:
+            out = format_table(aggregate_seeds(selected, fairness=args.fairness), fmt=args.format,
+                               fairness=args.fairness)
     for w in caught:
         print(f"fairdp analyze: warning: {w.message}", file=sys.stderr)
-    sys.stdout.write(format_table(agg, fmt=args.format, fairness=args.fairness))
+    sys.stdout.write(out)
     return 0
 
 
@@ -316,16 +323,19 @@ def build_parser() -> argparse.ArgumentParser:
     ana = sub.add_parser("analyze", help="relaxation-threshold selection, mean ± std over seeds, as a table")
     ana.add_argument("dirs", nargs="+", metavar="DIR", help="results directories (several combine)")
     ana.add_argument("--rt", type=float, default=1.0, help="relaxation threshold in accuracy points (default 1)")
-    ana.add_argument("--fairness", choices=FAIRNESS_CHOICES, default="tpr_gap",
+    ana.add_argument("--fairness", choices=FAIRNESS_METRICS, default="tpr_gap",
                      help="selection and reported fairness metric (default tpr_gap)")
     ana.add_argument("--format", choices=("md", "csv", "latex"), default="md")
+    ana.add_argument("--selected", action="store_true",
+                     help="print the config selected in each (dataset, method, seed) with its hyperparameters "
+                     "instead of the aggregate table")
     ana.set_defaults(func=_cmd_analyze)
     rep = sub.add_parser("report", help="tables, figures and a Markdown/HTML report of results")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="results directories (several combine)")
     rep.add_argument("-o", "--output", required=True, metavar="OUT", help="report directory")
     rep.add_argument("--rt", type=float, default=1.0, help="relaxation threshold of the main table (default 1)")
     rep.add_argument("--rts", help="RTs of the sweep, comma-separated (default 0,0.5,1,2,3,5)")
-    rep.add_argument("--fairness", choices=FAIRNESS_CHOICES, default="tpr_gap")
+    rep.add_argument("--fairness", choices=FAIRNESS_METRICS, default="tpr_gap")
     rep.set_defaults(func=_cmd_report)
     return p
 

@@ -7,18 +7,26 @@ from torch.func import functional_call, grad, vmap
 
 from fairdp import _rng
 from fairdp.data import load_dataset
-from fairdp.engine import ModelSpec, PackedModel, TrainSettings
+from fairdp.engine import (
+    ModelSpec,
+    PackedModel,
+    TrainSettings,
+    add_clipped_gradients,
+    fit_pack,
+    forward_traced,
+    layer_shapes,
+)
 from fairdp.errors import InputError
 from fairdp.methods import get_method
-from fairdp.methods._lagrangian import (
-    ARCHITECTURE,
-    _private_group_step,
-    constraint_masks,
-    h_all,
-    layered_forward,
-    train_lagrangian,
-)
+from fairdp.methods._lagrangian import ARCHITECTURE, LagrangianStep, constraint_masks, h_all
 from fairdp.metrics import accuracy, dp_gap
+
+
+def train_lagrangian(data, configs, config_ids, seed, settings, *, private, sigmas=None):
+    """F-LD or PF-LD configs through the engine's loop, with the config ids (streams) given."""
+    shapes = layer_shapes(ModelSpec(), ARCHITECTURE, data.n_features, data.n_classes, data.n_groups)
+    return fit_pack(lambda ctx: LagrangianStep(ctx, private=private, sigmas=sigmas), data, configs, config_ids,
+                    seed, settings, ARCHITECTURE, shapes=shapes)
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +80,10 @@ def test_ghost_clipping_matches_explicit_per_sample_gradients():
     weight = torch.rand(2, 7, dtype=torch.float64, generator=g)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
-    logits, inputs, outputs = layered_forward(model, x)
+    layers = [*model.encoder.layers, *model.classifier.layers]
+    logits, inputs, outputs = forward_traced(layers, x)
     deltas = torch.autograd.grad(h_all(logits, y, is_ap).sum(), outputs)
-    counts = _private_group_step(model, inputs, deltas, weight, c_p, torch.zeros(2, dtype=torch.float64), gens)
+    counts = add_clipped_gradients(layers, inputs, deltas, weight, c_p, torch.zeros(2, dtype=torch.float64), gens)
     assert counts.tolist() == [[3, 3], [7, 7]]
     coef = weight.T * torch.clamp(c_p / norms, max=1.0)
     for n, p in model.named_parameters():

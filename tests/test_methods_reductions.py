@@ -13,6 +13,7 @@ import fairdp.methods.reductions as red
 from fairdp.data import load_dataset
 from fairdp.engine import TrainSettings, stream_seed
 from fairdp.errors import InputError
+from fairdp.methods import RunInfo
 from fairdp.metrics import ap_gap, dp_gap, eo_gap
 
 GAPS = {"dp": lambda y, y_pred, s: dp_gap(y_pred, s), "eo": eo_gap, "ap": ap_gap}
@@ -155,7 +156,9 @@ def test_pack_shapes_reproducibility_and_privacy(name, configs):
         np.testing.assert_array_equal(reps, again.representations[split])
     for cfg in result.configs:
         expected = (cfg["eps"], 0.0) if name == "private_reductions" else (float("inf"), 0.0)
-        assert method.formal_privacy(cfg, 2) == expected
+        assert method.privacy(cfg, RunInfo(n=360, batch_size=256, epochs=1, representation_dim=2, n_groups=2)) == expected
+    assert result.privacy == tuple(
+        (cfg["eps"], 0.0) if name == "private_reductions" else (float("inf"), 0.0) for cfg in result.configs)
 
 
 @pytest.mark.parametrize("name", ["reductions", "private_reductions"])

@@ -31,7 +31,7 @@ def test_rows_carry_every_metric_and_the_formal_guarantee(name, config, eps_form
     method = get_method(name)
     arch = Architecture(encoder=(32, 32), adversary=(32,))
     result = method.train_pack(data, [config], seed=0, settings=TrainSettings(epochs=2, batch_size=250), arch=arch)
-    (row,) = evaluate_pack(method, data, result, probe=ProbeSettings(max_epochs=20))
+    (row,) = evaluate_pack(data, result, probe=ProbeSettings(max_epochs=20))
     assert COLUMNS <= set(row)
     assert row["eps_formal"] == eps_formal and row["delta"] == 0.0
     y = data.split("test").y
@@ -45,5 +45,13 @@ def test_rows_carry_every_metric_and_the_formal_guarantee(name, config, eps_form
 def test_probes_can_be_switched_off(data):
     method = get_method("unconstrained")
     result = method.train_pack(data, [{}], seed=0, settings=TrainSettings(epochs=1, batch_size=500))
-    (row,) = evaluate_pack(method, data, result, with_leakage=False, with_mdl=False)
+    (row,) = evaluate_pack(data, result, with_leakage=False, with_mdl=False)
     assert math.isnan(row["leakage"]) and math.isnan(row["mdl"])
+
+
+def test_every_fairness_metric_of_the_vocabulary_is_computed():
+    from fairdp.metrics._evaluate import FAIRNESS
+    from fairdp.schema import FAIRNESS_COLUMNS, FAIRNESS_METRICS
+
+    assert tuple(FAIRNESS) == FAIRNESS_METRICS
+    assert set(FAIRNESS_COLUMNS) <= COLUMNS

@@ -35,7 +35,8 @@ def _with(path: str, value):
     return spec
 
 
-@pytest.mark.parametrize("study", sorted((REPO / "studies").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("study", sorted([*(REPO / "studies").glob("*.yaml"), *(REPO / "examples").glob("*.yaml")]),
+                         ids=lambda p: p.name)
 def test_every_shipped_study_loads(study):
     spec = load_spec(study)
     assert spec.n_configs > 0

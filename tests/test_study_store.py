@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fairdp.errors import InputError
-from fairdp.study import COLUMNS, ResultStore, parse_spec, plan_packs, read_results
+from fairdp.study import ResultStore, parse_spec, plan_packs, read_results, study_columns
 from fairdp.study._plan import auto_pack_size
 from fairdp.study._store import pack_id
 
@@ -50,7 +50,7 @@ def test_a_rewritten_pack_replaces_its_file_and_readers_skip_hidden_files(tmp_pa
     assert not df.duplicated(["method", "seed", "config_id"]).any()
     mine = df["config_id"].isin(packs[0].config_ids) & (df["seed"] == packs[0].seed) & (df["method"] == packs[0].method)
     assert (df.loc[mine, "valid_accuracy"] == 90.0).all() and (df.loc[~mine, "valid_accuracy"] == 80.0).all()
-    assert list(df.columns) == list(COLUMNS)
+    assert list(df.columns) == [name for name, _ in study_columns()]
     assert store.remove_temporaries() == 1
 
 
@@ -169,3 +169,19 @@ def test_a_study_runs_into_a_file_uri(tmp_path):
     assert summary.configs == 3 and summary.failed_packs == 0
     df = read_results(f"file://{tmp_path}/r")
     assert len(df) == 3 and (df["status"] == "ok").all()
+
+
+def test_a_column_the_study_does_not_declare_is_refused_not_dropped(tmp_path):
+    """A value with no column (e.g. a hyperparameter of a method the study's columns were not
+    built from) must not vanish from the row silently."""
+    store = ResultStore(tmp_path / "r")
+    packs, _ = plan_packs(SPEC, pd.DataFrame())
+    rows = _rows(packs[0])
+    rows[0]["lam_undeclared"] = 0.5
+    with pytest.raises(ValueError, match="lam_undeclared"):
+        store.write_pack(rows, "synthetic", packs[0].method, packs[0].seed, packs[0].id)
+    assert store.pack_files() == []
+    extended = ResultStore(tmp_path / "r", columns=[*study_columns(), ("lam_undeclared", "float64")])
+    extended.write_pack(rows, "synthetic", packs[0].method, packs[0].seed, packs[0].id)
+    df, _ = extended.read()
+    assert df["lam_undeclared"].tolist()[0] == 0.5

@@ -27,15 +27,16 @@ from fairdp.analysis._plots import (
     plot_rt_sweep,
 )
 from fairdp.analysis._report import write_report
+from fairdp.analysis._rows import FAIRNESS_METRICS
 from fairdp.analysis._select import (
-    FAIRNESS_METRICS,
     aggregate_seeds,
     fairness_accuracy_bins,
     privacy_accuracy_by_eps,
     rt_sweep,
     select_by_rt,
+    selected_configs,
 )
-from fairdp.analysis._tables import format_table
+from fairdp.analysis._tables import format_table, render_table
 
 __all__ = [
     "FAIRNESS_METRICS",
@@ -59,8 +60,10 @@ __all__ = [
     "plot_privacy_accuracy",
     "plot_rt_sweep",
     "privacy_accuracy_by_eps",
+    "render_table",
     "rt_sweep",
     "select_by_rt",
     "select_per_run",
+    "selected_configs",
     "write_report",
 ]

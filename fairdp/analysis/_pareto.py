@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from fairdp.analysis._select import RUN_KEYS, _numeric, _ok_rows, _require
+from fairdp.analysis._rows import RUN_KEYS, numeric_columns, ok_rows, require_columns
 from fairdp.errors import InputError
 
 _DIRECTIONS = ("min", "max")
@@ -58,9 +58,9 @@ def _nondominated_mask(y: np.ndarray, block: int = 256) -> np.ndarray:
 
 
 def _objective_rows(df: pd.DataFrame, objectives: dict[str, str]) -> pd.DataFrame:
-    rows = _ok_rows(df)
-    _require(rows, objectives)
-    rows = _numeric(rows, list(objectives))
+    rows = ok_rows(df)
+    require_columns(rows, objectives)
+    rows = numeric_columns(rows, list(objectives))
     return rows.dropna(subset=list(objectives))
 
 
@@ -183,9 +183,9 @@ def constrained_select(
     """
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or np.isnan(threshold):
         raise InputError(f"threshold: expected a number, got {threshold!r}")
-    rows = _ok_rows(df)
-    _require(rows, [fairness_col, accuracy_col])
-    rows = _numeric(rows, [fairness_col, accuracy_col]).dropna(subset=[fairness_col, accuracy_col])
+    rows = ok_rows(df)
+    require_columns(rows, [fairness_col, accuracy_col])
+    rows = numeric_columns(rows, [fairness_col, accuracy_col]).dropna(subset=[fairness_col, accuracy_col])
     rows = rows[rows[fairness_col] <= threshold]
     if rows.empty:
         return None
@@ -221,9 +221,9 @@ def select_per_run(
         rule = _RULES[rule]
     if not callable(rule):
         raise InputError("rule: expected 'dto', 'constrained' or a callable")
-    rows = _ok_rows(df).reset_index(drop=True)
+    rows = ok_rows(df).reset_index(drop=True)
     keys = list(keys)
-    _require(rows, keys)
+    require_columns(rows, keys)
     chosen = [
         pick
         for _, group in rows.groupby(keys, sort=True)

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 from fairdp._atomic import atomic_path
 from fairdp.analysis._pareto import pareto_front
-from fairdp.analysis._select import _check_fairness, _frame, _ok_rows, _require
+from fairdp.analysis._rows import as_frame, check_fairness, ok_rows, require_columns
 from fairdp.analysis._tables import FAIRNESS_LABELS
 from fairdp.errors import InputError
 
@@ -76,9 +76,9 @@ def _yerr(std: pd.Series) -> np.ndarray:
 
 def figure_rt_sweep(sweep: pd.DataFrame, fairness: str = "tpr_gap") -> Figure | None:
     """FEDERATE Figure 2: valid accuracy, valid fairness and leakage (mean ± std) against RT."""
-    sweep = _frame(sweep, "sweep")
-    fairness = _check_fairness(fairness)
-    _require(sweep, ["dataset", "method", "rt"], "sweep")
+    sweep = as_frame(sweep, "sweep")
+    fairness = check_fairness(fairness)
+    require_columns(sweep, ["dataset", "method", "rt"], "sweep")
     metrics = [m for m in ("valid_accuracy", f"valid_{fairness}", "leakage") if _has(sweep, f"{m}_mean")]
     if sweep.empty or not metrics:
         return None
@@ -90,10 +90,10 @@ def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap")
 
     Intervals that no config reached are gaps in the line (no point), not zeros.
     """
-    bins = _frame(bins, "bins")
-    fairness = _check_fairness(fairness)
+    bins = as_frame(bins, "bins")
+    fairness = check_fairness(fairness)
     col = f"valid_{fairness}"
-    _require(bins, ["dataset", "method", "accuracy_bin", f"{col}_mean", f"{col}_std"], "bins")
+    require_columns(bins, ["dataset", "method", "accuracy_bin", f"{col}_mean", f"{col}_std"], "bins")
     if bins.empty:
         return None
     datasets = sorted(bins["dataset"].astype(str).unique())
@@ -117,8 +117,8 @@ def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap")
 
 def figure_privacy_accuracy(by_eps: pd.DataFrame) -> Figure | None:
     """FEDERATE Figure 4: test accuracy and leakage of the best-accuracy config per eps."""
-    by_eps = _frame(by_eps, "by_eps")
-    _require(by_eps, ["dataset", "method", "eps"], "by_eps")
+    by_eps = as_frame(by_eps, "by_eps")
+    require_columns(by_eps, ["dataset", "method", "eps"], "by_eps")
     metrics = [m for m in ("test_accuracy", "leakage") if _has(by_eps, f"{m}_mean")]
     if by_eps.empty or not metrics:
         return None
@@ -148,8 +148,8 @@ def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title:
 
 def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
     """Leakage of every config against eps per method (points), with the mean per eps (line)."""
-    rows = _ok_rows(df)
-    _require(rows, ["dataset", "method", "eps", "leakage"])
+    rows = ok_rows(df)
+    require_columns(rows, ["dataset", "method", "eps", "leakage"])
     rows = rows.assign(eps=pd.to_numeric(rows["eps"], errors="coerce"),
                        leakage=pd.to_numeric(rows["leakage"], errors="coerce"))
     rows = rows.dropna(subset=["eps", "leakage"])
@@ -191,8 +191,8 @@ def figure_pareto_fronts(
     line. ``directions`` maps a column to "min" | "max" (default: ``default_direction``).
     Pairs whose columns are missing or all NaN are skipped.
     """
-    rows = _ok_rows(df)
-    _require(rows, ["dataset", "method"])
+    rows = ok_rows(df)
+    require_columns(rows, ["dataset", "method"])
     if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
         pairs = [pairs]
     pairs = [tuple(p) for p in pairs]

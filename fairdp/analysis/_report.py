@@ -30,18 +30,23 @@ from fairdp.analysis._plots import (
     plot_privacy_accuracy,
     plot_rt_sweep,
 )
+from fairdp.analysis._rows import RUN_KEYS, as_frame, check_fairness, check_rt
 from fairdp.analysis._select import (
-    RUN_KEYS,
-    _check_fairness,
-    _check_rt,
-    _frame,
     aggregate_seeds,
     fairness_accuracy_bins,
     privacy_accuracy_by_eps,
     rt_sweep,
     select_by_rt,
+    selected_configs,
 )
-from fairdp.analysis._tables import FAIRNESS_LABELS, _html, _md, format_table, mean_std
+from fairdp.analysis._tables import (
+    FAIRNESS_LABELS,
+    display_strings,
+    format_table,
+    html_table,
+    markdown_table,
+    mean_std,
+)
 from fairdp.errors import InputError
 
 FIGURES = {
@@ -143,10 +148,10 @@ def write_report(
     fronts. Rows excluded for NaN metrics are listed under Notes (and warned about once).
     Returns the written paths: figures first, then table.csv, report.md, report.html.
     """
-    df = _frame(df)
-    fairness = _check_fairness(fairness)
-    rt = _check_rt(rt)
-    rts = [_check_rt(r, "rts") for r in rts]
+    df = as_frame(df)
+    fairness = check_fairness(fairness)
+    rt = check_rt(rt)
+    rts = [check_rt(r, "rts") for r in rts]
     ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
     if ok.empty:
         raise InputError("df: no result rows with status 'ok' to report")
@@ -157,7 +162,8 @@ def write_report(
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        agg = aggregate_seeds(select_by_rt(df, rt, fairness), fairness=fairness)
+        selected = select_by_rt(df, rt, fairness)
+        agg = aggregate_seeds(selected, fairness=fairness)
         sweep = rt_sweep(df, rts, fairness) if rts else None
         bins = fairness_accuracy_bins(df, fairness)
         by_eps = privacy_accuracy_by_eps(df, fairness) if "eps" in df.columns else None
@@ -186,6 +192,12 @@ def write_report(
         f"within RT = {rt:g} accuracy points of the best validation accuracy (FEDERATE sec. 5.1), "
         "then mean ± sample std (ddof=1) over seeds of its test metrics (FEDERATE Table 1 layout).",
         [("table", agg)],
+    ))
+    sections.append((
+        "Selected configurations",
+        f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "
+        "and test metrics (percent).",
+        [("display", display_strings(selected_configs(selected, fairness)))],
     ))
     if sweep is not None:
         sections.append(("Relaxation-threshold sweep", "The same selection for each RT (FEDERATE Fig. 2, Tables 4-6).",
@@ -220,7 +232,7 @@ def write_report(
             elif kind == "table":
                 md.append(table if item is agg else format_table(item, "md", fairness))
             else:
-                md.append(_md(item))
+                md.append(markdown_table(item))
     if notes:
         md.append("\n## Notes\n")
         md += [f"- {n}" for n in notes]
@@ -242,7 +254,7 @@ def write_report(
             elif kind == "table":
                 body.append(format_table(item, "html", fairness))
             else:
-                body.append(_html(item))
+                body.append(html_table(item))
     if notes:
         body.append("<h2>Notes</h2>\n<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     html_text = (

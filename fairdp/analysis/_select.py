@@ -20,101 +20,38 @@ configuration before averaging over seeds.
 
 from __future__ import annotations
 
-import math
 import numbers
-import warnings
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
+from fairdp.analysis._rows import (
+    RUN_KEYS,
+    check_fairness,
+    check_rt,
+    describe_rows,
+    drop_nan,
+    hyperparameter_columns,
+    numeric_columns,
+    ok_rows,
+    require_columns,
+)
 from fairdp.errors import InputError
-
-FAIRNESS_METRICS = ("tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap")
-RUN_KEYS = ("dataset", "method", "seed")
 
 # Accuracy is stored in percent with float noise (75.3 - 1.0 is not exactly 74.3), so the
 # RT window is widened by this many points; far below any reported precision.
 _RT_TOL = 1e-9
 
 
-def _frame(df: object, name: str = "df") -> pd.DataFrame:
-    if not isinstance(df, pd.DataFrame):
-        raise InputError(f"{name}: expected a pandas DataFrame of result rows, got {type(df).__name__}")
-    return df
-
-
-def _require(df: pd.DataFrame, columns: Iterable[str], name: str = "df") -> None:
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise InputError(f"{name}: missing column {', '.join(repr(c) for c in missing)}")
-
-
-def _ok_rows(df: object, name: str = "df") -> pd.DataFrame:
-    """The rows that count: status == "ok" (every row when there is no status column)."""
-    df = _frame(df, name)
-    if "status" in df.columns:
-        df = df[df["status"].astype("object") == "ok"]
-    return df.copy()
-
-
-def _check_fairness(fairness: object) -> str:
-    if fairness not in FAIRNESS_METRICS:
-        raise InputError(
-            f"fairness: unknown metric {fairness!r} (expected one of {', '.join(FAIRNESS_METRICS)})"
-        )
-    return str(fairness)
-
-
-def _check_rt(rt: object, name: str = "rt") -> float:
-    if isinstance(rt, bool) or not isinstance(rt, numbers.Real) or math.isnan(float(rt)):
-        raise InputError(f"{name}: expected a number >= 0, got {rt!r}")
-    if rt < 0:
-        raise InputError(f"{name}: must be >= 0 (accuracy points), got {rt!r}")
-    return float(rt)
-
-
-def _numeric(df: pd.DataFrame, columns: Iterable[str], name: str = "df") -> pd.DataFrame:
-    """Cast metric columns to float (None -> NaN); a non-numeric column is an InputError."""
-    for col in columns:
-        try:
-            df[col] = pd.to_numeric(df[col], errors="raise").astype(float)
-        except (TypeError, ValueError):
-            raise InputError(f"{name}: column {col!r} is not numeric") from None
-    return df
-
-
-def _describe_rows(rows: pd.DataFrame, limit: int = 10) -> str:
-    parts = []
-    for _, r in rows.head(limit).iterrows():
-        ident = [f"{k}={r[k]}" for k in ("dataset", "method", "seed", "config_id") if k in rows.columns]
-        parts.append("(" + " ".join(ident) + ")")
-    more = len(rows) - limit
-    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
-
-
-def _drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str) -> pd.DataFrame:
-    """Drop rows with NaN in ``columns``, warning with the identity of each dropped row."""
-    bad = df[list(columns)].isna().any(axis=1)
-    if bad.any():
-        warnings.warn(
-            f"{caller}: excluding {int(bad.sum())} row(s) with NaN {' or '.join(columns)}: "
-            f"{_describe_rows(df[bad])}",
-            UserWarning,
-            stacklevel=3,
-        )
-        df = df[~bad]
-    return df
-
-
 def _run_rows(df: object, fairness: str, caller: str) -> pd.DataFrame:
     """Validated ok rows with numeric, non-NaN valid accuracy and valid fairness."""
-    fairness = _check_fairness(fairness)
+    fairness = check_fairness(fairness)
     fcol = f"valid_{fairness}"
-    df = _ok_rows(df)
-    _require(df, [*RUN_KEYS, "config_id", "valid_accuracy", fcol])
-    df = _numeric(df, ["valid_accuracy", fcol])
-    return _drop_nan(df, ["valid_accuracy", fcol], caller)
+    df = ok_rows(df)
+    require_columns(df, [*RUN_KEYS, "config_id", "valid_accuracy", fcol])
+    df = numeric_columns(df, ["valid_accuracy", fcol])
+    return drop_nan(df, ["valid_accuracy", fcol], caller)
 
 
 def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.DataFrame:
@@ -149,8 +86,8 @@ def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap") -
     Returns the chosen rows with all their columns (test metrics, leakage, mdl, ...) and an
     added ``rt`` column, sorted by dataset, method, seed.
     """
-    rt = _check_rt(rt)
-    fairness = _check_fairness(fairness)
+    rt = check_rt(rt)
+    fairness = check_fairness(fairness)
     rows = _run_rows(df, fairness, "select_by_rt")
     return _select_clean(rows, rt, fairness)
 
@@ -194,18 +131,18 @@ def aggregate_seeds(
     ``n_seeds`` counts the selected seeds. Columns: dataset, method, n_seeds, then M_mean,
     M_std per metric in order (the ``fairdp analyze --format csv`` contract).
     """
-    fairness = _check_fairness(fairness)
+    fairness = check_fairness(fairness)
     metrics = _default_metrics(fairness) if metrics is None else list(metrics)
     if isinstance(metrics, str) or not metrics:
         raise InputError("metrics: expected a non-empty list of column names")
-    rows = _ok_rows(selected, "selected")
-    _require(rows, ["dataset", "method", "seed", *metrics], "selected")
-    rows = _numeric(rows, metrics, "selected")
+    rows = ok_rows(selected, "selected")
+    require_columns(rows, ["dataset", "method", "seed", *metrics], "selected")
+    rows = numeric_columns(rows, metrics, "selected")
     dup = rows.duplicated(list(RUN_KEYS), keep=False)
     if dup.any():
         raise InputError(
             "selected: several rows for one (dataset, method, seed), e.g. "
-            f"{_describe_rows(rows[dup], limit=1)}; select one config per seed first (select_by_rt)"
+            f"{describe_rows(rows[dup], limit=1)}; select one config per seed first (select_by_rt)"
         )
     return _aggregate(rows, ["dataset", "method"], metrics)
 
@@ -221,18 +158,18 @@ def rt_sweep(
     ``metrics`` defaults to valid_accuracy and valid_<fairness> (what Figure 2 plots) plus
     the ``aggregate_seeds`` defaults. Columns: dataset, method, rt, n_seeds, M_mean, M_std...
     """
-    fairness = _check_fairness(fairness)
+    fairness = check_fairness(fairness)
     if isinstance(rts, (str, numbers.Real)):
         rts = [rts]
-    rts = [_check_rt(r, "rts") for r in rts]
+    rts = [check_rt(r, "rts") for r in rts]
     if not rts:
         raise InputError("rts: expected at least one relaxation threshold")
     if metrics is None:
         metrics = ["valid_accuracy", f"valid_{fairness}", *_default_metrics(fairness)]
     metrics = list(metrics)
     rows = _run_rows(df, fairness, "rt_sweep")
-    _require(rows, metrics)
-    rows = _numeric(rows, metrics)
+    require_columns(rows, metrics)
+    rows = numeric_columns(rows, metrics)
     parts = []
     for rt in rts:
         agg = _aggregate(_select_clean(rows, rt, fairness), ["dataset", "method"], metrics)
@@ -251,7 +188,7 @@ def fairness_accuracy_bins(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     n_seeds, valid_<fairness>_mean, valid_<fairness>_std (ddof=1). An interval no config
     reached has no row (the paper's "missing point"), never a zero.
     """
-    fairness = _check_fairness(fairness)
+    fairness = check_fairness(fairness)
     fcol = f"valid_{fairness}"
     rows = _run_rows(df, fairness, "fairness_accuracy_bins")
     rows["accuracy_bin"] = np.floor(rows["valid_accuracy"].to_numpy(float) + 0.5).astype(np.int64)
@@ -268,15 +205,15 @@ def privacy_accuracy_by_eps(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.D
     are methods without one and are left out. Columns: dataset, method, eps, n_seeds,
     test_accuracy_mean/std, leakage_mean/std, and eps_formal_max when eps_formal exists.
     """
-    fairness = _check_fairness(fairness)
+    fairness = check_fairness(fairness)
     fcol = f"valid_{fairness}"
-    rows = _ok_rows(df)
-    _require(rows, [*RUN_KEYS, "config_id", "eps", "valid_accuracy", "test_accuracy", "leakage"])
+    rows = ok_rows(df)
+    require_columns(rows, [*RUN_KEYS, "config_id", "eps", "valid_accuracy", "test_accuracy", "leakage"])
     numeric = ["eps", "valid_accuracy", "test_accuracy", "leakage"]
     numeric += [c for c in (fcol, "eps_formal") if c in rows.columns]
-    rows = _numeric(rows, numeric)
+    rows = numeric_columns(rows, numeric)
     rows = rows[rows["eps"].notna()]
-    rows = _drop_nan(rows, ["valid_accuracy"], "privacy_accuracy_by_eps")
+    rows = drop_nan(rows, ["valid_accuracy"], "privacy_accuracy_by_eps")
     if fcol not in rows.columns:
         rows[fcol] = np.nan
     keys = ["dataset", "method", "eps", "seed"]
@@ -289,3 +226,19 @@ def privacy_accuracy_by_eps(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.D
             emax = chosen.groupby(["dataset", "method", "eps"], sort=True)["eps_formal"].max()
             out["eps_formal_max"] = emax.to_numpy()
     return out
+
+
+def selected_configs(selected: pd.DataFrame, fairness: str = "tpr_gap") -> pd.DataFrame:
+    """Which config a selection picked in each run, and its hyperparameters.
+
+    ``selected`` has one row per (dataset, method, seed), e.g. from ``select_by_rt``. Columns:
+    dataset, method, seed, config_id, every hyperparameter column some selected row sets
+    (NaN where a method has no such hyperparameter), then valid and test accuracy and
+    <fairness>, sorted by dataset, method, seed.
+    """
+    fairness = check_fairness(fairness)
+    rows = ok_rows(selected, "selected")
+    metrics = ["valid_accuracy", f"valid_{fairness}", "test_accuracy", f"test_{fairness}"]
+    require_columns(rows, [*RUN_KEYS, "config_id", *metrics], "selected")
+    columns = [*RUN_KEYS, "config_id", *hyperparameter_columns(rows), *metrics]
+    return rows[columns].sort_values(list(RUN_KEYS), kind="mergesort").reset_index(drop=True)

@@ -14,8 +14,9 @@ import math
 
 import pandas as pd
 
-from fairdp.analysis._select import _check_fairness, _frame, _require
+from fairdp.analysis._rows import as_frame, check_fairness, require_columns
 from fairdp.errors import InputError
+from fairdp.schema import METRIC_COLUMNS
 
 FORMATS = ("md", "csv", "latex", "html")
 
@@ -51,7 +52,7 @@ def mean_std(mean: float, std: float, decimals: int = 1, sep: str = " ± ") -> s
 def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = False) -> pd.DataFrame:
     """The aggregate as display strings: Dataset, Method, [RT,] Seeds, then the metrics."""
     cols = _columns(fairness)
-    _require(agg, ["dataset", "method", "n_seeds"] + [f"{m}_{s}" for m, _, _ in cols for s in ("mean", "std")], "agg")
+    require_columns(agg, ["dataset", "method", "n_seeds"] + [f"{m}_{s}" for m, _, _ in cols for s in ("mean", "std")], "agg")
     out = pd.DataFrame({"Dataset": agg["dataset"].astype(str), "Method": agg["method"].astype(str)})
     if "rt" in agg.columns:
         out["RT"] = [f"{float(v):g}" for v in agg["rt"]]
@@ -68,7 +69,7 @@ def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = Fals
     return out.reset_index(drop=True)
 
 
-def _md(table: pd.DataFrame) -> str:
+def markdown_table(table: pd.DataFrame) -> str:
     def cell(v: str) -> str:
         return str(v).replace("|", "\\|")
 
@@ -99,7 +100,7 @@ def _latex(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _html(table: pd.DataFrame) -> str:
+def html_table(table: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>\n"
@@ -116,14 +117,48 @@ def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", 
     ``fairdp analyze --format csv`` contract says). An ``rt`` column, as in ``rt_sweep``
     output, becomes an RT column. Cells are "mean ± std" with ``decimals`` decimals.
     """
-    agg = _frame(agg, "agg")
-    fairness = _check_fairness(fairness)
+    agg = as_frame(agg, "agg")
+    fairness = check_fairness(fairness)
     if fmt not in FORMATS:
         raise InputError(f"fmt: unknown table format {fmt!r} (expected one of {', '.join(FORMATS)})")
     if isinstance(decimals, bool) or not isinstance(decimals, int) or decimals < 0:
         raise InputError(f"decimals: expected an integer >= 0, got {decimals!r}")
     if fmt == "csv":
-        _require(agg, ["dataset", "method", "n_seeds"], "agg")
+        require_columns(agg, ["dataset", "method", "n_seeds"], "agg")
         return agg.to_csv(index=False, lineterminator="\n")
     table = _display(agg, fairness, decimals, latex=fmt == "latex")
-    return {"md": _md, "latex": _latex, "html": _html}[fmt](table)
+    return {"md": markdown_table, "latex": _latex, "html": html_table}[fmt](table)
+
+
+def display_strings(df: pd.DataFrame, decimals: int = 1) -> pd.DataFrame:
+    """Every cell as text: metric columns (percent) with ``decimals`` decimals, other numbers
+    in their shortest form, NaN as "-"."""
+    metric = {c for c in df.columns if c in METRIC_COLUMNS}
+
+    def cell(col, v) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.{decimals}f}" if col in metric else f"{v:g}"
+        return str(v)
+
+    return pd.DataFrame({c: [cell(c, v) for v in df[c]] for c in df.columns})
+
+
+def render_table(df: pd.DataFrame, fmt: str = "md", decimals: int = 1) -> str:
+    """A plain table (e.g. ``selected_configs``) as md, csv, latex or html: metric columns
+    (percent) with ``decimals`` decimals, other numbers in their shortest form, NaN as "-";
+    csv keeps the raw values."""
+    df = as_frame(df)
+    if fmt not in FORMATS:
+        raise InputError(f"fmt: unknown table format {fmt!r} (expected one of {', '.join(FORMATS)})")
+    if fmt == "csv":
+        return df.to_csv(index=False, lineterminator="\n")
+    text = display_strings(df, decimals)
+    if fmt == "latex":
+        cols = "l" * len(text.columns)
+        lines = [f"\\begin{{tabular}}{{{cols}}}", r"\toprule", " & ".join(_latex_escape(c) for c in text.columns) + r" \\",
+                 r"\midrule"]
+        lines += [" & ".join(_latex_escape(v) for v in row) + r" \\" for row in text.itertuples(index=False)]
+        return "\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n"
+    return markdown_table(text) if fmt == "md" else html_table(text)

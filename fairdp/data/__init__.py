@@ -3,6 +3,7 @@
 from fairdp.data import _encoded, _synthetic, _tabular, _text  # noqa: F401  (registers loaders)
 from fairdp.data._cache import data_dir
 from fairdp.data._dataset import SPLITS, Dataset, Split
+from fairdp.data._fetch import fetch
 from fairdp.data._registry import dataset_names, get_entry, load_dataset
 from fairdp.data._splits import stratified_split
 
@@ -12,6 +13,7 @@ __all__ = [
     "Split",
     "data_dir",
     "dataset_names",
+    "fetch",
     "get_entry",
     "load_dataset",
     "stratified_split",

@@ -1,42 +1,74 @@
-"""Packed training: K configurations of one method trained at once as one batched model."""
+"""Packed training: K configurations of one method trained at once as one batched model.
 
-from fairdp.engine._arch import PRESETS, Architecture, TrainSettings, architecture_from, preset_for
-from fairdp.engine._packed import PackedLinear, PackedMLP, grad_reverse
-from fairdp.engine._seeds import config_id, stream_seed
-from fairdp.engine._train import (
+``fit_pack`` is the one training loop; a neural method plugs a ``PackStep`` (its model,
+minibatch update and epoch hooks) into it. The rest are the building blocks steps use:
+packed layers and models, packed losses, per-sample clipping with noise, per-config seeds.
+"""
+
+from fairdp.engine._arch import PRESETS, Architecture, architecture_from, preset_for
+from fairdp.engine._loop import (
+    EVAL_CHUNK,
+    Batch,
     BestEpochs,
-    ModelSpec,
-    PackedModel,
+    EpochReport,
+    PackContext,
     PackResult,
-    bytes_per_config,
-    cuda_config_chunk,
+    PackStep,
+    SplitTensors,
+    fit_pack,
+)
+from fairdp.engine._losses import (
+    difference_loss,
     lambda_schedule,
     per_config_accuracy,
     per_config_cross_entropy,
-    resolve_device,
-    train_pack,
 )
+from fairdp.engine._memory import (
+    ACTIVATION_COPIES,
+    CUDA_MEMORY_SHARE,
+    bytes_per_config,
+    config_chunk,
+    cuda_config_chunk,
+)
+from fairdp.engine._model import ModelSpec, PackedModel, layer_shapes
+from fairdp.engine._packed import PackedLinear, PackedMLP, grad_reverse
+from fairdp.engine._per_sample import add_clipped_gradients, forward_traced
+from fairdp.engine._seeds import config_id, stream_seed
+from fairdp.engine._settings import TrainSettings, resolve_device
 
 __all__ = [
+    "ACTIVATION_COPIES",
+    "CUDA_MEMORY_SHARE",
+    "EVAL_CHUNK",
     "PRESETS",
     "Architecture",
+    "Batch",
     "BestEpochs",
+    "EpochReport",
     "ModelSpec",
+    "PackContext",
     "PackResult",
+    "PackStep",
     "PackedLinear",
     "PackedMLP",
     "PackedModel",
+    "SplitTensors",
     "TrainSettings",
+    "add_clipped_gradients",
     "architecture_from",
     "bytes_per_config",
+    "config_chunk",
     "config_id",
     "cuda_config_chunk",
+    "difference_loss",
+    "fit_pack",
+    "forward_traced",
     "grad_reverse",
     "lambda_schedule",
+    "layer_shapes",
     "per_config_accuracy",
     "per_config_cross_entropy",
     "preset_for",
     "resolve_device",
     "stream_seed",
-    "train_pack",
 ]

@@ -1,4 +1,4 @@
-"""Methods, one module each, registered under DESIGN.md's names."""
+"""Methods, one module each, registered under DESIGN.md's names; plugins register the same way."""
 
 from fairdp.methods import (  # noqa: F401  (each module registers its method)
     adversarial,
@@ -16,7 +16,31 @@ from fairdp.methods import (  # noqa: F401  (each module registers its method)
     reductions,
     unconstrained,
 )
-from fairdp.methods._base import HyperParam, Method, NeuralMethod
-from fairdp.methods._registry import get_method, method_names, register_method
+from fairdp.methods._base import EPS, LAM, HyperParam, Method, NeuralMethod, RunInfo, arange_grid
+from fairdp.methods._plugins import load_plugins, resolve_plugin
+from fairdp.methods._registry import (
+    ENTRY_POINT_GROUP,
+    builtin_method_names,
+    get_method,
+    method_names,
+    register_method,
+)
+from fairdp.methods._representation import RepresentationStep
 
-__all__ = ["HyperParam", "Method", "NeuralMethod", "get_method", "method_names", "register_method"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "EPS",
+    "LAM",
+    "HyperParam",
+    "Method",
+    "NeuralMethod",
+    "RepresentationStep",
+    "RunInfo",
+    "arange_grid",
+    "builtin_method_names",
+    "get_method",
+    "load_plugins",
+    "method_names",
+    "register_method",
+    "resolve_plugin",
+]

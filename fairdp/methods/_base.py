@@ -1,29 +1,41 @@
-"""What every method declares (hyperparameters, paper grid, formal privacy) and how it trains a pack."""
+"""The method contract: hyperparameters and paper grid, how a pack trains, and the guarantee
+of each config it trains (the privacy hook, as opacus's ``IAccountant.get_epsilon``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from fairdp.data import Dataset
 from fairdp.engine import (
     Architecture,
+    EpochReport,
     ModelSpec,
+    PackContext,
     PackResult,
+    PackStep,
     TrainSettings,
     config_id,
+    fit_pack,
+    layer_shapes,
     preset_for,
-    train_pack,
 )
 from fairdp.errors import InputError
+from fairdp.methods._representation import RepresentationStep
+from fairdp.privacy import NOT_PRIVATE, Guarantee, minmax_true_epsilon
 
 
 @dataclass(frozen=True)
 class HyperParam:
-    """A hyperparameter's valid range: (low, high] when ``low_open``, else [low, high]."""
+    """A hyperparameter's valid range: (low, high] when ``low_open``, else [low, high].
+
+    Its ``name`` is also the name of its column in the result rows.
+    """
 
     name: str
     low: float | None = None
@@ -32,6 +44,17 @@ class HyperParam:
     integer: bool = False
     choices: tuple | None = None
     doc: str = ""
+
+    @property
+    def column_type(self) -> str:
+        """'string' for a choice among strings, else 'float64' (integers too: the column holds
+        nulls for methods without this hyperparameter)."""
+        if self.choices is not None and all(isinstance(c, str) for c in self.choices):
+            return "string"
+        return "float64"
+
+    def to_column(self, value):
+        return value if self.column_type == "string" else float(value)
 
     def validate(self, value, path: str):
         if self.choices is not None:
@@ -59,8 +82,25 @@ def arange_grid(start: float, stop: float, step: float) -> list[float]:
     return [round(start + i * step, 10) for i in range(n)]
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """What a config's guarantee may depend on besides the config: the run's shape."""
+
+    n: int                    # training rows
+    batch_size: int           # minibatch size actually used (at most n)
+    epochs: int
+    representation_dim: int   # width of what an attacker sees
+    n_groups: int
+
+    @classmethod
+    def of(cls, data: Dataset, settings: TrainSettings, representation_dim: int) -> RunInfo:
+        n = len(data.splits["train"])
+        return cls(n, min(settings.batch_size, n), settings.epochs, representation_dim, data.n_groups)
+
+
 class Method(ABC):
-    """A registered method: ``name``, its hyperparameters and its paper grid."""
+    """A registered method: ``name``, its hyperparameters, its paper grid, how it trains a
+    pack (``fit``) and the guarantee of each config it trains (``privacy``)."""
 
     name: ClassVar[str]
     hyperparams: ClassVar[tuple[HyperParam, ...]] = ()
@@ -77,9 +117,39 @@ class Method(ABC):
         """Hyperparameter lists whose product is the paper's grid for this dataset."""
 
     @abstractmethod
+    def fit(self, data: Dataset, configs: list[dict], config_ids: list[str], seed: int,
+            settings: TrainSettings, arch: Architecture,
+            callback: Callable[[EpochReport], None] | None = None) -> PackResult:
+        """Train validated configs together: predictions and attacker-visible representations
+        of the valid and test splits (``privacy`` is filled in by ``train_pack``)."""
+
+    def privacy(self, config: dict, run: RunInfo) -> Guarantee:
+        """The (eps, delta) guarantee a trained config has; (inf, 0) for a non-private method.
+
+        Mechanisms with a fixed guarantee answer from the config; accountant-based ones
+        calibrate their noise for ``run`` and report the accountant's eps for it.
+        """
+        return NOT_PRIVATE
+
     def train_pack(self, data: Dataset, configs: list[dict], seed: int, settings: TrainSettings,
-                   arch: Architecture | None = None) -> PackResult:
-        """Train the configs together; results carry predictions and attacker-visible representations."""
+                   arch: Architecture | None = None,
+                   callback: Callable[[EpochReport], None] | None = None) -> PackResult:
+        """Validate ``configs``, train them as one pack, and return the outputs with each
+        config's guarantee from ``privacy``."""
+        self.check_dataset(data)
+        configs = [self.validate_config(c) for c in configs]
+        arch = arch or self.default_architecture(data.name)
+        run = RunInfo.of(data, settings, self.representation_dim(data, arch))
+        privacy = tuple(self._checked(self.privacy(c, run)) for c in configs)
+        result = self.fit(data, configs, [self.config_id(c) for c in configs], seed, settings, arch, callback)
+        return dataclasses.replace(result, privacy=privacy)
+
+    def _checked(self, guarantee) -> Guarantee:
+        eps, delta = (float(v) for v in guarantee)
+        if not (eps > 0 and 0 <= delta < 1):
+            raise ValueError(f"method {self.name!r}: privacy() must return eps > 0 (inf: none) and delta "
+                             f"in [0, 1), got {guarantee!r}")
+        return Guarantee(eps, delta)
 
     def default_architecture(self, dataset: str) -> Architecture:
         return preset_for(dataset)
@@ -88,12 +158,10 @@ class Method(ABC):
         """Width of the representation an attacker sees (the encoder's output by default)."""
         return (arch or self.default_architecture(data.name)).representation_dim
 
-    def formal_privacy(self, config: dict, representation_dim: int) -> tuple[float, float]:
-        """(eps, delta) the representation actually guarantees; non-private methods: (inf, 0)."""
-        return math.inf, 0.0
-
     def validate_config(self, config: dict, path: str = "config") -> dict:
         known = {h.name: h for h in self.hyperparams}
+        if not isinstance(config, dict):
+            raise InputError(f"{path}: must be a mapping of hyperparameters, got {type(config).__name__}")
         for key in config:
             if key not in known:
                 raise InputError(f"{path}.{key}: '{self.name}' has no hyperparameter '{key}'; "
@@ -112,12 +180,32 @@ class Method(ABC):
 
 
 class NeuralMethod(Method):
-    """A method that is one setting of the packed encoder/classifier/adversary model."""
+    """A method trained by the engine's loop (``fairdp.engine.fit_pack``).
 
-    spec: ClassVar[ModelSpec]
+    ``make_step`` builds the ``PackStep`` of a chunk of configs. By default that is the
+    encoder -> privatiser -> classifier (+ adversaries) model of FEDERATE's family, set up
+    by ``spec``; the guarantee then follows from the spec's privatiser. A new neural method
+    overrides ``make_step`` (and ``layer_shapes`` if its model is another shape), never the loop.
+    """
 
-    def train_pack(self, data, configs, seed, settings, arch=None):
-        configs = [self.validate_config(c) for c in configs]
-        return train_pack(self.spec, arch or self.default_architecture(data.name), settings, data,
-                          configs, [self.config_id(c) for c in configs], seed)
+    spec: ClassVar[ModelSpec] = ModelSpec()
 
+    def make_step(self, ctx: PackContext) -> PackStep:
+        return RepresentationStep(ctx, self.spec)
+
+    def layer_shapes(self, data: Dataset, arch: Architecture) -> list[tuple[int, int]]:
+        """(fan_in, fan_out) of one config's linear layers: the engine sizes chunks from them."""
+        return layer_shapes(self.spec, arch, data.n_features, data.n_classes, data.n_groups)
+
+    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None):
+        return fit_pack(self.make_step, data, configs, config_ids, seed, settings, arch,
+                        shapes=self.layer_shapes(data, arch), callback=callback)
+
+    def privacy(self, config, run):
+        if self.spec.privatizer == "laplace":
+            # FEDERATE Theorem 1: L1-normalised rows (sensitivity 2) plus Laplace(2/eps) is eps-LDP
+            return Guarantee(float(config["eps"]), 0.0)
+        if self.spec.privatizer == "minmax":
+            # DPNR as published: [0, 1]^D rows have L1 sensitivity D, not 1 (FEDERATE appendix C)
+            return Guarantee(float(minmax_true_epsilon(config["eps"], run.representation_dim)), 0.0)
+        return NOT_PRIVATE

@@ -19,6 +19,3 @@ class Cape(NeuralMethod):
 
     def default_architecture(self, dataset):
         return PRESETS["cape"]
-
-    def formal_privacy(self, config, representation_dim):
-        return float(config["eps"]), 0.0

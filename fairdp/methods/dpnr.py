@@ -9,7 +9,6 @@ it is provided as a mechanism (``fairdp.privacy.word_dropout``) and not used her
 from fairdp.engine import ModelSpec
 from fairdp.methods._base import EPS, NeuralMethod
 from fairdp.methods._registry import register_method
-from fairdp.privacy import minmax_true_epsilon
 
 DPNR_EPS = [0.05, 0.1, 0.5, 1.0, 5.0]  # DPNR Table 2
 
@@ -22,6 +21,3 @@ class DPNR(NeuralMethod):
 
     def paper_grid(self, dataset):
         return {"eps": list(DPNR_EPS)}
-
-    def formal_privacy(self, config, representation_dim):
-        return float(minmax_true_epsilon(config["eps"], representation_dim)), 0.0

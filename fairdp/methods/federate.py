@@ -18,6 +18,3 @@ class Federate(NeuralMethod):
 
     def paper_grid(self, dataset):
         return {"lam": list(FEDERATE_LAM), "eps": list(FEDERATE_EPS)}
-
-    def formal_privacy(self, config, representation_dim):
-        return float(config["eps"]), 0.0

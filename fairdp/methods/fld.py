@@ -1,7 +1,7 @@
 """F-LD (Tran et al. 2021, Algorithm 1): fairness constraints by Lagrangian duality, no privacy."""
 
-from fairdp.methods._base import HyperParam, Method
-from fairdp.methods._lagrangian import ARCHITECTURE, NOTIONS, train_lagrangian
+from fairdp.methods._base import HyperParam, NeuralMethod
+from fairdp.methods._lagrangian import ARCHITECTURE, NOTIONS, LagrangianStep
 from fairdp.methods._registry import register_method
 
 NOTION = HyperParam("fairness_notion", choices=NOTIONS, doc="dp, eo or ap (demographic parity, "
@@ -9,7 +9,7 @@ NOTION = HyperParam("fairness_notion", choices=NOTIONS, doc="dp, eo or ap (demog
 
 
 @register_method
-class FLD(Method):
+class FLD(NeuralMethod):
     name = "fld"
     binary_only = True
     hyperparams = (NOTION,)
@@ -20,7 +20,5 @@ class FLD(Method):
     def default_architecture(self, dataset):
         return ARCHITECTURE
 
-    def train_pack(self, data, configs, seed, settings, arch=None):
-        configs = [self.validate_config(c) for c in configs]
-        return train_lagrangian(data, configs, [self.config_id(c) for c in configs], seed, settings,
-                                private=False, arch=arch or ARCHITECTURE)
+    def make_step(self, ctx):
+        return LagrangianStep(ctx, private=False)

@@ -4,43 +4,54 @@ trained unconstrained model, then the final layer retrained on the projected fea
 The unconstrained model is the one ``unconstrained`` trains for the same seed (same config
 id, same streams), so INLP debiases exactly that baseline. One INLP run to the largest
 iteration count yields the projection for every smaller count, so a pack of iteration
-counts costs one INLP run plus K linear heads trained together.
+counts costs one INLP run plus K linear heads trained together. Both the baseline and the
+heads train in the engine's loop.
 """
-
-import time
 
 import numpy as np
 import torch
 
-from fairdp import _rng
 from fairdp.engine import (
-    BestEpochs,
     ModelSpec,
+    PackContext,
     PackedLinear,
-    PackResult,
-    per_config_accuracy,
+    PackStep,
+    fit_pack,
+    layer_shapes,
     per_config_cross_entropy,
-    resolve_device,
-    stream_seed,
-    train_pack,
 )
-from fairdp.methods._base import HyperParam, Method
+from fairdp.methods._base import HyperParam, NeuralMethod
 from fairdp.methods._nullspace import inlp as nullspace_iterations
 from fairdp.methods._registry import register_method
+from fairdp.methods._representation import RepresentationStep
 from fairdp.methods.unconstrained import Unconstrained
 
 ITERATIONS = HyperParam("iterations", low=1, integer=True, doc="nullspace projection iterations")
 
 
-def _penultimate(model, X: torch.Tensor) -> torch.Tensor:
-    """The input of the classifier's last layer, evaluation mode, for one config: (n, H)."""
-    model.eval()
-    with torch.no_grad():
-        return model.classifier(model.represent(X, None, None), return_hidden=True)[1][0]
+class ProjectedHeadStep(PackStep):
+    """K linear classifiers on the penultimate features projected by each config's P (K, H, H);
+    the projected features are what an attacker sees."""
+
+    def __init__(self, ctx: PackContext, features: dict[str, torch.Tensor], projections: torch.Tensor):
+        super().__init__(ctx)
+        self.features, self.P = features, projections
+        self.model = PackedLinear(ctx.generators("init"), projections.shape[1], ctx.data.n_classes,
+                                  device=ctx.device, dtype=ctx.dtype)
+
+    def inputs(self, split):
+        return self.features[split]
+
+    def loss(self, batch):
+        return per_config_cross_entropy(self.model(torch.matmul(batch.x, self.P)), batch.y)
+
+    def evaluate(self, x):
+        z = torch.matmul(x, self.P)
+        return z, self.model(z)
 
 
 @register_method
-class INLP(Method):
+class INLP(NeuralMethod):
     name = "inlp"
     hyperparams = (ITERATIONS,)
 
@@ -48,57 +59,26 @@ class INLP(Method):
         # FEDERATE D.4: 15-45 iterations for Bias in Bios, 2-7 for Twitter-sized data.
         return {"iterations": list(range(15, 46)) if dataset == "bios" else list(range(2, 8))}
 
-    def train_pack(self, data, configs, seed, settings, arch=None):
-        t0 = time.perf_counter()
-        configs = [self.validate_config(c) for c in configs]
-        arch = arch or self.default_architecture(data.name)
-        base = Unconstrained()
-        base_result = train_pack(ModelSpec(), arch, settings, data, [{}], [base.config_id({})], seed,
-                                 splits_out=())
-        device = resolve_device(settings.device)
-        dtype = getattr(torch, settings.dtype)
-        feats = {n: _penultimate(base_result.model, torch.as_tensor(data.split(n).X, device=device, dtype=dtype))
-                 for n in ("train", "valid", "test")}
-        most = max(c["iterations"] for c in configs)
-        projections = nullspace_iterations(feats["train"].double().cpu().numpy(), data.split("train").s,
-                                           most, seed=seed)
-        P = torch.stack([torch.as_tensor(np.asarray(projections[c["iterations"] - 1]), dtype=dtype)
-                         for c in configs]).to(device)  # (K, H, H)
-        heads, best_epoch, history = _train_heads(
-            feats, P, data, settings, [stream_seed(seed, self.config_id(c), "init") for c in configs], seed)
-        predictions, representations = {}, {}
-        with torch.no_grad():
-            for n in ("valid", "test"):
-                z = torch.matmul(feats[n], P)  # (K, n, H): what an attacker sees
-                representations[n] = z.cpu().numpy()
-                predictions[n] = heads(z).argmax(-1).cpu().numpy()
-        return PackResult(configs=configs, best_epoch=best_epoch, valid_accuracy_history=history,
-                          predictions=predictions, representations=representations,
-                          duration_s=time.perf_counter() - t0)
+    def layer_shapes(self, data, arch):
+        # the heads are what the pack trains; one chunk keeps the baseline to one run
+        return [(arch.classifier[-1] if arch.classifier else arch.representation_dim, data.n_classes)]
+
+    def make_step(self, ctx):
+        data, arch = ctx.data, ctx.arch
+        base = fit_pack(lambda c: RepresentationStep(c, ModelSpec()), data, [{}], [Unconstrained().config_id({})],
+                        ctx.seed, ctx.settings, arch, splits_out=(),
+                        shapes=layer_shapes(ModelSpec(), arch, data.n_features, data.n_classes, data.n_groups))
+        features = {n: _penultimate(base.model, ctx.split(n).X) for n in ("train", "valid", "test")}
+        most = max(c["iterations"] for c in ctx.configs)
+        projections = nullspace_iterations(features["train"].double().cpu().numpy(), data.split("train").s,
+                                           most, seed=ctx.seed)
+        P = torch.stack([torch.as_tensor(np.asarray(projections[c["iterations"] - 1]), dtype=ctx.dtype)
+                         for c in ctx.configs]).to(ctx.device)  # (K, H, H)
+        return ProjectedHeadStep(ctx, features, P)
 
 
-def _train_heads(feats, P, data, settings, init_seeds, seed):
-    """K linear classifiers on projected features, Adam, best-validation epoch kept per config."""
-    device = P.device
-    heads = PackedLinear(_rng.make_generators(init_seeds, device), P.shape[1], data.n_classes,
-                         device=device, dtype=P.dtype)
-    opt = torch.optim.Adam(heads.parameters(), lr=settings.lr)
-    y = {n: torch.as_tensor(data.split(n).y, device=device) for n in ("train", "valid")}
-    z_valid = torch.matmul(feats["valid"], P)
-    order = torch.Generator(device="cpu").manual_seed(seed)
-    best = BestEpochs(list(heads.parameters()), settings.epochs)
-    n = feats["train"].shape[0]
-    for epoch in range(settings.epochs):
-        perm = torch.randperm(n, generator=order).to(device)
-        for start in range(0, n, settings.batch_size):
-            idx = perm[start:start + settings.batch_size]
-            logits = heads(torch.matmul(feats["train"][idx], P))
-            loss = per_config_cross_entropy(logits, y["train"][idx]).sum()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        with torch.no_grad():
-            best.update(epoch, per_config_accuracy(heads(z_valid).argmax(-1), y["valid"]))
-    best.restore()
-    return heads, best.best_epoch, best.history
-
+def _penultimate(model, X: torch.Tensor) -> torch.Tensor:
+    """The input of the classifier's last layer, evaluation mode, for one config: (n, H)."""
+    model.eval()
+    with torch.no_grad():
+        return model.classifier(model.represent(X, None, None), return_hidden=True)[1][0]

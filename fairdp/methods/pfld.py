@@ -4,21 +4,21 @@ A config names its target privacy ``eps`` (delta = 1e-5, the paper's), and clipp
 ``clip_primal`` (C_p) and ``clip_dual`` (C_d); the noise multipliers are calibrated to the
 target by the RDP accountant for the run's batch size, training-set size and epochs
 (``fairdp.privacy.calibrate_pfld_sigmas``), and each row reports the accountant's
-``eps_formal`` for the run it had.
+``eps_formal`` for the multipliers the run used.
 """
 
-from fairdp.methods._base import EPS, HyperParam, Method
-from fairdp.methods._lagrangian import ARCHITECTURE, train_lagrangian
+from fairdp.methods._base import EPS, HyperParam, NeuralMethod, RunInfo
+from fairdp.methods._lagrangian import ARCHITECTURE, LagrangianStep
 from fairdp.methods._registry import register_method
 from fairdp.methods.fld import NOTION
-from fairdp.privacy import PFLD_DELTA, calibrate_pfld_sigmas, pfld_epsilon
+from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_pfld_sigmas, pfld_epsilon
 
 CLIP_PRIMAL = HyperParam("clip_primal", low=0.0, low_open=True, doc="C_p, per-sample gradient clip")
 CLIP_DUAL = HyperParam("clip_dual", low=0.0, low_open=True, doc="C_d, per-sample h(z) clip")
 
 
 @register_method
-class PFLD(Method):
+class PFLD(NeuralMethod):
     name = "pfld"
     binary_only = True
     hyperparams = (NOTION, EPS, CLIP_PRIMAL, CLIP_DUAL)
@@ -31,18 +31,15 @@ class PFLD(Method):
     def default_architecture(self, dataset):
         return ARCHITECTURE
 
-    def formal_privacy(self, config, representation_dim):
-        # Calibration keeps the accountant's eps at or below the target; a trained pack
-        # reports the accountant's own value (PackResult.privacy).
-        return float(config["eps"]), PFLD_DELTA
+    def noise_multipliers(self, config: dict, run: RunInfo) -> tuple[float, float]:
+        """(sigma_p, sigma_d) calibrated so that the run is (eps, 1e-5)-DP (Theorem 3)."""
+        return calibrate_pfld_sigmas(config["eps"], PFLD_DELTA, run.batch_size, run.n, run.epochs)
 
-    def train_pack(self, data, configs, seed, settings, arch=None):
-        configs = [self.validate_config(c) for c in configs]
-        n = len(data.splits["train"])
-        batch = min(settings.batch_size, n)
-        sigmas = [calibrate_pfld_sigmas(c["eps"], PFLD_DELTA, batch, n, settings.epochs) for c in configs]
-        result = train_lagrangian(data, configs, [self.config_id(c) for c in configs], seed, settings,
-                                  private=True, sigmas=sigmas, arch=arch or ARCHITECTURE)
-        result.privacy = [(pfld_epsilon(sp, sd, batch, n, settings.epochs, PFLD_DELTA), PFLD_DELTA)
-                          for sp, sd in sigmas]
-        return result
+    def privacy(self, config, run):
+        # calibration keeps the accountant's eps at or below the target; report the accountant's
+        return Guarantee(pfld_epsilon(*self.noise_multipliers(config, run), run.batch_size, run.n, run.epochs,
+                                      PFLD_DELTA), PFLD_DELTA)
+
+    def make_step(self, ctx):
+        run = RunInfo.of(ctx.data, ctx.settings, ctx.arch.representation_dim)
+        return LagrangianStep(ctx, private=True, sigmas=[self.noise_multipliers(c, run) for c in ctx.configs])

@@ -54,8 +54,8 @@ from fairdp.methods.reductions import (
     PAPER_BOUNDS,
     fit_reduction,
     release,
-    require_binary,
 )
+from fairdp.privacy import Guarantee
 
 # Tran et al. set eps = 1 unless stated otherwise and sweep eps for their privacy-fairness-
 # accuracy trade-off (their Figure 2); the sweep spans an order of magnitude either side.
@@ -106,18 +106,17 @@ class PrivateReductions(Method):
     def paper_grid(self, dataset):
         return {"fairness_notion": list(CONSTRAINTS), "bound": PAPER_BOUNDS, "eps": PAPER_EPS}
 
-    def train_pack(self, data, configs, seed, settings, arch=None):
+    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None):
         t0 = time.perf_counter()
-        configs = [self.validate_config(c) for c in configs]
-        require_binary(data, self.name)
         X, y, s = data.split("train")
         models = []
-        for c in configs:
-            rng = np.random.default_rng(stream_seed(seed, self.config_id(c), "noise"))
+        for c, cid in zip(configs, config_ids):
+            rng = np.random.default_rng(stream_seed(seed, cid, "noise"))
             z = randomized_response(s, data.n_groups, c["eps"], rng)
             bound = corrected_bound(z, y, data.n_groups, c["fairness_notion"], c["bound"], c["eps"])
             models.append(fit_reduction(X, y, z, c["fairness_notion"], bound))
-        return release(self, models, data, configs, seed, t0)
+        return release(models, data, configs, config_ids, seed, t0)
 
-    def formal_privacy(self, config, representation_dim):
-        return float(config["eps"]), 0.0
+    def privacy(self, config, run):
+        # k-ary randomized response: P(keep) / P(a given other code) = e^eps, so eps-LDP for A
+        return Guarantee(float(config["eps"]), 0.0)

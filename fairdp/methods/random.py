@@ -21,11 +21,10 @@ class Random(Method):
     def paper_grid(self, dataset):
         return {}
 
-    def train_pack(self, data, configs, seed, settings, arch=None):
+    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None):
         t0 = time.perf_counter()
-        configs = [self.validate_config(c) for c in configs]
-        dim = (arch or self.default_architecture(data.name)).representation_dim
-        gens = _rng.make_generators([stream_seed(seed, self.config_id(c), "predict") for c in configs], "cpu")
+        dim = arch.representation_dim
+        gens = _rng.make_generators([stream_seed(seed, cid, "predict") for cid in config_ids], "cpu")
         predictions, representations = {}, {}
         for name in ("valid", "test"):
             n = len(data.splits[name])

@@ -34,7 +34,6 @@ from threadpoolctl import threadpool_limits
 
 from fairdp.data import Dataset
 from fairdp.engine import PackResult, stream_seed
-from fairdp.errors import InputError
 from fairdp.methods._base import HyperParam, Method
 from fairdp.methods._registry import register_method
 
@@ -52,13 +51,6 @@ BOUND = HyperParam("bound", low=0.0, low_open=True, high=1.0,
 PAPER_BOUNDS = [0.01, 0.02, 0.05, 0.1]
 
 
-def require_binary(data: Dataset, method: str) -> None:
-    """fairlearn's classification moments are defined for labels in {0, 1} only."""
-    if data.n_classes != 2:
-        raise InputError(f"methods.{method}: reductions need binary labels; dataset '{data.name}' "
-                         f"has {data.n_classes} classes")
-
-
 def fit_reduction(X: np.ndarray, y: np.ndarray, groups: np.ndarray, notion: str,
                   bound: float) -> ExponentiatedGradient:
     """Exponentiated gradient with slack ``bound`` for ``notion`` w.r.t. ``groups``."""
@@ -74,13 +66,13 @@ def fit_reduction(X: np.ndarray, y: np.ndarray, groups: np.ndarray, notion: str,
         return model.fit(X, y, sensitive_features=groups)
 
 
-def release(method: Method, models: list[ExponentiatedGradient], data: Dataset,
-            configs: list[dict], seed: int, t0: float) -> PackResult:
+def release(models: list[ExponentiatedGradient], data: Dataset, configs: list[dict], config_ids: list[str],
+            seed: int, t0: float) -> PackResult:
     """Scores (K, n, 2) and one reproducible draw of the randomized classifier per row."""
     predictions: dict[str, list[np.ndarray]] = {"valid": [], "test": []}
     representations: dict[str, list[np.ndarray]] = {"valid": [], "test": []}
-    for model, config in zip(models, configs):
-        rng = np.random.default_rng(stream_seed(seed, method.config_id(config), "predict"))
+    for model, cid in zip(models, config_ids):
+        rng = np.random.default_rng(stream_seed(seed, cid, "predict"))
         for name in ("valid", "test"):
             scores = np.asarray(model._pmf_predict(data.split(name).X), dtype=np.float32)
             representations[name].append(scores)
@@ -105,10 +97,8 @@ class Reductions(Method):
     def paper_grid(self, dataset):
         return {"fairness_notion": list(CONSTRAINTS), "bound": PAPER_BOUNDS}
 
-    def train_pack(self, data, configs, seed, settings, arch=None):
+    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None):
         t0 = time.perf_counter()
-        configs = [self.validate_config(c) for c in configs]
-        require_binary(data, self.name)
         X, y, s = data.split("train")
         models = [fit_reduction(X, y, s, c["fairness_notion"], c["bound"]) for c in configs]
-        return release(self, models, data, configs, seed, t0)
+        return release(models, data, configs, config_ids, seed, t0)

@@ -1,4 +1,4 @@
-"""Local differential privacy mechanisms for encoded representations.
+"""Privacy: local DP mechanisms for encoded representations, RDP accounting, guarantees.
 
 ``laplace_privatize`` is the sound mechanism (FEDERATE eq. 3, eps-LDP per row);
 ``minmax_privatize`` reproduces DPNR/CAPE as published, whose true budget is
@@ -17,6 +17,7 @@ from fairdp.privacy._accounting import (
     gaussian_epsilon,
     pfld_epsilon,
 )
+from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee
 from fairdp.privacy._mechanisms import (
     l1_normalize,
     laplace_privatize,
@@ -28,6 +29,8 @@ from fairdp.privacy._mechanisms import (
 )
 
 __all__ = [
+    "NOT_PRIVATE",
+    "Guarantee",
     "PFLD_CLIP_DUAL",
     "PFLD_CLIP_PRIMAL",
     "PFLD_DELTA",

@@ -46,6 +46,7 @@ table (Table 1) names |B| in {16, 64, 256}.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from numbers import Integral, Real
@@ -192,6 +193,9 @@ def _smallest_sigma(epsilon_of: Callable[[float], float], target: float) -> floa
     return hi
 
 
+# Calibration is a pure function of its arguments, and a method's privacy hook and its training
+# both ask for the same run's multipliers: compute each once per process.
+@functools.lru_cache(maxsize=1024)
 def calibrate_pfld_sigmas(
     target_eps: float,
     delta: float,
@@ -234,6 +238,7 @@ def dpsgd_epsilon(sigma: float | None, batch_size: int, n: int, epochs: int, del
     return gaussian_epsilon(sigma, epochs * -(-n // batch_size), batch_size / n, delta)
 
 
+@functools.lru_cache(maxsize=1024)
 def calibrate_dpsgd_sigma(target_eps: float, delta: float, batch_size: int, n: int, epochs: int) -> float:
     """Smallest noise multiplier (to 1e-3, rounded up) with
     ``dpsgd_epsilon(sigma, batch_size, n, epochs, delta) <= target_eps``."""

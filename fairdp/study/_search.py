@@ -4,11 +4,8 @@ Two execution paths, both through Ray Tune and one Optuna study in a JournalStor
 (``<results>/optuna.journal``; SQLite is not safe for parallel writers, and
 optuna-dashboard opens journal files):
 
-* ``packed`` (the default for NSGA-II): a whole NSGA-II generation is asked from Optuna at
-  once (ask/tell), split into one pack per free worker slot, trained as packed trials, and
-  told back before the next generation is asked. NSGA-II builds a generation only from the
-  completed generations before it, so this is the sampler's own behaviour; it just trains
-  the generation's configs together.
+* ``packed`` (the default for NSGA-II): whole NSGA-II generations trained as packs
+  (``GenerationSearcher``).
 * ``per-config``: Ray Tune's ``OptunaSearch`` with metric and mode lists, one config per
   trial. TPE conditions every suggestion on all finished trials, so batching would change
   it; TPE uses this path by default.
@@ -28,22 +25,15 @@ import pandas as pd
 
 from fairdp.errors import InputError
 from fairdp.methods import get_method
-from fairdp.study._plan import Pack, auto_pack_size
+from fairdp.study._optuna import distributions, journal_path, open_study, sampler, search_config
+from fairdp.study._plan import Pack
+from fairdp.study._progress import Progress
 from fairdp.study._ray import ray_session
-from fairdp.study._runner import (
-    Progress,
-    StudyContext,
-    _pack_trial,
-    default_results,
-    load_study_data,
-    store_pack,
-    train_and_evaluate,
-    trial_resources,
-    tune_run_config,
-    worker_slots,
-)
+from fairdp.study._runner import default_results
 from fairdp.study._spec import SearchSpec, StudySpec
 from fairdp.study._store import ResultStore
+from fairdp.study._trial import StudyContext, load_study_data, run_pack
+from fairdp.study._tune import pack_trainable, trial_resources, tune_run_config, worker_slots
 
 
 @dataclass
@@ -57,146 +47,12 @@ class SearchSummary:
     mode: str
 
 
-def journal_path(store: ResultStore) -> str:
-    if not store.is_local:
-        raise InputError(f"--results {store.location}: a search keeps its Optuna journal beside the results, "
-                         f"which needs a local or shared filesystem path")
-    return f"{store.root}/optuna.journal"
-
-
-def _sampler(search: SearchSpec):
-    import optuna
-
-    if search.sampler == "nsga2":
-        return optuna.samplers.NSGAIISampler(population_size=search.population, seed=search.seed)
-    return optuna.samplers.TPESampler(seed=search.seed, multivariate=True)
-
-
-def _distributions(search: SearchSpec) -> dict:
-    import optuna.distributions as d
-
-    out = {}
-    for key, b in search.space.items():
-        if "choices" in b:
-            out[key] = d.CategoricalDistribution(b["choices"])
-        elif b["int"]:
-            out[key] = d.IntDistribution(int(b["low"]), int(b["high"]), log=b["log"])
-        else:
-            out[key] = d.FloatDistribution(b["low"], b["high"], log=b["log"])
-    return out
-
-
-def open_study(search: SearchSpec, study_name: str, journal: str):
-    """The Optuna study in the journal (created, or loaded to resume). Trials a killed run
-    left RUNNING are marked FAIL: they will never report."""
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = JournalStorage(JournalFileBackend(journal))
-    directions = ["maximize" if v == "max" else "minimize" for v in search.objectives.values()]
-    study = optuna.create_study(study_name=study_name, storage=storage, directions=directions,
-                                sampler=_sampler(search), load_if_exists=True)
-    if list(study.directions) != [optuna.study.StudyDirection.MAXIMIZE if x == "maximize"
-                                  else optuna.study.StudyDirection.MINIMIZE for x in directions]:
-        raise InputError(f"{journal}: study '{study_name}' was created with other objectives; "
-                         f"pass another --results")
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-    return study, storage
-
-
-def _objective_values(row: dict, objectives: dict[str, str]) -> list[float] | None:
-    values = [row.get(k) for k in objectives]
-    if any(v is None or not math.isfinite(v) for v in values):
-        return None
-    return [float(v) for v in values]
-
-
-def _config(search: SearchSpec, params: dict) -> dict:
-    return {**search.fixed, **params}
-
-
-# -- packed generations -------------------------------------------------------------------
-
-def _generation_searcher(study, search: SearchSpec, total: int, slots: int, stored: dict):
-    """A Ray Tune Searcher that asks Optuna one generation at a time and hands it out as packs."""
-    import optuna
-    from ray.tune.search import Searcher
-
-    method = get_method(search.method)
-    distributions = _distributions(search)
-
-    class GenerationSearcher(Searcher):
-        def __init__(self):
-            super().__init__(metric="configs", mode="max")
-            self.asked = 0
-            self.queue: list[list] = []  # packs of the current generation not yet handed out
-            self.pending: dict[str, list] = {}  # tune trial id -> optuna trials
-            self.outstanding = 0
-
-        def _next_generation(self):
-            n = min(search.population, total - self.asked)
-            trials = []
-            for _ in range(n):
-                t = study.ask(distributions)
-                cfg = method.validate_config(_config(search, t.params))
-                cid = method.config_id(cfg)
-                if cid in stored:  # already trained (this search or a grid run): tell, don't retrain
-                    values = _objective_values(stored[cid], search.objectives)
-                    study.tell(t, values, state=None if values else optuna.trial.TrialState.FAIL)
-                else:
-                    trials.append((t, cfg, cid))
-            self.asked += n
-            # one pack per slot; a config asked twice in a generation trains once
-            unique = {}
-            for item in trials:
-                unique.setdefault(item[2], []).append(item)
-            groups = list(unique.values())
-            size = auto_pack_size(len(groups), 1, slots, cap=max(1, len(groups)))
-            self.queue = [groups[i:i + size] for i in range(0, len(groups), size)]
-            self.outstanding = len(self.queue)
-
-        def suggest(self, trial_id):
-            if not self.queue and self.outstanding == 0:
-                if self.asked >= total:
-                    return Searcher.FINISHED
-                self._next_generation()
-                if not self.queue:
-                    return self.suggest(trial_id)
-            if not self.queue:
-                return None  # the generation is still training
-            groups = self.queue.pop(0)
-            self.pending[trial_id] = groups
-            cfgs = tuple(g[0][1] for g in groups)
-            ids = tuple(g[0][2] for g in groups)
-            return {"pack": Pack(search.method, search.seed, cfgs, ids).to_dict()}
-
-        def on_trial_complete(self, trial_id, result=None, error=False):
-            groups = self.pending.pop(trial_id, [])
-            rows = (result or {}).get("rows") if not error else None
-            for i, group in enumerate(groups):
-                values = _objective_values(rows[i], search.objectives) if rows else None
-                if values:
-                    stored[group[0][2]] = rows[i]
-                for t, _cfg, _cid in group:
-                    study.tell(t, values, state=None if values else optuna.trial.TrialState.FAIL)
-            self.outstanding -= 1
-
-    return GenerationSearcher()
-
-
-# -- one config per trial -------------------------------------------------------------------
-
-def _config_trial(config: dict, ctx: StudyContext, search: SearchSpec) -> None:
+def config_trainable(config: dict, ctx: StudyContext, search: SearchSpec) -> None:
     from ray import tune
 
     method = get_method(search.method)
-    cfg = method.validate_config(_config(search, config))
-    pack = Pack(search.method, search.seed, (cfg,), (method.config_id(cfg),))
-    rows = train_and_evaluate(ctx, pack)
-    store_pack(ctx, pack, rows)
+    cfg = method.validate_config(search_config(search, config))
+    rows = run_pack(ctx, Pack(search.method, search.seed, (cfg,), (method.config_id(cfg),)))
     values = {k: rows[0].get(k) for k in search.objectives}
     tune.report({"configs": 1, **{k: (v if v is not None and math.isfinite(v) else math.nan)
                                   for k, v in values.items()}})
@@ -217,9 +73,9 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
         raise InputError(f"--mode: must be packed or per-config, got {mode!r}")
     t0 = time.monotonic()
     # absolute: Ray Tune runs each trial in its own working directory
-    store = ResultStore(results or default_results(spec))
-    results = store.location
+    results = ResultStore(results or default_results(spec)).location
     ctx = StudyContext.from_spec(spec, results)
+    store = ctx.store()
     get_method(search.method).check_dataset(load_study_data(ctx), "search.method")
     journal = journal_path(store)
     stored_df, _ = store.read()
@@ -251,17 +107,19 @@ def _run_search(ctx, spec: StudySpec, study, study_name: str, storage, stored: d
     search = spec.search
     slots = worker_slots(spec)
     if mode == "packed":
-        searcher = _generation_searcher(study, search, remaining, slots, stored)
-        trainable = tune.with_parameters(_pack_trial, ctx=ctx)
+        from fairdp.study._generation_searcher import GenerationSearcher
+
+        searcher = GenerationSearcher(study, search, remaining, slots, stored)
+        trainable = tune.with_parameters(pack_trainable, ctx=ctx)
         n_samples = -1  # until the searcher says FINISHED
         packs = math.ceil(remaining / search.population) * min(slots, search.population)
     else:
         from ray.tune.search.optuna import OptunaSearch
 
-        searcher = OptunaSearch(space=_distributions(search), metric=list(search.objectives),
-                                mode=list(search.objectives.values()), sampler=_sampler(search),
+        searcher = OptunaSearch(space=distributions(search), metric=list(search.objectives),
+                                mode=list(search.objectives.values()), sampler=sampler(search),
                                 study_name=study_name, storage=storage)
-        trainable = tune.with_parameters(_config_trial, ctx=ctx, search=search)
+        trainable = tune.with_parameters(config_trainable, ctx=ctx, search=search)
         n_samples = packs = remaining
     progress = Progress(f"search {spec.name}", packs, remaining, stream=stream)
     with tune_run_config(study_name, spec, progress) as run_config:

@@ -16,17 +16,10 @@ import yaml
 
 from fairdp.engine import TrainSettings
 from fairdp.errors import InputError
-from fairdp.methods import Method, get_method, method_names
-from fairdp.methods._base import arange_grid
+from fairdp.methods import Method, arange_grid, get_method, load_plugins, method_names
 from fairdp.metrics import ProbeSettings
+from fairdp.schema import FAIRNESS_METRICS, OBJECTIVES
 
-FAIRNESS_METRICS = ("tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap")
-# Columns a search may optimise: every method reports these (leakage / mdl when evaluated).
-OBJECTIVES = (
-    "valid_accuracy", "test_accuracy",
-    *(f"{split}_{m}" for split in ("valid", "test") for m in FAIRNESS_METRICS),
-    "leakage", "mdl", "eps_formal",
-)
 SAMPLERS = ("nsga2", "tpe")
 DEFAULT_PACK_CAP = 32
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -75,6 +68,7 @@ class StudySpec:
     search: SearchSpec | None
     resources: Resources
     pack_size: int | None  # None: chosen from the grid and the cluster's CPUs
+    plugins: tuple[str, ...] = ()  # resolved plugin files / modules, imported before the methods
     source: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -96,13 +90,19 @@ def load_spec(path: str | Path) -> StudySpec:
         raise InputError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text file") from None
-    return parse_spec(raw, source=str(path))
+    return parse_spec(raw, source=str(path), base_dir=path.parent)
 
 
-def parse_spec(raw, source: str = "<spec>") -> StudySpec:
+def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) -> StudySpec:
+    """Validate a spec's mapping; ``base_dir`` is where relative plugin paths are resolved
+    (the study file's directory; the working directory by default)."""
     top = _mapping(raw, "", required=("name", "dataset", "methods"),
                    optional=("seeds", "train", "evaluate", "selection", "search", "resources", "pack_size",
-                             "description"))
+                             "plugins", "description"))
+    plugins = top.get("plugins") or []
+    if not isinstance(plugins, list):
+        raise InputError(f"plugins: must be a list of plugin files or module names, got {plugins!r}")
+    plugins = tuple(load_plugins(plugins, base_dir))  # before the methods, which may be theirs
     name = _string(top["name"], "name")
     if not _NAME.match(name):
         raise InputError(f"name: {name!r} must be letters, digits, '_', '.', '-' (it names the results directory)")
@@ -119,7 +119,8 @@ def parse_spec(raw, source: str = "<spec>") -> StudySpec:
     search = _search(top["search"], leakage, mdl, seeds) if top.get("search") is not None else None
     return StudySpec(name=name, dataset=dataset, dataset_options=dataset_options, seeds=seeds, train=train,
                      leakage=leakage, mdl=mdl, probe=probe, fairness=fairness, rt=rt, methods=methods,
-                     search=search, resources=resources, pack_size=pack_size, source=source, raw=top)
+                     search=search, resources=resources, pack_size=pack_size, plugins=plugins, source=source,
+                     raw=top)
 
 
 # -- sections ---------------------------------------------------------------------------------

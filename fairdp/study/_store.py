@@ -21,28 +21,25 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from fairdp import schema
 from fairdp._atomic import atomic_path
 from fairdp.errors import InputError
+from fairdp.methods import builtin_method_names, get_method
 
-HYPERPARAMS = ("eps", "lam", "lam_ort", "iterations", "clip_primal", "clip_dual", "bound", "fairness_notion")
-METRICS = (
-    "valid_accuracy", "test_accuracy",
-    "valid_tpr_gap", "test_tpr_gap", "valid_grms", "test_grms",
-    "valid_dp_gap", "test_dp_gap", "valid_eo_gap", "test_eo_gap", "valid_ap_gap", "test_ap_gap",
-    "leakage", "mdl", "eps_formal", "delta",
-)
-SCHEMA = pa.schema(
-    [("study", pa.string()), ("dataset", pa.string()), ("method", pa.string()), ("seed", pa.int64()),
-     ("config_id", pa.string())]
-    + [(h, pa.string() if h == "fairness_notion" else pa.float64()) for h in HYPERPARAMS]
-    + [(m, pa.float64()) for m in METRICS]
-    + [("best_epoch", pa.int64()), ("epochs", pa.int64()), ("duration_s", pa.float64()),
-       ("pack_id", pa.string()), ("pack_size", pa.int64()), ("pack_duration_s", pa.float64()),
-       ("status", pa.string()), ("error", pa.string()), ("fairdp_version", pa.string()),
-       ("node", pa.string()), ("finished_at", pa.timestamp("ms", tz="UTC"))]
-)
-COLUMNS = tuple(SCHEMA.names)
-KEY = ("method", "seed", "config_id")
+_ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(),
+                "timestamp[ms, UTC]": pa.timestamp("ms", tz="UTC")}
+
+
+def study_columns(methods=()) -> list[tuple[str, str]]:
+    """(name, type) of every column of a study's rows: the fixed columns of ``fairdp.schema``
+    and one column per hyperparameter of fairdp's own methods and of ``methods`` (the
+    study's, plugins included). Every file of a study has exactly these columns."""
+    names = dict.fromkeys([*builtin_method_names(), *methods])
+    return schema.result_columns(h for n in names for h in get_method(n).hyperparams)
+
+
+def arrow_schema(columns) -> pa.Schema:
+    return pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in columns])
 
 
 def pack_id(method: str, seed: int, config_ids) -> str:
@@ -59,9 +56,13 @@ class CorruptFile:
 class ResultStore:
     """Pack files of one results location (a directory or a filesystem URI)."""
 
-    def __init__(self, location: str | os.PathLike, filesystem: pafs.FileSystem | None = None):
+    def __init__(self, location: str | os.PathLike, filesystem: pafs.FileSystem | None = None,
+                 columns=None):
         """``filesystem`` (optional) is used with ``location`` as its path, e.g. an fsspec
-        filesystem wrapped in ``pyarrow.fs.PyFileSystem``; otherwise the URI picks it."""
+        filesystem wrapped in ``pyarrow.fs.PyFileSystem``; otherwise the URI picks it.
+        ``columns``: the (name, type) of every row written (default ``study_columns()``)."""
+        self.columns = tuple(columns) if columns else tuple(study_columns())
+        self.schema = arrow_schema(self.columns)
         location = str(location)
         if filesystem is not None:
             self.fs, self.root = filesystem, location
@@ -82,7 +83,10 @@ class ResultStore:
 
     def write_pack(self, rows: list[dict], dataset: str, method: str, seed: int, pid: str) -> str:
         """Write a pack's rows as one file, atomically; returns its path."""
-        table = pa.Table.from_pylist([{c: r.get(c) for c in COLUMNS} for r in rows], schema=SCHEMA)
+        unknown = sorted({k for r in rows for k in r} - set(self.schema.names))
+        if unknown:  # a column the store does not know would be silently dropped
+            raise ValueError(f"write_pack: columns {unknown} are not in the study's columns")
+        table = pa.Table.from_pylist([{c: r.get(c) for c in self.schema.names} for r in rows], schema=self.schema)
         final = self.pack_path(dataset, method, seed, pid)
         self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
         return self._write(table, final)
@@ -136,7 +140,7 @@ class ResultStore:
         if corrupt and on_corrupt == "raise":
             raise corrupt_error(corrupt)
         if not tables:
-            return pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS}), corrupt
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in self.schema.names}), corrupt
         table = pa.concat_tables(tables, promote_options="permissive")
         return table.to_pandas(), corrupt
 

@@ -1,0 +1,101 @@
+"""What every analysis function checks of its input, and the row filters they share.
+
+A DataFrame of result rows (``fairdp.schema``): only rows with status "ok" count; metric
+columns are cast to float; a bad argument is an ``InputError`` naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Iterable, Sequence
+
+import pandas as pd
+
+from fairdp.errors import InputError
+from fairdp.schema import FAIRNESS_METRICS, FIXED_COLUMNS, RUN_KEYS, STATUS_OK
+
+__all__ = ["FAIRNESS_METRICS", "RUN_KEYS", "as_frame", "check_fairness", "check_rt", "describe_rows", "drop_nan",
+           "hyperparameter_columns", "numeric_columns", "ok_rows", "require_columns"]
+
+
+def as_frame(df: object, name: str = "df") -> pd.DataFrame:
+    if not isinstance(df, pd.DataFrame):
+        raise InputError(f"{name}: expected a pandas DataFrame of result rows, got {type(df).__name__}")
+    return df
+
+
+def require_columns(df: pd.DataFrame, columns: Iterable[str], name: str = "df") -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise InputError(f"{name}: missing column {', '.join(repr(c) for c in missing)}")
+
+
+def ok_rows(df: object, name: str = "df") -> pd.DataFrame:
+    """The rows that count: status == "ok" (every row when there is no status column)."""
+    df = as_frame(df, name)
+    if "status" in df.columns:
+        df = df[df["status"].astype("object") == STATUS_OK]
+    return df.copy()
+
+
+def check_fairness(fairness: object) -> str:
+    if fairness not in FAIRNESS_METRICS:
+        raise InputError(
+            f"fairness: unknown metric {fairness!r} (expected one of {', '.join(FAIRNESS_METRICS)})"
+        )
+    return str(fairness)
+
+
+def check_rt(rt: object, name: str = "rt") -> float:
+    if isinstance(rt, bool) or not isinstance(rt, numbers.Real) or math.isnan(float(rt)):
+        raise InputError(f"{name}: expected a number >= 0, got {rt!r}")
+    if rt < 0:
+        raise InputError(f"{name}: must be >= 0 (accuracy points), got {rt!r}")
+    return float(rt)
+
+
+def numeric_columns(df: pd.DataFrame, columns: Iterable[str], name: str = "df") -> pd.DataFrame:
+    """Cast metric columns to float (None -> NaN); a non-numeric column is an InputError."""
+    for col in columns:
+        try:
+            df[col] = pd.to_numeric(df[col], errors="raise").astype(float)
+        except (TypeError, ValueError):
+            raise InputError(f"{name}: column {col!r} is not numeric") from None
+    return df
+
+
+def describe_rows(rows: pd.DataFrame, limit: int = 10) -> str:
+    parts = []
+    for _, r in rows.head(limit).iterrows():
+        ident = [f"{k}={r[k]}" for k in ("dataset", "method", "seed", "config_id") if k in rows.columns]
+        parts.append("(" + " ".join(ident) + ")")
+    more = len(rows) - limit
+    return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
+
+
+def drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str) -> pd.DataFrame:
+    """Drop rows with NaN in ``columns``, warning with the identity of each dropped row."""
+    bad = df[list(columns)].isna().any(axis=1)
+    if bad.any():
+        warnings.warn(
+            f"{caller}: excluding {int(bad.sum())} row(s) with NaN {' or '.join(columns)}: "
+            f"{describe_rows(df[bad])}",
+            UserWarning,
+            stacklevel=3,
+        )
+        df = df[~bad]
+    return df
+
+
+# columns analysis functions add to result rows (select_by_rt's threshold)
+_DERIVED_COLUMNS = ("rt",)
+
+
+def hyperparameter_columns(df: pd.DataFrame) -> list[str]:
+    """The hyperparameter columns of result rows, in order: every column that is neither a
+    fixed result column (``fairdp.schema``) nor added by an analysis, and that is set for
+    some row. A plugin method's hyperparameters are found without knowing the plugin."""
+    return [c for c in df.columns
+            if c not in FIXED_COLUMNS and c not in _DERIVED_COLUMNS and df[c].notna().any()]

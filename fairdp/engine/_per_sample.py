@@ -1,0 +1,63 @@
+"""Per-sample gradient clipping with noise, without materialising per-sample gradients.
+
+The building block of DP-SGD (Abadi et al. 2016) and of PF-LD's private group term (Tran
+et al. 2021, eq. 8), for a ReLU chain of packed linear layers. For a linear layer the
+gradient of row z's scalar f_z is g_z = a_z delta_z^T (the layer's input times the
+backpropagated error of f_z), so ||g_z||^2 = sum over layers of ||delta_z||^2 (||a_z||^2 + 1)
+(the +1 is the bias) and a weighted sum of clipped g_z is one batched matmul
+A^T (coef * Delta) per layer: ghost norms (Goodfellow 2015; Li et al. 2022) instead of B
+backward passes. Everything is batched over the config axis K.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from fairdp import _rng
+from fairdp.engine._packed import PackedLinear
+
+
+def forward_traced(layers: Sequence[PackedLinear], x: torch.Tensor):
+    """Run ``x`` through a ReLU chain of packed layers (no ReLU after the last); returns the
+    output (K, B, out), every layer's input (K, B, in, detached) and every layer's output,
+    which is what ``add_clipped_gradients`` needs (the errors are gradients w.r.t. the outputs)."""
+    k = layers[0].weight.shape[0]
+    inputs, outputs = [], []
+    for i, layer in enumerate(layers):
+        inputs.append((x if x.dim() == 3 else x.expand(k, *x.shape)).detach())
+        z = layer(x)
+        outputs.append(z)
+        x = torch.relu(z) if i < len(layers) - 1 else z
+    return x, inputs, outputs
+
+
+@torch.no_grad()
+def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight: torch.Tensor,
+                          clip: torch.Tensor, noise_std: torch.Tensor, generators) -> np.ndarray:
+    """Add -sum_z weight[k, z] * clip(g_z, clip[k]) + N(0, noise_std[k]^2) to every ``.grad``.
+
+    ``inputs`` and ``deltas`` are, per layer, its input (K, B, in) and the gradient of
+    sum_z f_z w.r.t. its output (K, B, out), so g_z is row z's gradient of f_z for config
+    k, clipped to L2 norm ``clip[k]`` over all layers' parameters. The noise is one draw per
+    config (all parameter entries at once) from that config's generator. Rows with weight 0
+    do not count. Returns, per config, how many weighted rows had a gradient norm above
+    ``clip`` and how many rows were weighted: shape (2, K).
+    """
+    sq = sum(d.pow(2).sum(-1) * (a.pow(2).sum(-1) + 1) for a, d in zip(inputs, deltas))  # (K, B)
+    norms = sq.sqrt()
+    factor = torch.clamp(clip.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)  # min(1, C / ||g||)
+    coef = (weight * factor).unsqueeze(-1)  # (K, B, 1)
+    # one draw per config for all parameter entries: per-parameter draws cost a dispatch each
+    sizes = [n for layer in layers for n in (layer.weight[0].numel(), layer.bias[0].numel())]
+    noise = _rng.normal((sum(sizes),), generators, device=coef.device, dtype=coef.dtype) * noise_std.unsqueeze(1)
+    chunks = iter(noise.split(sizes, dim=1))
+    for layer, a, d in zip(layers, inputs, deltas):
+        cd = coef * d
+        for param, g in ((layer.weight, torch.bmm(a.transpose(1, 2), cd)), (layer.bias, cd.sum(dim=1, keepdim=True))):
+            param.grad += next(chunks).view_as(g) - g
+    weighted = weight != 0  # (K, B)
+    exceeded = ((norms > clip.unsqueeze(1)) & weighted).sum(1)
+    return torch.stack([exceeded, weighted.sum(1)]).cpu().numpy()

@@ -1,0 +1,71 @@
+"""The results vocabulary: every column a result row has, and the metric names that study
+specs, the CLI and the analysis accept.
+
+The store's Parquet schema, a spec's search objectives and fairness metric, the metrics a
+pack is evaluated on, the analysis checks and the CLI's choices are all read from here.
+Hyperparameter columns are not listed: they come from the methods' declared
+hyperparameters (``hyperparameter_columns``), so a new method's hyperparameter reaches the
+rows with no other edit. Plain data, no imports from the rest of the package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+SPLITS = ("valid", "test")
+FAIRNESS_METRICS = ("tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap")
+"""Fairness gaps, percent: FEDERATE's TPR-gap and GRMS, Tran et al.'s DP, EO and AP violations."""
+
+ACCURACY_COLUMNS = tuple(f"{split}_accuracy" for split in SPLITS)
+FAIRNESS_COLUMNS = tuple(f"{split}_{m}" for m in FAIRNESS_METRICS for split in SPLITS)
+PROBE_COLUMNS = ("leakage", "mdl")
+PRIVACY_COLUMNS = ("eps_formal", "delta")
+METRIC_COLUMNS = (*ACCURACY_COLUMNS, *FAIRNESS_COLUMNS, *PROBE_COLUMNS, *PRIVACY_COLUMNS)
+
+# Columns a search may optimise: every method reports these (leakage / mdl when evaluated).
+OBJECTIVES = (
+    *ACCURACY_COLUMNS,
+    *(f"{split}_{m}" for split in SPLITS for m in FAIRNESS_METRICS),
+    *PROBE_COLUMNS,
+    "eps_formal",
+)
+
+# (name, type); types are pyarrow's names: "string", "int64", "float64", "timestamp[ms, UTC]".
+IDENTITY_COLUMNS = (("study", "string"), ("dataset", "string"), ("method", "string"), ("seed", "int64"),
+                    ("config_id", "string"))
+PROVENANCE_COLUMNS = (
+    ("best_epoch", "int64"), ("epochs", "int64"), ("duration_s", "float64"), ("pack_id", "string"),
+    ("pack_size", "int64"), ("pack_duration_s", "float64"), ("status", "string"), ("error", "string"),
+    ("fairdp_version", "string"), ("node", "string"), ("finished_at", "timestamp[ms, UTC]"),
+)
+FIXED_COLUMNS = (
+    *(name for name, _ in IDENTITY_COLUMNS), *METRIC_COLUMNS, *(name for name, _ in PROVENANCE_COLUMNS),
+)
+"""Every column that is not a hyperparameter; a hyperparameter may not take one of these names."""
+
+RUN_KEYS = ("dataset", "method", "seed")
+"""A run: the unit in which the papers select one config before averaging over seeds."""
+ROW_KEY = ("method", "seed", "config_id")
+"""What identifies a row within a study's results."""
+
+STATUS_OK = "ok"
+
+
+def hyperparameter_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
+    """(name, type) of each distinct hyperparameter, sorted by name; ``hyperparams`` are
+    objects with ``name`` and ``column_type`` (``fairdp.methods.HyperParam``). Two
+    hyperparameters of one name must have one column type."""
+    types: dict[str, str] = {}
+    for h in hyperparams:
+        if h.name in FIXED_COLUMNS:
+            raise ValueError(f"hyperparameter {h.name!r}: the name of a result column")
+        if types.setdefault(h.name, h.column_type) != h.column_type:
+            raise ValueError(f"hyperparameter {h.name!r}: declared as {types[h.name]} and as {h.column_type}")
+    return sorted(types.items())
+
+
+def result_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
+    """(name, type) of every column of a result row, in order: identity, hyperparameters,
+    metrics (float64), provenance."""
+    return [*IDENTITY_COLUMNS, *hyperparameter_columns(hyperparams),
+            *((m, "float64") for m in METRIC_COLUMNS), *PROVENANCE_COLUMNS]

@@ -1,0 +1,101 @@
+"""The Ray Tune driver: packs as Tune trials, worker slots and resources, the run config, progress.
+
+A Ray session must be up (``_ray.ray_session``) before these are called; Ray is imported
+lazily so that the rest of ``fairdp.study`` (specs, the store, reading results) does not
+pay for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+
+from fairdp.study._plan import Pack
+from fairdp.study._progress import Progress
+from fairdp.study._spec import StudySpec
+from fairdp.study._trial import StudyContext, error_rows, run_pack, store_pack
+
+
+def pack_trainable(config: dict, ctx: StudyContext) -> None:
+    """The Ray Tune trainable: one pack in, its Parquet file written, a summary reported
+    (with each row's metrics, which a searcher handing out packs tells back to Optuna)."""
+    from ray import tune
+
+    rows = run_pack(ctx, Pack.from_dict(config["pack"]))
+    tune.report({"configs": len(rows), "pack_duration_s": rows[0]["pack_duration_s"],
+                 "rows": [{k: v for k, v in r.items() if isinstance(v, float)} for r in rows]})
+
+
+def _tune_callback(progress: Progress):
+    from ray import tune
+
+    class _ProgressCallback(tune.Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            progress.update(packs=1, configs=int(result.get("configs", 0)))
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            progress.update(failures=1)
+
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            progress.update(retries=1)
+
+    return _ProgressCallback()
+
+
+def worker_slots(spec: StudySpec) -> int:
+    """Trials the connected Ray cluster runs at once (at least one)."""
+    import ray
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1) // spec.resources.cpus_per_trial))
+
+
+def trial_resources(spec: StudySpec) -> dict:
+    return {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
+
+
+@contextlib.contextmanager
+def tune_run_config(name: str, spec: StudySpec, progress: Progress):
+    """Tune's RunConfig for a study: the spec's retries, progress lines, and the JSON logger
+    that result grids read back; its storage is a temporary directory removed afterwards
+    (rows live in the results store, so Tune keeps nothing worth resuming from)."""
+    from ray import tune
+    from ray.tune.logger import JsonLoggerCallback
+
+    storage = tempfile.mkdtemp(prefix="fairdp-tune-")
+    try:
+        yield tune.RunConfig(name=name, storage_path=storage, verbose=0,
+                             failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
+                             callbacks=[_tune_callback(progress), JsonLoggerCallback()])
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
+    """Run packs as Ray Tune trials: (failed, unfinished) pack counts.
+
+    Unfinished packs are those a Ctrl-C (Tune stops gracefully on SIGINT) kept from finishing.
+    A pack that still fails after ``resources.max_failures`` retries is stored as error rows
+    (status 'error', the exception's last line), which the next run retries.
+    """
+    from ray import tune
+
+    trainable = tune.with_resources(tune.with_parameters(pack_trainable, ctx=ctx), trial_resources(spec))
+    with tune_run_config(spec.name, spec, progress) as run_config:
+        grid = tune.Tuner(
+            trainable,
+            param_space={"pack": tune.grid_search([p.to_dict() for p in packs])},
+            tune_config=tune.TuneConfig(reuse_actors=True, trial_dirname_creator=lambda t: t.trial_id,
+                                        trial_name_creator=lambda t: f"pack_{t.trial_id}"),
+            run_config=run_config,
+        ).fit()
+        failed = unfinished = 0
+        for res in grid:
+            if res.error is None and "configs" not in (res.metrics or {}):
+                unfinished += 1
+            elif res.error is not None:
+                failed += 1
+                pack = Pack.from_dict(res.config["pack"])
+                message = (str(res.error).strip().splitlines() or ["error"])[-1][:500]
+                store_pack(ctx, pack, error_rows(ctx, pack, message))
+    return failed, unfinished
