@@ -11,7 +11,7 @@ import yaml
 
 from fairdp import __version__
 from fairdp.errors import InputError
-from fairdp.schema import FAIRNESS_METRICS
+from fairdp.schema import SELECTION_FAIRNESS
 
 EXIT_INPUT = 2
 
@@ -156,6 +156,13 @@ def _cmd_audit(args) -> int:
     return 0
 
 
+def _keys(text: str) -> list[str]:
+    keys = [t.strip() for t in text.split(",") if t.strip()]
+    if not keys:
+        raise argparse.ArgumentTypeError(f"expected comma-separated column names, got {text!r}")
+    return keys
+
+
 def _seed_list(text: str | None) -> list[int] | None:
     if text is None:
         return None
@@ -177,7 +184,7 @@ def _cmd_run(args) -> int:
     failed = f", {summary.failed_packs} packs failed (stored as errors; rerun to retry)" if summary.failed_packs else ""
     print(f"\n{spec.name}: {summary.configs} configs in {summary.packs} packs run, {summary.already_stored} "
           f"already stored{failed}; {summary.wall_s:.0f} s; results in {summary.results}\n")
-    _print_results(summary.results, spec.fairness, spec.rt)
+    _print_results(summary.results, spec.fairness, spec.rt, spec.by)
     return 1 if summary.failed_packs else 0
 
 
@@ -221,12 +228,12 @@ def _cmd_analyze(args) -> int:
     df = _load_rows(args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        selected = select_by_rt(df, rt=args.rt, fairness=args.fairness)
+        selected = select_by_rt(df, rt=args.rt, fairness=args.fairness, by=args.by)
         if args.selected:
             out = render_table(selected_configs(selected, args.fairness), fmt=args.format)
         else:
-            out = format_table(aggregate_seeds(selected, fairness=args.fairness), fmt=args.format,
-                               fairness=args.fairness)
+            out = format_table(aggregate_seeds(selected, fairness=args.fairness, by=args.by), fmt=args.format,
+                               fairness=args.fairness, by=args.by)
     for w in caught:
         print(f"fairdp analyze: warning: {w.message}", file=sys.stderr)
     sys.stdout.write(out)
@@ -242,7 +249,7 @@ def _cmd_report(args) -> int:
     rts = [float(r) for r in args.rts.split(",")] if args.rts else (0, 0.5, 1, 2, 3, 5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts)
+        paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by)
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
     for p in paths:
@@ -250,15 +257,16 @@ def _cmd_report(args) -> int:
     return 0
 
 
-def _print_results(location: str, fairness: str, rt: float) -> None:
+def _print_results(location: str, fairness: str, rt: float, by=()) -> None:
     from fairdp.analysis import aggregate_seeds, format_table, select_by_rt
     from fairdp.study import read_results
 
     df = read_results(location)
-    selected = select_by_rt(df, rt=rt, fairness=fairness)
-    print(f"relaxation threshold {rt:g} (selection by valid accuracy within {rt:g} points, then lowest "
+    selected = select_by_rt(df, rt=rt, fairness=fairness, by=by)
+    per = f" per {', '.join(by)}" if by else ""
+    print(f"relaxation threshold {rt:g} (selection{per} by valid accuracy within {rt:g} points, then lowest "
           f"valid {fairness}); test metrics, mean ± std over seeds\n")
-    print(format_table(aggregate_seeds(selected, fairness=fairness), fmt="md", fairness=fairness))
+    print(format_table(aggregate_seeds(selected, fairness=fairness, by=by), fmt="md", fairness=fairness, by=by))
 
 
 def _print_table(header: tuple, rows: list[tuple]) -> None:
@@ -323,7 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     ana = sub.add_parser("analyze", help="relaxation-threshold selection, mean ± std over seeds, as a table")
     ana.add_argument("dirs", nargs="+", metavar="DIR", help="results directories (several combine)")
     ana.add_argument("--rt", type=float, default=1.0, help="relaxation threshold in accuracy points (default 1)")
-    ana.add_argument("--fairness", choices=FAIRNESS_METRICS, default="tpr_gap",
+    ana.add_argument("--by", type=_keys, default=[], metavar="KEY,...",
+                     help="select and aggregate per value of these columns too, e.g. fairness_notion,eps")
+    ana.add_argument("--fairness", choices=SELECTION_FAIRNESS, default="tpr_gap",
                      help="selection and reported fairness metric (default tpr_gap)")
     ana.add_argument("--format", choices=("md", "csv", "latex"), default="md")
     ana.add_argument("--selected", action="store_true",
@@ -335,7 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-o", "--output", required=True, metavar="OUT", help="report directory")
     rep.add_argument("--rt", type=float, default=1.0, help="relaxation threshold of the main table (default 1)")
     rep.add_argument("--rts", help="RTs of the sweep, comma-separated (default 0,0.5,1,2,3,5)")
-    rep.add_argument("--fairness", choices=FAIRNESS_METRICS, default="tpr_gap")
+    rep.add_argument("--fairness", choices=SELECTION_FAIRNESS, default="tpr_gap",
+                     help="selection and reported fairness metric; notion_gap: each notion's own violation")
+    rep.add_argument("--by", type=_keys, default=[], metavar="KEY,...",
+                     help="select and aggregate per value of these columns too, e.g. fairness_notion,eps")
     rep.set_defaults(func=_cmd_report)
     return p
 

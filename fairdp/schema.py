@@ -16,11 +16,21 @@ SPLITS = ("valid", "test")
 FAIRNESS_METRICS = ("tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap")
 """Fairness gaps, percent: FEDERATE's TPR-gap and GRMS, Tran et al.'s DP, EO and AP violations."""
 
+NOTION_METRICS = {"dp": "dp_gap", "eo": "eo_gap", "ap": "ap_gap"}
+"""Tran et al.'s fairness notions (a method's ``fairness_notion``) and the violation of each."""
+NOTION_GAP = "notion_gap"
+"""A selection metric, not a column: each row's violation of its own fairness notion."""
+SELECTION_FAIRNESS = (*FAIRNESS_METRICS, NOTION_GAP)
+"""What a study's or the analysis' selection may minimise."""
+
 ACCURACY_COLUMNS = tuple(f"{split}_accuracy" for split in SPLITS)
 FAIRNESS_COLUMNS = tuple(f"{split}_{m}" for m in FAIRNESS_METRICS for split in SPLITS)
 PROBE_COLUMNS = ("leakage", "mdl")
 PRIVACY_COLUMNS = ("eps_formal", "delta")
-METRIC_COLUMNS = (*ACCURACY_COLUMNS, *FAIRNESS_COLUMNS, *PROBE_COLUMNS, *PRIVACY_COLUMNS)
+# kbits of sending the test split's attribute with a uniform code: what MDL is compared with
+# (an online code can exceed it: probes trained on the first small blocks are overconfident)
+MDL_UNIFORM = "mdl_uniform"
+METRIC_COLUMNS = (*ACCURACY_COLUMNS, *FAIRNESS_COLUMNS, *PROBE_COLUMNS, MDL_UNIFORM, *PRIVACY_COLUMNS)
 
 # Columns a search may optimise: every method reports these (leakage / mdl when evaluated).
 OBJECTIVES = (
@@ -31,10 +41,13 @@ OBJECTIVES = (
 )
 
 # (name, type); types are pyarrow's names: "string", "int64", "float64", "timestamp[ms, UTC]".
+# architecture and probe are JSON objects (the effective Architecture, ProbeSettings.protocol());
+# optimizer, lr and architecture are null for a method without gradient training or network.
 IDENTITY_COLUMNS = (("study", "string"), ("dataset", "string"), ("method", "string"), ("seed", "int64"),
                     ("config_id", "string"))
 PROVENANCE_COLUMNS = (
-    ("best_epoch", "int64"), ("epochs", "int64"), ("duration_s", "float64"), ("pack_id", "string"),
+    ("best_epoch", "int64"), ("epochs", "int64"), ("optimizer", "string"), ("lr", "float64"),
+    ("architecture", "string"), ("probe", "string"), ("duration_s", "float64"), ("pack_id", "string"),
     ("pack_size", "int64"), ("pack_duration_s", "float64"), ("status", "string"), ("error", "string"),
     ("fairdp_version", "string"), ("node", "string"), ("finished_at", "timestamp[ms, UTC]"),
 )

@@ -74,3 +74,54 @@ def test_the_committed_reference_results_still_read_and_select(capsys):
     assert (table["n_seeds"] == 2).all()
     unconstrained = table.set_index("method").loc["unconstrained"]
     assert 80 < unconstrained["test_accuracy_mean"] < 90 and unconstrained["leakage_mean"] > 75
+
+
+@pytest.fixture(scope="module")
+def pfld_rows(tmp_path_factory):
+    """A real PF-LD study's rows on synthetic data (no Ray: the pack trial itself): N, F-LD
+    for two notions, PF-LD for two notions at eps 1 and 10 with two clip bounds, 2 seeds."""
+    from fairdp.engine import TrainSettings
+    from fairdp.methods import get_method
+    from fairdp.metrics import ProbeSettings
+    from fairdp.study import Pack, StudyContext, run_pack, study_columns
+
+    root = tmp_path_factory.mktemp("pfld")
+    methods = {"unconstrained": [{}], "fld": [{"fairness_notion": n} for n in ("dp", "eo")],
+               "pfld": [{"fairness_notion": n, "eps": e, "clip_primal": c, "clip_dual": 5.0}
+                        for n in ("dp", "eo") for e in (1.0, 10.0) for c in (1.0, 10.0)]}
+    ctx = StudyContext(study="pfld-mini", dataset="synthetic",
+                       dataset_options={"rows": 1500, "features": 8, "label_correlation": 0.6, "seed": 0},
+                       train=TrainSettings(epochs=3, batch_size=200), leakage=False, mdl=False,
+                       probe=ProbeSettings(), results=str(root), cpus_per_trial=1,
+                       columns=tuple(study_columns(list(methods))))
+    for seed in (0, 1):
+        for name, configs in methods.items():
+            m = get_method(name)
+            run_pack(ctx, Pack(name, seed, tuple(configs), tuple(m.config_id(c) for c in configs)))
+    return str(root)
+
+
+def test_analyze_by_notion_and_eps_on_a_real_pfld_study(pfld_rows, capsys):
+    assert main(["analyze", pfld_rows, "--fairness", "notion_gap", "--by", "fairness_notion,eps",
+                 "--format", "csv"]) == 0
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert list(table.columns[:5]) == ["dataset", "method", "fairness_notion", "eps", "n_seeds"]
+    keys = set(zip(table["method"], table["fairness_notion"], table["eps"].fillna(-1)))
+    assert keys == {("unconstrained", "dp", -1), ("unconstrained", "eo", -1), ("fld", "dp", -1), ("fld", "eo", -1),
+                    ("pfld", "dp", 1.0), ("pfld", "dp", 10.0), ("pfld", "eo", 1.0), ("pfld", "eo", 10.0)}
+    assert (table["n_seeds"] == 2).all()
+    # before per-notion reporting, one row mixed every notion and eps of pfld
+    assert main(["analyze", pfld_rows, "--fairness", "dp_gap", "--format", "csv"]) == 0
+    mixed = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert (mixed["method"] == "pfld").sum() == 1
+    assert main(["analyze", pfld_rows, "--by", "nosuch"]) == 2
+    assert "by: no column 'nosuch'" in capsys.readouterr().err
+
+
+def test_report_draws_violation_and_accuracy_against_eps_per_notion(pfld_rows, tmp_path):
+    out = tmp_path / "report"
+    assert main(["report", pfld_rows, "-o", str(out), "--fairness", "notion_gap", "--by", "fairness_notion,eps"]) == 0
+    assert (out / "figures" / "violation_accuracy_eps.png").read_bytes().startswith(PNG_SIGNATURE)
+    md = (out / "report.md").read_text()
+    assert "## Fairness notions against ε" in md and "| Notion | ε |" in md
+    assert "No leakage or MDL probe was run." in md

@@ -8,6 +8,7 @@ import pytest
 
 from fairdp.analysis import (
     constrained_select,
+    dto_minmax_select,
     dto_select,
     hypervolume,
     pareto_front,
@@ -138,8 +139,25 @@ def runs_table():
     })
 
 
-def test_dto_select_hand_table():
+def test_dto_select_is_fairlibs_distance_to_optimum_on_a_hand_table():
     seed0 = runs_table().query("seed == 0")
+    # fairlib: accuracy / 80 -> a 1, b .975, c .875, d .9875; (100 - gap) / 100 -> .90, .98, 1, .96
+    # distances to (1, 1): a .1000, b .0320, c .1250, d .0419
+    pick = dto_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min"})
+    assert pick["config_id"] == "b"
+    # with leakage, (100 - leakage) / 50 -> .6, .6, 1, .8: a .412, b .401, c .125, d .204 -> c,
+    # where the min-max variant picks d (below)
+    pick = dto_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min", "leakage": "min"})
+    assert pick["config_id"] == "c"
+    assert dto_select(seed0.iloc[[2]], {"valid_accuracy": "max", "valid_tpr_gap": "min"})["config_id"] == "c"
+    assert dto_select(seed0.iloc[0:0], {"valid_accuracy": "max"}) is None
+    with pytest.raises(InputError, match="outside"):
+        dto_select(seed0.assign(eps_formal=[1.0, 8.0, 500.0, 2.0]), {"valid_accuracy": "max", "eps_formal": "min"})
+
+
+def test_dto_minmax_select_hand_table():
+    seed0 = runs_table().query("seed == 0")
+    dto_select = dto_minmax_select
     # normalised (acc: 80 -> 0, 70 -> 1; gap: 0 -> 0, 10 -> 1):
     # a (0, 1) -> 1; b (0.2, 0.2) -> 0.283; c (1, 0) -> 1; d (0.1, 0.4) -> 0.412
     pick = dto_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min"})
@@ -172,9 +190,12 @@ def test_select_per_run_applies_a_rule_per_seed():
     picks = select_per_run(df, "constrained", fairness_col="valid_tpr_gap", threshold=2.0)
     assert list(zip(picks["seed"], picks["config_id"])) == [(0, "b"), (1, "a")]
     assert picks["valid_accuracy"].dtype == float
-    picks = select_per_run(df, "dto", objectives={"valid_accuracy": "max", "valid_tpr_gap": "min"})
+    picks = select_per_run(df, "dto_minmax", objectives={"valid_accuracy": "max", "valid_tpr_gap": "min"})
     # seed 1: a (1, 0) and b (0, 1) are both at distance 1: the tie goes to the smaller config_id
     assert list(picks["config_id"]) == ["b", "a"]
+    # fairlib's DTO, seed 1: a (60/65, 99/99) is .077 from (1, 1), b (1, 97/99) .020
+    picks = select_per_run(df, "dto", objectives={"valid_accuracy": "max", "valid_tpr_gap": "min"})
+    assert list(picks["config_id"]) == ["b", "b"]
     none = select_per_run(df, "constrained", fairness_col="valid_tpr_gap", threshold=0.5)
     assert list(zip(none["seed"], none["config_id"])) == [(0, "c")]
     with pytest.raises(InputError, match="rule"):

@@ -242,3 +242,75 @@ def test_privacy_accuracy_by_eps():
     assert e1["eps_formal_max"] == 1.0
     assert out.iloc[1]["n_seeds"] == 1 and math.isnan(out.iloc[1]["leakage_std"])
     assert privacy_accuracy_by_eps(df[df["method"] == "unconstrained"]).empty
+
+
+def _pfld_table():
+    """Two seeds of: unconstrained (no notion, no eps); pfld for notions dp and eo at eps 1 and
+    10, two clip bounds each (configs c1, c2)."""
+    rows = []
+    for seed in (0, 1):
+        rows.append(dict(method="unconstrained", seed=seed, config_id="u", fairness_notion=None, eps=np.nan,
+                         valid_accuracy=85.0, test_accuracy=85.0 + seed, valid_dp_gap=20.0, test_dp_gap=19.0,
+                         valid_eo_gap=10.0, test_eo_gap=9.0 + seed, valid_ap_gap=2.0, test_ap_gap=2.0))
+        for notion in ("dp", "eo"):
+            for eps in (1.0, 10.0):
+                for cid, acc, gap in (("c1", 80.0, 8.0 - eps / 10), ("c2", 80.5, 12.0)):
+                    rows.append(dict(method="pfld", seed=seed, config_id=f"{notion}{eps:g}{cid}", fairness_notion=notion,
+                                     eps=eps, valid_accuracy=acc, test_accuracy=acc - 1,
+                                     valid_dp_gap=gap if notion == "dp" else 30.0, test_dp_gap=gap + seed,
+                                     valid_eo_gap=gap if notion == "eo" else 30.0, test_eo_gap=gap + 2 * seed,
+                                     valid_ap_gap=1.0, test_ap_gap=1.0))
+    df = pd.DataFrame(rows)
+    df["dataset"], df["status"], df["leakage"], df["mdl"] = "bank", "ok", np.nan, np.nan
+    return df
+
+
+def test_per_notion_reads_each_rows_own_violation_and_repeats_baselines():
+    from fairdp.analysis import per_notion
+
+    out = per_notion(_pfld_table())
+    base = out[out["method"] == "unconstrained"]
+    assert sorted(base["fairness_notion"]) == ["dp", "dp", "eo", "eo"]  # one copy per notion and seed
+    assert set(base.loc[base["fairness_notion"] == "dp", "valid_notion_gap"]) == {20.0}
+    assert set(base.loc[base["fairness_notion"] == "eo", "valid_notion_gap"]) == {10.0}
+    eo = out[(out["method"] == "pfld") & (out["fairness_notion"] == "eo")]
+    assert (eo["valid_notion_gap"] == eo["valid_eo_gap"]).all() and (eo["test_notion_gap"] == eo["test_eo_gap"]).all()
+    with pytest.raises(InputError, match="fairness_notion"):
+        per_notion(_pfld_table().assign(fairness_notion=None))
+
+
+def test_selection_and_aggregation_per_notion_and_eps():
+    """RT = 1 per (method, notion, eps, seed): c1 (80.0) and c2 (80.5) are both in the window,
+    c1's own violation (8 - eps/10 < 12) wins; unconstrained is one row per notion, eps NaN."""
+    df = _pfld_table()
+    by = ["fairness_notion", "eps"]
+    selected = select_by_rt(df, 1.0, "notion_gap", by=by)
+    pf = selected[selected["method"] == "pfld"]
+    assert len(pf) == 2 * 2 * 2 and set(pf["config_id"].str[-2:]) == {"c1"}
+    agg = aggregate_seeds(selected, fairness="notion_gap", by=by)
+    assert list(agg.columns[:4]) == ["dataset", "method", "fairness_notion", "eps"]
+    row = agg[(agg["method"] == "pfld") & (agg["fairness_notion"] == "eo") & (agg["eps"] == 10.0)].iloc[0]
+    assert row["n_seeds"] == 2 and row["test_notion_gap_mean"] == pytest.approx(7.0 + 1.0)  # 7 + 2 * seed
+    base = agg[agg["method"] == "unconstrained"]
+    assert len(base) == 2 and base["eps"].isna().all()
+    assert base.set_index("fairness_notion").loc["eo", "test_notion_gap_mean"] == pytest.approx(9.5)
+    # without by, notion_gap is refused: a table would mix the notions
+    with pytest.raises(InputError, match="fairness_notion"):
+        select_by_rt(df, 1.0, "notion_gap")
+    with pytest.raises(InputError, match="no column 'clip'"):
+        select_by_rt(df, 1.0, "dp_gap", by=["clip"])
+    # the table shows the by columns after Method
+    from fairdp.analysis import format_table
+
+    text = format_table(agg, "md", "notion_gap", by=by)
+    assert text.splitlines()[0].startswith("| Dataset | Method | Notion | ε | Seeds | Accuracy ↑ | Violation ↓")
+    assert "| bank | unconstrained | eo | - | 2 |" in text
+
+
+def test_violation_accuracy_by_eps_is_tran_et_als_figure_table():
+    from fairdp.analysis import violation_accuracy_by_eps
+
+    table = violation_accuracy_by_eps(_pfld_table(), rt=1.0)
+    pf = table[(table["method"] == "pfld") & (table["fairness_notion"] == "dp")].sort_values("eps")
+    assert list(pf["eps"]) == [1.0, 10.0]
+    assert list(pf["test_notion_gap_mean"]) == pytest.approx([7.9 + 0.5, 7.0 + 0.5])

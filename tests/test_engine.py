@@ -152,3 +152,73 @@ def test_gpu_memory_rule_keeps_a_pack_within_its_share_of_the_device():
     assert quarter * per <= CUDA_MEMORY_SHARE * 20 * gib and quarter < whole
     assert cuda_config_chunk(per, 80 * gib, 1.0, k=150) == 150  # a paper grid fits at once
     assert cuda_config_chunk(per, 1 << 20, 1.0, k=150) == 1  # never zero
+
+
+def test_difference_loss_over_samples_pinned_on_a_hand_computed_case():
+    """Han et al.'s form. Rows of H_a [[3, 4], [1, 0]] normalise to [[.6, .8], [1, 0]], of H_b
+    [[0, 2], [1, 1]] to [[0, 1], [1, 1] / sqrt 2] (each divided by norm + 1e-6). H_a H_b^T =
+    [[.8, 1.4 / sqrt 2], [0, 1 / sqrt 2]] up to those factors; its squared entries' mean is
+    (.64 + .98 + 0 + .5) / 4 = .53."""
+    from fairdp.engine import difference_loss
+
+    h_a = torch.tensor([[[3.0, 4.0], [1.0, 0.0]]], dtype=torch.float64)
+    h_b = torch.tensor([[[0.0, 2.0], [1.0, 1.0]]], dtype=torch.float64)
+    e = 1e-6
+    n_a, n_b = [5 + e, 1 + e], [2 + e, 2 ** 0.5 + e]
+    entries = [(4 * 2 / (n_a[0] * n_b[0])), (7 / (n_a[0] * n_b[1])), (0.0), (1 / (n_a[1] * n_b[1]))]
+    want = sum(v * v for v in entries) / 4
+    assert want == pytest.approx(0.53, rel=1e-5)
+    assert difference_loss(h_a, h_b).item() == pytest.approx(want, rel=1e-12)
+    # a leading config axis, one value per config; rows on disjoint units give 0
+    disjoint = torch.tensor([[[0.0, 5.0], [0.0, 1.0]]], dtype=torch.float64)
+    pack = difference_loss(torch.cat([h_a, torch.tensor([[[2.0, 0.0], [7.0, 0.0]]], dtype=torch.float64)]),
+                           torch.cat([h_b, disjoint]))
+    assert pack.shape == (2,)
+    assert pack[0].item() == pytest.approx(want, rel=1e-12) and pack[1].item() == 0.0
+
+
+def test_difference_loss_over_samples_is_a_mean_squared_cosine_in_0_1():
+    """The scale the paper's lam_ort grid (0.1 .. 1.0) is written for: whatever the batch and
+    width, the loss lies in [0, 1]; rows pointing the same way give 1 (the sum of the squared
+    entries, which fairdp used before, gives B^2 there: 4096 at B = 64)."""
+    from fairdp.engine import difference_loss
+
+    g = torch.Generator().manual_seed(0)
+    for b, width in ((8, 2), (64, 32), (64, 300)):
+        h = torch.randn(2, b, width, generator=g, dtype=torch.float64)
+        loss = difference_loss(h, torch.randn(2, b, width, generator=g, dtype=torch.float64))
+        assert ((loss >= 0) & (loss <= 1)).all()
+    same = torch.ones(1, 64, 300, dtype=torch.float64)
+    assert difference_loss(same, 3 * same).item() == pytest.approx(1.0, rel=1e-5)
+
+
+def test_difference_loss_over_features_is_dsns_pinned_on_a_hand_computed_case():
+    """DSN's form. H_a = [[1, 0], [3, 0]] centres to [[-1, 0], [1, 0]] (row norms 1); H_b =
+    [[0, 2], [2, 0]] centres to [[-1, 1], [1, -1]] (row norms sqrt 2). H_a^T H_b =
+    [[2c, -2c], [0, 0]] with c = 1 / ((1 + 1e-6)(sqrt 2 + 1e-6)): mean of squares 2 c^2."""
+    from fairdp.engine import difference_loss
+
+    h_a = torch.tensor([[[1.0, 0.0], [3.0, 0.0]]], dtype=torch.float64)
+    h_b = torch.tensor([[[0.0, 2.0], [2.0, 0.0]]], dtype=torch.float64)
+    c = 1 / ((1 + 1e-6) * (2 ** 0.5 + 1e-6))
+    assert difference_loss(h_a, h_b, over="features").item() == pytest.approx(2 * c * c, rel=1e-12)
+    # three rows: a centres to [[-1, 0], [1, 0], [0, 0]], b to [[1, 0], [1, 0], [-2, 0]]: their
+    # columns are orthogonal over the batch (loss 0); a^T a gives 1 / (1 + 1e-6)^4
+    a = torch.tensor([[[1.0, 4.0], [3.0, 4.0], [2.0, 4.0]]], dtype=torch.float64)
+    b = torch.tensor([[[1.0, 5.0], [1.0, 5.0], [-2.0, 5.0]]], dtype=torch.float64)
+    pack = difference_loss(torch.cat([a, a]), torch.cat([b, a]), over="features")
+    assert pack[0].item() == pytest.approx(0.0, abs=1e-20)
+    assert pack[1].item() == pytest.approx(1 / (1 + 1e-6) ** 4, rel=1e-12)
+
+
+def test_cape_trains_the_architecture_of_its_table_2(data):
+    """CAPE (Plant et al. 2021) Table 2 and Sec. 3: two dense layers of 256 units after the
+    embedding, then two heads (task and attacker) of two dense layers each, dropout 0.4."""
+    res = get_method("cape").train_pack(data, [{"eps": 1.0, "lam": 0.5}], seed=0,
+                                       settings=TrainSettings(epochs=1, batch_size=300))
+    shapes = lambda mlp: [tuple(layer.weight.shape[1:]) for layer in mlp.layers]  # noqa: E731
+    d, c, g = data.n_features, data.n_classes, data.n_groups
+    assert shapes(res.model.encoder) == [(d, 256), (256, 256)]
+    assert shapes(res.model.classifier) == [(256, 256), (256, c)]
+    assert [shapes(a) for a in res.model.adversaries] == [[(256, 256), (256, g)]]
+    assert res.model.encoder.dropout == res.model.classifier.dropout == 0.4

@@ -237,6 +237,26 @@ def test_privacy_hook_matches_an_independent_computation(name, data, packs):
             assert eps == pytest.approx(want_eps, rel=rel), (eps, want_eps)
 
 
+# -- the optimiser a method declares is the one its step builds --------------------------------
+
+@pytest.mark.parametrize("name", method_names())
+def test_the_declared_optimizer_and_learning_rate_are_the_ones_used(name, data):
+    from fairdp.engine import PackContext
+    from fairdp.methods import NeuralMethod
+
+    method = get_method(name)
+    if not isinstance(method, NeuralMethod):
+        assert method.optimizer is None and method.effective_settings(SETTINGS).lr is None
+        return
+    expected = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[method.optimizer]
+    for lr, want in ((None, method.default_lr), (0.0123, 0.0123)):
+        settings = method.effective_settings(TrainSettings(epochs=1, batch_size=256, lr=lr))
+        ctx = PackContext(data, configs_of(name, data)[:1], ["x"], 0, settings,
+                          method.default_architecture(data.name), torch.device("cpu"))
+        opt = method.make_step(ctx).optimizer()
+        assert type(opt) is expected and opt.param_groups[0]["lr"] == want
+
+
 # -- (d) bad configs --------------------------------------------------------------------------
 
 def _bad_values(h):

@@ -85,3 +85,29 @@ def test_calibration_meets_the_target_and_the_pack_reports_the_accountants_eps()
     for cfg, (eps, delta) in zip(configs, res.privacy):
         assert 0.95 * cfg["eps"] <= eps <= cfg["eps"] and delta == PFLD_DELTA
     assert res.predictions["test"].shape == (2, len(data.splits["test"]))
+
+
+def test_a_training_step_adds_noise_of_std_sigma_c_over_b():
+    """DP-SGD's own step inside the engine's loop, not the building block: from identical
+    parameters, two noise streams move each entry by lr * N(0, (sigma C / B)^2) apart, so
+    the difference has std sqrt(2) lr sigma C / B with the accountant-calibrated sigma."""
+    from fairdp.engine import Batch, PackContext
+    from fairdp.methods import RunInfo
+
+    data = load_dataset("synthetic", rows=1500, features=8, seed=3)
+    method = get_method("dpsgd")
+    settings = method.effective_settings(TrainSettings(epochs=2, batch_size=300, dtype="float64"))
+    config = {"eps": 1.0, "clip_primal": 2.0}
+    steps = [method.make_step(PackContext(data, [config], [f"stream-{i}"], 0, settings, ARCHITECTURE,
+                                          torch.device("cpu"))) for i in range(2)]
+    steps[1].model.load_state_dict(steps[0].model.state_dict())
+    train = steps[0].ctx.split("train")
+    idx = torch.arange(300)
+    for step in steps:
+        step.update(Batch(idx, train.X[idx], train.y[idx], train.s[idx]), step.optimizer())
+    lr = steps[0].optimizer().param_groups[0]["lr"]
+    diff = torch.cat([(p - q).detach().flatten() for p, q in zip(steps[0].model.parameters(),
+                                                                    steps[1].model.parameters())]) / lr
+    sigma = method.noise_multiplier(config, RunInfo.of(data, settings, 64))
+    n = diff.numel()
+    assert float(diff.std()) == pytest.approx(2 ** 0.5 * sigma * 2.0 / 300, rel=5 / (2 * n) ** 0.5)

@@ -25,6 +25,7 @@ from fairdp.metrics import accuracy, dp_gap
 def train_lagrangian(data, configs, config_ids, seed, settings, *, private, sigmas=None):
     """F-LD or PF-LD configs through the engine's loop, with the config ids (streams) given."""
     shapes = layer_shapes(ModelSpec(), ARCHITECTURE, data.n_features, data.n_classes, data.n_groups)
+    settings = get_method("fld").effective_settings(settings)  # F-LD's and PF-LD's learning rate
     return fit_pack(lambda ctx: LagrangianStep(ctx, private=private, sigmas=sigmas), data, configs, config_ids,
                     seed, settings, ARCHITECTURE, shapes=shapes)
 
@@ -161,3 +162,77 @@ def test_pfld_violation_is_larger_at_eps_1_than_with_ample_budget(adult):
     mean_gap = np.mean(gaps, axis=0)
     # ten seeds gave 10.8 vs 7.6 (std 5.1 and 1.6): the margin leaves ~2.5 standard errors
     assert mean_gap[0] > mean_gap[1] + 1.0, mean_gap
+
+
+# -- the noise PF-LD actually adds, measured ---------------------------------------------------
+
+def _twin_steps(method, data, config, settings):
+    """Two steps of one config with identical parameters and different noise streams: the
+    difference of their updates is the difference of two noise draws, the signal cancels."""
+    from fairdp.engine import PackContext
+
+    settings = method.effective_settings(settings)  # the method's own learning rate
+    steps = [method.make_step(PackContext(data, [config], [f"stream-{i}"], 0, settings, ARCHITECTURE,
+                                          torch.device("cpu"))) for i in range(2)]
+    steps[1].model.load_state_dict(steps[0].model.state_dict())
+    return steps
+
+
+def _params(step):
+    return torch.cat([p.detach().flatten() for p in step.model.parameters()])
+
+
+def test_pfld_primal_step_adds_noise_of_std_sigma_p_delta_p():
+    """One primal step on a hand-made batch: groups of 3 and 5 rows, so Theorem 1's
+    Delta_p = 2 C_p lambda_max / (min |B_G| - 1) = 2 * 10 * 1 / 2 = 10. SGD moves each
+    parameter entry by -lr * N(0, (sigma_p Delta_p)^2); two noise streams from the same
+    parameters differ by a N(0, 2 (lr sigma_p Delta_p)^2) per entry."""
+    from fairdp.engine import Batch
+    from fairdp.methods import RunInfo
+
+    data = load_dataset("synthetic", rows=1500, features=8, seed=3)
+    settings = TrainSettings(epochs=2, batch_size=300, dtype="float64")
+    method = get_method("pfld")
+    config = {"fairness_notion": "dp", "eps": 1.0, "clip_primal": 10.0, "clip_dual": 5.0}
+    a, b = _twin_steps(method, data, config, settings)
+    train = a.ctx.split("train")
+    idx = torch.arange(8)
+    batch = Batch(idx, train.X[idx], train.y[idx], torch.tensor([0, 0, 0, 1, 1, 1, 1, 1]))
+    for step in (a, b):
+        step.update(batch, step.optimizer())
+    sigma_p, _ = method.noise_multipliers(config, RunInfo.of(data, settings, 64))
+    lr = a.optimizer().param_groups[0]["lr"]
+    diff = (_params(a) - _params(b)) / lr
+    expected = (2 ** 0.5) * sigma_p * 10.0
+    n = diff.numel()
+    assert n > 4000
+    assert float(diff.std()) == pytest.approx(expected, rel=5 / (2 * n) ** 0.5)  # 5 standard errors
+
+
+def test_pfld_dual_step_adds_noise_of_std_sigma_d_delta_d():
+    """The dual ascent (eq. 10): each constraint violation gets N(0, (sigma_d Delta_d)^2) with
+    Theorem 2's Delta_d = sqrt(2) C_d / (min |D_G| - 1) over the whole training set. With the
+    multipliers reset to 0.5 before each of 1,000 dual steps, at a budget (eps = 1000) whose
+    noise keeps them inside (0, 1) (the clamp would cut the noise), two noise streams from
+    the same parameters differ by N(0, 2 (sigma_d Delta_d)^2)."""
+    from fairdp.methods import RunInfo
+
+    data = load_dataset("synthetic", rows=1500, features=8, seed=3)
+    settings = TrainSettings(epochs=2, batch_size=300, dtype="float64")
+    method = get_method("pfld")
+    config = {"fairness_notion": "dp", "eps": 1000.0, "clip_primal": 10.0, "clip_dual": 5.0}
+    a, b = _twin_steps(method, data, config, settings)
+    s = data.split("train").s
+    delta_d = 2 ** 0.5 * 5.0 / (np.bincount(s).min() - 1)
+    _, sigma_d = method.noise_multipliers(config, RunInfo.of(data, settings, 64))
+    diffs, lams = [], []
+    for _ in range(1000):
+        for step in (a, b):
+            step.lam["dp"].fill_(0.5)
+            step.end_epoch(0)
+            lams.append(step.lam["dp"].flatten())
+        diffs.append((a.lam["dp"] - b.lam["dp"]).flatten())
+    diffs, lams = torch.cat(diffs), torch.cat(lams)
+    assert 0 < float(lams.min()) and float(lams.max()) < 1
+    expected = (2 ** 0.5) * sigma_d * delta_d
+    assert float(diffs.std()) == pytest.approx(expected, rel=5 / (2 * diffs.numel()) ** 0.5)

@@ -93,3 +93,38 @@ def test_linear_probe_option():
     X = rng.normal(size=(2000, 5)) + 2.0 * s[:, None]
     acc = leakage(X[:1000], s[:1000], X[1000:], s[1000:], settings=ProbeSettings(kind="linear"))
     assert acc > 90
+
+
+def test_no_block_is_scored_by_a_probe_that_saw_its_rows(monkeypatch):
+    """Voita & Titov's online code: block i is coded by a probe trained on the rows before it
+    only. Every probe the code trains is spied on: the rows it scores must be disjoint from
+    the rows it was fitted on, and with the first (uniformly coded) block they must cover
+    every row exactly once. FEDERATE's public code, which scores the whole next prefix,
+    fails this."""
+    import fairdp.metrics._probes as probes
+
+    real = probes._fit_torch
+    scored = []
+
+    def spy(fit, y, c, settings):
+        probe = real(fit, y, c, settings)
+
+        def scoring(block):
+            scored.append((fit[0].cpu().numpy(), block[0].cpu().numpy()))
+            return probe(block)
+
+        return scoring
+
+    monkeypatch.setattr(probes, "_fit_torch", spy)
+    rng = np.random.default_rng(4)
+    s = rng.integers(0, 2, 1500)
+    X = rng.normal(size=(1500, 6)) + s[:, None]  # every row distinct
+    ends, _ = online_code(X, s, ProbeSettings(max_epochs=5))
+    # the first blocks may be coded by the prefix's label frequencies (one class seen so far)
+    assert len(ends) - 3 <= len(scored) <= len(ends) - 1
+    seen = []
+    for fit, block in scored:
+        fitted = {r.tobytes() for r in fit}
+        assert not any(r.tobytes() in fitted for r in block)
+        seen += [r.tobytes() for r in block]
+    assert len(seen) == len(set(seen)) == 1500 - ends[-len(scored) - 1]

@@ -146,3 +146,28 @@ def test_inlp_bad_arguments(kwargs, match):
 def test_inlp_needs_two_classes():
     with pytest.raises(InputError, match="^s "):
         inlp(np.ones((10, 3)), np.zeros(10), 1)
+
+
+def test_inlp_projects_the_penultimate_layer_of_the_unconstrained_model():
+    """INLP's representation is the penultimate activation of the very model ``unconstrained``
+    trains for the seed (the input of its last classifier layer, here 8-d), times the
+    projection that INLP's iterations on the training split's activations give."""
+    from fairdp.data import load_dataset
+    from fairdp.engine import Architecture, TrainSettings
+    from fairdp.methods import get_method
+
+    data = load_dataset("synthetic", rows=1200, features=10, leakage=1.0, seed=2)
+    arch = Architecture(encoder=(16, 16), classifier=(8,), adversary=(), dropout=0.1)
+    settings = TrainSettings(epochs=3, batch_size=200, dtype="float64")
+    result = get_method("inlp").train_pack(data, [{"iterations": 3}], seed=1, settings=settings, arch=arch)
+    base = get_method("unconstrained").train_pack(data, [{}], seed=1, settings=settings, arch=arch)
+
+    def penultimate(split):
+        x = torch.as_tensor(data.split(split).X, dtype=torch.float64)
+        with torch.no_grad():
+            return base.model.classifier(base.model.represent(x, None, None), return_hidden=True)[1][0]
+
+    P = inlp(penultimate("train").numpy(), data.split("train").s, 3, seed=1)[-1]
+    expected = (penultimate("test") @ P).numpy()
+    assert result.representations["test"].shape == (1, len(data.splits["test"]), 8)
+    np.testing.assert_allclose(result.representations["test"][0], expected, rtol=1e-10, atol=1e-12)

@@ -1,7 +1,9 @@
 """Studies for real on embedded Ray: every row once, resume after SIGKILL, loopback only, search fronts."""
 
 import ipaddress
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,6 +49,9 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tmp_path):
     proc = run_cli("run", str(study), "--results", "r", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "packs 6/6" in proc.stderr and "configs 14/14" in proc.stderr  # progress lines
+    # the effective settings, once, per method: each at its paper's learning rate
+    assert re.search(r"^  federate +adam lr 0\.001; encoder 300-300, classifier linear, 1 adversary 300-300",
+                     proc.stderr, re.M), proc.stderr[:2000]
     assert "unconstrained" in proc.stdout and "federate" in proc.stdout  # the results table
     df, corrupt = ResultStore(tmp_path / "r").read()
     assert corrupt == [] and len(df) == 14
@@ -60,6 +65,11 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tmp_path):
     assert np.isinf(df.loc[df["method"] == "unconstrained", "eps_formal"]).all()
     assert (fed["eps_formal"] == fed["eps"]).all()
     assert (df["node"] == "127.0.0.1").all()
+    # how every row was trained and probed is stored with it
+    assert (df["optimizer"] == "adam").all() and (df["lr"] == 1e-3).all()
+    assert {tuple(json.loads(a)["encoder"]) for a in df["architecture"]} == {(300, 300)}
+    probe = json.loads(df["probe"].iloc[0])
+    assert probe["standardize"] and probe["early_stopping"] and probe["kind"] == "mlp"
 
     again = run_cli("run", str(study), "--results", str(tmp_path / "r"))
     assert again.returncode == 0, again.stderr[-2000:]
@@ -74,6 +84,10 @@ def test_rerun_into_results_of_another_length_is_refused(tmp_path):
     run_study(load_spec(study), str(tmp_path / "r"), num_cpus=1, progress_stream=open(os.devnull, "w"))
     proc = run_cli("run", str(study), "--results", str(tmp_path / "r"), "--epochs", "3")
     assert proc.returncode == 2 and "epochs" in proc.stderr and "--results" in proc.stderr
+    # another learning rate for a stored method would mix two protocols in one table
+    faster = _write_study(tmp_path / "faster.yaml", methods={"unconstrained": {"train": {"lr": 0.01}}}, seeds=[0])
+    proc = run_cli("run", str(faster), "--results", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "lr 0.001" in proc.stderr and "0.01" in proc.stderr
 
 
 def _descendants(pid: int) -> set[int]:

@@ -96,6 +96,21 @@ MALFORMED = [
                 "space": {"eps": {"low": 0, "high": 5}, "lam": {"low": 0.1, "high": 1}}}, "search.space.eps.low"),
     ("search", {"method": "federate", "objectives": {"valid_accuracy": "max"},
                 "space": {"eps": {"low": 1, "high": 5}}}, "search.space.lam"),
+    # item by item, what a study may set about training, probing and selection
+    ("train.lr", "fast", "train.lr"),
+    ("methods.reductions", {"train": {"lr": 0.1}}, "methods.reductions.train.lr"),
+    ("methods.reductions", {"architecture": {"dropout": 0.2}}, "methods.reductions.architecture"),
+    ("methods.federate.architecture", {"encoder": [64, 0]}, "methods.federate.architecture.encoder"),
+    ("methods.federate.architecture", {"width": 3}, "methods.federate.architecture.width"),
+    ("methods.federate.architecture", {"preset": "huge"}, "methods.federate.architecture.preset"),
+    ("methods.federate.train", {"lr": -1}, "methods.federate.train.lr"),
+    ("methods.federate.train", {"epochs": 3}, "methods.federate.train.epochs"),
+    ("architecture", {"dropout": 1.0}, "architecture.dropout"),
+    ("evaluate.probe", {"standardize": "no"}, "evaluate.probe.standardize"),
+    ("evaluate.probe", {"early_stopping": 1}, "evaluate.probe.early_stopping"),
+    ("selection.by", ["clip_primal"], "selection.by[0]"),
+    ("selection.by", "eps", "selection.by"),
+    ("selection.fairness", "notion_gap", "selection.fairness"),
 ]
 
 
@@ -155,3 +170,35 @@ def test_parse_spec_raises_input_error_not_crash():
     with pytest.raises(InputError, match=r"^methods: must be a non-empty mapping"):
         parse_spec(_with("methods", {}))
     assert Path(REPO / "studies/demo.yaml").exists()
+
+
+def test_learning_rates_and_architectures_resolve_per_method():
+    """Each method trains at its paper's learning rate unless the study or the method says
+    otherwise; a study-level value no method can use is refused, never ignored."""
+    spec = parse_spec(_with("methods", {
+        "federate": {}, "cape": {}, "pfld": {"train": {"lr": 0.05}}, "reductions": {},
+        "fld": {"architecture": {"encoder": [32], "dropout": 0.2}}}))
+    ms = spec.method_settings
+    assert (ms["federate"].optimizer, ms["federate"].lr) == ("adam", 1e-3)  # FEDERATE D.4
+    assert ms["cape"].lr == 1e-4  # CAPE Table 2
+    assert (ms["pfld"].optimizer, ms["pfld"].lr) == ("sgd", 0.05)
+    assert ms["fld"].lr == 0.1 and ms["fld"].architecture.encoder == (32,) and ms["fld"].architecture.dropout == 0.2
+    assert ms["reductions"].optimizer is ms["reductions"].lr is ms["reductions"].architecture is None
+    study_lr = parse_spec(_with("train.lr", 0.01)).method_settings
+    assert study_lr["federate"].lr == study_lr["unconstrained"].lr == 0.01
+    arch = parse_spec(_with("architecture", {"encoder": [100, 50, 50], "dropout": 0.5})).method_settings
+    assert arch["federate"].architecture.encoder == (100, 50, 50) and arch["federate"].architecture.adversary == (300, 300)
+    with pytest.raises(InputError, match="^train.lr: no method of the study trains by gradient"):
+        parse_spec(_with("methods", {"reductions": {}}) | {"train": {"lr": 0.1}})
+    with pytest.raises(InputError, match="^architecture: no method of the study trains a network"):
+        parse_spec(_with("methods", {"reductions": {}}) | {"architecture": {"dropout": 0.2}})
+
+
+def test_the_federate_studies_use_federates_probe_protocol():
+    for path in sorted((REPO / "studies").glob("federate_*.yaml")):
+        spec = load_spec(path)
+        assert not spec.probe.standardize and not spec.probe.early_stopping, path.name
+    pfld = load_spec(REPO / "studies/pfld_adult.yaml")
+    assert pfld.fairness == "notion_gap" and pfld.by == ("fairness_notion", "eps")
+    grid = {(c["eps"], c["clip_primal"], c["clip_dual"]) for c in pfld.methods[2].configs}
+    assert (1.0, 10.0, 5.0) in grid  # Tran et al.'s fixed point

@@ -7,6 +7,7 @@ files, and only into the path or folder they are given.
 
 from fairdp.analysis._pareto import (
     constrained_select,
+    dto_minmax_select,
     dto_select,
     hypervolume,
     pareto_front,
@@ -19,22 +20,26 @@ from fairdp.analysis._plots import (
     figure_pareto_fronts,
     figure_privacy_accuracy,
     figure_rt_sweep,
+    figure_violation_accuracy_by_eps,
     legend_labels,
     plot_fairness_accuracy_bins,
     plot_leakage_vs_eps,
     plot_pareto_fronts,
     plot_privacy_accuracy,
     plot_rt_sweep,
+    plot_violation_accuracy_by_eps,
 )
 from fairdp.analysis._report import write_report
 from fairdp.analysis._rows import FAIRNESS_METRICS
 from fairdp.analysis._select import (
     aggregate_seeds,
     fairness_accuracy_bins,
+    per_notion,
     privacy_accuracy_by_eps,
     rt_sweep,
     select_by_rt,
     selected_configs,
+    violation_accuracy_by_eps,
 )
 from fairdp.analysis._tables import format_table, render_table
 
@@ -43,6 +48,7 @@ __all__ = [
     "aggregate_seeds",
     "constrained_select",
     "default_direction",
+    "dto_minmax_select",
     "dto_select",
     "fairness_accuracy_bins",
     "figure_fairness_accuracy_bins",
@@ -58,12 +64,16 @@ __all__ = [
     "plot_leakage_vs_eps",
     "plot_pareto_fronts",
     "plot_privacy_accuracy",
+    "plot_violation_accuracy_by_eps",
+    "figure_violation_accuracy_by_eps",
     "plot_rt_sweep",
+    "per_notion",
     "privacy_accuracy_by_eps",
     "render_table",
     "rt_sweep",
     "select_by_rt",
     "select_per_run",
     "selected_configs",
+    "violation_accuracy_by_eps",
     "write_report",
 ]

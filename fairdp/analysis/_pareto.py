@@ -11,8 +11,9 @@ minimisation (max columns negated).
   by the reference point, computed exactly (2-D sweep, slicing over the last objective
   for d > 2). Optuna 5.0 has no public hypervolume function (only the private
   ``optuna._hypervolume``), so this is our own, tested against closed forms.
-- ``dto_select``: fairlib's distance to optimum: min-max normalise every objective over the
-  candidates (best = 0, worst = 1) and pick the row closest to the utopia point (0, ..., 0).
+- ``dto_select``: fairlib's distance to optimum: every (percentage) objective as "higher is
+  better", divided by its best value over the candidates, the row closest to (1, ..., 1);
+  ``dto_minmax_select``: the same after min-max normalisation, for objectives on any scale.
 - ``constrained_select``: the most accurate row whose fairness gap is within a threshold.
 - ``select_per_run``: apply either rule per (dataset, method, seed).
 """
@@ -155,12 +156,40 @@ def _order_ties(rows: pd.DataFrame, score: np.ndarray) -> pd.DataFrame:
 
 
 def dto_select(df: pd.DataFrame, objectives: Mapping[str, str]) -> pd.Series | None:
-    """The row closest to the utopia point after min-max normalisation (fairlib's DTO).
+    """fairlib's distance to optimum (DTO; fairlib ``analysis.utils.DTO``, Han et al. 2022).
+
+    Every objective is a percentage, turned into "higher is better" as fairlib does (a "max"
+    objective as it is; a "min" one, a gap or a leakage, as 100 - value: fairlib's 1 - GAP),
+    then divided by its best value over the candidates (the utopia point becomes 1 on every
+    axis); the row with the smallest Euclidean distance to (1, ..., 1) wins, ties to the
+    smaller config_id. Rows with NaN in an objective are dropped; None when none is left. An
+    objective outside [0, 100] is an error: the ratio to the best value needs percentages.
+    """
+    objectives = _check_objectives(objectives)
+    rows = _objective_rows(df, objectives)
+    if rows.empty:
+        return None
+    values = rows[list(objectives)].to_numpy(float)
+    outside = (values < 0) | (values > 100)
+    if outside.any():
+        col = list(objectives)[int(np.argwhere(outside)[0][1])]
+        raise InputError(f"objectives: {col!r} has values outside [0, 100]; fairlib's DTO divides percentages "
+                         f"by their best value (dto_minmax_select works on any scale)")
+    up = np.where([d == "max" for d in objectives.values()], values, 100.0 - values)
+    best = up.max(axis=0)
+    ratio = up / np.where(best > 0, best, 1.0)
+    dist = np.sqrt(((1.0 - ratio) ** 2).sum(axis=1))
+    return _order_ties(rows, dist).iloc[0]
+
+
+def dto_minmax_select(df: pd.DataFrame, objectives: Mapping[str, str]) -> pd.Series | None:
+    """Distance to the utopia point after min-max normalisation, for objectives on any scale.
 
     Each objective is scaled over the candidates to [0, 1] with its best value at 0 (an
     objective constant over the candidates is 0 for all); the row with the smallest
     Euclidean norm wins, ties to the smaller config_id. Rows with NaN in an objective are
-    dropped; None when no row is left.
+    dropped; None when no row is left. Unlike fairlib's ``dto_select``, a small spread in one
+    objective weighs as much as a large one in another.
     """
     objectives = _check_objectives(objectives)
     rows = _objective_rows(df, objectives)
@@ -199,6 +228,7 @@ def constrained_select(
 
 _RULES: dict[str, Callable[..., pd.Series | None]] = {
     "dto": dto_select,
+    "dto_minmax": dto_minmax_select,
     "constrained": constrained_select,
 }
 
@@ -211,13 +241,14 @@ def select_per_run(
 ) -> pd.DataFrame:
     """Apply a selection ``rule`` to each (dataset, method, seed) and stack the chosen rows.
 
-    ``rule`` is "dto" (``dto_select``), "constrained" (``constrained_select``) or any
+    ``rule`` is "dto" (``dto_select``), "dto_minmax" (``dto_minmax_select``), "constrained"
+    (``constrained_select``) or any
     callable ``rule(rows, **kw) -> Series | None``. Runs where the rule finds nothing (None)
     have no row. The result has the original columns, sorted by ``keys``.
     """
     if isinstance(rule, str):
         if rule not in _RULES:
-            raise InputError(f"rule: unknown selection rule {rule!r} (expected dto, constrained or a callable)")
+            raise InputError(f"rule: unknown selection rule {rule!r} (expected {', '.join(_RULES)} or a callable)")
         rule = _RULES[rule]
     if not callable(rule):
         raise InputError("rule: expected 'dto', 'constrained' or a callable")

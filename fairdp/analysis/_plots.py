@@ -146,6 +146,45 @@ def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title:
     return _finish(fig, handles, title)
 
 
+def figure_violation_accuracy_by_eps(table: pd.DataFrame) -> Figure | None:
+    """Tran et al. Figures 1-2: for each dataset and fairness notion (columns), the test
+    violation of that notion and the test accuracy (rows) against eps, mean ± std over
+    seeds, from ``violation_accuracy_by_eps``. Methods without eps are dashed levels."""
+    table = as_frame(table, "table")
+    require_columns(table, ["dataset", "method", "fairness_notion", "eps", "test_notion_gap_mean",
+                            "test_notion_gap_std", "test_accuracy_mean", "test_accuracy_std"], "table")
+    eps = pd.to_numeric(table["eps"], errors="coerce")
+    if table.empty or not eps.notna().any():
+        return None
+    panels = [(ds, nt) for ds in sorted(table["dataset"].astype(str).unique())
+              for nt in sorted(table.loc[table["dataset"].astype(str) == ds, "fairness_notion"].dropna().unique())]
+    colors = _colors(sorted(table["method"].astype(str).unique()))
+    fig, axes = _new_figure(2, len(panels))
+    handles: dict[str, object] = {}
+    lo, hi = float(eps.min()), float(eps.max())
+    for j, (ds, nt) in enumerate(panels):
+        part = table[(table["dataset"].astype(str) == ds) & (table["fairness_notion"] == nt)]
+        for i, (metric, label) in enumerate((("test_notion_gap", f"test {nt} violation (%) ↓"),
+                                              ("test_accuracy", "test accuracy (%) ↑"))):
+            ax = axes[i, j]
+            for method, g in part.groupby("method", sort=True):
+                g = g.assign(eps=pd.to_numeric(g["eps"], errors="coerce")).sort_values("eps")
+                color = colors[str(method)]
+                if g["eps"].isna().all():  # not private: a level across the eps range
+                    line = ax.hlines(g[f"{metric}_mean"].iloc[0], lo, hi, colors=[color], linestyles="dashed",
+                                     label=str(method))
+                else:
+                    g = g[g["eps"].notna()]
+                    line = ax.errorbar(g["eps"], g[f"{metric}_mean"], yerr=_yerr(g[f"{metric}_std"]), marker="o",
+                                       ms=4, capsize=2, color=color, label=str(method))
+                handles.setdefault(str(method), line)
+            ax.set_xscale("log")
+            ax.set_xlabel("ε")
+            ax.set_ylabel(label)
+            ax.set_title(f"{ds}, {nt}", fontsize=9)
+    return _finish(fig, handles, "Violation and accuracy against ε per fairness notion")
+
+
 def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
     """Leakage of every config against eps per method (points), with the mean per eps (line)."""
     rows = ok_rows(df)
@@ -253,6 +292,11 @@ def plot_fairness_accuracy_bins(bins: pd.DataFrame, path: PathLike, fairness: st
 def plot_privacy_accuracy(by_eps: pd.DataFrame, path: PathLike) -> Path | None:
     """Write ``figure_privacy_accuracy`` as a PNG at ``path``; None if no method has eps."""
     return _write(figure_privacy_accuracy(by_eps), path)
+
+
+def plot_violation_accuracy_by_eps(table: pd.DataFrame, path: PathLike) -> Path | None:
+    """Write ``figure_violation_accuracy_by_eps`` as a PNG at ``path``; None if nothing has eps."""
+    return _write(figure_violation_accuracy_by_eps(table), path)
 
 
 def plot_leakage_vs_eps(df: pd.DataFrame, path: PathLike) -> Path | None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
+import json
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,15 +30,18 @@ from fairdp.analysis._plots import (
     plot_pareto_fronts,
     plot_privacy_accuracy,
     plot_rt_sweep,
+    plot_violation_accuracy_by_eps,
 )
-from fairdp.analysis._rows import RUN_KEYS, as_frame, check_fairness, check_rt
+from fairdp.analysis._rows import RUN_KEYS, as_frame, check_by, check_fairness, check_rt
 from fairdp.analysis._select import (
     aggregate_seeds,
     fairness_accuracy_bins,
+    per_notion,
     privacy_accuracy_by_eps,
     rt_sweep,
     select_by_rt,
     selected_configs,
+    violation_accuracy_by_eps,
 )
 from fairdp.analysis._tables import (
     FAIRNESS_LABELS,
@@ -48,12 +52,15 @@ from fairdp.analysis._tables import (
     mean_std,
 )
 from fairdp.errors import InputError
+from fairdp.metrics import ProbeSettings
+from fairdp.schema import NOTION_GAP
 
 FIGURES = {
     "rt_sweep": "Validation accuracy, fairness and leakage against the relaxation threshold (FEDERATE Fig. 2)",
     "fairness_accuracy_bins": "Best validation fairness per 1-point validation-accuracy interval (FEDERATE Fig. 3)",
     "privacy_accuracy": "Test accuracy and leakage of the best-accuracy config per ε (FEDERATE Fig. 4)",
     "leakage_vs_eps": "Leakage of every config against ε",
+    "violation_accuracy_eps": "Test violation and accuracy against ε per fairness notion (Tran et al. Figs. 1-2)",
     "pareto_fronts": "Pareto fronts of validation accuracy, fairness and leakage (all seeds pooled)",
 }
 
@@ -80,6 +87,62 @@ def _eps_table(by_eps: pd.DataFrame, decimals: int) -> pd.DataFrame:
     if "eps_formal_max" in by_eps.columns:
         out["formal ε (max)"] = [mean_std(v, np.nan, 2) for v in by_eps["eps_formal_max"]]
     return out
+
+
+def _per_notion_view(df: pd.DataFrame) -> pd.DataFrame:
+    """``per_notion`` with each method's notions as separate "methods" ("pfld [dp]")."""
+    view = per_notion(df)
+    view["method"] = view["method"].astype(str) + " [" + view["fairness_notion"].astype(str) + "]"
+    return view
+
+
+def _labelled_by(table: pd.DataFrame | None, by: Sequence[str]) -> pd.DataFrame | None:
+    """The by-values folded into the method label, so a figure draws one line per group."""
+    if table is None or not by:
+        return table
+    labels = table[list(by)].apply(lambda r: ", ".join(f"{k} {_cell(v)}" for k, v in r.items()), axis=1)
+    return table.assign(method=table["method"].astype(str) + " [" + labels + "]")
+
+
+def _cell(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else (f"{v:g}" if isinstance(v, float) else str(v))
+
+
+def _notion_table(notions: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({
+        "Dataset": notions["dataset"].astype(str), "Method": notions["method"].astype(str),
+        "Notion": notions["fairness_notion"].astype(str), "ε": [_cell(v) for v in notions["eps"]],
+        "Seeds": [str(int(v)) for v in notions["n_seeds"]],
+        "Violation ↓": [mean_std(a, b, 1) for a, b in zip(notions["test_notion_gap_mean"], notions["test_notion_gap_std"])],
+        "Accuracy ↑": [mean_std(a, b, 1) for a, b in zip(notions["test_accuracy_mean"], notions["test_accuracy_std"])],
+    })
+
+
+def _probe_sentence(ok: pd.DataFrame) -> str:
+    """How the rows' leakage and MDL were measured, from their ``probe`` column, and the
+    uniform code MDL is compared with."""
+    has_leak = "leakage" in ok.columns and pd.to_numeric(ok["leakage"], errors="coerce").notna().any()
+    has_mdl = "mdl" in ok.columns and pd.to_numeric(ok["mdl"], errors="coerce").notna().any()
+    if not (has_leak or has_mdl):
+        return "No leakage or MDL probe was run."
+    protocols = sorted(ok["probe"].dropna().unique()) if "probe" in ok.columns else []
+    if not protocols:
+        probe = "a probe whose settings these rows do not record (written before fairdp stored them)"
+    else:
+        probe = "; ".join(ProbeSettings(**json.loads(p)).describe() for p in protocols)
+        if len(protocols) > 1:
+            probe = f"several protocols, not comparable across methods: {probe}"
+    text = (f"Leakage: accuracy of a probe trained on the valid split's representations and scored on the test "
+            f"split's; probe: {probe}.")
+    if has_mdl:
+        text += (" MDL: Voita & Titov's online code (kbits) of the test split's attribute given its "
+                 "representations")
+        if "mdl_uniform" in ok.columns and ok["mdl_uniform"].notna().any():
+            text += (f", beside {float(ok['mdl_uniform'].dropna().iloc[0]):.3f} kbits for the uniform code of the "
+                     "same labels (an online code can exceed it: probes fitted on the first small blocks are "
+                     "overconfident)")
+        text += "."
+    return text
 
 
 def _pareto_summary(rows: pd.DataFrame, fairness: str) -> pd.DataFrame | None:
@@ -140,15 +203,20 @@ def write_report(
     rt: float = 1.0,
     fairness: str = "tpr_gap",
     rts: Iterable[float] = (0, 0.5, 1, 2, 3, 5),
+    by: Sequence[str] = (),
 ) -> list[Path]:
     """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
 
-    Main table: ``select_by_rt(rt)`` + ``aggregate_seeds`` (FEDERATE Table 1 layout); then
-    the RT sweep over ``rts``, the fairness-accuracy bins, privacy-accuracy by eps and Pareto
-    fronts. Rows excluded for NaN metrics are listed under Notes (and warned about once).
-    Returns the written paths: figures first, then table.csv, report.md, report.html.
+    Main table: ``select_by_rt(rt)`` + ``aggregate_seeds`` (FEDERATE Table 1 layout), per
+    value of the ``by`` columns too; the configs selected; then the RT sweep over ``rts``,
+    the fairness-accuracy bins, privacy-accuracy by eps, violation and accuracy against eps
+    per fairness notion (when rows have both), and Pareto fronts. Captions name the probe
+    protocol the rows' leakage and MDL were measured with. Rows excluded for NaN metrics
+    are listed under Notes (and warned about once). Returns the written paths: figures
+    first, then table.csv, report.md, report.html.
     """
     df = as_frame(df)
+    by = check_by(by, df)
     fairness = check_fairness(fairness)
     rt = check_rt(rt)
     rts = [check_rt(r, "rts") for r in rts]
@@ -162,20 +230,30 @@ def write_report(
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        selected = select_by_rt(df, rt, fairness)
-        agg = aggregate_seeds(selected, fairness=fairness)
-        sweep = rt_sweep(df, rts, fairness) if rts else None
-        bins = fairness_accuracy_bins(df, fairness)
-        by_eps = privacy_accuracy_by_eps(df, fairness) if "eps" in df.columns else None
-        pareto = _pareto_summary(ok, fairness)
+        selected = select_by_rt(df, rt, fairness, by)
+        agg = aggregate_seeds(selected, fairness=fairness, by=by)
+        sweep = rt_sweep(df, rts, fairness, by=by) if rts else None
+        # the per-run views (bins, fronts) read each notion's own violation; a method's
+        # notions are drawn apart ("pfld [dp]")
+        view = _per_notion_view(df) if fairness == NOTION_GAP else df
+        bins = fairness_accuracy_bins(view, fairness)
+        by_eps = privacy_accuracy_by_eps(df, fairness if fairness != NOTION_GAP else "dp_gap") \
+            if "eps" in df.columns else None
+        notions = (violation_accuracy_by_eps(df, rt)
+                   if {"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
+                   and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
+        pareto = _pareto_summary(ok if fairness != NOTION_GAP else view, fairness)
         pairs = [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"),
                  (f"valid_{fairness}", "leakage")]
         figures = {
-            "rt_sweep": plot_rt_sweep(sweep, fig_dir / "rt_sweep.png", fairness) if sweep is not None else None,
+            "rt_sweep": (plot_rt_sweep(_labelled_by(sweep, by), fig_dir / "rt_sweep.png", fairness)
+                         if sweep is not None else None),
+            "violation_accuracy_eps": (plot_violation_accuracy_by_eps(notions, fig_dir / "violation_accuracy_eps.png")
+                                       if notions is not None else None),
             "fairness_accuracy_bins": plot_fairness_accuracy_bins(bins, fig_dir / "fairness_accuracy_bins.png", fairness),
             "privacy_accuracy": plot_privacy_accuracy(by_eps, fig_dir / "privacy_accuracy.png") if by_eps is not None else None,
             "leakage_vs_eps": plot_leakage_vs_eps(df, fig_dir / "leakage_vs_eps.png") if {"eps", "leakage"} <= set(df.columns) else None,
-            "pareto_fronts": plot_pareto_fronts(df, fig_dir / "pareto_fronts.png", pairs),
+            "pareto_fronts": plot_pareto_fronts(view, fig_dir / "pareto_fronts.png", pairs),
         }
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
     for msg in notes:
@@ -184,13 +262,17 @@ def write_report(
         if path is None:
             (fig_dir / f"{name}.png").unlink(missing_ok=True)
 
-    table = format_table(agg, "md", fairness)
+    table = format_table(agg, "md", fairness, by=by)
+    per = "".join(f", {k}" for k in by)
+    own = " (each notion's own violation: DP-gap for dp, EO-gap for eo, AP-gap for ap; methods without a " \
+          "notion repeated under each)" if fairness == NOTION_GAP else ""
     sections: list[tuple[str, str, list[tuple[str, pd.DataFrame | str]]]] = []
     sections.append((
         f"Test results at RT = {rt:g}",
-        f"Per (dataset, method, seed) the config with the lowest validation {label} among those "
+        f"Per (dataset, method, seed{per}) the config with the lowest validation {label}{own} among those "
         f"within RT = {rt:g} accuracy points of the best validation accuracy (FEDERATE sec. 5.1), "
-        "then mean ± sample std (ddof=1) over seeds of its test metrics (FEDERATE Table 1 layout).",
+        "then mean ± sample std (ddof=1) over seeds of its test metrics (FEDERATE Table 1 layout). "
+        + _probe_sentence(ok),
         [("table", agg)],
     ))
     sections.append((
@@ -207,6 +289,12 @@ def write_report(
                      f"validation {label} per interval and seed, averaged over the seeds that reached it. "
                      "Missing points are intervals no config reached.",
                      [("figure", "fairness_accuracy_bins")]))
+    if notions is not None and figures["violation_accuracy_eps"] is not None:
+        sections.append(("Fairness notions against ε",
+                         f"Per (method, fairness notion, ε) the RT = {rt:g} selection on the notion's own validation "
+                         "violation, then test violation and accuracy, mean ± std over seeds (Tran et al. Figures 1-2). "
+                         "Methods without ε are dashed levels.",
+                         [("figure", "violation_accuracy_eps"), ("display", _notion_table(notions))]))
     if by_eps is not None and not by_eps.empty:
         sections.append(("Privacy-accuracy trade-off",
                          "Per ε and seed the config with the best validation accuracy (RT = 0), mean ± std over seeds.",
@@ -230,7 +318,7 @@ def write_report(
                 if figures.get(item) is not None:
                     md.append(f"![{FIGURES[item]}](figures/{item}.png)\n")
             elif kind == "table":
-                md.append(table if item is agg else format_table(item, "md", fairness))
+                md.append(table if item is agg else format_table(item, "md", fairness, by=by))
             else:
                 md.append(markdown_table(item))
     if notes:
@@ -252,7 +340,7 @@ def write_report(
                                 f'src="data:image/png;base64,{data}">'
                                 f"<figcaption>{html.escape(FIGURES[item])}</figcaption></figure>")
             elif kind == "table":
-                body.append(format_table(item, "html", fairness))
+                body.append(format_table(item, "html", fairness, by=by))
             else:
                 body.append(html_table(item))
     if notes:
@@ -267,7 +355,7 @@ def write_report(
     )
 
     written = [p for p in figures.values() if p is not None]
-    written.append(_atomic_write(out / "table.csv", format_table(agg, "csv", fairness).encode()))
+    written.append(_atomic_write(out / "table.csv", format_table(agg, "csv", fairness, by=by).encode()))
     written.append(_atomic_write(out / "report.md", md_text.encode()))
     written.append(_atomic_write(out / "report.html", html_text.encode()))
     return written

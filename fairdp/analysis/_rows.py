@@ -14,9 +14,16 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 
 from fairdp.errors import InputError
-from fairdp.schema import FAIRNESS_METRICS, FIXED_COLUMNS, RUN_KEYS, STATUS_OK
+from fairdp.schema import (
+    FAIRNESS_METRICS,
+    FIXED_COLUMNS,
+    NOTION_GAP,
+    RUN_KEYS,
+    SELECTION_FAIRNESS,
+    STATUS_OK,
+)
 
-__all__ = ["FAIRNESS_METRICS", "RUN_KEYS", "as_frame", "check_fairness", "check_rt", "describe_rows", "drop_nan",
+__all__ = ["FAIRNESS_METRICS", "RUN_KEYS", "as_frame", "check_by", "check_fairness", "check_rt", "describe_rows", "drop_nan",
            "hyperparameter_columns", "numeric_columns", "ok_rows", "require_columns"]
 
 
@@ -41,11 +48,29 @@ def ok_rows(df: object, name: str = "df") -> pd.DataFrame:
 
 
 def check_fairness(fairness: object) -> str:
-    if fairness not in FAIRNESS_METRICS:
+    if fairness not in SELECTION_FAIRNESS:
         raise InputError(
-            f"fairness: unknown metric {fairness!r} (expected one of {', '.join(FAIRNESS_METRICS)})"
+            f"fairness: unknown metric {fairness!r} (expected one of {', '.join(SELECTION_FAIRNESS)})"
         )
     return str(fairness)
+
+
+def check_by(by: object, df: pd.DataFrame | None = None) -> list[str]:
+    """Report-by keys: distinct column names other than dataset, method, seed (and, given
+    ``df``, columns it has)."""
+    if isinstance(by, str):
+        by = [by]
+    if not isinstance(by, (list, tuple)) or not all(isinstance(k, str) and k for k in by):
+        raise InputError(f"by: expected a list of column names, got {by!r}")
+    by = list(by)
+    if len(set(by)) != len(by):
+        raise InputError(f"by: a key repeated in {by}")
+    for key in by:
+        if key in RUN_KEYS or key == "config_id":
+            raise InputError(f"by: {key!r} is always grouped on; by takes other columns, e.g. fairness_notion, eps")
+        if df is not None and key not in df.columns:
+            raise InputError(f"by: no column {key!r} in the result rows")
+    return by
 
 
 def check_rt(rt: object, name: str = "rt") -> float:
@@ -89,8 +114,8 @@ def drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str) -> pd.DataFr
     return df
 
 
-# columns analysis functions add to result rows (select_by_rt's threshold)
-_DERIVED_COLUMNS = ("rt",)
+# columns analysis functions add to result rows (select_by_rt's threshold, per_notion's gap)
+_DERIVED_COLUMNS = ("rt", *(f"{split}_{NOTION_GAP}" for split in ("valid", "test")))
 
 
 def hyperparameter_columns(df: pd.DataFrame) -> list[str]:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from fairdp.analysis._rows import (
     RUN_KEYS,
+    check_by,
     check_fairness,
     check_rt,
     describe_rows,
@@ -38,17 +39,50 @@ from fairdp.analysis._rows import (
     require_columns,
 )
 from fairdp.errors import InputError
+from fairdp.schema import NOTION_GAP, NOTION_METRICS
 
 # Accuracy is stored in percent with float noise (75.3 - 1.0 is not exactly 74.3), so the
 # RT window is widened by this many points; far below any reported precision.
 _RT_TOL = 1e-9
 
 
-def _run_rows(df: object, fairness: str, caller: str) -> pd.DataFrame:
+def per_notion(df: pd.DataFrame) -> pd.DataFrame:
+    """Each row's violation of its own fairness notion, as ``valid_notion_gap`` and
+    ``test_notion_gap`` (dp_gap for dp, eo_gap for eo, ap_gap for ap: Tran et al. report each
+    notion with its own violation).
+
+    Rows of methods without a notion (baselines such as unconstrained or DP-SGD) are repeated
+    once per notion present, each copy taking that notion, so every notion's table and
+    figure has its baselines. No row with a notion is an ``InputError``.
+    """
+    rows = ok_rows(df)
+    require_columns(rows, ["fairness_notion"])
+    notions = [n for n in NOTION_METRICS if (rows["fairness_notion"] == n).any()]
+    if not notions:
+        raise InputError("fairness notion_gap: no row has a fairness_notion (dp, eo or ap)")
+    bare = rows["fairness_notion"].isna()
+    parts = [rows[~bare]] + [rows[bare].assign(fairness_notion=n) for n in notions]
+    out = pd.concat(parts, ignore_index=True)
+    for split in ("valid", "test"):
+        cols = {n: f"{split}_{m}" for n, m in NOTION_METRICS.items()}
+        require_columns(out, [c for n, c in cols.items() if n in notions])
+        out[f"{split}_{NOTION_GAP}"] = np.nan
+        for n in notions:
+            mine = out["fairness_notion"] == n
+            out.loc[mine, f"{split}_{NOTION_GAP}"] = pd.to_numeric(out.loc[mine, cols[n]], errors="coerce")
+    return out
+
+
+def _run_rows(df: object, fairness: str, caller: str, by: Sequence[str] = ()) -> pd.DataFrame:
     """Validated ok rows with numeric, non-NaN valid accuracy and valid fairness."""
     fairness = check_fairness(fairness)
     fcol = f"valid_{fairness}"
     df = ok_rows(df)
+    by = check_by(by, df)
+    if fairness == NOTION_GAP and f"valid_{NOTION_GAP}" not in df.columns:  # not expanded yet
+        if "fairness_notion" not in by:
+            raise InputError("fairness notion_gap: each notion is its own table; add fairness_notion to by")
+        df = per_notion(df)
     require_columns(df, [*RUN_KEYS, "config_id", "valid_accuracy", fcol])
     df = numeric_columns(df, ["valid_accuracy", fcol])
     return drop_nan(df, ["valid_accuracy", fcol], caller)
@@ -76,8 +110,9 @@ def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.Dat
     return chosen.reset_index(drop=True)
 
 
-def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap") -> pd.DataFrame:
-    """One config per (dataset, method, seed) by the relaxation-threshold rule (FEDERATE 5.1).
+def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap",
+                 by: Sequence[str] = ()) -> pd.DataFrame:
+    """One config per (dataset, method, seed, *by) by the relaxation-threshold rule (FEDERATE 5.1).
 
     alpha* = the run's best ``valid_accuracy``; candidates have valid_accuracy >= alpha* - rt
     (in accuracy points); the lowest ``valid_<fairness>`` wins, ties to the higher valid
@@ -85,15 +120,20 @@ def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap") -
     Rows with NaN valid accuracy or fairness are excluded with a warning naming them.
     Returns the chosen rows with all their columns (test metrics, leakage, mdl, ...) and an
     added ``rt`` column, sorted by dataset, method, seed.
+
+    ``by`` (e.g. ["fairness_notion", "eps"]) selects separately for every value of those
+    columns: Tran et al. report each notion at each eps. A method without such a column
+    (NaN) is one group. ``fairness="notion_gap"`` (with fairness_notion in ``by``) selects
+    each notion on its own violation, with the baselines repeated per notion (``per_notion``).
     """
     rt = check_rt(rt)
     fairness = check_fairness(fairness)
-    rows = _run_rows(df, fairness, "select_by_rt")
-    return _select_clean(rows, rt, fairness)
+    rows = _run_rows(df, fairness, "select_by_rt", by)
+    return _select_clean(rows, rt, fairness, by)
 
 
-def _select_clean(rows: pd.DataFrame, rt: float, fairness: str) -> pd.DataFrame:
-    out = _pick(rows, RUN_KEYS, rt, f"valid_{fairness}")
+def _select_clean(rows: pd.DataFrame, rt: float, fairness: str, by: Sequence[str] = ()) -> pd.DataFrame:
+    out = _pick(rows, [*RUN_KEYS, *by], rt, f"valid_{fairness}")
     out["rt"] = rt
     return out
 
@@ -109,7 +149,7 @@ def _aggregate(selected: pd.DataFrame, keys: Sequence[str], metrics: Sequence[st
         return pd.DataFrame({c: pd.Series(dtype=float) for c in columns}).astype(
             {k: selected[k].dtype for k in keys if k in selected.columns}
         )
-    grouped = selected.groupby(keys, sort=True)
+    grouped = selected.groupby(keys, sort=True, dropna=False)
     out = grouped["seed"].nunique().rename("n_seeds").to_frame()
     for m in metrics:
         out[f"{m}_mean"] = grouped[m].mean()
@@ -120,9 +160,10 @@ def _aggregate(selected: pd.DataFrame, keys: Sequence[str], metrics: Sequence[st
 
 
 def aggregate_seeds(
-    selected: pd.DataFrame, metrics: Sequence[str] | None = None, fairness: str = "tpr_gap"
+    selected: pd.DataFrame, metrics: Sequence[str] | None = None, fairness: str = "tpr_gap",
+    by: Sequence[str] = (),
 ) -> pd.DataFrame:
-    """Mean and std over seeds of the selected rows, per (dataset, method).
+    """Mean and std over seeds of the selected rows, per (dataset, method, *by).
 
     ``selected`` has one row per (dataset, method, seed), e.g. from ``select_by_rt``.
     ``metrics`` defaults to test_accuracy, test_<fairness>, leakage, mdl. ``M_std`` is the
@@ -136,15 +177,16 @@ def aggregate_seeds(
     if isinstance(metrics, str) or not metrics:
         raise InputError("metrics: expected a non-empty list of column names")
     rows = ok_rows(selected, "selected")
+    by = check_by(by, rows)
     require_columns(rows, ["dataset", "method", "seed", *metrics], "selected")
     rows = numeric_columns(rows, metrics, "selected")
-    dup = rows.duplicated(list(RUN_KEYS), keep=False)
+    dup = rows.duplicated([*RUN_KEYS, *by], keep=False)
     if dup.any():
         raise InputError(
-            "selected: several rows for one (dataset, method, seed), e.g. "
-            f"{describe_rows(rows[dup], limit=1)}; select one config per seed first (select_by_rt)"
+            f"selected: several rows for one ({', '.join([*RUN_KEYS, *by])}), e.g. "
+            f"{describe_rows(rows[dup], limit=1)}; select one config per seed first (select_by_rt, with the same by)"
         )
-    return _aggregate(rows, ["dataset", "method"], metrics)
+    return _aggregate(rows, ["dataset", "method", *by], metrics)
 
 
 def rt_sweep(
@@ -152,11 +194,13 @@ def rt_sweep(
     rts: Iterable[float] = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0),
     fairness: str = "tpr_gap",
     metrics: Sequence[str] | None = None,
+    by: Sequence[str] = (),
 ) -> pd.DataFrame:
     """``select_by_rt`` + ``aggregate_seeds`` for each RT, stacked (FEDERATE Fig. 2, Tables 4-6).
 
     ``metrics`` defaults to valid_accuracy and valid_<fairness> (what Figure 2 plots) plus
-    the ``aggregate_seeds`` defaults. Columns: dataset, method, rt, n_seeds, M_mean, M_std...
+    the ``aggregate_seeds`` defaults. Columns: dataset, method, *by, rt, n_seeds, M_mean,
+    M_std...
     """
     fairness = check_fairness(fairness)
     if isinstance(rts, (str, numbers.Real)):
@@ -167,16 +211,17 @@ def rt_sweep(
     if metrics is None:
         metrics = ["valid_accuracy", f"valid_{fairness}", *_default_metrics(fairness)]
     metrics = list(metrics)
-    rows = _run_rows(df, fairness, "rt_sweep")
+    rows = _run_rows(df, fairness, "rt_sweep", by)
+    by = list(by) if not isinstance(by, str) else [by]
     require_columns(rows, metrics)
     rows = numeric_columns(rows, metrics)
     parts = []
     for rt in rts:
-        agg = _aggregate(_select_clean(rows, rt, fairness), ["dataset", "method"], metrics)
-        agg.insert(2, "rt", rt)
+        agg = _aggregate(_select_clean(rows, rt, fairness, by), ["dataset", "method", *by], metrics)
+        agg.insert(2 + len(by), "rt", rt)
         parts.append(agg)
     out = pd.concat(parts, ignore_index=True)
-    return out.sort_values(["dataset", "method", "rt"], kind="mergesort").reset_index(drop=True)
+    return out.sort_values(["dataset", "method", *by, "rt"], kind="mergesort").reset_index(drop=True)
 
 
 def fairness_accuracy_bins(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.DataFrame:
@@ -242,3 +287,18 @@ def selected_configs(selected: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     require_columns(rows, [*RUN_KEYS, "config_id", *metrics], "selected")
     columns = [*RUN_KEYS, "config_id", *hyperparameter_columns(rows), *metrics]
     return rows[columns].sort_values(list(RUN_KEYS), kind="mergesort").reset_index(drop=True)
+
+
+def violation_accuracy_by_eps(df: pd.DataFrame, rt: float = 1.0) -> pd.DataFrame:
+    """Tran et al.'s Figures 1-2 as a table: per (dataset, method, fairness notion, eps), RT
+    selection on the notion's own violation, then test violation and accuracy, mean and std
+    over seeds. Methods without eps (non-private ones) have one row per notion with eps NaN
+    (a level, not a curve); baselines without a notion appear under every notion.
+    Columns: dataset, method, fairness_notion, eps, n_seeds, test_notion_gap_mean/std,
+    test_accuracy_mean/std."""
+    rows = ok_rows(df)
+    require_columns(rows, ["fairness_notion", "eps"])
+    by = ["fairness_notion", "eps"]
+    rows = numeric_columns(rows, ["eps"])
+    selected = select_by_rt(rows, rt, NOTION_GAP, by)
+    return aggregate_seeds(selected, [f"test_{NOTION_GAP}", "test_accuracy"], NOTION_GAP, by)

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from fairdp.analysis._rows import as_frame, check_fairness, require_columns
+from fairdp.analysis._rows import as_frame, check_by, check_fairness, require_columns
 from fairdp.errors import InputError
 from fairdp.schema import METRIC_COLUMNS
 
@@ -26,7 +26,15 @@ FAIRNESS_LABELS = {
     "dp_gap": "DP-gap",
     "eo_gap": "EO-gap",
     "ap_gap": "AP-gap",
+    "notion_gap": "Violation",  # each row's own notion's (Tran et al.)
 }
+BY_LABELS = {"fairness_notion": "Notion", "eps": "ε", "clip_primal": "C_p", "clip_dual": "C_d"}
+
+
+def _by_cell(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 def _columns(fairness: str) -> list[tuple[str, str, str]]:
@@ -49,11 +57,14 @@ def mean_std(mean: float, std: float, decimals: int = 1, sep: str = " ± ") -> s
     return f"{text}{sep}{float(std):.{decimals}f}"
 
 
-def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = False) -> pd.DataFrame:
-    """The aggregate as display strings: Dataset, Method, [RT,] Seeds, then the metrics."""
+def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = False, by=()) -> pd.DataFrame:
+    """The aggregate as display strings: Dataset, Method, [by keys,] [RT,] Seeds, the metrics."""
     cols = _columns(fairness)
-    require_columns(agg, ["dataset", "method", "n_seeds"] + [f"{m}_{s}" for m, _, _ in cols for s in ("mean", "std")], "agg")
+    require_columns(agg, ["dataset", "method", *by, "n_seeds"]
+                    + [f"{m}_{s}" for m, _, _ in cols for s in ("mean", "std")], "agg")
     out = pd.DataFrame({"Dataset": agg["dataset"].astype(str), "Method": agg["method"].astype(str)})
+    for key in by:
+        out[BY_LABELS.get(key, key)] = [_by_cell(v) for v in agg[key]]
     if "rt" in agg.columns:
         out["RT"] = [f"{float(v):g}" for v in agg["rt"]]
     out["Seeds"] = [str(int(v)) for v in agg["n_seeds"]]
@@ -109,13 +120,15 @@ def html_table(table: pd.DataFrame) -> str:
     return f'<table class="results">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n'
 
 
-def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", decimals: int = 1) -> str:
+def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", decimals: int = 1,
+                 by=()) -> str:
     """Render ``aggregate_seeds`` output as a FEDERATE Table 1 style table.
 
     ``fmt`` is "md" (Markdown), "latex" (booktabs tabular), "html" (a plain <table>) or
     "csv" (the raw aggregate columns: dataset, method, n_seeds, M_mean, M_std, ... as the
     ``fairdp analyze --format csv`` contract says). An ``rt`` column, as in ``rt_sweep``
-    output, becomes an RT column. Cells are "mean ± std" with ``decimals`` decimals.
+    output, becomes an RT column; ``by`` columns (report-by keys) follow Method. Cells are
+    "mean ± std" with ``decimals`` decimals.
     """
     agg = as_frame(agg, "agg")
     fairness = check_fairness(fairness)
@@ -126,7 +139,7 @@ def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", 
     if fmt == "csv":
         require_columns(agg, ["dataset", "method", "n_seeds"], "agg")
         return agg.to_csv(index=False, lineterminator="\n")
-    table = _display(agg, fairness, decimals, latex=fmt == "latex")
+    table = _display(agg, fairness, decimals, latex=fmt == "latex", by=check_by(by, agg))
     return {"md": markdown_table, "latex": _latex, "html": html_table}[fmt](table)
 
 

@@ -5,7 +5,13 @@ minibatch update and epoch hooks) into it. The rest are the building blocks step
 packed layers and models, packed losses, per-sample clipping with noise, per-config seeds.
 """
 
-from fairdp.engine._arch import PRESETS, Architecture, architecture_from, preset_for
+from fairdp.engine._arch import (
+    PRESETS,
+    Architecture,
+    architecture_from,
+    describe_architecture,
+    preset_for,
+)
 from fairdp.engine._loop import (
     EVAL_CHUNK,
     Batch,
@@ -60,6 +66,7 @@ __all__ = [
     "config_chunk",
     "config_id",
     "cuda_config_chunk",
+    "describe_architecture",
     "difference_loss",
     "fit_pack",
     "forward_traced",

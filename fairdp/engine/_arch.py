@@ -45,24 +45,39 @@ def preset_for(dataset: str) -> Architecture:
     return PRESETS[DATASET_PRESET.get(dataset, "twitter")]
 
 
-def architecture_from(spec: dict | None, dataset: str) -> Architecture:
-    """A preset by name (``{"preset": "bios"}``) or the dataset's, with any field overridden."""
+def architecture_from(spec: dict | None, dataset: str, base: Architecture | None = None,
+                      path: str = "architecture") -> Architecture:
+    """A preset by name (``{"preset": "bios"}``) or ``base`` (default: the dataset's preset),
+    with any field overridden; errors name ``path``, e.g. ``methods.federate.architecture``."""
+    if spec is not None and not isinstance(spec, dict):
+        raise InputError(f"{path}: must be a mapping (preset, encoder, classifier, adversary, dropout), "
+                         f"got {spec!r}")
     spec = dict(spec or {})
     name = spec.pop("preset", None)
     if name is not None and name not in PRESETS:
-        raise InputError(f"architecture.preset: '{name}' is not one of {', '.join(PRESETS)}")
-    base = PRESETS[name] if name else preset_for(dataset)
+        raise InputError(f"{path}.preset: '{name}' is not one of {', '.join(PRESETS)}")
+    base = PRESETS[name] if name else (base or preset_for(dataset))
     fields = set(base.to_dict())
     for key, value in spec.items():
         if key not in fields:
-            raise InputError(f"architecture.{key}: unknown field; fields: {', '.join(sorted(fields))}")
+            raise InputError(f"{path}.{key}: unknown field; fields: preset, {', '.join(sorted(fields))}")
         if key == "dropout":
-            if not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise InputError(f"architecture.dropout: must be in [0, 1), got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise InputError(f"{path}.dropout: must be in [0, 1), got {value!r}")
         else:
-            if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and v > 0 for v in value):
-                raise InputError(f"architecture.{key}: must be a list of positive layer sizes, got {value!r}")
+            if not isinstance(value, (list, tuple)) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+                raise InputError(f"{path}.{key}: must be a list of positive layer sizes, got {value!r}")
             if key == "encoder" and not value:
-                raise InputError("architecture.encoder: needs at least one layer")
+                raise InputError(f"{path}.encoder: needs at least one layer")
             spec[key] = tuple(value)
     return replace(base, **spec)
+
+
+def describe_architecture(arch: Architecture, adversaries: int = 1) -> str:
+    """'encoder 300-300, classifier linear, 1 adversary 300-300, dropout 0.1' (hidden sizes)."""
+    def sizes(layers):
+        return "-".join(map(str, layers)) if layers else "linear"
+
+    adv = f"{adversaries} adversar{'y' if adversaries == 1 else 'ies'} {sizes(arch.adversary)}, " if adversaries else ""
+    return f"encoder {sizes(arch.encoder)}, classifier {sizes(arch.classifier)}, {adv}dropout {arch.dropout:g}"

@@ -72,6 +72,13 @@ class PackContext:
     def k(self) -> int:
         return len(self.configs)
 
+    @property
+    def lr(self) -> float:
+        if self.settings.lr is None:
+            raise ValueError("TrainSettings.lr is None: resolve it with the method's default first "
+                             "(Method.effective_settings; Method.train_pack does)")
+        return self.settings.lr
+
     def generators(self, stream: str) -> list[torch.Generator]:
         """Config k's generator of ``stream`` (init, dropout, noise, eval_noise, predict), keyed by
         (seed, config id, stream) only, so it does not depend on the pack."""
@@ -115,7 +122,7 @@ class PackStep(ABC):
 
     def optimizer(self) -> torch.optim.Optimizer:
         """Adam at ``train.lr`` (FEDERATE D.4); one Adam over the stack is K independent Adams."""
-        return torch.optim.Adam(self.model.parameters(), lr=self.ctx.settings.lr)
+        return torch.optim.Adam(self.model.parameters(), lr=self.ctx.lr)
 
     def begin_epoch(self, epoch: int) -> None:  # noqa: B027 - an optional hook
         """Called before epoch ``epoch`` (0-based) in training mode."""

@@ -19,22 +19,34 @@ def per_config_accuracy(pred: torch.Tensor, target: torch.Tensor) -> torch.Tenso
     return (pred == target).double().mean(dim=1).cpu() * 100.0
 
 
-def difference_loss(hidden: list[torch.Tensor]) -> torch.Tensor:
-    """Han et al. (2021) orthogonality loss over all pairs of adversaries, per config (K,).
+def difference_loss(h_a: torch.Tensor, h_b: torch.Tensor, over: str = "samples") -> torch.Tensor:
+    """The difference loss between two adversaries' hidden activations, one value per config (K,).
 
-    Each adversary's last hidden representation (K, B, H) is mean-centred over the batch
-    and row-L2-normalised (as in the domain-separation difference loss it comes from);
-    the loss is sum_{i<j} ||H_i^T H_j||_F^2.
+    ``h_a``, ``h_b``: (K, B, H). Every row is divided by its L2 norm (the norm is not
+    differentiated, + 1e-6), then:
+
+    - ``over="samples"`` (Han et al. 2021's code, and fairlib's ``DiffLoss``): the mean of the
+      squared entries of the (B, B) matrix H_a H_b^T, i.e. of the squared cosine similarity
+      between every row of one adversary and every row of the other; in [0, 1]. The two
+      adversaries can drive it to 0 by using different hidden units, while both still
+      predict the attribute. Used by ``multi_adversarial``.
+    - ``over="features"`` (Domain Separation Networks, Bousmalis et al. 2016, as written):
+      rows centred over the batch first, then the mean of the squared entries of the (H, H)
+      matrix H_a^T H_b, i.e. every feature of one uncorrelated with every feature of the
+      other. Adversaries that all predict the attribute cannot satisfy it except with dead
+      features: on Adult it leaves them at chance for the whole lam_ort grid.
     """
-    normed = []
-    for h in hidden:
-        h = h - h.mean(dim=1, keepdim=True)
-        normed.append(h / h.norm(dim=2, keepdim=True).clamp_min(1e-8))
-    total = hidden[0].new_zeros(hidden[0].shape[0])
-    for i in range(len(normed)):
-        for j in range(i + 1, len(normed)):
-            total = total + torch.bmm(normed[i].transpose(1, 2), normed[j]).pow(2).sum(dim=(1, 2))
-    return total
+    if over not in ("samples", "features"):
+        raise ValueError(f"over must be 'samples' or 'features', got {over!r}")
+
+    def normed(h):
+        if over == "features":
+            h = h - h.mean(dim=1, keepdim=True)
+        return h / (h.norm(dim=2, keepdim=True).detach() + 1e-6)
+
+    a, b = normed(h_a), normed(h_b)
+    product = torch.bmm(a, b.transpose(1, 2)) if over == "samples" else torch.bmm(a.transpose(1, 2), b)
+    return product.pow(2).mean(dim=(1, 2))
 
 
 def lambda_schedule(lam: torch.Tensor, epoch: int, epochs: int, gamma: float, schedule: str) -> torch.Tensor:

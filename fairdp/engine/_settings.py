@@ -18,11 +18,15 @@ def resolve_device(device: str | None) -> torch.device:
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """FEDERATE D.4: Adam, lr 1e-3, batch 2000; ``gamma`` is the GRL schedule's steepness."""
+    """FEDERATE D.4's batch 2000; ``gamma`` is the GRL schedule's steepness.
+
+    ``lr`` None means each method's own paper value (``Method.default_lr``: FEDERATE's Adam
+    at 1e-3, CAPE's at 1e-4, ...); a number is used by every method that trains by gradient.
+    """
 
     epochs: int = 30
     batch_size: int = 2000
-    lr: float = 1e-3
+    lr: float | None = None
     gamma: float = 10.0  # Ganin & Lempitsky; FEDERATE's public code uses 7
     device: str | None = None  # None: CUDA when available, else CPU
     dtype: str = "float32"
@@ -36,7 +40,8 @@ class TrainSettings:
             v = getattr(self, key)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise InputError(f"train.{key}: must be a positive integer, got {v!r}")
-        if not isinstance(self.lr, (int, float)) or not self.lr > 0:
+        if self.lr is not None and (isinstance(self.lr, bool) or not isinstance(self.lr, (int, float))
+                                    or not self.lr > 0):
             raise InputError(f"train.lr: must be > 0, got {self.lr!r}")
         if self.config_chunk is not None and (not isinstance(self.config_chunk, int) or self.config_chunk < 1):
             raise InputError(f"train.config_chunk: must be a positive integer, got {self.config_chunk!r}")

@@ -105,6 +105,12 @@ class Method(ABC):
     name: ClassVar[str]
     hyperparams: ClassVar[tuple[HyperParam, ...]] = ()
     binary_only: ClassVar[bool] = False  # constraints written for y in {0, 1}
+    # How the method trains: "adam", "sgd", or None when it does not train by gradient (a
+    # learning rate does not apply), and the step size its paper uses.
+    optimizer: ClassVar[str | None] = None
+    default_lr: ClassVar[float | None] = None
+    # Whether an ``Architecture`` shapes what the method trains (a study may set one).
+    uses_architecture: ClassVar[bool] = False
 
     def check_dataset(self, data: Dataset, path: str | None = None) -> None:
         """Refuse, before any training, a dataset this method cannot train on."""
@@ -138,11 +144,19 @@ class Method(ABC):
         config's guarantee from ``privacy``."""
         self.check_dataset(data)
         configs = [self.validate_config(c) for c in configs]
+        settings = self.effective_settings(settings)
         arch = arch or self.default_architecture(data.name)
         run = RunInfo.of(data, settings, self.representation_dim(data, arch))
         privacy = tuple(self._checked(self.privacy(c, run)) for c in configs)
         result = self.fit(data, configs, [self.config_id(c) for c in configs], seed, settings, arch, callback)
         return dataclasses.replace(result, privacy=privacy)
+
+    def effective_settings(self, settings: TrainSettings) -> TrainSettings:
+        """``settings`` with the learning rate this method trains at: the one given, else its
+        paper's (``default_lr``); None for a method that does not train by gradient."""
+        if self.optimizer is None:
+            return dataclasses.replace(settings, lr=None)
+        return settings if settings.lr is not None else dataclasses.replace(settings, lr=self.default_lr)
 
     def _checked(self, guarantee) -> Guarantee:
         eps, delta = (float(v) for v in guarantee)
@@ -189,6 +203,9 @@ class NeuralMethod(Method):
     """
 
     spec: ClassVar[ModelSpec] = ModelSpec()
+    optimizer = "adam"
+    default_lr = 1e-3  # FEDERATE D.4: Adam, learning rate 0.001
+    uses_architecture = True
 
     def make_step(self, ctx: PackContext) -> PackStep:
         return RepresentationStep(ctx, self.spec)

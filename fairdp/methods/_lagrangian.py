@@ -53,8 +53,9 @@ from fairdp.engine import (
 NOTIONS = ("dp", "eo", "ap")
 LAMBDA_MAX = 1.0    # multipliers' cap (Algorithm 1, line 6); Delta_p grows with it
 DUAL_STEP = 1.0     # dual ascent step size s
-# Algorithm 1's primal step is plain gradient descent, theta -= alpha * grad. With Adam the
-# PF-LD noise would dominate the second-moment estimate and stall the public loss's signal.
+# Algorithm 1's primal step is plain gradient descent, theta -= alpha * grad (with Adam the
+# PF-LD noise would dominate the second-moment estimate and stall the public loss's signal).
+# Tran et al. give no alpha; 0.1 is fairdp's choice, the default of fld, pfld and dpsgd.
 PRIMAL_STEP = 0.1
 # The paper's classifier: a network with two hidden layers (Tran et al., Experimental Analysis).
 ARCHITECTURE = Architecture(encoder=(64, 64), classifier=(), adversary=(), dropout=0.0)
@@ -76,7 +77,7 @@ class ClassifierSGDStep(PackStep):
         self.clip_counts = np.zeros((2, ctx.k))  # rows clipped, rows clipped or not
 
     def optimizer(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.model.parameters(), lr=PRIMAL_STEP)
+        return torch.optim.SGD(self.model.parameters(), lr=self.ctx.lr)
 
     def layers(self):
         """The linear layers, input to logits, that per-sample gradients go through."""

@@ -60,7 +60,9 @@ class RepresentationStep(PackStep):
                 # The difference loss trains the adversaries only: evaluate it on a detached
                 # representation so it never reaches the encoder through the reversal layer.
                 hidden = [adv(z.detach(), dropout, return_hidden=True)[1] for adv in self.model.adversaries]
-                loss = loss + self.lam_ort * difference_loss(hidden)
+                pairs = sum(difference_loss(hidden[i], hidden[j])
+                            for i in range(len(hidden)) for j in range(i + 1, len(hidden)))
+                loss = loss + self.lam_ort * pairs
         return loss
 
     def evaluate(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,7 +18,7 @@ import torch
 
 from fairdp.engine import PackedModel, add_clipped_gradients, forward_traced
 from fairdp.methods._base import EPS, HyperParam, NeuralMethod, RunInfo
-from fairdp.methods._lagrangian import ARCHITECTURE, ClassifierSGDStep
+from fairdp.methods._lagrangian import ARCHITECTURE, PRIMAL_STEP, ClassifierSGDStep
 from fairdp.methods._registry import register_method
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon
 
@@ -33,6 +33,9 @@ class DPSGD(NeuralMethod):
     def paper_grid(self, dataset):
         # the eps sweep of Tran et al. Figure 2, at their C_p grid's ends and middle
         return {"eps": [0.1, 0.5, 1.0, 2.0, 5.0, 10.0], "clip_primal": [1.0, 10.0, 50.0]}
+
+    optimizer = "sgd"  # Algorithm 1's plain gradient steps
+    default_lr = PRIMAL_STEP
 
     def default_architecture(self, dataset):
         return ARCHITECTURE

@@ -1,7 +1,7 @@
 """F-LD (Tran et al. 2021, Algorithm 1): fairness constraints by Lagrangian duality, no privacy."""
 
 from fairdp.methods._base import HyperParam, NeuralMethod
-from fairdp.methods._lagrangian import ARCHITECTURE, NOTIONS, LagrangianStep
+from fairdp.methods._lagrangian import ARCHITECTURE, NOTIONS, PRIMAL_STEP, LagrangianStep
 from fairdp.methods._registry import register_method
 
 NOTION = HyperParam("fairness_notion", choices=NOTIONS, doc="dp, eo or ap (demographic parity, "
@@ -16,6 +16,9 @@ class FLD(NeuralMethod):
 
     def paper_grid(self, dataset):
         return {"fairness_notion": list(NOTIONS)}
+
+    optimizer = "sgd"  # Algorithm 1's plain gradient steps
+    default_lr = PRIMAL_STEP
 
     def default_architecture(self, dataset):
         return ARCHITECTURE

@@ -8,7 +8,7 @@ target by the RDP accountant for the run's batch size, training-set size and epo
 """
 
 from fairdp.methods._base import EPS, HyperParam, NeuralMethod, RunInfo
-from fairdp.methods._lagrangian import ARCHITECTURE, LagrangianStep
+from fairdp.methods._lagrangian import ARCHITECTURE, PRIMAL_STEP, LagrangianStep
 from fairdp.methods._registry import register_method
 from fairdp.methods.fld import NOTION
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_pfld_sigmas, pfld_epsilon
@@ -27,6 +27,9 @@ class PFLD(NeuralMethod):
         # Tran et al. Figures 2-3: eps swept at C_p in {.., 10, 20, ..}, C_d = 5.
         return {"fairness_notion": ["dp", "eo", "ap"], "eps": [0.1, 0.5, 1.0, 2.0, 5.0, 10.0],
                 "clip_primal": [1.0, 5.0, 10.0, 20.0, 50.0], "clip_dual": [5.0]}
+
+    optimizer = "sgd"  # Algorithm 1's plain gradient steps
+    default_lr = PRIMAL_STEP
 
     def default_architecture(self, dataset):
         return ARCHITECTURE

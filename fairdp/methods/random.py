@@ -17,6 +17,7 @@ from fairdp.methods._registry import register_method
 @register_method
 class Random(Method):
     name = "random"
+    uses_architecture = True  # its representation has the encoder's width
 
     def paper_grid(self, dataset):
         return {}

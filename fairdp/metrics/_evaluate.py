@@ -10,7 +10,7 @@ from fairdp import schema
 from fairdp.data import Dataset
 from fairdp.engine import PackResult
 from fairdp.metrics._fairness import accuracy, ap_gap, dp_gap, eo_gap, grms, tpr_gap
-from fairdp.metrics._probes import ProbeSettings, leakage, mdl
+from fairdp.metrics._probes import ProbeSettings, leakage, mdl, uniform_codelength
 
 # every fairness metric of the vocabulary, as (y, y_pred, s) -> gap; dp_gap ignores y
 FAIRNESS = {"tpr_gap": tpr_gap, "grms": grms, "dp_gap": lambda y, pred, s, **kw: dp_gap(pred, s, **kw),
@@ -21,7 +21,8 @@ def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = Tru
                   probe: ProbeSettings | None = None) -> list[dict]:
     """One dict of metrics per config of ``result``: accuracy and fairness gaps on valid and
     test (percent), leakage (probe trained on valid representations, scored on test),
-    MDL of the test representations (kbits), and the config's guarantee (eps_formal, delta)
+    MDL of the test representations (kbits) beside the uniform code of the same labels
+    (mdl_uniform), and the config's guarantee (eps_formal, delta)
     as its method's privacy hook reported it (``result.privacy``).
 
     Every metric is computed for the whole pack at once (fairness from one bincount,
@@ -45,6 +46,7 @@ def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = Tru
     cols["leakage"] = (leakage(reps["valid"], s_valid, reps["test"], s_test, probe, n_groups=data.n_groups)
                        if with_leakage else np.full(k, math.nan))
     cols["mdl"] = mdl(reps["test"], s_test, probe, n_groups=data.n_groups) if with_mdl else np.full(k, math.nan)
+    cols["mdl_uniform"] = np.full(k, uniform_codelength(len(s_test), data.n_groups) if with_mdl else math.nan)
     rows = []
     for i in range(k):
         row = {name: (int(v[i]) if name == "best_epoch" else float(v[i])) for name, v in cols.items()}

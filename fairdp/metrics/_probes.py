@@ -65,6 +65,23 @@ class ProbeSettings:
         if self.backend not in ("torch", "sklearn"):
             raise InputError(f"evaluate.probe.backend: must be torch or sklearn, got {self.backend!r}")
 
+    def protocol(self) -> dict:
+        """What decides a probe's numbers (stored with each row): kind, width, input scaling,
+        stopping rule, backend."""
+        out = {"kind": self.kind, "standardize": self.standardize, "early_stopping": self.early_stopping,
+               "backend": self.backend}
+        if self.kind == "mlp":
+            out["hidden"] = self.hidden
+        return out
+
+    def describe(self) -> str:
+        """'MLP probe (100 hidden ReLU units), standardised inputs, early stopping on 10% held out'."""
+        kind = f"MLP probe ({self.hidden} hidden ReLU units)" if self.kind == "mlp" else "linear probe"
+        scale = "standardised inputs" if self.standardize else "unscaled inputs"
+        stop = (f"early stopping on {self.validation_fraction:.0%} held out" if self.early_stopping
+                else "stopping on the training loss (FEDERATE's protocol)")
+        return f"{kind}, {scale}, {stop}" + (" (scikit-learn)" if self.backend == "sklearn" else "")
+
 
 def _as_pack(reprs) -> tuple[np.ndarray, bool]:
     arr = np.asarray(reprs)

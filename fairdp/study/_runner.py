@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from fairdp.engine import describe_architecture
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.study._plan import check_compatible, plan_packs
@@ -15,7 +16,7 @@ from fairdp.study._progress import Progress
 from fairdp.study._ray import ray_session
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, corrupt_error
-from fairdp.study._trial import StudyContext, load_study_data
+from fairdp.study._trial import StudyContext, check_same_training, load_study_data
 from fairdp.study._tune import run_packs, worker_slots
 
 
@@ -48,6 +49,24 @@ def with_overrides(spec: StudySpec, seeds: list[int] | None = None, epochs: int 
     return spec
 
 
+def settings_lines(spec: StudySpec, methods=None) -> list[str]:
+    """What each method of the study trains with, printed once when a run starts."""
+    names = list(methods or (m.name for m in spec.methods))
+    probes = [k for k, on in (("leakage", spec.leakage), ("MDL", spec.mdl)) if on]
+    lines = [f"fairdp {spec.name}: {spec.train.epochs} epochs, batch {spec.train.batch_size}, dtype "
+             f"{spec.train.dtype}; " + (f"{' and '.join(probes)} by {spec.probe.describe()}" if probes
+                                       else "no leakage or MDL probe")]
+    width = max(len(n) for n in names)
+    for name in names:
+        ms = spec.method_settings[name]
+        how = f"{ms.optimizer} lr {ms.lr:g}" if ms.optimizer else "no gradient training"
+        spec_of = getattr(get_method(name), "spec", None)
+        arch = (describe_architecture(ms.architecture, spec_of.adversaries if spec_of else 0)
+                if ms.architecture else "no network")
+        lines.append(f"  {name.ljust(width)}  {how}; {arch}")
+    return lines
+
+
 def run_study(spec: StudySpec, results: str | None = None, address: str | None = None, *, repair: bool = False,
               progress_stream=None, num_cpus: int | None = None) -> RunSummary:
     """Run every (method, config, seed) of ``spec`` not already stored under ``results``.
@@ -74,7 +93,10 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
             repaired.append(store.move_aside(c.path))
             print(f"fairdp run: moved aside {c.path} ({c.reason})", file=progress_stream or sys.stderr)
     check_compatible(spec, stored, results)
+    check_same_training(ctx, stored, results, [m.name for m in spec.methods])
     store.remove_temporaries()
+    for line in settings_lines(spec):
+        print(line, file=progress_stream or sys.stderr, flush=True)
     with ray_session(address, num_cpus=num_cpus):
         packs, done = plan_packs(spec, stored, worker_slots(spec))
         configs = sum(len(p.configs) for p in packs)

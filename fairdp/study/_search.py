@@ -29,7 +29,7 @@ from fairdp.study._optuna import distributions, journal_path, open_study, sample
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
 from fairdp.study._ray import ray_session
-from fairdp.study._runner import default_results
+from fairdp.study._runner import default_results, settings_lines
 from fairdp.study._spec import SearchSpec, StudySpec
 from fairdp.study._store import ResultStore
 from fairdp.study._trial import StudyContext, load_study_data, run_pack
@@ -90,6 +90,8 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
                    & (stored_df["seed"] == search.seed)] if len(stored_df) else stored_df
     stored = {r["config_id"]: r for r in ok.to_dict("records")}
     stream = progress_stream or sys.stderr
+    for line in settings_lines(spec, [search.method]):
+        print(line, file=stream, flush=True)
     if done:
         print(f"fairdp search {spec.name}: {done} trials already in {journal}", file=stream, flush=True)
     if remaining:

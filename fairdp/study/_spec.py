@@ -14,11 +14,11 @@ from pathlib import Path
 
 import yaml
 
-from fairdp.engine import TrainSettings
+from fairdp.engine import Architecture, TrainSettings, architecture_from
 from fairdp.errors import InputError
 from fairdp.methods import Method, arange_grid, get_method, load_plugins, method_names
 from fairdp.metrics import ProbeSettings
-from fairdp.schema import FAIRNESS_METRICS, OBJECTIVES
+from fairdp.schema import NOTION_GAP, OBJECTIVES, SELECTION_FAIRNESS
 
 SAMPLERS = ("nsga2", "tpe")
 DEFAULT_PACK_CAP = 32
@@ -26,11 +26,22 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
+class MethodSettings:
+    """How one method of a study trains: its optimiser and learning rate (None: it does not
+    train by gradient) and its architecture (None: it trains no network)."""
+
+    optimizer: str | None
+    lr: float | None
+    architecture: Architecture | None
+
+
+@dataclass(frozen=True)
 class MethodPlan:
-    """One method of a study: its validated configs, in grid order."""
+    """One method of a study: its validated configs, in grid order, and how it trains."""
 
     name: str
     configs: tuple[dict, ...]
+    settings: MethodSettings
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,8 @@ class StudySpec:
     resources: Resources
     pack_size: int | None  # None: chosen from the grid and the cluster's CPUs
     plugins: tuple[str, ...] = ()  # resolved plugin files / modules, imported before the methods
+    method_settings: dict = field(default_factory=dict)  # name -> MethodSettings, the search's method too
+    by: tuple[str, ...] = ()  # report-by keys: selection and aggregation per their values too
     source: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -98,7 +111,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     (the study file's directory; the working directory by default)."""
     top = _mapping(raw, "", required=("name", "dataset", "methods"),
                    optional=("seeds", "train", "evaluate", "selection", "search", "resources", "pack_size",
-                             "plugins", "description"))
+                             "plugins", "architecture", "description"))
     plugins = top.get("plugins") or []
     if not isinstance(plugins, list):
         raise InputError(f"plugins: must be a list of plugin files or module names, got {plugins!r}")
@@ -110,17 +123,23 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     seeds = _seeds(top.get("seeds", [0]))
     train = _train(top.get("train") or {})
     leakage, mdl, probe = _evaluate(top.get("evaluate") or {})
-    fairness, rt = _selection(top.get("selection") or {})
-    methods = _methods(top["methods"], dataset)
+    study_arch = top.get("architecture")
+    methods = _methods(top["methods"], dataset, train, study_arch)
+    fairness, rt, by = _selection(top.get("selection") or {}, methods)
     resources = _resources(top.get("resources") or {})
     pack_size = top.get("pack_size")
     if pack_size is not None:
         pack_size = _int(pack_size, "pack_size", low=1)
     search = _search(top["search"], leakage, mdl, seeds) if top.get("search") is not None else None
+    method_settings = {m.name: m.settings for m in methods}
+    if search is not None and search.method not in method_settings:
+        method_settings[search.method] = _method_settings(get_method(search.method), dataset, train, study_arch,
+                                                          {}, "search.method")
+    _check_applies(method_settings, train, study_arch)
     return StudySpec(name=name, dataset=dataset, dataset_options=dataset_options, seeds=seeds, train=train,
                      leakage=leakage, mdl=mdl, probe=probe, fairness=fairness, rt=rt, methods=methods,
-                     search=search, resources=resources, pack_size=pack_size, plugins=plugins, source=source,
-                     raw=top)
+                     search=search, resources=resources, pack_size=pack_size, plugins=plugins,
+                     method_settings=method_settings, by=by, source=source, raw=top)
 
 
 # -- sections ---------------------------------------------------------------------------------
@@ -176,11 +195,15 @@ def _evaluate(value) -> tuple[bool, bool, ProbeSettings]:
             raise InputError(f"evaluate.{key}: must be true or false, got {v!r}")
         flags.append(v)
     probe_raw = _mapping(d.get("probe") or {}, "evaluate.probe",
-                         optional=("kind", "hidden", "lr", "alpha", "batch_size", "max_epochs", "patience", "backend"))
+                         optional=("kind", "hidden", "lr", "alpha", "batch_size", "max_epochs", "patience", "backend",
+                                   "standardize", "early_stopping"))
     if probe_raw.get("kind", "mlp") not in ("mlp", "linear"):
         raise InputError(f"evaluate.probe.kind: must be mlp or linear, got {probe_raw['kind']!r}")
     if probe_raw.get("backend", "torch") not in ("torch", "sklearn"):
         raise InputError(f"evaluate.probe.backend: must be torch or sklearn, got {probe_raw['backend']!r}")
+    for key in ("standardize", "early_stopping"):
+        if key in probe_raw and not isinstance(probe_raw[key], bool):
+            raise InputError(f"evaluate.probe.{key}: must be true or false, got {probe_raw[key]!r}")
     for key in ("hidden", "batch_size", "max_epochs", "patience"):
         if key in probe_raw:
             probe_raw[key] = _int(probe_raw[key], f"evaluate.probe.{key}", low=1)
@@ -190,16 +213,58 @@ def _evaluate(value) -> tuple[bool, bool, ProbeSettings]:
     return flags[0], flags[1], ProbeSettings(**probe_raw)
 
 
-def _selection(value) -> tuple[str, float]:
-    d = _mapping(value, "selection", optional=("fairness", "rt"))
+def _selection(value, methods: tuple[MethodPlan, ...]) -> tuple[str, float, tuple[str, ...]]:
+    d = _mapping(value, "selection", optional=("fairness", "rt", "by"))
     fairness = d.get("fairness", "tpr_gap")
-    if fairness not in FAIRNESS_METRICS:
-        raise InputError(f"selection.fairness: must be one of {', '.join(FAIRNESS_METRICS)}, got {fairness!r}")
+    if fairness not in SELECTION_FAIRNESS:
+        raise InputError(f"selection.fairness: must be one of {', '.join(SELECTION_FAIRNESS)}, got {fairness!r}")
     rt = _number(d.get("rt", 1.0), "selection.rt", low=0.0)
-    return fairness, rt
+    by = d.get("by", [])
+    if not isinstance(by, list):
+        raise InputError(f"selection.by: must be a list of hyperparameter names, got {by!r}")
+    declared = {h.name for m in methods for h in get_method(m.name).hyperparams}
+    for i, key in enumerate(by):
+        if key not in declared:
+            raise InputError(f"selection.by[{i}]: {key!r} is no hyperparameter of the study's methods; they have: "
+                             f"{', '.join(sorted(declared)) or 'none'}")
+    if len(set(by)) != len(by):
+        raise InputError(f"selection.by: a key repeated in {by}")
+    if fairness == NOTION_GAP and "fairness_notion" not in by:
+        raise InputError("selection.fairness: notion_gap reports each notion on its own violation; "
+                         "add fairness_notion to selection.by")
+    return fairness, rt, tuple(by)
 
 
-def _methods(value, dataset: str) -> tuple[MethodPlan, ...]:
+def _method_settings(method: Method, dataset: str, train: TrainSettings, study_arch, body: dict,
+                     path: str) -> MethodSettings:
+    """The method's optimiser and learning rate (its own ``train.lr``, else the study's, else its
+    paper's) and architecture (its default, with the study's then its own fields over it)."""
+    own_train = _mapping(body.get("train") or {}, f"{path}.train", optional=("lr",))
+    if "lr" in own_train and method.optimizer is None:
+        raise InputError(f"{path}.train.lr: '{method.name}' does not train by gradient; a learning rate does "
+                         f"not apply")
+    lr = None
+    if method.optimizer is not None:
+        lr = _number(own_train["lr"], f"{path}.train.lr", low=0.0, low_open=True) if "lr" in own_train else None
+        lr = lr or train.lr or method.default_lr
+    if "architecture" in body and not method.uses_architecture:
+        raise InputError(f"{path}.architecture: '{method.name}' trains no network; an architecture does not apply")
+    arch = None
+    if method.uses_architecture:
+        arch = architecture_from(study_arch, dataset, base=method.default_architecture(dataset))
+        arch = architecture_from(body.get("architecture"), dataset, base=arch, path=f"{path}.architecture")
+    return MethodSettings(method.optimizer, lr, arch)
+
+
+def _check_applies(settings: dict[str, MethodSettings], train: TrainSettings, study_arch) -> None:
+    """A study-level value no method can use is refused, never silently ignored."""
+    if train.lr is not None and all(s.optimizer is None for s in settings.values()):
+        raise InputError(f"train.lr: no method of the study trains by gradient ({', '.join(settings)})")
+    if study_arch is not None and all(s.architecture is None for s in settings.values()):
+        raise InputError(f"architecture: no method of the study trains a network ({', '.join(settings)})")
+
+
+def _methods(value, dataset: str, train: TrainSettings, study_arch) -> tuple[MethodPlan, ...]:
     if not isinstance(value, dict) or not value:
         raise InputError("methods: must be a non-empty mapping of method name -> {grid: ...}")
     plans = []
@@ -208,13 +273,13 @@ def _methods(value, dataset: str) -> tuple[MethodPlan, ...]:
         if name not in method_names():
             raise InputError(f"{path}: unknown method '{name}'; known: {', '.join(method_names())}")
         method = get_method(name)
-        body = _mapping(body or {}, path, optional=("grid",))
+        body = _mapping(body or {}, path, optional=("grid", "architecture", "train"))
         grid = _grid(method, body.get("grid") or {}, f"{path}.grid", dataset)
         configs = tuple(method.expand(grid))
         ids = [method.config_id(c) for c in configs]
         if len(set(ids)) != len(ids):
             raise InputError(f"{path}.grid: repeated values give the same config twice")
-        plans.append(MethodPlan(name, configs))
+        plans.append(MethodPlan(name, configs, _method_settings(method, dataset, train, study_arch, body, path)))
     return tuple(plans)
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from fairdp import __version__
-from fairdp.engine import EpochReport, TrainSettings
+from fairdp.engine import Architecture, EpochReport, TrainSettings
+from fairdp.errors import InputError
 from fairdp.methods import get_method, load_plugins
 from fairdp.metrics import ProbeSettings
 from fairdp.study._plan import Pack
@@ -38,6 +39,7 @@ class StudyContext:
     cpus_per_trial: float
     plugins: tuple[str, ...] = ()                    # resolved plugin files / modules to import first
     columns: tuple[tuple[str, str], ...] = ()        # the study's result columns (name, type)
+    method_settings: dict = dataclasses.field(default_factory=dict)  # name -> MethodSettings
 
     @classmethod
     def from_spec(cls, spec: StudySpec, results: str) -> StudyContext:
@@ -46,7 +48,15 @@ class StudyContext:
         methods = [m.name for m in spec.methods] + ([spec.search.method] if spec.search else [])
         return cls(spec.name, spec.dataset, dict(spec.dataset_options), train, spec.leakage, spec.mdl,
                    spec.probe, results, spec.resources.cpus_per_trial, spec.plugins,
-                   tuple(study_columns(methods)))
+                   tuple(study_columns(methods)), dict(spec.method_settings))
+
+    def training(self, method: str) -> tuple[TrainSettings, Architecture | None]:
+        """The settings and architecture ``method`` trains with in this study (its defaults
+        when the study does not say)."""
+        ms = self.method_settings.get(method)
+        if ms is None:
+            return self.train, None
+        return dataclasses.replace(self.train, lr=ms.lr), ms.architecture
 
     def store(self) -> ResultStore:
         return ResultStore(self.results, columns=self.columns or None)
@@ -86,7 +96,40 @@ def base_row(ctx: StudyContext, pack: Pack, i: int) -> dict:
            "finished_at": datetime.now(timezone.utc)}
     for h in get_method(pack.method).hyperparams:
         row[h.name] = h.to_column(config[h.name])
+    row.update(training_provenance(ctx, pack.method))
     return row
+
+
+def training_provenance(ctx: StudyContext, method_name: str) -> dict:
+    """How the rows of ``method_name`` are trained and probed: optimizer, lr, architecture
+    (JSON) and probe protocol (JSON); None where it does not apply."""
+    method = get_method(method_name)
+    train, arch = ctx.training(method_name)
+    arch = arch or (method.default_architecture(ctx.dataset) if method.uses_architecture else None)
+    return {"optimizer": method.optimizer, "lr": method.effective_settings(train).lr,
+            "architecture": json.dumps(arch.to_dict()) if arch is not None else None,
+            "probe": json.dumps(ctx.probe.protocol()) if (ctx.leakage or ctx.mdl) else None}
+
+
+def check_same_training(ctx: StudyContext, stored, location: str, methods) -> None:
+    """Refuse to resume a method whose stored rows were trained or probed otherwise: a table
+    would mix two protocols. Rows from before these columns existed are not checked."""
+    if not len(stored):
+        return
+    ok = stored[stored["status"] == "ok"]
+    for name in methods:
+        rows = ok[ok["method"] == name]
+        for key, want in training_provenance(ctx, name).items():
+            if key not in rows.columns:
+                continue
+            have = rows[key].dropna()
+            if key == "lr" and want is not None:
+                differs = have[(have.astype(float) - want).abs() > 1e-12 * want]
+            else:
+                differs = have[have != want]
+            if len(differs):
+                raise InputError(f"{location}: holds {name} runs with {key} {differs.iloc[0]}, this run asks for "
+                                 f"{want} (methods.{name}); pass another --results")
 
 
 def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], None] | None = None) -> list[dict]:
@@ -100,7 +143,8 @@ def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], N
     data = load_study_data(ctx)
     method = get_method(pack.method)
     t0 = time.perf_counter()
-    result = method.train_pack(data, list(pack.configs), pack.seed, ctx.train, callback=callback)
+    train, arch = ctx.training(pack.method)
+    result = method.train_pack(data, list(pack.configs), pack.seed, train, arch=arch, callback=callback)
     metrics = evaluate_pack(data, result, with_leakage=ctx.leakage, with_mdl=ctx.mdl,
                             probe=dataclasses.replace(ctx.probe, seed=pack.seed))
     elapsed = time.perf_counter() - t0
