@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fairdp-installed
 
-.PHONY: setup demo test test-slow lint clean-venv
+.PHONY: setup demo test test-slow test-cuda lint clean-venv
 
 setup: $(STAMP)
 
@@ -26,6 +26,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow 
+
+# on a machine with a CUDA GPU (and a CUDA torch: TORCH_SPEC); skipped without one
+test-cuda: $(STAMP)
+	$(PY) -m pytest -q -m cuda
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check fairdp tests benchmarks

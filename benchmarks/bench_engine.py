@@ -1,14 +1,21 @@
-"""Packed training vs one-at-a-time: per-config wall time and achieved GFLOP/s.
+"""The engine against the hardware and a plain PyTorch loop: per-config time, share of the
+measured matmul peak, packing and precision ratios.
 
-    .venv/bin/python benchmarks/bench_engine.py [--epochs 1] [--packs 15,150] [--json out.json]
+    .venv/bin/python benchmarks/bench_engine.py [--device cpu|cuda] [--epochs 2] [--packs 8,150]
+                                               [--twitter] [--json out.json]
 
-FEDERATE on real Adult (Twitter-shaped architecture, 85 input features) and on a
-Twitter-shaped synthetic set (20,000 rows of 2304-d vectors, the size of DeepMoji
-encodings). FLOPs per config-epoch are counted by torch's FlopCounterMode on one config
-(they scale linearly with K); the fp32 matmul peak is measured in the same run. Each pack
-size is timed twice: "batched" computes all K configs as one batched model, "auto" uses
-the engine's default chunking (all K on CUDA; cache-sized chunks on a CPU). All ratios
-come from one process on one machine.
+FEDERATE on real Adult with its D.3 architecture (85 features, encoder 300-300, adversary
+300-300-2, batch 2000). Measured in one process on one device:
+
+- the device's matmul peaks, fp32 and bf16 (and TF32 on CUDA), on tensors on that device;
+- the model's FLOPs per config-epoch, training and per-epoch validation, counted by
+  torch's FlopCounterMode;
+- a plain PyTorch loop of the same model (nn.Linear, nn.Dropout, Adam; one config) as the
+  reference for "a packed config costs no more than the plain loop";
+- fairdp packs of K configs (one batched model, and the engine's default chunking) in
+  float32 and in bf16 autocast, each as seconds per config-epoch, its ratio to the plain
+  loop and its share of the fp32 peak.
+On a CPU the threads are torch's default unless --threads says otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ import json
 import time
 from dataclasses import replace
 
+import numpy as np
 import torch
+from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from fairdp.data import load_dataset
@@ -26,71 +35,161 @@ from fairdp.engine import TrainSettings
 from fairdp.methods import get_method
 
 
-def matmul_peak_gflops(n: int = 4096, reps: int = 5) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak_gflops(device: torch.device, dtype=torch.float32, n: int = 4096, reps: int = 5) -> float:
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
     a @ b
     best = float("inf")
     for _ in range(reps):
+        sync(device)
         t = time.perf_counter()
         a @ b
+        sync(device)
         best = min(best, time.perf_counter() - t)
     return 2 * n**3 / best / 1e9
 
 
-def flops_per_config(method, data, config, settings) -> float:
+class _GradReverse(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, lam):
+        ctx.lam = lam
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -ctx.lam * grad, None
+
+
+def plain_federate(data, epochs: int, device: torch.device) -> float:
+    """Seconds per epoch of FEDERATE as one would write it for one config in plain PyTorch:
+    training with dropout, L1 normalisation, Laplace noise and a GRL adversary, and a
+    validation pass per epoch."""
+    torch.manual_seed(0)
+    train, valid = data.split("train"), data.split("valid")
+    x = torch.as_tensor(train.X, dtype=torch.float32, device=device)
+    y, s = torch.as_tensor(train.y, device=device), torch.as_tensor(train.s, device=device)
+    xv = torch.as_tensor(valid.X, dtype=torch.float32, device=device)
+    d = x.shape[1]
+    enc = nn.Sequential(nn.Linear(d, 300), nn.ReLU(), nn.Dropout(0.1), nn.Linear(300, 300), nn.ReLU(),
+                        nn.Dropout(0.1)).to(device)
+    clf = nn.Linear(300, 2).to(device)
+    adv = nn.Sequential(nn.Linear(300, 300), nn.ReLU(), nn.Dropout(0.1), nn.Linear(300, 300), nn.ReLU(),
+                        nn.Dropout(0.1), nn.Linear(300, 2)).to(device)
+    modules = (enc, clf, adv)
+    opt = torch.optim.Adam([p for m in modules for p in m.parameters()], lr=1e-3)
+    noise = torch.distributions.Laplace(torch.tensor(0.0, device=device), torch.tensor(2 / 8.0, device=device))
+    sync(device)
+    t = time.perf_counter()
+    for _ in range(epochs):
+        for m in modules:
+            m.train()
+        perm = torch.randperm(len(x), device=device)
+        for i in range(0, len(x), 2000):
+            idx = perm[i:i + 2000]
+            h = enc(x[idx])
+            z = h / h.abs().sum(1, keepdim=True) + noise.sample(h.shape)
+            loss = (nn.functional.cross_entropy(clf(z), y[idx])
+                    + nn.functional.cross_entropy(adv(_GradReverse.apply(z, 0.5)), s[idx]))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        for m in modules:
+            m.eval()
+        with torch.no_grad():
+            h = enc(xv)
+            clf(h / h.abs().sum(1, keepdim=True) + noise.sample(h.shape)).argmax(1)
+    sync(device)
+    return (time.perf_counter() - t) / epochs
+
+
+def flops_per_config_epoch(method, data, config, settings) -> float:
+    """FLOPs of one config over ``settings.epochs`` epochs (with the final evaluation of the
+    valid and test splits, as timed), per epoch."""
     counter = FlopCounterMode(display=False)
     with counter:
         method.train_pack(data, [config], seed=0, settings=settings)
-    return counter.get_total_flops()
+    return counter.get_total_flops() / settings.epochs
 
 
-def timed(method, data, configs, settings) -> float:
+def per_config_epoch(method, data, configs, settings) -> float:
+    device = torch.device(settings.device)
+    sync(device)
     t = time.perf_counter()
     method.train_pack(data, configs, seed=0, settings=settings)
-    return time.perf_counter() - t
+    sync(device)
+    return (time.perf_counter() - t) / len(configs) / settings.epochs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--packs", default="15,150", help="pack sizes K to time against K = 1")
-    ap.add_argument("--twitter-packs", default="15", help="pack sizes for the Twitter-shaped data")
-    ap.add_argument("--singles", type=int, default=3, help="configs trained one at a time")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--packs", default="8", help="pack sizes K (comma-separated)")
+    ap.add_argument("--threads", type=int, help="torch threads on a CPU (default: torch's)")
+    ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 runs")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
-    packs = [int(k) for k in args.packs.split(",")]
-    settings = TrainSettings(epochs=args.epochs)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    peaks = {"fp32": matmul_peak_gflops(device), "bf16": matmul_peak_gflops(device, torch.bfloat16)}
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        peaks["tf32"] = matmul_peak_gflops(device)
+        torch.backends.cuda.matmul.allow_tf32 = False
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"device: {where}; matmul peaks (4096^3): "
+          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
+          + f"; bf16 / fp32 peak = {peaks['bf16'] / peaks['fp32']:.2f}x")
+
+    data = load_dataset("adult")
     method = get_method("federate")
     grid = method.expand(method.paper_grid("adult"))
-    peak = matmul_peak_gflops()
-    print(f"fp32 matmul peak: {peak:.0f} GFLOP/s ({torch.get_num_threads()} threads)")
+    base = TrainSettings(epochs=args.epochs, device=args.device, precision="float32")
+    flops = flops_per_config_epoch(method, data, grid[0], base)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        plain_federate(data, 1, device)  # also the warm-up
+    plain_flops = counter.get_total_flops()
+    plain = plain_federate(data, args.epochs, device)
+    print(f"FEDERATE Adult, {args.epochs} epochs: fairdp {flops / 1e9:.1f} GFLOP per config-epoch (training, "
+          f"validation, the final valid + test pass); the plain loop {plain_flops / 1e9:.1f} GFLOP per epoch in "
+          f"{plain:.3f} s = {plain_flops / plain / 1e9:.0f} GFLOP/s ({plain_flops / plain / 1e9 / peaks['fp32']:.0%} "
+          f"of the fp32 peak)\n")
+    method.train_pack(data, grid[:1], seed=0, settings=replace(base, epochs=1))  # warm-up
+    precisions = ["float32"] + ([] if args.no_bf16 else ["bf16"])
+    if device.type == "cuda":
+        precisions.insert(1, "tf32")
     rows = []
-    for label, data, ks in (
-        ("adult", load_dataset("adult"), packs),
-        ("twitter-shaped", load_dataset("synthetic", rows=20_000, features=2304, seed=0),
-         [int(k) for k in args.twitter_packs.split(",")]),
-    ):
-        flops = flops_per_config(method, data, grid[0], settings)  # also warms up
-        single = sum(timed(method, data, [c], settings) for c in grid[:args.singles]) / args.singles
-        rows.append((label, 1, single, flops / single / 1e9))
-        for k in ks:
-            for mode, chunk in (("batched", k), ("auto", None)):
-                run = replace(settings, config_chunk=chunk)
-                per = timed(method, data, grid[:k], run) / k
-                rows.append((label, f"{k} {mode}", per, flops / per / 1e9))
-    print(f"\nFEDERATE, {args.epochs} epoch(s), batch {settings.batch_size}\n")
-    print("| data | K | per-config s | speed-up vs K=1 | GFLOP/s | % of peak |")
-    print("|---|---|---|---|---|---|")
-    out = []
-    for label, k, per, gflops in rows:
-        base = next(r[2] for r in rows if r[0] == label and r[1] == 1)
-        print(f"| {label} | {k} | {per:.3f} | {base / per:.2f}x | {gflops:.0f} | {100 * gflops / peak:.0f}% |")
-        out.append({"data": label, "K": k, "per_config_s": per, "speedup": base / per,
-                    "gflops": gflops, "peak_fraction": gflops / peak})
+    for k in [1, *(int(v) for v in args.packs.split(","))]:
+        for chunk in ((None,) if k == 1 else (k, None)):
+            for precision in precisions:
+                settings = replace(base, config_chunk=chunk, precision=precision)
+                per = per_config_epoch(method, data, grid[:k], settings)
+                rows.append({"K": k, "chunk": "all" if chunk else "auto", "precision": precision,
+                             "per_config_epoch_s": per, "vs_plain": per / plain, "gflops": flops / per / 1e9,
+                             "fp32_peak_share": flops / per / 1e9 / peaks["fp32"]})
+    print("| K | chunking | precision | s per config-epoch | / plain loop | GFLOP/s | share of fp32 peak |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['K']} | {r['chunk']} | {r['precision']} | {r['per_config_epoch_s']:.3f} | {r['vs_plain']:.2f}x | "
+              f"{r['gflops']:.0f} | {r['fp32_peak_share']:.0%} |")
+    fp32 = {(r["K"], r["chunk"]): r["per_config_epoch_s"] for r in rows if r["precision"] == "float32"}
+    for r in rows:
+        if r["precision"] != "float32":
+            print(f"{r['precision']} throughput / float32, K={r['K']} {r['chunk']}: "
+                  f"{fp32[(r['K'], r['chunk'])] / r['per_config_epoch_s']:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"peak_gflops": peak, "epochs": args.epochs, "rows": out}, f, indent=2)
+            json.dump({"device": where, "peaks_gflops": peaks, "epochs": args.epochs, "flops_per_config_epoch": flops,
+                       "plain_s": plain, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":
+    np.set_printoptions(precision=3)
     main()

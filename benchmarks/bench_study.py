@@ -1,6 +1,11 @@
-"""Ray Tune overhead of a study: packed trials vs one config per trial; packed vs per-config search.
+"""Fixed cost of a study, and Ray Tune overhead: packed trials vs one config per trial; packed vs per-config search.
 
-    .venv/bin/python benchmarks/bench_study.py [--epochs 5] [--search-trials 32]
+    .venv/bin/python benchmarks/bench_study.py [--epochs 5] [--search-trials 32] [--only-fixed-cost]
+
+Part 0 is the fixed cost a small study pays: one FEDERATE config on Adult with the probes
+off, run as a user runs it (``python -m fairdp run``, a new process: imports, data, planning,
+Ray start and shutdown), embedded Ray and ``--executor local``; the overhead is the
+command's wall time minus the pack's own ``pack_duration_s``.
 
 Part 1 runs FEDERATE's Adult grid (150 configs, 1 seed, leakage probe on, MDL off) through
 Ray Tune twice on embedded Ray: with automatic packs, and with ``pack_size: 1``. For each it
@@ -16,8 +21,13 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
+import subprocess
+import sys
 import tempfile
 import time
+
+import yaml
 
 from fairdp.study import ResultStore, parse_spec, run_study, search_study
 
@@ -36,9 +46,29 @@ def _spec(epochs: int, pack_size: int | None, trials: int = 32) -> dict:
     return spec
 
 
-def bench_grid(epochs: int) -> None:
-    import os
+def bench_fixed_cost(epochs: int) -> None:
+    print(f"One FEDERATE config on Adult, {epochs} epochs, probes off, as `python -m fairdp run` (a new process)")
+    print("| executor | wall s | pack s | overhead s |")
+    print("|---|---|---|---|")
+    for executor in ("ray", "local"):
+        with tempfile.TemporaryDirectory() as tmp:
+            study = os.path.join(tmp, "one.yaml")
+            with open(study, "w") as f:
+                yaml.safe_dump({"name": "one-config", "dataset": "adult", "seeds": [0],
+                                "train": {"epochs": epochs}, "evaluate": {"leakage": False, "mdl": False},
+                                "methods": {"federate": {"grid": {"eps": [8.0], "lam": [1.0]}}}}, f)
+            results = os.path.join(tmp, "r")
+            t = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "fairdp", "run", study, "--results", results,
+                                   "--executor", executor], capture_output=True, text=True)
+            wall = time.perf_counter() - t
+            if proc.returncode != 0:
+                raise SystemExit(proc.stderr[-2000:])
+            pack = ResultStore(results).read()[0]["pack_duration_s"].iloc[0]
+        print(f"| {executor} | {wall:.1f} | {pack:.1f} | {wall - pack:.1f} |", flush=True)
 
+
+def bench_grid(epochs: int) -> None:
     slots = os.cpu_count()
     print(f"FEDERATE Adult grid, 150 configs x 1 seed, {epochs} epochs, leakage on; {slots} CPUs = {slots} slots")
     print("| trials | configs/trial | wall s | pack compute s / slots | overhead s | overhead share | overhead per config |")
@@ -76,7 +106,11 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--search-trials", type=int, default=32)
     ap.add_argument("--skip-search", action="store_true")
+    ap.add_argument("--only-fixed-cost", action="store_true", help="part 0 only")
     args = ap.parse_args()
+    bench_fixed_cost(args.epochs)
+    if args.only_fixed_cost:
+        return
     bench_grid(args.epochs)
     if not args.skip_search:
         bench_search(args.epochs, args.search_trials)

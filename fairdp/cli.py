@@ -176,7 +176,7 @@ def _cmd_run(args) -> int:
     from fairdp.study import load_spec, run_study, with_overrides
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
-    summary = run_study(spec, args.results, args.address, repair=args.repair)
+    summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor)
     if summary.unfinished_packs:
         print(f"fairdp run: interrupted: {summary.unfinished_packs} of {summary.packs} packs did not finish; "
               f"what finished is stored in {summary.results}, and the same command resumes", file=sys.stderr)
@@ -316,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "an embedded Ray on 127.0.0.1")
     run.add_argument("--seeds", help="comma-separated seeds instead of the spec's, e.g. 0,1")
     run.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
+    run.add_argument("--executor", choices=("ray", "local"), default="ray",
+                     help="ray (default): packs as Ray Tune trials, embedded or on --address; local: packs one "
+                          "after another in this process, without Ray (same store, same resume)")
     run.add_argument("--repair", action="store_true",
                      help="move corrupt result files aside (hidden .corrupt-* names) and rerun their configs")
     run.set_defaults(func=_cmd_run)

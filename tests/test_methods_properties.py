@@ -1,70 +1,90 @@
-"""What the methods are for, on synthetic data with strong attribute leakage (fixed seeds, margins).
+"""What the papers claim the methods do, on synthetic data with strong label bias and
+attribute leakage, tested over ten seeds so that no claim holds by the luck of one stream.
+
+FEDERATE (Table 3 and its Twitter tables) claims: FEDERATE's and Noise's leakage are below
+Unconstrained's and Adversarial's; Adversarial, selected as the paper selects (the lowest
+valid TPR-gap within a relaxation threshold of the best valid accuracy over its lambda
+grid), lowers the TPR-gap below Unconstrained's. It does not claim that adversarial
+training lowers leakage (its leakage is at or above Unconstrained's in every table), so
+that is not tested. Each claim is a one-sided paired t-test over the seeds at the 1% level.
 
 The probe is a logistic regression on standardised representations, trained on the valid
 split and scored on the test split (FEDERATE's leakage protocol, with a linear probe to
-keep the suite fast). GRL adversaries are noisy from seed to seed, so the adversarial
-claims are made on the mean over four seeds.
+keep the suite fast).
 """
 
 import numpy as np
 import pytest
+from scipy import stats
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
+from fairdp.analysis import select_by_rt
 from fairdp.data import load_dataset
 from fairdp.engine import Architecture, TrainSettings
 from fairdp.methods import get_method
+from fairdp.metrics import tpr_gap
 
-SEEDS = range(4)
-RUNS = {
-    "unconstrained": {},
-    "adversarial": {"lam": 2.9},
-    "federate_huge_eps": {"lam": 2.9, "eps": 1e4},
-    "federate": {"lam": 2.9, "eps": 1.0},
-    "noise_small_eps": {"eps": 0.5},
-}
+SEEDS = range(10)
+LAMS = [0.5, 1.0, 1.5, 2.0, 2.5, 2.9]
+RUNS = {"unconstrained": [{}], "adversarial": [{"lam": lam} for lam in LAMS],
+        "federate": [{"lam": 1.0, "eps": 8.0}], "noise": [{"eps": 8.0}]}
+LEVEL = 0.01
 
 
 @pytest.fixture(scope="module")
 def outcomes():
-    data = load_dataset("synthetic", rows=4000, features=20, label_correlation=0.0, leakage=2.0, seed=0)
-    settings = TrainSettings(epochs=30, batch_size=100)
+    """Per run: test accuracy, test TPR-gap and leakage, one value per seed (adversarial: the
+    RT-selected lambda of each seed)."""
+    data = load_dataset("synthetic", rows=4000, features=20, label_correlation=0.7, leakage=2.0, seed=0)
+    settings = TrainSettings(epochs=20, batch_size=100, device="cpu")
     arch = Architecture(encoder=(32, 32), classifier=(), adversary=(32, 32))
-    y_test = data.split("test").y
-    s_valid, s_test = data.split("valid").s, data.split("test").s
-    table = {run: {"accuracy": [], "leakage": []} for run in RUNS}
+    valid, test = data.split("valid"), data.split("test")
+    rows = []
     for seed in SEEDS:
-        for run, config in RUNS.items():
-            method = get_method(run.split("_huge")[0].split("_small")[0])
-            res = method.train_pack(data, [config], seed=seed, settings=settings, arch=arch)
-            rv, rt = res.representations["valid"][0], res.representations["test"][0]
-            scaler = StandardScaler().fit(rv)
-            probe = LogisticRegression(max_iter=2000).fit(scaler.transform(rv), s_valid)
-            table[run]["leakage"].append(probe.score(scaler.transform(rt), s_test) * 100)
-            table[run]["accuracy"].append((res.predictions["test"][0] == y_test).mean() * 100)
-    return {run: {k: float(np.mean(v)) for k, v in m.items()} for run, m in table.items()}
+        for name, configs in RUNS.items():
+            res = get_method(name).train_pack(data, configs, seed=seed, settings=settings, arch=arch)
+            for i, config in enumerate(configs):
+                rv, rt = res.representations["valid"][i], res.representations["test"][i]
+                scaler = StandardScaler().fit(rv)
+                probe = LogisticRegression(max_iter=2000).fit(scaler.transform(rv), valid.s)
+                pv, pt = res.predictions["valid"][i], res.predictions["test"][i]
+                rows.append({"dataset": "synthetic", "method": name, "seed": seed, "config_id": str(i), "status": "ok", **config,
+                             "valid_accuracy": (pv == valid.y).mean() * 100,
+                             "valid_tpr_gap": float(tpr_gap(valid.y, pv, valid.s)),
+                             "test_accuracy": (pt == test.y).mean() * 100,
+                             "test_tpr_gap": float(tpr_gap(test.y, pt, test.s)),
+                             "leakage": probe.score(scaler.transform(rt), test.s) * 100})
+    import pandas as pd
+
+    selected = select_by_rt(pd.DataFrame(rows), rt=1.0, fairness="tpr_gap").sort_values("seed")
+    return {name: {m: g[m].to_numpy() for m in ("test_accuracy", "test_tpr_gap", "leakage")}
+            for name, g in selected.groupby("method")}
 
 
-def test_unconstrained_leaks_the_attribute(outcomes):
-    assert outcomes["unconstrained"]["leakage"] > 85
-    assert outcomes["unconstrained"]["accuracy"] > 90
+def lower(a: np.ndarray, b: np.ndarray) -> float:
+    """p-value of the one-sided paired t-test that ``a`` is below ``b`` over the seeds."""
+    return stats.ttest_rel(a, b, alternative="less").pvalue
 
 
-def test_adversarial_lowers_leakage(outcomes):
-    assert outcomes["adversarial"]["leakage"] < outcomes["unconstrained"]["leakage"] - 2
-    assert outcomes["adversarial"]["accuracy"] > outcomes["unconstrained"]["accuracy"] - 2
+def test_unconstrained_leaks_the_attribute_and_has_a_tpr_gap(outcomes):
+    u = outcomes["unconstrained"]
+    assert u["leakage"].mean() > 90 and u["test_accuracy"].mean() > 90 and u["test_tpr_gap"].mean() > 10
 
 
-def test_federate_lowers_leakage(outcomes):
-    assert outcomes["federate"]["leakage"] < outcomes["unconstrained"]["leakage"] - 20
-    assert outcomes["federate_huge_eps"]["leakage"] < outcomes["unconstrained"]["leakage"] - 2
+@pytest.mark.parametrize("method", ["federate", "noise"])
+def test_federate_and_noise_lower_leakage_below_unconstrained(outcomes, method):
+    assert lower(outcomes[method]["leakage"], outcomes["unconstrained"]["leakage"]) < LEVEL
 
 
-def test_noise_with_small_eps_lowers_leakage(outcomes):
-    assert outcomes["noise_small_eps"]["leakage"] < 60
+@pytest.mark.parametrize("method", ["federate", "noise"])
+def test_federate_and_noise_lower_leakage_below_adversarial(outcomes, method):
+    assert lower(outcomes[method]["leakage"], outcomes["adversarial"]["leakage"]) < LEVEL
 
 
-def test_federate_with_huge_eps_behaves_like_adversarial(outcomes):
-    # Same accuracy; leakage no worse (L1 normalisation alone already removes the norm's signal).
-    assert abs(outcomes["federate_huge_eps"]["accuracy"] - outcomes["adversarial"]["accuracy"]) < 2
-    assert outcomes["federate_huge_eps"]["leakage"] <= outcomes["adversarial"]["leakage"] + 2
+def test_rt_selected_adversarial_lowers_the_tpr_gap(outcomes):
+    assert lower(outcomes["adversarial"]["test_tpr_gap"], outcomes["unconstrained"]["test_tpr_gap"]) < LEVEL
+
+
+def test_federate_lowers_the_tpr_gap(outcomes):
+    assert lower(outcomes["federate"]["test_tpr_gap"], outcomes["unconstrained"]["test_tpr_gap"]) < LEVEL

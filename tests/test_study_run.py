@@ -43,17 +43,25 @@ def _write_study(path: Path, **overrides) -> Path:
     return path
 
 
-def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The tiny study run once on embedded Ray: (its spec file, the process, its results dir)."""
+    tmp_path = tmp_path_factory.mktemp("tiny")
     study = _write_study(tmp_path / "tiny.yaml")
     # a relative --results is the user's working directory's, not a trial's
     proc = run_cli("run", str(study), "--results", "r", cwd=tmp_path)
+    return study, proc, tmp_path / "r"
+
+
+def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
+    study, proc, results = tiny_run
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "packs 6/6" in proc.stderr and "configs 14/14" in proc.stderr  # progress lines
     # the effective settings, once, per method: each at its paper's learning rate
     assert re.search(r"^  federate +adam lr 0\.001; encoder 300-300, classifier linear, 1 adversary 300-300",
                      proc.stderr, re.M), proc.stderr[:2000]
     assert "unconstrained" in proc.stdout and "federate" in proc.stdout  # the results table
-    df, corrupt = ResultStore(tmp_path / "r").read()
+    df, corrupt = ResultStore(results).read()
     assert corrupt == [] and len(df) == 14
     assert set(DESIGN_COLUMNS) <= set(df.columns)
     assert set(df.columns) == {name for name, _ in study_columns(["unconstrained", "federate"])}
@@ -67,16 +75,55 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tmp_path):
     assert (df["node"] == "127.0.0.1").all()
     # how every row was trained and probed is stored with it
     assert (df["optimizer"] == "adam").all() and (df["lr"] == 1e-3).all()
+    assert (df["precision"] == "float32").all()  # a CPU's default (TF32 is CUDA's)
     assert {tuple(json.loads(a)["encoder"]) for a in df["architecture"]} == {(300, 300)}
     probe = json.loads(df["probe"].iloc[0])
     assert probe["standardize"] and probe["early_stopping"] and probe["kind"] == "mlp"
 
-    again = run_cli("run", str(study), "--results", str(tmp_path / "r"))
+    again = run_cli("run", str(study), "--results", str(results))
     assert again.returncode == 0, again.stderr[-2000:]
     assert "14 configs already stored" in again.stderr
-    df2, _ = ResultStore(tmp_path / "r").read()
+    df2, _ = ResultStore(results).read()
     pd.testing.assert_frame_equal(df.sort_values(KEY).reset_index(drop=True),
                                   df2.sort_values(KEY).reset_index(drop=True))
+
+
+NO_RAY = """import sys
+class _NoRay:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("ray", "optuna"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, _NoRay())
+"""
+
+
+def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run, tmp_path):
+    """``--executor local`` on a Python that cannot import Ray (or Optuna): the same rows as
+    the Ray run, byte for byte in every metric; an interrupted study resumes without
+    duplicates; a pack that keeps failing becomes error rows, as under Tune."""
+    study, ray_proc, ray_results = tiny_run
+    (tmp_path / "noray").mkdir()
+    (tmp_path / "noray" / "sitecustomize.py").write_text(NO_RAY)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "noray"), str(REPO)])}
+    results = tmp_path / "local"
+    first = run_cli("run", str(study), "--results", str(results), "--executor", "local", "--seeds", "1", env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "packs 3/3" in first.stderr
+    whole = run_cli("run", str(study), "--results", str(results), "--executor", "local", env=env)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert "7 configs already stored" in whole.stderr and "configs 7/7" in whole.stderr
+    local, corrupt = ResultStore(results).read()
+    ray, _ = ResultStore(ray_results).read()
+    assert corrupt == [] and len(local) == 14 and not local.duplicated(KEY).any()
+    metrics = ["best_epoch", "valid_accuracy", "test_accuracy", "test_tpr_gap", "valid_dp_gap", "leakage", "eps_formal"]
+    pd.testing.assert_frame_equal(local.sort_values(KEY)[KEY + metrics].reset_index(drop=True),
+                                  ray.sort_values(KEY)[KEY + metrics].reset_index(drop=True))
+    failing = _write_study(tmp_path / "fail.yaml", seeds=[0], methods={"unconstrained": {}},
+                           train={"epochs": 1, "device": "cuda:0"}, resources={"max_failures": 1})
+    proc = run_cli("run", str(failing), "--results", str(tmp_path / "f"), "--executor", "local", env=env)
+    assert proc.returncode == 1 and "failures 1" in proc.stderr and "retries 1" in proc.stderr
+    df, _ = ResultStore(tmp_path / "f").read()
+    assert len(df) == 1 and df["status"].iloc[0] == "error" and "cuda" in df["error"].iloc[0].lower()
 
 
 def test_rerun_into_results_of_another_length_is_refused(tmp_path):

@@ -98,6 +98,8 @@ MALFORMED = [
                 "space": {"eps": {"low": 1, "high": 5}}}, "search.space.lam"),
     # item by item, what a study may set about training, probing and selection
     ("train.lr", "fast", "train.lr"),
+    ("train.precision", "half", "train.precision"),
+    ("train", {"dtype": "float64", "precision": "bf16"}, "train.precision"),
     ("methods.reductions", {"train": {"lr": 0.1}}, "methods.reductions.train.lr"),
     ("methods.reductions", {"architecture": {"dropout": 0.2}}, "methods.reductions.architecture"),
     ("methods.federate.architecture", {"encoder": [64, 0]}, "methods.federate.architecture.encoder"),

@@ -40,12 +40,21 @@ from fairdp.engine._model import ModelSpec, PackedModel, layer_shapes
 from fairdp.engine._packed import PackedLinear, PackedMLP, grad_reverse
 from fairdp.engine._per_sample import add_clipped_gradients, forward_traced
 from fairdp.engine._seeds import config_id, stream_seed
-from fairdp.engine._settings import TrainSettings, resolve_device
+from fairdp.engine._settings import (
+    PRECISIONS,
+    TrainSettings,
+    autocast,
+    full_precision,
+    matmul_precision,
+    resolve_device,
+    resolve_precision,
+)
 
 __all__ = [
     "ACTIVATION_COPIES",
     "CUDA_MEMORY_SHARE",
     "EVAL_CHUNK",
+    "PRECISIONS",
     "PRESETS",
     "Architecture",
     "Batch",
@@ -62,6 +71,7 @@ __all__ = [
     "TrainSettings",
     "add_clipped_gradients",
     "architecture_from",
+    "autocast",
     "bytes_per_config",
     "config_chunk",
     "config_id",
@@ -70,12 +80,15 @@ __all__ = [
     "difference_loss",
     "fit_pack",
     "forward_traced",
+    "full_precision",
     "grad_reverse",
     "lambda_schedule",
     "layer_shapes",
+    "matmul_precision",
     "per_config_accuracy",
     "per_config_cross_entropy",
     "preset_for",
     "resolve_device",
+    "resolve_precision",
     "stream_seed",
 ]

@@ -33,7 +33,13 @@ from fairdp.engine._arch import Architecture
 from fairdp.engine._losses import per_config_accuracy
 from fairdp.engine._memory import config_chunk
 from fairdp.engine._seeds import stream_seed
-from fairdp.engine._settings import TrainSettings, resolve_device
+from fairdp.engine._settings import (
+    TrainSettings,
+    autocast,
+    matmul_precision,
+    resolve_device,
+    resolve_precision,
+)
 
 EVAL_CHUNK = 4096  # rows per evaluation pass: bounds memory at K x 4096 x D
 SELECTIONS = ("best", "last")
@@ -65,6 +71,7 @@ class PackContext:
         self.data, self.configs, self.config_ids, self.seed = data, list(configs), list(config_ids), seed
         self.settings, self.arch, self.device = settings, arch, device
         self.dtype = getattr(torch, settings.dtype)
+        self.precision = resolve_precision(settings, device)
         self._generators: dict[str, list[torch.Generator]] = {}
         self._splits: dict[str, SplitTensors] = {}
 
@@ -161,6 +168,7 @@ class PackResult:
     predictions: dict[str, np.ndarray]           # split -> (K, n_split) predicted labels
     representations: dict[str, np.ndarray]       # split -> (K, n_split, D), what an attacker sees
     duration_s: float
+    precision: str | None = None                 # what the pack computed in (resolve_precision)
     model: nn.Module | None = field(default=None, repr=False)  # the trained pack when it was one chunk
     # (eps, delta) of each config, from the method's privacy hook (``Method.train_pack`` sets it)
     privacy: tuple | None = None
@@ -225,12 +233,18 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
         raise ValueError("fit_pack needs at least one epoch")
     device = resolve_device(settings.device)
     k = len(configs)
-    chunk = config_chunk(settings, shapes, k, device, eval_rows=max(len(v) for v in data.splits.values()))
+    # evaluation runs EVAL_CHUNK rows at a time; the representations of splits_out are kept on
+    # the device until the end (their width is bounded by the widest layer)
+    chunk = config_chunk(settings, shapes, k, device,
+                         eval_rows=min(EVAL_CHUNK, max(len(v) for v in data.splits.values())),
+                         kept_rows=sum(len(data.splits[n]) for n in splits_out),
+                         representation_dim=max(b for _, b in shapes))
     t0 = time.perf_counter()
     parts = []
-    for i in range(0, k, chunk):
-        ctx = PackContext(data, configs[i:i + chunk], config_ids[i:i + chunk], seed, settings, arch, device)
-        parts.append(_fit_chunk(make_step(ctx), splits_out, callback))
+    with matmul_precision(resolve_precision(settings, device), device):
+        for i in range(0, k, chunk):
+            ctx = PackContext(data, configs[i:i + chunk], config_ids[i:i + chunk], seed, settings, arch, device)
+            parts.append(_fit_chunk(make_step(ctx), splits_out, callback))
     if len(parts) == 1:
         return parts[0]
     return PackResult(
@@ -240,6 +254,7 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
         predictions={n: np.concatenate([p.predictions[n] for p in parts]) for n in splits_out},
         representations={n: np.concatenate([p.representations[n] for p in parts]) for n in splits_out},
         duration_s=time.perf_counter() - t0,
+        precision=parts[0].precision,
         diagnostics={key: np.concatenate([p.diagnostics[key] for p in parts]) for key in parts[0].diagnostics},
     )
 
@@ -262,7 +277,8 @@ def _fit_chunk(step: PackStep, splits_out: tuple[str, ...], callback) -> PackRes
         perm = torch.randperm(n_train, generator=order).to(ctx.device)
         for start in range(0, n_train, settings.batch_size):
             idx = perm[start:start + settings.batch_size]
-            step.update(Batch(idx, x_train[idx], train.y[idx], train.s[idx]), optimizer)
+            with autocast(ctx.precision, ctx.device):
+                step.update(Batch(idx, x_train[idx], train.y[idx], train.s[idx]), optimizer)
         step.end_epoch(epoch)
         accuracy = per_config_accuracy(_evaluate(step, x_valid)[1], y_valid)
         if best is not None:
@@ -280,10 +296,12 @@ def _fit_chunk(step: PackStep, splits_out: tuple[str, ...], callback) -> PackRes
     for name in splits_out:
         reps, preds = _evaluate(step, step.inputs(name), keep_representations=True)
         predictions[name] = preds.cpu().numpy()
-        representations[name] = reps.cpu().numpy()
+        # bf16 representations are widened: probes and numpy read fp32
+        representations[name] = (reps.float() if reps.dtype == torch.bfloat16 else reps).cpu().numpy()
     return PackResult(configs=list(ctx.configs), best_epoch=best_epoch, valid_accuracy_history=history,
                       predictions=predictions, representations=representations,
-                      duration_s=time.perf_counter() - t0, model=step.model, diagnostics=step.diagnostics())
+                      duration_s=time.perf_counter() - t0, precision=ctx.precision, model=step.model,
+                      diagnostics=step.diagnostics())
 
 
 @torch.no_grad()
@@ -292,7 +310,8 @@ def _evaluate(step: PackStep, x: torch.Tensor, keep_representations: bool = Fals
     step.model.eval()
     reps, preds = [], []
     for start in range(0, x.shape[0], EVAL_CHUNK):
-        z, logits = step.evaluate(x[start:start + EVAL_CHUNK])
+        with autocast(step.ctx.precision, step.ctx.device):
+            z, logits = step.evaluate(x[start:start + EVAL_CHUNK])
         if keep_representations:
             reps.append(z)
         preds.append(logits.argmax(-1))

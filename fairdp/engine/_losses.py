@@ -11,6 +11,8 @@ import torch.nn.functional as F
 def per_config_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy per config: logits (K, B, C), target (B,) -> (K,)."""
     k, b, c = logits.shape
+    if logits.dtype == torch.bfloat16:  # the loss in fp32 under bf16 autocast
+        logits = logits.float()
     return F.cross_entropy(logits.reshape(k * b, c), target.repeat(k), reduction="none").view(k, b).mean(1)
 
 

@@ -21,12 +21,16 @@ CUDA_MEMORY_SHARE = 0.6
 ACTIVATION_COPIES = 6
 
 
-def bytes_per_config(shapes: list[tuple[int, int]], batch_size: int, eval_rows: int, itemsize: int = 4) -> int:
-    """Memory estimate of one config in a pack: parameters with their gradient and two Adam
-    moments, a training step's activations, and a forward pass over an evaluation split."""
+def bytes_per_config(shapes: list[tuple[int, int]], batch_size: int, eval_rows: int, kept_rows: int = 0,
+                     representation_dim: int = 0, itemsize: int = 4) -> int:
+    """Memory estimate of one config in a pack: parameters with their gradient, two Adam
+    moments and the best epoch's copy; a training step's activations; one evaluation chunk's
+    forward pass (``eval_rows``: the loop evaluates ``EVAL_CHUNK`` rows at a time, not a whole
+    split); and the representations the pack keeps on the device for ``kept_rows`` rows."""
     params = sum(a * b + b for a, b in shapes)
     widths = sum(b for _, b in shapes)
-    return itemsize * (4 * params + ACTIVATION_COPIES * batch_size * widths + eval_rows * widths)
+    return itemsize * (5 * params + ACTIVATION_COPIES * batch_size * widths + eval_rows * widths
+                       + kept_rows * representation_dim)
 
 
 def cuda_config_chunk(per_config: int, device_bytes: int, gpu_share: float, k: int) -> int:
@@ -36,7 +40,7 @@ def cuda_config_chunk(per_config: int, device_bytes: int, gpu_share: float, k: i
 
 
 def config_chunk(settings: TrainSettings, shapes: list[tuple[int, int]], k: int, device: torch.device,
-                 eval_rows: int = 0) -> int:
+                 eval_rows: int = 0, kept_rows: int = 0, representation_dim: int = 0) -> int:
     """How many of a pack's K configs are computed as one batched model.
 
     On CUDA all K (batching is what fills the GPU) unless the pack's memory estimate
@@ -56,7 +60,8 @@ def config_chunk(settings: TrainSettings, shapes: list[tuple[int, int]], k: int,
         return min(settings.config_chunk, k)
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
-        return cuda_config_chunk(bytes_per_config(shapes, settings.batch_size, eval_rows), total, settings.gpu_share, k)
+        per_config = bytes_per_config(shapes, settings.batch_size, eval_rows, kept_rows, representation_dim)
+        return cuda_config_chunk(per_config, total, settings.gpu_share, k)
     intensity = sum(a * b for a, b in shapes) / sum(b for _, b in shapes)
     budget = CPU_CHUNK_FLOATS_GEMM_BOUND if intensity >= CPU_BATCHED_INTENSITY else CPU_CHUNK_FLOATS
     widest = max(b for _, b in shapes)

@@ -14,6 +14,7 @@ from torch import nn
 
 from fairdp.engine._arch import Architecture
 from fairdp.engine._packed import PackedMLP
+from fairdp.engine._settings import full_precision
 from fairdp.privacy import laplace_privatize, minmax_privatize
 
 PRIVATIZERS = ("none", "laplace", "minmax")
@@ -60,11 +61,15 @@ class PackedModel(nn.Module):
     def represent(self, x, eps, noise_generators, dropout_generators=None) -> torch.Tensor:
         """The representation an attacker sees: the encoder's output, privatised if the method is DP."""
         h = self.encoder(x, dropout_generators)
-        if self.spec.privatizer == "laplace":
-            h = laplace_privatize(h, eps, generator=noise_generators)
-        elif self.spec.privatizer == "minmax":
-            h = minmax_privatize(h, eps, generator=noise_generators)
-        return h
+        if self.spec.privatizer == "none":
+            return h
+        # The mechanism's normalisation and noise are what the eps-LDP proof is about: always
+        # fp32 (or the run's float64), never autocast's bf16, whose rounding would change both.
+        with full_precision(h.device):
+            h = h.float() if h.dtype == torch.bfloat16 else h
+            if self.spec.privatizer == "laplace":
+                return laplace_privatize(h, eps, generator=noise_generators)
+            return minmax_privatize(h, eps, generator=noise_generators)
 
 
 def layer_shapes(spec: ModelSpec, arch: Architecture, d_in: int, n_classes: int, n_groups: int):

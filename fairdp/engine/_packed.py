@@ -65,8 +65,12 @@ class PackedMLP(nn.Module):
             if not last or self.activate_last:
                 x = torch.relu(x)
                 if dropout_generators is not None and self.dropout > 0:
-                    x = x * _rng.dropout_scale(x.shape[1:], 1.0 - self.dropout, dropout_generators,
-                                              device=x.device, dtype=x.dtype)
+                    # masks drawn in the run's dtype even under bf16 autocast, so that each
+                    # config's dropout stream is the same at every precision
+                    draw = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+                    mask = _rng.dropout_scale(x.shape[1:], 1.0 - self.dropout, dropout_generators,
+                                              device=x.device, dtype=draw)
+                    x = x * mask.to(x.dtype)
         return (x, hidden) if return_hidden else x
 
 

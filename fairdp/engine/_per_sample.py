@@ -18,6 +18,7 @@ import torch
 
 from fairdp import _rng
 from fairdp.engine._packed import PackedLinear
+from fairdp.engine._settings import full_precision
 
 
 def forward_traced(layers: Sequence[PackedLinear], x: torch.Tensor):
@@ -46,6 +47,15 @@ def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight
     do not count. Returns, per config, how many weighted rows had a gradient norm above
     ``clip`` and how many rows were weighted: shape (2, K).
     """
+    # Norms, clipping, the weighted sum and the noise in the parameters' dtype (fp32 or
+    # float64) even under bf16 autocast: the sensitivity bound C and the noise scale that the
+    # accountant charges for are exact only if clipping and noise are not rounded to bf16.
+    with full_precision(weight.device):
+        return _add_clipped(layers, [a.to(clip.dtype) for a in inputs], [d.to(clip.dtype) for d in deltas],
+                            weight, clip, noise_std, generators)
+
+
+def _add_clipped(layers, inputs, deltas, weight, clip, noise_std, generators) -> np.ndarray:
     sq = sum(d.pow(2).sum(-1) * (a.pow(2).sum(-1) + 1) for a, d in zip(inputs, deltas))  # (K, B)
     norms = sq.sqrt()
     factor = torch.clamp(clip.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)  # min(1, C / ||g||)

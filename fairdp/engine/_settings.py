@@ -1,12 +1,19 @@
-"""Training settings (FEDERATE D.4) and the device they run on."""
+"""Training settings (FEDERATE D.4), the device they run on and the matmul precision."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 
 from fairdp.errors import InputError
+
+# float32: IEEE fp32 everywhere. tf32: fp32 tensors, matmuls on CUDA tensor cores in TF32
+# (10-bit mantissa); a CPU has no TF32, so there it is float32. bf16: matmuls under
+# autocast to bfloat16, with fp32 master weights, optimiser state, losses and every privacy
+# step (see ``precision_context``).
+PRECISIONS = ("float32", "tf32", "bf16")
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -30,6 +37,7 @@ class TrainSettings:
     gamma: float = 10.0  # Ganin & Lempitsky; FEDERATE's public code uses 7
     device: str | None = None  # None: CUDA when available, else CPU
     dtype: str = "float32"
+    precision: str | None = None  # None: tf32 on CUDA, float32 elsewhere (see PRECISIONS)
     # Configs computed together inside a pack; None picks by device (see engine.config_chunk).
     config_chunk: int | None = None
     # The part of a GPU this run may fill (a Ray trial's fractional GPU); bounds CUDA chunks.
@@ -49,3 +57,42 @@ class TrainSettings:
             raise InputError(f"train.gpu_share: must be in (0, 1], got {self.gpu_share!r}")
         if self.dtype not in ("float32", "float64"):
             raise InputError(f"train.dtype: must be float32 or float64, got {self.dtype!r}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise InputError(f"train.precision: must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.precision in ("tf32", "bf16") and self.dtype != "float32":
+            raise InputError(f"train.precision: {self.precision} needs train.dtype float32, got {self.dtype}")
+
+
+def resolve_precision(settings: TrainSettings, device: torch.device) -> str:
+    """The precision a run on ``device`` computes in: the setting, TF32 by default on CUDA,
+    and float32 for TF32 on a device without it; float64 runs are float64."""
+    if settings.dtype == "float64":
+        return "float64"
+    precision = settings.precision or ("tf32" if device.type == "cuda" else "float32")
+    return "float32" if precision == "tf32" and device.type != "cuda" else precision
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str, device: torch.device):
+    """CUDA's TF32 switches set for ``precision`` while training, restored afterwards."""
+    if device.type != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def autocast(precision: str, device: torch.device):
+    """bfloat16 autocast for ``bf16`` (matmuls in bf16, parameters and gradients stay fp32);
+    a no-op otherwise. The privacy steps opt out (``full_precision``)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+def full_precision(device: torch.device):
+    """Autocast off: for the steps whose arithmetic a privacy proof relies on (normalisation,
+    clipping, noise), which must not round to bf16."""
+    return torch.autocast(device.type, enabled=False)

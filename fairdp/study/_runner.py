@@ -3,6 +3,7 @@ to the Ray Tune driver."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from fairdp.engine import describe_architecture
 from fairdp.errors import InputError
 from fairdp.methods import get_method
+from fairdp.study._local import EXECUTORS, run_packs_locally
 from fairdp.study._plan import check_compatible, plan_packs
 from fairdp.study._progress import Progress
 from fairdp.study._ray import ray_session
@@ -53,8 +55,9 @@ def settings_lines(spec: StudySpec, methods=None) -> list[str]:
     """What each method of the study trains with, printed once when a run starts."""
     names = list(methods or (m.name for m in spec.methods))
     probes = [k for k, on in (("leakage", spec.leakage), ("MDL", spec.mdl)) if on]
+    precision = spec.train.precision or "tf32 on CUDA, float32 on a CPU"
     lines = [f"fairdp {spec.name}: {spec.train.epochs} epochs, batch {spec.train.batch_size}, dtype "
-             f"{spec.train.dtype}; " + (f"{' and '.join(probes)} by {spec.probe.describe()}" if probes
+             f"{spec.train.dtype}, precision {precision}; " + (f"{' and '.join(probes)} by {spec.probe.describe()}" if probes
                                        else "no leakage or MDL probe")]
     width = max(len(n) for n in names)
     for name in names:
@@ -68,14 +71,22 @@ def settings_lines(spec: StudySpec, methods=None) -> list[str]:
 
 
 def run_study(spec: StudySpec, results: str | None = None, address: str | None = None, *, repair: bool = False,
-              progress_stream=None, num_cpus: int | None = None) -> RunSummary:
+              progress_stream=None, num_cpus: int | None = None, executor: str = "ray") -> RunSummary:
     """Run every (method, config, seed) of ``spec`` not already stored under ``results``.
+
+    ``executor`` "ray" (the default, and the only one for clusters) runs packs as Ray Tune
+    trials; "local" runs them one after another in this process, without Ray, into the
+    same store with the same resume semantics.
 
     Everything that can be checked is checked before Ray starts or a file is written: the
     spec (already validated), the dataset (loaded here, so a missing file is named), the
     results location (corrupt files are an error unless ``repair``), and that stored rows
     come from the same study, dataset and epochs.
     """
+    if executor not in EXECUTORS:
+        raise InputError(f"--executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "local" and address is not None:
+        raise InputError("--address: a cluster address needs --executor ray; the local executor runs in this process")
     t0 = time.monotonic()
     # absolute: Ray Tune runs each trial in its own working directory
     results = ResultStore(results or default_results(spec)).location
@@ -97,12 +108,14 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     store.remove_temporaries()
     for line in settings_lines(spec):
         print(line, file=progress_stream or sys.stderr, flush=True)
-    with ray_session(address, num_cpus=num_cpus):
-        packs, done = plan_packs(spec, stored, worker_slots(spec))
+    session = ray_session(address, num_cpus=num_cpus) if executor == "ray" else contextlib.nullcontext()
+    with session:
+        packs, done = plan_packs(spec, stored, worker_slots(spec) if executor == "ray" else 1)
         configs = sum(len(p.configs) for p in packs)
         progress = Progress(f"run {spec.name}", len(packs), configs, stream=progress_stream)
         if done:
             print(f"fairdp run {spec.name}: {done} configs already stored in {results}, skipped",
                   file=progress.stream, flush=True)
-        failed, unfinished = run_packs(ctx, packs, spec, progress) if packs else (0, 0)
+        execute = run_packs if executor == "ray" else run_packs_locally
+        failed, unfinished = execute(ctx, packs, spec, progress) if packs else (0, 0)
     return RunSummary(results, len(packs), configs, done, failed, time.monotonic() - t0, repaired, unfinished)

@@ -172,10 +172,11 @@ def _seeds(value) -> tuple[int, ...]:
 
 
 def _train(value) -> TrainSettings:
-    d = _mapping(value, "train", optional=("epochs", "batch_size", "lr", "gamma", "device", "dtype", "config_chunk"))
+    d = _mapping(value, "train", optional=("epochs", "batch_size", "lr", "gamma", "device", "dtype", "precision",
+                                           "config_chunk"))
     # TrainSettings checks epochs, batch_size and dtype itself (naming train.<key>); here only
     # what it checks more loosely: finite lr and gamma, a non-bool config_chunk, a device string.
-    kw = {k: d[k] for k in ("epochs", "batch_size", "dtype") if k in d}
+    kw = {k: d[k] for k in ("epochs", "batch_size", "dtype", "precision") if k in d}
     if "config_chunk" in d:
         kw["config_chunk"] = _int(d["config_chunk"], "train.config_chunk", low=1)
     for key in ("lr", "gamma"):

@@ -130,6 +130,14 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
             if len(differs):
                 raise InputError(f"{location}: holds {name} runs with {key} {differs.iloc[0]}, this run asks for "
                                  f"{want} (methods.{name}); pass another --results")
+    # bf16 rows and full-precision rows in one table would be two protocols; TF32 and
+    # float32 are one request whose effective value depends on the worker's device
+    if ctx.train.precision is not None and "precision" in ok.columns:
+        have = ok.loc[ok["method"].isin(list(methods)), "precision"].dropna()
+        clash = have[(have == "bf16") != (ctx.train.precision == "bf16")]
+        if len(clash):
+            raise InputError(f"{location}: holds runs computed in {clash.iloc[0]}, this run asks for train.precision "
+                             f"{ctx.train.precision}; pass another --results")
 
 
 def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], None] | None = None) -> list[dict]:
@@ -151,7 +159,8 @@ def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], N
     rows = []
     for i, m in enumerate(metrics):
         row = base_row(ctx, pack, i)
-        row.update(m, duration_s=elapsed / len(pack.configs), pack_duration_s=elapsed, status="ok")
+        row.update(m, duration_s=elapsed / len(pack.configs), pack_duration_s=elapsed, status="ok",
+                   precision=result.precision)
         rows.append(row)
     return rows
 

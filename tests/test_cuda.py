@@ -1,0 +1,99 @@
+"""The CUDA set: the engine, every method, the probes, the precision settings and the memory
+rule on a GPU. Skipped without one; on a machine with CUDA, ``make test-cuda`` runs it.
+
+The rest of the suite pins ``device="cpu"`` where it means the CPU; these tests pin CUDA.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from fairdp.data import load_dataset
+from fairdp.engine import (
+    EVAL_CHUNK,
+    TrainSettings,
+    architecture_from,
+    bytes_per_config,
+)
+from fairdp.methods import get_method, method_names
+from fairdp.metrics import ProbeSettings, leakage, mdl
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+CUDA = TrainSettings(epochs=2, batch_size=256, device="cuda")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_dataset("synthetic", rows=1500, features=12, seed=1)
+
+
+@pytest.mark.parametrize("name", method_names())
+def test_every_method_trains_on_cuda_with_the_cpus_guarantee(name, data):
+    method = get_method(name)
+    grid = method.expand(method.paper_grid(data.name))
+    configs = [grid[0], grid[-1]]
+    gpu = method.train_pack(data, configs, seed=0, settings=CUDA)
+    cpu = method.train_pack(data, configs, seed=0, settings=dataclasses.replace(CUDA, device="cpu"))
+    assert gpu.privacy == cpu.privacy
+    for split in ("valid", "test"):
+        assert gpu.predictions[split].shape == cpu.predictions[split].shape
+        assert np.isfinite(gpu.representations[split]).all()
+    acc = (gpu.predictions["test"] == data.split("test").y).mean(1)
+    assert (acc > 0.5).all() or name == "random"
+
+
+def test_a_cuda_pack_is_bitwise_reproducible_and_agrees_with_alone_after_one_epoch(data):
+    method = get_method("federate")
+    configs = method.expand(method.paper_grid(data.name))[:4]
+    one = dataclasses.replace(CUDA, epochs=1, dtype="float64")
+    a = method.train_pack(data, configs, seed=2, settings=CUDA)
+    b = method.train_pack(data, configs, seed=2, settings=CUDA)
+    np.testing.assert_array_equal(a.representations["test"], b.representations["test"])
+    packed = method.train_pack(data, configs, seed=2, settings=one)
+    for i, cfg in enumerate(configs):
+        alone = method.train_pack(data, [cfg], seed=2, settings=one)
+        np.testing.assert_allclose(packed.representations["test"][i], alone.representations["test"][0],
+                                   rtol=1e-9, atol=1e-9)
+
+
+def test_precision_on_cuda_defaults_to_tf32_and_bf16_trains(data):
+    method = get_method("federate")
+    configs = method.expand(method.paper_grid(data.name))[:2]
+    assert method.train_pack(data, configs, seed=0, settings=CUDA).precision == "tf32"
+    assert torch.backends.cuda.matmul.allow_tf32 is False  # restored after the pack (torch's default)
+    bf16 = method.train_pack(data, configs, seed=0, settings=dataclasses.replace(CUDA, precision="bf16"))
+    assert bf16.precision == "bf16" and bf16.representations["test"].dtype == np.float32
+
+
+def test_probes_on_cuda_match_the_cpu(data):
+    rng = np.random.default_rng(0)
+    s = rng.integers(0, 2, 3000)
+    z = rng.normal(size=(3000, 16)).astype(np.float32) + s[:, None] * 0.8
+    gpu, cpu = ProbeSettings(device="cuda"), ProbeSettings(device="cpu")
+    assert abs(leakage(z[:2000], s[:2000], z[2000:], s[2000:], gpu)
+               - leakage(z[:2000], s[:2000], z[2000:], s[2000:], cpu)) < 2.0
+    assert abs(mdl(z, s, gpu) - mdl(z, s, cpu)) < 0.05 * mdl(z, s, cpu)
+
+
+def test_the_memory_estimate_bounds_what_a_pack_allocates():
+    """bytes_per_config x K against torch.cuda.max_memory_allocated of a real pack: an upper
+    bound (so a chunk never runs out of memory) that is not wildly loose (so packs are not
+    split needlessly: the rule once split multi_adversarial's 150 configs although all fit)."""
+    adult = load_dataset("synthetic", rows=20_000, features=85, seed=0)
+    for name in ("federate", "multi_adversarial"):
+        method = get_method(name)
+        configs = method.expand(method.paper_grid("adult"))[:32]
+        shapes = method.layer_shapes(adult, architecture_from(None, "adult"))
+        settings = TrainSettings(epochs=1, batch_size=2000, device="cuda", config_chunk=len(configs))
+        method.train_pack(adult, configs[:1], seed=0, settings=dataclasses.replace(settings, config_chunk=1))
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        method.train_pack(adult, configs, seed=0, settings=settings)
+        used = torch.cuda.max_memory_allocated() - base
+        kept = sum(len(adult.splits[n]) for n in ("valid", "test"))
+        estimate = len(configs) * bytes_per_config(shapes, 2000, EVAL_CHUNK, kept, max(b for _, b in shapes))
+        assert used <= estimate <= 4 * used, (name, used, estimate)
