@@ -9,6 +9,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where /proc says it (Linux); elsewhere by
+    setting it and back."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike, prefix: str | None = None) -> Iterator[Path]:
     """Yield a hidden temporary path beside ``target``; on success it replaces ``target``.
@@ -26,6 +41,9 @@ def atomic_path(target: str | os.PathLike, prefix: str | None = None) -> Iterato
         yield tmp_path
         with open(tmp_path, "rb+") as f:  # on disk before the rename makes it visible
             os.fsync(f.fileno())
+        # mkstemp creates 0600; a results file gets the mode any other new file would get
+        # (colleagues on a shared filesystem read results under the usual umask 022)
+        os.chmod(tmp_path, 0o666 & ~current_umask())
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():

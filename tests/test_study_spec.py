@@ -99,6 +99,7 @@ MALFORMED = [
     # item by item, what a study may set about training, probing and selection
     ("train.lr", "fast", "train.lr"),
     ("train.precision", "half", "train.precision"),
+    ("train.device", "gpu", "train.device"),
     ("train", {"dtype": "float64", "precision": "bf16"}, "train.precision"),
     ("methods.reductions", {"train": {"lr": 0.1}}, "methods.reductions.train.lr"),
     ("methods.reductions", {"architecture": {"dropout": 0.2}}, "methods.reductions.architecture"),

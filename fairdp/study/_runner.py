@@ -13,6 +13,7 @@ from fairdp.engine import describe_architecture
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.study._local import EXECUTORS, run_packs_locally
+from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible, plan_packs
 from fairdp.study._progress import Progress
 from fairdp.study._ray import ray_session
@@ -95,6 +96,13 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     data = load_study_data(ctx)
     for plan in spec.methods:
         get_method(plan.name).check_dataset(data)
+    store.check_writable()
+    lock = results_lock(results, "run", progress_stream) if store.is_local else contextlib.nullcontext()
+    with lock:
+        return _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0)
+
+
+def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0) -> RunSummary:
     stored, corrupt = store.read(on_corrupt="collect")
     repaired = []
     if corrupt:
@@ -108,6 +116,11 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     store.remove_temporaries()
     for line in settings_lines(spec):
         print(line, file=progress_stream or sys.stderr, flush=True)
+    left, done = plan_packs(spec, stored, 1)
+    if not left:  # nothing left to run: no Ray to start
+        print(f"fairdp run {spec.name}: all {done} configs already stored in {results}; nothing to run",
+              file=progress_stream or sys.stderr, flush=True)
+        return RunSummary(results, 0, 0, done, 0, time.monotonic() - t0, repaired, 0)
     session = ray_session(address, num_cpus=num_cpus) if executor == "ray" else contextlib.nullcontext()
     with session:
         packs, done = plan_packs(spec, stored, worker_slots(spec) if executor == "ray" else 1)

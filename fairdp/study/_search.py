@@ -16,6 +16,7 @@ the search's rows is written to ``<results>/pareto-<method>.parquet``.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -25,6 +26,7 @@ import pandas as pd
 
 from fairdp.errors import InputError
 from fairdp.methods import get_method
+from fairdp.study._lock import results_lock
 from fairdp.study._optuna import distributions, journal_path, open_study, sampler, search_config
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
@@ -77,6 +79,14 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
     ctx = StudyContext.from_spec(spec, results)
     store = ctx.store()
     get_method(search.method).check_dataset(load_study_data(ctx), "search.method")
+    store.check_writable()
+    lock = results_lock(results, "search", progress_stream) if store.is_local else contextlib.nullcontext()
+    with lock:
+        return _search_unlocked(spec, ctx, store, results, address, total, mode, progress_stream, num_cpus, t0)
+
+
+def _search_unlocked(spec, ctx, store, results, address, total, mode, progress_stream, num_cpus, t0) -> SearchSummary:
+    search = spec.search
     journal = journal_path(store)
     stored_df, _ = store.read()
     store.fs.create_dir(store.root, recursive=True)

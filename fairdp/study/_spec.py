@@ -90,13 +90,40 @@ class StudySpec:
         return sum(len(m.configs) for m in self.methods) * len(self.seeds)
 
 
+class _StudyLoader(yaml.SafeLoader):
+    """YAML as a study file needs it: a key given twice is an error (PyYAML keeps the last,
+    silently: ``{epochs: 2, epochs: 200}`` trains 200), and ``1e-3`` is a number (YAML 1.2;
+    PyYAML's YAML 1.1 reads a float without a dot as a string)."""
+
+
+def _mapping_without_duplicates(loader: _StudyLoader, node: yaml.MappingNode, deep: bool = False):
+    seen = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (first on line {seen[key] + 1})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StudyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+_StudyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+def read_study_yaml(text: str):
+    """Parse a study file's text with ``_StudyLoader``."""
+    return yaml.load(text, Loader=_StudyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_spec(path: str | Path) -> StudySpec:
     """Read and validate a study file; every problem is an ``InputError`` naming the key path."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such study file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = read_study_yaml(path.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -184,6 +211,14 @@ def _train(value) -> TrainSettings:
             kw[key] = _number(d[key], f"train.{key}", low=0.0, low_open=True)
     if "device" in d:
         kw["device"] = _string(d["device"], "train.device")
+        try:  # a typo ("gpu") is refused here; whether the workers have the device, they find out
+            import torch
+
+            kind = torch.device(kw["device"]).type
+        except RuntimeError:
+            kind = None
+        if kind not in ("cpu", "cuda", "mps"):
+            raise InputError(f"train.device: must be cpu, cuda, cuda:N or mps, got {kw['device']!r}")
     return TrainSettings(**kw)
 
 

@@ -15,6 +15,7 @@ import hashlib
 import os
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -103,6 +104,23 @@ class ResultStore:
         with atomic_path(final, prefix=f".tmp-{final.rsplit('/', 1)[1]}.") as tmp:
             pq.write_table(table, tmp)
         return final
+
+    def check_writable(self) -> None:
+        """InputError naming the path unless rows can be written under this local location:
+        checked before anything trains (a file, or an unwritable directory, would otherwise
+        fail every pack after its training)."""
+        if not self.is_local:
+            return
+        root = Path(self.root)
+        if root.exists() and not root.is_dir():
+            raise InputError(f"{root}: --results is a file, not a directory")
+        existing = root
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            raise InputError(f"{existing}: is a file, so --results {root} cannot be created under it")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise InputError(f"{existing}: not writable, so --results {root} cannot be written; pass another --results")
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self) -> bool:

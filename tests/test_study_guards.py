@@ -1,0 +1,128 @@
+"""Input refused before anything trains, one writer per results directory, and results files
+others can read: each class of issue 15's faults that is fixed, with a test."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import yaml
+
+from fairdp._atomic import atomic_path
+from fairdp.study import ResultStore, load_spec
+from fairdp.study._lock import LOCK_NAME, results_lock
+from tests.conftest import REPO, assert_input_error, run_cli
+
+STUDY = {
+    "name": "guards",
+    "dataset": {"name": "synthetic", "rows": 600, "features": 6},
+    "seeds": [0],
+    "train": {"epochs": 2, "batch_size": 200},
+    "evaluate": {"leakage": False, "mdl": False},
+    "methods": {"unconstrained": {}, "federate": {"grid": {"eps": [1, 10], "lam": [0.5]}}},
+}
+
+
+def _study(tmp_path, text: str | None = None, **overrides):
+    path = tmp_path / "study.yaml"
+    path.write_text(text if text is not None else yaml.safe_dump({**STUDY, **overrides}))
+    return path
+
+
+def test_a_key_given_twice_is_refused_naming_it(tmp_path):
+    text = ("name: guards\ndataset: {name: synthetic, rows: 600, features: 6}\nseeds: [0]\n"
+            "train: {epochs: 2, batch_size: 200, epochs: 200}\nevaluate: {leakage: false, mdl: false}\n"
+            "methods: {unconstrained: {}}\n")
+    proc = run_cli("run", str(_study(tmp_path, text)), "--results", str(tmp_path / "r"))
+    line = assert_input_error(proc, "study.yaml", "'epochs'", "twice")
+    assert "line 4" in line and not (tmp_path / "r").exists()
+
+
+def test_scientific_notation_is_a_number(tmp_path):
+    text = ("name: guards\ndataset: synthetic\nmethods: {unconstrained: {train: {lr: 1e-3}}}\n"
+            "train: {epochs: 1}\n")
+    spec = load_spec(_study(tmp_path, text))
+    assert spec.method_settings["unconstrained"].lr == 0.001
+
+
+@pytest.mark.parametrize("where", ["file", "under_file"])
+def test_results_that_cannot_be_written_are_refused_before_training(tmp_path, where):
+    blocker = tmp_path / "taken"
+    blocker.write_text("not a directory")
+    results = blocker if where == "file" else blocker / "r"
+    t = time.monotonic()
+    proc = run_cli("run", str(_study(tmp_path)), "--results", str(results))
+    assert_input_error(proc, str(blocker))
+    assert time.monotonic() - t < 30 and "packs" not in proc.stderr  # nothing trained
+    assert blocker.read_text() == "not a directory"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_results_directory_is_refused(tmp_path):
+    results = tmp_path / "ro"
+    results.mkdir()
+    results.chmod(0o555)
+    try:
+        assert_input_error(run_cli("run", str(_study(tmp_path)), "--results", str(results)), str(results))
+    finally:
+        results.chmod(0o755)
+
+
+def test_a_live_lock_refuses_a_second_writer_and_a_stale_one_is_taken_over(tmp_path):
+    study = _study(tmp_path)
+    results = tmp_path / "r"
+    with results_lock(str(results), "search"):  # this test process holds it, alive
+        proc = run_cli("run", str(study), "--results", str(results), "--executor", "local")
+        assert_input_error(proc, str(results), "in use", f"pid {os.getpid()}")
+        assert not list(results.rglob("*.parquet"))
+    assert not (results / LOCK_NAME).exists()  # released
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (results / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": os.uname().nodename, "command": "run"}))
+    proc = run_cli("run", str(study), "--results", str(results), "--executor", "local")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "taking over the lock" in proc.stderr and not (results / LOCK_NAME).exists()
+    assert len(ResultStore(results).read()[0]) == 3
+
+
+def test_two_concurrent_runs_do_the_work_once(tmp_path):
+    """The second of two runs started together into one directory is refused while the first
+    works; the first stores every row once; a rerun then finds nothing to do, without Ray."""
+    study = _study(tmp_path)
+    results = tmp_path / "r"
+    first = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (results / LOCK_NAME).exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = run_cli("run", str(study), "--results", str(results))
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-2000:]
+    assert_input_error(second, "in use", f"pid {first.pid}")
+    df, _ = ResultStore(results).read()
+    assert len(df) == 3 and not df.duplicated(["method", "seed", "config_id"]).any()
+    no_ray = tmp_path / "noray"
+    no_ray.mkdir()
+    (no_ray / "sitecustomize.py").write_text(
+        "import sys\nclass _B:\n    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'ray':\n            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, _B())\n")
+    again = run_cli("run", str(study), "--results", str(results),
+                    env={"PYTHONPATH": os.pathsep.join([str(no_ray), str(REPO)])})
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "nothing to run" in again.stderr
+    pd.testing.assert_frame_equal(df, ResultStore(results).read()[0])
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_results_files_honour_the_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        with atomic_path(tmp_path / "f.parquet") as tmp:
+            tmp.write_bytes(b"x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "f.parquet").stat().st_mode & 0o777 == mode
