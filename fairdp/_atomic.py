@@ -9,6 +9,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def unwritable_reason(path: str | os.PathLike) -> str | None:
+    """Why a directory cannot be created or written at ``path``, naming the path at fault, or
+    None if it can: checked before long work, which would otherwise fail at its end."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        return f"{path}: is a file, not a directory"
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing}: is a file, so {path} cannot be created under it"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing}: not writable, so {path} cannot be written"
+    return None
+
+
 def current_umask() -> int:
     """The process umask, read without changing it where /proc says it (Linux); elsewhere by
     setting it and back."""

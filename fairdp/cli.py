@@ -240,13 +240,44 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
+def _rt_list(text: str) -> list[float]:
+    try:
+        rts = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise InputError(f"--rts: expected comma-separated numbers like 0,1,2, got {text!r}") from None
+    bad = [r for r in rts if not r >= 0]
+    if not rts or bad:
+        raise InputError(f"--rts: relaxation thresholds must be >= 0, got {text!r}")
+    return rts
+
+
+def _check_report_outside_results(output: str, dirs: list[str]) -> None:
+    """A report inside a results directory must sit under a '_' or '.' name: pandas, pyarrow,
+    polars and duckdb readers of the directory would otherwise read its files as rows."""
+    from pathlib import Path
+
+    out = Path(output).resolve()
+    for d in dirs:
+        root = Path(d).resolve()
+        if not root.is_dir() or (out != root and root not in out.parents):
+            continue
+        if out == root or not out.relative_to(root).parts[0].startswith(("_", ".")):
+            raise InputError(f"-o: {output} is inside the results directory {d}, whose Parquet readers would "
+                             f"read the report's files; use {Path(d) / '_report'} or a path outside it")
+
+
 def _cmd_report(args) -> int:
     import warnings
 
+    from fairdp._atomic import unwritable_reason
     from fairdp.analysis import write_report
 
+    rts = _rt_list(args.rts) if args.rts else (0, 0.5, 1, 2, 3, 5)
+    _check_report_outside_results(args.output, args.dirs)
+    reason = unwritable_reason(args.output)
+    if reason:
+        raise InputError(f"-o: {reason}")
     df = _load_rows(args.dirs)
-    rts = [float(r) for r in args.rts.split(",")] if args.rts else (0, 0.5, 1, 2, 3, 5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by)
@@ -332,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "Ray Tune's OptunaSearch, one config per trial (TPE default)")
     srch.set_defaults(func=_cmd_search)
     ana = sub.add_parser("analyze", help="relaxation-threshold selection, mean ± std over seeds, as a table")
-    ana.add_argument("dirs", nargs="+", metavar="DIR", help="results directories (several combine)")
+    ana.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")
     ana.add_argument("--rt", type=float, default=1.0, help="relaxation threshold in accuracy points (default 1)")
     ana.add_argument("--by", type=_keys, default=[], metavar="KEY,...",
                      help="select and aggregate per value of these columns too, e.g. fairness_notion,eps")
@@ -344,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "instead of the aggregate table")
     ana.set_defaults(func=_cmd_analyze)
     rep = sub.add_parser("report", help="tables, figures and a Markdown/HTML report of results")
-    rep.add_argument("dirs", nargs="+", metavar="DIR", help="results directories (several combine)")
+    rep.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")
     rep.add_argument("-o", "--output", required=True, metavar="OUT", help="report directory")
     rep.add_argument("--rt", type=float, default=1.0, help="relaxation threshold of the main table (default 1)")
     rep.add_argument("--rts", help="RTs of the sweep, comma-separated (default 0,0.5,1,2,3,5)")

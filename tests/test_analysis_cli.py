@@ -59,6 +59,26 @@ def test_report_writes_markdown_html_and_figures(stored, tmp_path, capsys):
     assert len(pngs) >= 4 and all(p.read_bytes()[:8] == PNG_SIGNATURE for p in pngs)
 
 
+def test_analyze_reads_parquet_files_of_rows_as_it_reads_directories(stored, tmp_path, capsys):
+    """Rows exported elsewhere (one Parquet file, filtered with pandas) analyse like the
+    directory they came from; a file that is not rows is refused naming it."""
+    dirs, _ = stored
+    assert main(["analyze", dirs[0], "--format", "csv"]) == 0
+    from_dir = capsys.readouterr().out
+    exported = tmp_path / "rows.parquet"
+    ResultStore(dirs[0]).read()[0].to_parquet(exported)
+    assert main(["analyze", str(exported), "--format", "csv"]) == 0
+    assert capsys.readouterr().out == from_dir
+    other = tmp_path / "other.parquet"
+    pd.DataFrame({"x": [1]}).to_parquet(other)
+    assert main(["analyze", str(other)]) == 2
+    assert "other.parquet" in capsys.readouterr().err
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    assert main(["analyze", str(text)]) == 2
+    assert "notes.txt" in capsys.readouterr().err
+
+
 def test_analyze_bad_input_exits_2(tmp_path, capsys):
     assert main(["analyze", str(tmp_path / "none")]) == 2
     assert "none" in capsys.readouterr().err

@@ -399,3 +399,30 @@ def test_generic_cli(tmp_path):
     assert_cli_error(proc, "'note'")
     assert_cli_error(describe("generic", path=tmp_path / "nope.parquet", label="a", sensitive="b"),
                      str(tmp_path / "nope.parquet"))
+
+
+def _ran() -> str:
+    print("code from a pickle ran")
+    return PROFESSIONS[0]
+
+
+class _Boom:
+    """Pickled as a call to ``_ran``: loading it runs code, as a malicious pickle would."""
+
+    def __reduce__(self):
+        return (_ran, ())
+
+
+def test_bios_reads_plain_data_pickles_and_refuses_code_unless_trusted(tmp_path, capsys):
+    root = tmp_path / "bios"
+    write_bios(root)
+    with open(root / "dev.pickle", "rb") as f:
+        records = pickle.load(f)
+    records[0]["p"] = _Boom()
+    with open(root / "dev.pickle", "wb") as f:
+        pickle.dump(records, f)
+    with pytest.raises(InputError, match="dev.pickle: the pickle refers to .*_ran.*trust_pickle"):
+        load_dataset("bios", path=str(root))
+    assert "code from a pickle ran" not in capsys.readouterr().out
+    load_dataset("bios", path=str(root), trust_pickle=True)  # the user's explicit trust
+    assert "code from a pickle ran" in capsys.readouterr().out

@@ -90,11 +90,14 @@ def test_a_live_lock_refuses_a_second_writer_and_a_stale_one_is_taken_over(tmp_p
 
 def test_two_concurrent_runs_do_the_work_once(tmp_path):
     """The second of two runs started together into one directory is refused while the first
-    works; the first stores every row once; a rerun then finds nothing to do, without Ray."""
+    works; the first stores every row once; a rerun then finds nothing to do, without Ray.
+    The first run also shows that Ray's token file is made private and its notice silenced."""
     study = _study(tmp_path)
     results = tmp_path / "r"
+    home = tmp_path / "home"  # a fresh HOME: Ray generates its token file there
     first = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "HOME": str(home)})
     deadline = time.monotonic() + 120
     while not (results / LOCK_NAME).exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -102,6 +105,9 @@ def test_two_concurrent_runs_do_the_work_once(tmp_path):
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-2000:]
     assert_input_error(second, "in use", f"pid {first.pid}")
+    # Ray's token is its owner's only, and its start-up notice does not reach the user
+    assert (home / ".ray" / "auth_token").stat().st_mode & 0o777 == 0o600
+    assert "Token authentication is enabled" not in err
     df, _ = ResultStore(results).read()
     assert len(df) == 3 and not df.duplicated(["method", "seed", "config_id"]).any()
     no_ray = tmp_path / "noray"
@@ -126,3 +132,103 @@ def test_results_files_honour_the_umask(tmp_path, umask, mode):
     finally:
         os.umask(old)
     assert (tmp_path / "f.parquet").stat().st_mode & 0o777 == mode
+
+
+@pytest.mark.parametrize("error", [PermissionError(13, "Permission denied"),
+                                   OSError("Failed to open local file 'x'. Detail: [errno 13] Permission denied")])
+def test_an_unreadable_results_file_is_not_called_corrupt(tmp_path, monkeypatch, error):
+    """A file this user may not read is healthy: the error says so, does not advise --repair
+    (which would move it aside), and the file stays where it is."""
+    import fairdp.study._store as store_module
+    from fairdp.errors import InputError
+
+    store = ResultStore(tmp_path / "r")
+    rows = [{"study": "s", "dataset": "d", "method": "unconstrained", "seed": 0, "config_id": "c", "status": "ok"}]
+    path = store.write_pack(rows, "d", "unconstrained", 0, "p")
+
+    def denied(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(store_module.pq, "read_table", denied)
+    with pytest.raises(InputError, match="permission denied") as info:
+        store.read(on_corrupt="collect")
+    assert "--repair" not in str(info.value) and os.path.exists(path)
+
+
+def test_tune_directories_of_killed_runs_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
+    import tempfile
+
+    from fairdp.study._tune import TUNE_DIR_PREFIX, remove_stale_tune_dirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / f"{TUNE_DIR_PREFIX}{dead.pid}-abc" / "trial").mkdir(parents=True)
+    (tmp_path / f"{TUNE_DIR_PREFIX}{os.getpid()}-def").mkdir()
+    (tmp_path / "something-else").mkdir()
+    assert remove_stale_tune_dirs() == [f"{TUNE_DIR_PREFIX}{dead.pid}-abc"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{TUNE_DIR_PREFIX}{os.getpid()}-def", "something-else"])
+
+
+def test_a_killed_search_journal_is_repaired_and_its_running_trials_are_asked_again(tmp_path, capsys):
+    """A kill mid-search leaves trials RUNNING and possibly half a record at the journal's end.
+    On resume the half record is cut (Optuna would append after it and make the journal
+    unreadable), the RUNNING trials become FAIL and do not count, and their parameters are
+    asked again first."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from fairdp.study._optuna import complete_trials, open_study
+    from fairdp.study._spec import parse_spec
+
+    spec = parse_spec({**STUDY, "search": {"method": "noise", "sampler": "tpe", "trials": 4, "seed": 0,
+                                           "objectives": {"valid_accuracy": "max"},
+                                           "space": {"eps": {"low": 1, "high": 20}}}})
+    journal = str(tmp_path / "optuna.journal")
+    study, _ = open_study(spec.search, "s", journal)
+    done = study.ask({"eps": optuna.distributions.FloatDistribution(1, 20)})
+    study.tell(done, [80.0])
+    killed = study.ask({"eps": optuna.distributions.FloatDistribution(1, 20)})
+    with open(journal, "ab") as f:
+        f.write(b'{"op_code": 6, "worker_id": "x", "trial_id": 1, "sta')  # half a record
+    study, _ = open_study(spec.search, "s", journal)
+    assert "dropped a partial last record" in capsys.readouterr().err
+    assert study.metric_names == ["valid_accuracy"]  # optuna-dashboard's axis names
+    assert complete_trials(study) == 1
+    states = [t.state for t in study.trials]
+    assert states[:2] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+    again = study.ask({"eps": optuna.distributions.FloatDistribution(1, 20)})
+    assert again.params == killed.params
+    study.tell(again, [81.0])
+    reread = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(journal)))
+    assert complete_trials(reread) == 2  # the journal stays readable after appending
+
+
+def test_report_arguments_are_checked_before_anything_is_written(tmp_path, capsys):
+    from fairdp.cli import main
+
+    rows = str(REPO / "results" / "demo-reference")
+    assert main(["report", rows, "-o", str(tmp_path / "rep"), "--rts", "a,b"]) == 2
+    assert "--rts" in capsys.readouterr().err
+    assert main(["report", rows, "-o", str(tmp_path / "rep"), "--rts", "1,-2"]) == 2
+    assert "--rts" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")
+    assert main(["report", rows, "-o", str(tmp_path / "afile" / "rep")]) == 2
+    assert "afile" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_an_unreadable_study_file_is_one_line(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from fairdp.errors import InputError
+
+    study = _study(tmp_path)
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(InputError, match="study.yaml: cannot be read \\(Permission denied\\)"):
+        load_spec(study)

@@ -252,7 +252,7 @@ def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
     results = tmp_path / "r"
     proc = run_cli("search", str(study), "--results", str(results), "--mode", mode)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    front = pd.read_parquet(results / "pareto-federate.parquet")
+    front = pd.read_parquet(f"{results}.pareto-federate.parquet")
     rows, _ = ResultStore(results).read()
     assert len(rows) == len(set(rows["config_id"])) <= 8 and len(rows) >= 6
     assert 1 <= len(front) <= len(rows)
@@ -262,13 +262,13 @@ def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
     # every stored row not on the front is dominated by a front point
     others = rows[~rows["config_id"].isin(front["config_id"])][list(objectives)].to_numpy()
     assert all(any(_dominates(p, q, dirs) or (p == q).all() for p in pts) for q in others)
-    assert (results / "optuna.journal").stat().st_size > 0
+    assert (results / "_optuna.journal").stat().st_size > 0
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     stored = optuna.load_study(study_name="tiny-search-federate",
-                               storage=JournalStorage(JournalFileBackend(str(results / "optuna.journal"))))
+                               storage=JournalStorage(JournalFileBackend(str(results / "_optuna.journal"))))
     assert len(stored.trials) == 8
 
 
@@ -341,7 +341,7 @@ def test_a_search_resumes_from_its_journal_without_retraining(tmp_path):
     rows1, _ = ResultStore(results).read()
     second = run_cli("search", str(study), "--results", str(results), "--trials", "8")
     assert second.returncode == 0, second.stderr[-2000:]
-    assert "4 trials already in" in second.stderr
+    assert "4 complete trials already in" in second.stderr
     rows2, _ = ResultStore(results).read()
     assert len(rows2) <= 8 and not rows2.duplicated(KEY).any()
     kept = rows2.merge(rows1[KEY], on=KEY).sort_values(KEY).reset_index(drop=True)
@@ -350,6 +350,48 @@ def test_a_search_resumes_from_its_journal_without_retraining(tmp_path):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    journal = JournalStorage(JournalFileBackend(str(results / "optuna.journal")))
+    journal = JournalStorage(JournalFileBackend(str(results / "_optuna.journal")))
     trials = optuna.load_study(study_name="resume-search-noise", storage=journal).trials
     assert len(trials) == 8 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+
+
+def test_four_parquet_readers_read_exactly_the_rows_of_a_directory_a_run_search_and_report_wrote(tmp_path):
+    """pandas, pyarrow, polars and duckdb, with no options, on a results directory that a
+    run, a search (journal, Pareto front) and a report (under `_report`) have written into."""
+    import duckdb
+    import polars as pl
+    import pyarrow.dataset as ds
+
+    from fairdp.cli import main
+
+    study = _write_study(
+        tmp_path / "s.yaml", name="readers", seeds=[0], methods={"unconstrained": {}},
+        train={"epochs": 1, "batch_size": 250}, evaluate={"leakage": False, "mdl": False},
+        search={"method": "noise", "sampler": "nsga2", "population": 2, "trials": 2, "seed": 0,
+                "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},
+                "space": {"eps": {"low": 1, "high": 20, "log": True}}})
+    results = tmp_path / "r"
+    assert run_cli("run", str(study), "--results", str(results), "--executor", "local").returncode == 0
+    proc = run_cli("search", str(study), "--results", str(results))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert main(["report", str(results), "-o", str(results / "_report")]) == 0
+    assert main(["report", str(results), "-o", str(results / "report")]) == 2  # readers would read it
+    assert (results / "_optuna.journal").exists() and (tmp_path / "r.pareto-noise.parquet").exists()
+    rows, _ = ResultStore(results).read()
+    assert len(rows) == 3
+    key = sorted(rows["config_id"])
+    assert sorted(pd.read_parquet(results)["config_id"]) == key
+    assert sorted(ds.dataset(results).to_table().column("config_id").to_pylist()) == key
+    assert sorted(pl.scan_parquet(f"{results}/**/*.parquet").collect()["config_id"].to_list()) == key
+    got = duckdb.sql(f"select config_id from read_parquet('{results}/**/*.parquet')").fetchall()
+    assert sorted(r[0] for r in got) == key
+    # optuna-dashboard shows each trial's row and the objectives by name
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = JournalStorage(JournalFileBackend(str(results / "_optuna.journal")))
+    searched = optuna.load_study(study_name="readers-noise", storage=journal)
+    assert searched.metric_names == ["valid_accuracy", "valid_tpr_gap"]
+    noise_ids = set(rows.loc[rows["method"] == "noise", "config_id"])
+    assert {t.user_attrs["config_id"] for t in searched.trials} == noise_ids

@@ -205,11 +205,28 @@ BERT_WIDTH = 768
 BIOS_SPLITS = {"train": "train", "dev": "valid", "test": "test"}  # file stem -> our split
 
 
-def _read_records(file: Path, keys: Sequence[str]) -> dict[str, list]:
-    """The values of ``keys`` in a pickled list of dicts, checked record by record."""
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Unpickles plain data only (lists, dicts, strings, numbers): any reference to a module's
+    name is refused, so no code from the file can run (a pickle calls code only through such
+    references)."""
+
+    def find_class(self, module: str, name: str):
+        raise _UntrustedPickle(f"{module}.{name}")
+
+
+class _UntrustedPickle(Exception):
+    pass
+
+
+def _read_records(file: Path, keys: Sequence[str], trust_pickle: bool = False) -> dict[str, list]:
+    """The values of ``keys`` in a pickled list of dicts, checked record by record. Without
+    ``trust_pickle`` only plain data is unpickled (``_PlainDataUnpickler``)."""
     try:
         with open(file, "rb") as f:
-            records = pickle.load(f)
+            records = pickle.load(f) if trust_pickle else _PlainDataUnpickler(f).load()  # noqa: S301
+    except _UntrustedPickle as ref:
+        raise InputError(f"{file}: the pickle refers to {ref}, i.e. runs code when loaded; fairdp reads plain-data "
+                         f"pickles only, unless the dataset option trust_pickle: true says you trust this file") from None
     except Exception as exc:  # unpickling can raise anything the pickled code raises
         raise InputError(f"{file}: not a readable pickle ({reason(exc)})") from None
     if not isinstance(records, list):
@@ -231,14 +248,18 @@ def _read_records(file: Path, keys: Sequence[str]) -> dict[str, list]:
     description="Bias in Bios: profession by gender, BERT [CLS] encodings (De-Arteaga et al. 2019, "
     "as shared by Ravfogel et al. 2020)",
 )
-def load_bios(path: PathLike) -> Dataset:
+def load_bios(path: PathLike, trust_pickle: bool = False) -> Dataset:
     """Read ``{train,dev,test}.pickle`` and ``{train,dev,test}.pickle_bert_cls.npy`` from ``path``.
 
     Each pickle is a list of dicts with keys ``p`` (profession) and ``g`` (gender); the .npy
     beside it holds one 768-d encoding per dict, in the same order. The dataset's own split is
-    kept (dev becomes valid) so results compare with published ones. Unpickling runs code
-    from the file: read only pickles from a source you trust.
+    kept (dev becomes valid) so results compare with published ones. Unpickling can run code
+    from the file, so by default only plain data (lists, dicts, strings, numbers) is read and a
+    pickle that refers to any module is refused; ``trust_pickle=True`` (a spec's
+    ``dataset: {name: bios, trust_pickle: true}``) reads it fully, for files you trust.
     """
+    if not isinstance(trust_pickle, bool):
+        raise InputError(f"trust_pickle: must be true or false, got {trust_pickle!r}")
     root = existing_dir(path)
     files: list[Path] = []
     blocks: list[np.ndarray] = []
@@ -249,7 +270,7 @@ def load_bios(path: PathLike) -> Dataset:
     for stem, split in BIOS_SPLITS.items():
         records_file = existing_file(root / f"{stem}.pickle")
         enc_file = existing_file(root / f"{stem}.pickle_bert_cls.npy")
-        values = _read_records(records_file, ("p", "g"))
+        values = _read_records(records_file, ("p", "g"), trust_pickle)
         enc = _read_npy(enc_file, BERT_WIDTH)
         if len(enc) != len(values["p"]):
             raise InputError(

@@ -41,6 +41,7 @@ class GenerationSearcher(Searcher):
             t = self.study.ask(self.distributions)
             cfg = self.method.validate_config(search_config(self.search, t.params))
             cid = self.method.config_id(cfg)
+            t.set_user_attr("config_id", cid)  # the row it trains: shown by optuna-dashboard
             if cid in self.stored:
                 values = objective_values(self.stored[cid], self.search.objectives)
                 self.study.tell(t, values, state=None if values else optuna.trial.TrialState.FAIL)

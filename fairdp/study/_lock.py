@@ -24,7 +24,8 @@ from fairdp.errors import InputError
 LOCK_NAME = ".fairdp.lock"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -58,7 +59,7 @@ def results_lock(location: str, command: str, stream=None):
                 time.sleep(0.2)
                 owner = _owner(path) or {}
             host, pid = owner.get("host"), owner.get("pid")
-            if host == me["host"] and isinstance(pid, int) and not _alive(pid):
+            if host == me["host"] and isinstance(pid, int) and not alive(pid):
                 print(f"fairdp: {location}: taking over the lock of fairdp {owner.get('command', '')} "
                       f"(pid {pid}), which no longer runs", file=stream or sys.stderr, flush=True)
                 path.unlink(missing_ok=True)

@@ -1,21 +1,33 @@
 """The Optuna side of a search: its sampler, its distributions, and the study in a journal file
-(``<results>/optuna.journal``; SQLite is not safe for parallel writers, and
+(``<results>/_optuna.journal``; SQLite is not safe for parallel writers, and
 optuna-dashboard opens journal files)."""
 
 from __future__ import annotations
 
 import math
+import os
+import sys
+import warnings
 
 from fairdp.errors import InputError
 from fairdp.study._spec import SearchSpec
 from fairdp.study._store import ResultStore
+
+# '_'-prefixed: pandas, pyarrow, polars and duckdb readers of the results directory skip it
+JOURNAL_NAME = "_optuna.journal"
 
 
 def journal_path(store: ResultStore) -> str:
     if not store.is_local:
         raise InputError(f"--results {store.location}: a search keeps its Optuna journal beside the results, "
                          f"which needs a local or shared filesystem path")
-    return f"{store.root}/optuna.journal"
+    journal = f"{store.root}/{JOURNAL_NAME}"
+    old = f"{store.root}/optuna.journal"  # where fairdp kept it before: pandas and pyarrow read it as rows
+    if os.path.isfile(old) and not os.path.exists(journal):
+        os.replace(old, journal)
+        print(f"fairdp: moved {old} to {journal} (Parquet readers of the results directory skip '_' names)",
+              file=sys.stderr, flush=True)
+    return journal
 
 
 def sampler(search: SearchSpec):
@@ -40,14 +52,34 @@ def distributions(search: SearchSpec) -> dict:
     return out
 
 
-def open_study(search: SearchSpec, study_name: str, journal: str):
-    """The Optuna study in the journal (created, or loaded to resume). Trials a killed run
-    left RUNNING are marked FAIL: they will never report."""
+def repair_journal(journal: str, stream=None) -> int:
+    """Cut a journal back to its last complete record if a kill left half a line at its end;
+    returns the bytes dropped. Optuna skips such a line when reading but appends after it,
+    fusing the next record into one line that no later read can parse."""
+    if not os.path.isfile(journal):
+        return 0
+    with open(journal, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return 0
+        keep = data.rfind(b"\n") + 1
+        f.truncate(keep)
+    print(f"fairdp: {journal}: dropped a partial last record ({len(data) - keep} bytes, a run killed while "
+          f"writing it); the trial it described is asked again", file=stream or sys.stderr, flush=True)
+    return len(data) - keep
+
+
+def open_study(search: SearchSpec, study_name: str, journal: str, stream=None):
+    """The Optuna study in the journal (created, or loaded to resume). A partial last record is
+    cut off (``repair_journal``). Trials a killed run left RUNNING are marked FAIL, since they
+    will never report, and enqueued again with the same parameters, so that the study still
+    reaches its count of complete trials with the configs its sampler chose."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    repair_journal(journal, stream)
     storage = JournalStorage(JournalFileBackend(journal))
     directions = ["maximize" if v == "max" else "minimize" for v in search.objectives.values()]
     study = optuna.create_study(study_name=study_name, storage=storage, directions=directions,
@@ -56,9 +88,22 @@ def open_study(search: SearchSpec, study_name: str, journal: str):
                                   else optuna.study.StudyDirection.MINIMIZE for x in directions]:
         raise InputError(f"{journal}: study '{study_name}' was created with other objectives; "
                          f"pass another --results")
+    if study.metric_names is None:  # optuna-dashboard then names the axes by the objectives
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(search.objectives))
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
     return study, storage
+
+
+def complete_trials(study) -> int:
+    """Trials that reported: the count a search runs until (failed ones do not count)."""
+    import optuna
+
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
 def objective_values(row: dict, objectives: dict[str, str]) -> list[float] | None:

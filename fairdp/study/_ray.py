@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from pathlib import Path
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -27,6 +28,43 @@ def keep_ray_on_loopback() -> None:
 def resolve_address(address: str | None) -> str | None:
     """The cluster to join: ``--address``, else ``RAY_ADDRESS``, else None (embedded Ray)."""
     return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def token_path() -> Path:
+    """Where Ray keeps the cluster token it generates (its default: ~/.ray/auth_token)."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+def private_token_file() -> None:
+    """Make this user's Ray token file readable by its owner only. Ray writes it with the
+    umask's mode (0644 under 022): on a shared machine another user could read the token and
+    submit code to the cluster. Ray creates the file inside ``ray.init``, so this runs
+    before (an existing file) and right after (a new one)."""
+    path = token_path()
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+        path.chmod(0o600)
+
+
+class _DropTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Token authentication is enabled" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_token_notice():
+    """Ray announces at every embedded start that token authentication is on (and how to turn
+    it off); fairdp keeps it on and the notice off the user's screen."""
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    drop = _DropTokenNotice()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 @contextlib.contextmanager
@@ -52,7 +90,10 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, num_gpu
                   configure_logging=True)
     if address is None:
         # "local" always starts a new instance instead of joining one found on this machine
-        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+        private_token_file()
+        with _quiet_token_notice():
+            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+        private_token_file()  # the token Ray has just generated, if it had none
         mode = "embedded"
     else:
         ray.init(address=address, **kwargs)

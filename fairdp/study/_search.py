@@ -1,7 +1,7 @@
 """Multi-objective search: Optuna samplers (NSGA-II, TPE) driving Ray Tune trials.
 
 Two execution paths, both through Ray Tune and one Optuna study in a JournalStorage file
-(``<results>/optuna.journal``; SQLite is not safe for parallel writers, and
+(``<results>/_optuna.journal``; SQLite is not safe for parallel writers, and
 optuna-dashboard opens journal files):
 
 * ``packed`` (the default for NSGA-II): whole NSGA-II generations trained as packs
@@ -11,7 +11,7 @@ optuna-dashboard opens journal files):
   it; TPE uses this path by default.
 
 Rows go to the same Parquet store as ``fairdp run``; the Pareto front of the objectives over
-the search's rows is written to ``<results>/pareto-<method>.parquet``.
+the search's rows is written beside the results, to ``<results>.pareto-<method>.parquet``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,14 @@ import pandas as pd
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.study._lock import results_lock
-from fairdp.study._optuna import distributions, journal_path, open_study, sampler, search_config
+from fairdp.study._optuna import (
+    complete_trials,
+    distributions,
+    journal_path,
+    open_study,
+    sampler,
+    search_config,
+)
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
 from fairdp.study._ray import ray_session
@@ -91,10 +98,8 @@ def _search_unlocked(spec, ctx, store, results, address, total, mode, progress_s
     stored_df, _ = store.read()
     store.fs.create_dir(store.root, recursive=True)
     study_name = f"{spec.name}-{search.method}"
-    study, storage = open_study(search, study_name, journal)
-    import optuna
-
-    done = len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)))
+    study, storage = open_study(search, study_name, journal, progress_stream)
+    done = complete_trials(study)
     remaining = max(0, total - done)
     ok = stored_df[(stored_df["status"] == "ok") & (stored_df["method"] == search.method)
                    & (stored_df["seed"] == search.seed)] if len(stored_df) else stored_df
@@ -103,7 +108,7 @@ def _search_unlocked(spec, ctx, store, results, address, total, mode, progress_s
     for line in settings_lines(spec, [search.method]):
         print(line, file=stream, flush=True)
     if done:
-        print(f"fairdp search {spec.name}: {done} trials already in {journal}", file=stream, flush=True)
+        print(f"fairdp search {spec.name}: {done} complete trials already in {journal}", file=stream, flush=True)
     if remaining:
         with ray_session(address, num_cpus=num_cpus):
             _run_search(ctx, spec, study, study_name, storage, stored, remaining, mode, stream)
@@ -153,5 +158,5 @@ def write_front(store: ResultStore, spec: StudySpec) -> pd.DataFrame:
     cols = ["method", "seed", "config_id", *search.space, *search.fixed, *search.objectives]
     cols = list(dict.fromkeys(c for c in cols if c in front.columns))
     front = front[cols].sort_values(list(search.objectives)[0]).reset_index(drop=True)
-    store.write_table(front, f"pareto-{search.method}.parquet")
+    store.write_side_table(front, f"pareto-{search.method}.parquet")
     return front

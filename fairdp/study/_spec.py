@@ -130,6 +130,8 @@ def load_spec(path: str | Path) -> StudySpec:
         raise InputError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text file") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror or e})") from None
     return parse_spec(raw, source=str(path), base_dir=path.parent)
 
 

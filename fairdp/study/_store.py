@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from fairdp import schema
-from fairdp._atomic import atomic_path
+from fairdp._atomic import atomic_path, unwritable_reason
 from fairdp.errors import InputError
 from fairdp.methods import builtin_method_names, get_method
 
@@ -92,10 +92,13 @@ class ResultStore:
         self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
         return self._write(table, final)
 
-    def write_table(self, df: pd.DataFrame, name: str) -> str:
-        """A side table (e.g. a Pareto front) at ``<root>/<name>``, written atomically."""
-        self.fs.create_dir(self.root, recursive=True)
-        return self._write(pa.Table.from_pandas(df, preserve_index=False), f"{self.root}/{name}")
+    def write_side_table(self, df: pd.DataFrame, name: str) -> str:
+        """A side table (e.g. a Pareto front) beside the results, at ``<root>.<name>``, written
+        atomically. Not inside: a ``DIR/**/*.parquet`` glob (duckdb, polars) would read it as
+        rows, and pandas or pyarrow would fail on its other schema."""
+        parent = self.root.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        return self._write(pa.Table.from_pandas(df, preserve_index=False), f"{self.root}.{name}")
 
     def _write(self, table: pa.Table, final: str) -> str:
         if not self.is_local:  # an object store's single PUT is already all or nothing
@@ -111,16 +114,9 @@ class ResultStore:
         fail every pack after its training)."""
         if not self.is_local:
             return
-        root = Path(self.root)
-        if root.exists() and not root.is_dir():
-            raise InputError(f"{root}: --results is a file, not a directory")
-        existing = root
-        while not existing.exists():
-            existing = existing.parent
-        if not existing.is_dir():
-            raise InputError(f"{existing}: is a file, so --results {root} cannot be created under it")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise InputError(f"{existing}: not writable, so --results {root} cannot be written; pass another --results")
+        reason = unwritable_reason(self.root)
+        if reason:
+            raise InputError(f"{reason}; pass another --results")
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self) -> bool:
@@ -154,6 +150,11 @@ class ResultStore:
             try:
                 tables.append(pq.read_table(path, filesystem=self.fs))
             except (pa.ArrowException, OSError) as e:
+                # healthy but unreadable to this user (pyarrow words EACCES its own way): not
+                # corrupt, and --repair would move a good file aside
+                if isinstance(e, PermissionError) or "permission denied" in str(e).lower():
+                    raise InputError(f"{path}: cannot be read (permission denied); ask its owner, or pass "
+                                     f"another --results") from None
                 corrupt.append(CorruptFile(path, str(e).splitlines()[0]))
         if corrupt and on_corrupt == "raise":
             raise corrupt_error(corrupt)
@@ -190,9 +191,13 @@ def corrupt_error(corrupt: list[CorruptFile]) -> InputError:
 
 
 def read_results(*locations) -> pd.DataFrame:
-    """Rows of several results locations (studies, seeds, hosts) as one DataFrame."""
+    """Rows of several results locations (studies, seeds, hosts) as one DataFrame. A location
+    may also be one Parquet file of rows (e.g. rows exported or filtered elsewhere)."""
     frames = []
     for loc in locations:
+        if Path(str(loc)).is_file():
+            frames.append(_read_rows_file(Path(str(loc))))
+            continue
         store = ResultStore(loc)
         if not store.exists():
             raise InputError(f"{loc}: no such results directory")
@@ -202,3 +207,15 @@ def read_results(*locations) -> pd.DataFrame:
     if not frames:
         raise InputError(f"{', '.join(map(str, locations))}: no result rows found")
     return pd.concat(frames, ignore_index=True)
+
+
+def _read_rows_file(path: Path) -> pd.DataFrame:
+    """One Parquet file of result rows; InputError naming it if it is not one."""
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a non-Parquet file
+        raise InputError(f"{path}: not a readable Parquet file ({type(e).__name__})") from None
+    missing = [c for c in (*schema.RUN_KEYS, "config_id", "status") if c not in df.columns]
+    if missing:
+        raise InputError(f"{path}: not a file of result rows (no column {missing[0]})")
+    return df

@@ -8,9 +8,11 @@ pay for it.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 
+from fairdp.study._lock import alive
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
 from fairdp.study._spec import StudySpec
@@ -54,6 +56,25 @@ def trial_resources(spec: StudySpec) -> dict:
     return {"cpu": spec.resources.cpus_per_trial, "gpu": spec.resources.gpus_per_trial}
 
 
+TUNE_DIR_PREFIX = "fairdp-tune-"
+
+
+def remove_stale_tune_dirs() -> list[str]:
+    """Remove Tune storage directories that a killed run left in the temporary directory:
+    those named for a process of this machine that no longer runs. Returns what it removed."""
+    removed = []
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        if not name.startswith(TUNE_DIR_PREFIX):
+            continue
+        pid = name[len(TUNE_DIR_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or alive(int(pid)):
+            continue  # an older unnamed directory, or a run still going
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        removed.append(name)
+    return removed
+
+
 @contextlib.contextmanager
 def tune_run_config(name: str, spec: StudySpec, progress: Progress):
     """Tune's RunConfig for a study: the spec's retries, progress lines, and the JSON logger
@@ -62,7 +83,8 @@ def tune_run_config(name: str, spec: StudySpec, progress: Progress):
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
-    storage = tempfile.mkdtemp(prefix="fairdp-tune-")
+    remove_stale_tune_dirs()
+    storage = tempfile.mkdtemp(prefix=f"{TUNE_DIR_PREFIX}{os.getpid()}-")
     try:
         yield tune.RunConfig(name=name, storage_path=storage, verbose=0,
                              failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
