@@ -176,7 +176,10 @@ def _cmd_run(args) -> int:
     from fairdp.study import load_spec, run_study, with_overrides
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
-    summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor)
+    summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor,
+                        dry_run=args.dry_run)
+    if args.dry_run:
+        return 0
     if summary.unfinished_packs:
         print(f"fairdp run: interrupted: {summary.unfinished_packs} of {summary.packs} packs did not finish; "
               f"what finished is stored in {summary.results}, and the same command resumes", file=sys.stderr)
@@ -347,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "an embedded Ray on 127.0.0.1")
     run.add_argument("--seeds", help="comma-separated seeds instead of the spec's, e.g. 0,1")
     run.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the plan (configs, packs, slots) and exit: no training, no Ray, nothing written")
     run.add_argument("--executor", choices=("ray", "local"), default="ray",
                      help="ray (default): packs as Ray Tune trials, embedded or on --address; local: packs one "
                           "after another in this process, without Ray (same store, same resume)")

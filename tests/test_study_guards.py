@@ -232,3 +232,66 @@ def test_an_unreadable_study_file_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "read_text", denied)
     with pytest.raises(InputError, match="study.yaml: cannot be read \\(Permission denied\\)"):
         load_spec(study)
+
+
+def test_a_huge_grid_is_refused_with_its_count_before_it_is_expanded(tmp_path):
+    lams = [x / 10 for x in range(1, 101)]
+    study = _study(tmp_path, methods={"federate": {"grid": {"eps": list(range(1, 1101)), "lam": lams}},
+                                      "noise": {"grid": {"eps": list(range(1, 101))}}})
+    t = time.monotonic()
+    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"))
+    assert time.monotonic() - t < 60
+    assert_input_error(proc, "methods.federate.grid", "110,000", "100,000")  # 1,100 x 100
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
+    results = tmp_path / "r"
+    proc = run_cli("run", str(_study(tmp_path)), "--results", str(results), "--dry-run")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "3 configs to train in" in proc.stderr and "Nothing was run or written" in proc.stderr
+    assert "unconstrained: 1 configs" in proc.stderr and "federate: 2 configs" in proc.stderr
+    assert not results.exists()
+
+
+@pytest.mark.parametrize("resources,named", [({"gpus_per_trial": 1}, "1 GPUs"), ({"cpus_per_trial": 64}, "64 CPUs")])
+def test_a_trial_no_node_can_hold_is_refused_instead_of_waiting_forever(tmp_path, resources, named):
+    if "gpus_per_trial" in resources:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    t = time.monotonic()
+    proc = run_cli("run", str(_study(tmp_path, resources=resources)), "--results", str(tmp_path / "r"))
+    assert time.monotonic() - t < 60
+    assert_input_error(proc, "resources", named, "this machine")
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_cluster_check_reads_every_nodes_resources():
+    from fairdp.errors import InputError
+    from fairdp.study._spec import parse_spec
+    from fairdp.study._tune import check_trial_fits
+
+    spec = parse_spec({**STUDY, "resources": {"cpus_per_trial": 4, "gpus_per_trial": 1}})
+    check_trial_fits(spec, [{"CPU": 2}, {"CPU": 8, "GPU": 1}], "c")  # the second node fits
+    with pytest.raises(InputError, match="2 CPUs, 1 GPUs; 8 CPUs, 0 GPUs"):
+        check_trial_fits(spec, [{"CPU": 2, "GPU": 1}, {"CPU": 8}], "c")  # CPUs and GPU on different nodes
+
+
+def test_an_address_where_nothing_answers_is_one_line_within_seconds(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = time.monotonic()
+    proc = run_cli("run", str(_study(tmp_path)), "--results", str(tmp_path / "r"), "--address", f"127.0.0.1:{port}")
+    assert time.monotonic() - t < 30
+    assert_input_error(proc, f"--address 127.0.0.1:{port}", "no Ray cluster answers")
+
+
+def test_a_token_refusal_names_the_variables_to_set():
+    from fairdp.study._ray import connect_error
+
+    err = connect_error("head:6379", RuntimeError("Traceback...\nUnauthenticated: invalid authentication token"))
+    assert "RAY_AUTH_TOKEN" in str(err) and "\n" not in str(err) and "Traceback" not in str(err)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 from pathlib import Path
+
+from fairdp.errors import InputError
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -67,6 +70,34 @@ def _quiet_token_notice():
         logger.removeFilter(drop)
 
 
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str) -> None:
+    """InputError within seconds if nothing answers at ``host:port`` (Ray itself retries for
+    minutes). ``auto`` and ``ray://`` addresses are left to Ray."""
+    if address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise InputError(f"--address: expected host:port, auto or ray://host:port, got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise InputError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); "
+                         f"is the head running and the port open?") from None
+
+
+def connect_error(address: str, error: Exception) -> InputError:
+    """One line for a failed connection; a token problem says which variables to set."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    text = lines[-1] if lines else type(error).__name__
+    if any(w in str(error).lower() for w in ("auth", "token", "unauthenticated")):
+        return InputError(f"--address {address}: the cluster refused this client's token ({text[:200]}); set "
+                          f"RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH to the cluster's token")
+    return InputError(f"--address {address}: could not connect ({text[:300]})")
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None):
     """Connect to ``address`` or start an embedded single-node Ray on loopback; shut it down after.
@@ -96,7 +127,11 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, num_gpu
         private_token_file()  # the token Ray has just generated, if it had none
         mode = "embedded"
     else:
-        ray.init(address=address, **kwargs)
+        check_reachable(address)
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as e:  # noqa: BLE001 - Ray raises many types; the user needs one line
+            raise connect_error(address, e) from None
         mode = address
     try:
         yield mode

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -16,11 +17,11 @@ from fairdp.study._local import EXECUTORS, run_packs_locally
 from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible, plan_packs
 from fairdp.study._progress import Progress
-from fairdp.study._ray import ray_session
+from fairdp.study._ray import ray_session, resolve_address
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, corrupt_error
 from fairdp.study._trial import StudyContext, check_same_training, load_study_data
-from fairdp.study._tune import run_packs, worker_slots
+from fairdp.study._tune import check_trial_fits, cluster_nodes, run_packs, worker_slots
 
 
 @dataclass
@@ -72,7 +73,8 @@ def settings_lines(spec: StudySpec, methods=None) -> list[str]:
 
 
 def run_study(spec: StudySpec, results: str | None = None, address: str | None = None, *, repair: bool = False,
-              progress_stream=None, num_cpus: int | None = None, executor: str = "ray") -> RunSummary:
+              progress_stream=None, num_cpus: int | None = None, executor: str = "ray",
+              dry_run: bool = False) -> RunSummary:
     """Run every (method, config, seed) of ``spec`` not already stored under ``results``.
 
     ``executor`` "ray" (the default, and the only one for clusters) runs packs as Ray Tune
@@ -97,9 +99,44 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     for plan in spec.methods:
         get_method(plan.name).check_dataset(data)
     store.check_writable()
+    if executor == "ray" and resolve_address(address) is None:  # embedded: the machine's own resources, before Ray
+        import torch
+
+        check_trial_fits(spec, [{"CPU": num_cpus or os.cpu_count() or 1, "GPU": torch.cuda.device_count()}],
+                         "this machine")
+    if dry_run:
+        return _dry_run(spec, ctx, store, results, address, executor, progress_stream, t0)
     lock = results_lock(results, "run", progress_stream) if store.is_local else contextlib.nullcontext()
     with lock:
         return _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0)
+
+
+def _dry_run(spec, ctx, store, results, address, executor, stream, t0) -> RunSummary:
+    """Print the plan (configs, packs, slots) without training, writing or starting Ray."""
+    stream = stream or sys.stderr
+    stored, _ = store.read(on_corrupt="collect") if store.exists() else (None, [])
+    import pandas as pd
+
+    stored = stored if stored is not None else pd.DataFrame()
+    if executor == "local":
+        slots, where = 1, "in this process (--executor local)"
+    elif resolve_address(address) is None:
+        slots = max(1, int((os.cpu_count() or 1) // spec.resources.cpus_per_trial))
+        where = f"on embedded Ray ({os.cpu_count()} CPUs, {spec.resources.cpus_per_trial:g} per trial)"
+    else:
+        slots, where = 1, f"on {resolve_address(address)} (slots are asked of the cluster when it runs)"
+    packs, done = plan_packs(spec, stored, slots)
+    configs = sum(len(p.configs) for p in packs)
+    for line in settings_lines(spec):
+        print(line, file=stream, flush=True)
+    print(f"fairdp run {spec.name} --dry-run: {configs} configs to train in {len(packs)} packs, {slots} at a time "
+          f"{where}; {done} already stored in {results}. Nothing was run or written.", file=stream, flush=True)
+    by_method: dict[str, int] = {}
+    for p in packs:
+        by_method[p.method] = by_method.get(p.method, 0) + len(p.configs)
+    for name, n in by_method.items():
+        print(f"  {name}: {n} configs", file=stream, flush=True)
+    return RunSummary(results, len(packs), configs, done, 0, time.monotonic() - t0, [], 0)
 
 
 def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0) -> RunSummary:
@@ -121,11 +158,16 @@ def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, n
         print(f"fairdp run {spec.name}: all {done} configs already stored in {results}; nothing to run",
               file=progress_stream or sys.stderr, flush=True)
         return RunSummary(results, 0, 0, done, 0, time.monotonic() - t0, repaired, 0)
+    embedded = executor == "ray" and resolve_address(address) is None
     session = ray_session(address, num_cpus=num_cpus) if executor == "ray" else contextlib.nullcontext()
     with session:
+        if executor == "ray" and not embedded:
+            check_trial_fits(spec, cluster_nodes(), f"the cluster at {resolve_address(address)}")
         packs, done = plan_packs(spec, stored, worker_slots(spec) if executor == "ray" else 1)
         configs = sum(len(p.configs) for p in packs)
         progress = Progress(f"run {spec.name}", len(packs), configs, stream=progress_stream)
+        print(f"fairdp run {spec.name}: {configs} configs to train in {len(packs)} packs", file=progress.stream,
+              flush=True)
         if done:
             print(f"fairdp run {spec.name}: {done} configs already stored in {results}, skipped",
                   file=progress.stream, flush=True)

@@ -302,6 +302,11 @@ def _check_applies(settings: dict[str, MethodSettings], train: TrainSettings, st
         raise InputError(f"architecture: no method of the study trains a network ({', '.join(settings)})")
 
 
+# A study's grid is expanded, validated and planned up front; above this many configs per
+# method that alone takes minutes and gigabytes (and the training, weeks): refuse it.
+MAX_CONFIGS_PER_METHOD = 100_000
+
+
 def _methods(value, dataset: str, train: TrainSettings, study_arch) -> tuple[MethodPlan, ...]:
     if not isinstance(value, dict) or not value:
         raise InputError("methods: must be a non-empty mapping of method name -> {grid: ...}")
@@ -313,6 +318,10 @@ def _methods(value, dataset: str, train: TrainSettings, study_arch) -> tuple[Met
         method = get_method(name)
         body = _mapping(body or {}, path, optional=("grid", "architecture", "train"))
         grid = _grid(method, body.get("grid") or {}, f"{path}.grid", dataset)
+        count = math.prod(len(v) for v in grid.values())
+        if count > MAX_CONFIGS_PER_METHOD:  # checked before expanding: a 10^6 grid takes minutes and GBs
+            raise InputError(f"{path}.grid: {count:,} configs, above fairdp's limit of {MAX_CONFIGS_PER_METHOD:,} "
+                             f"per method; narrow the grid or use a search: block")
         configs = tuple(method.expand(grid))
         ids = [method.config_id(c) for c in configs]
         if len(set(ids)) != len(ids):

@@ -45,6 +45,27 @@ def _tune_callback(progress: Progress):
     return _ProgressCallback()
 
 
+def check_trial_fits(spec: StudySpec, nodes: list[dict], where: str) -> None:
+    """InputError unless some node has the CPUs and GPUs one trial asks for: Ray would
+    otherwise wait forever for resources that never come. ``nodes`` are each node's total
+    resources (``{"CPU": 2.0, "GPU": 1.0}``)."""
+    from fairdp.errors import InputError
+
+    cpus, gpus = spec.resources.cpus_per_trial, spec.resources.gpus_per_trial
+    if any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
+        return
+    have = "; ".join(f"{n.get('CPU', 0):g} CPUs, {n.get('GPU', 0):g} GPUs" for n in nodes) or "no nodes"
+    raise InputError(f"resources: a trial asks for {cpus:g} CPUs and {gpus:g} GPUs, but no node of {where} has them "
+                     f"({have}); lower resources.cpus_per_trial / gpus_per_trial")
+
+
+def cluster_nodes() -> list[dict]:
+    """Total resources of each live node of the connected Ray cluster."""
+    import ray
+
+    return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+
+
 def worker_slots(spec: StudySpec) -> int:
     """Trials the connected Ray cluster runs at once (at least one)."""
     import ray
