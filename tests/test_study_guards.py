@@ -295,3 +295,30 @@ def test_a_token_refusal_names_the_variables_to_set():
 
     err = connect_error("head:6379", RuntimeError("Traceback...\nUnauthenticated: invalid authentication token"))
     assert "RAY_AUTH_TOKEN" in str(err) and "\n" not in str(err) and "Traceback" not in str(err)
+
+
+def test_tunes_advice_that_fairdp_replaces_is_dropped_and_the_rest_kept():
+    import logging
+
+    from fairdp.study._tune import quiet_tune
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    for name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis"):
+        logging.getLogger(name).addHandler(handler)
+    try:
+        with quiet_tune():
+            logging.getLogger("ray.tune.tune").warning('Experiment has been interrupted.\\nResume experiment with: '
+                                                        'Tuner.restore(path="/tmp/fairdp-tune-1")')
+            logging.getLogger("ray.tune.analysis.experiment_analysis").warning("Failed to fetch metrics for 1 trial(s)")
+            logging.getLogger("ray.tune.tune").warning("a trial failed: out of memory")
+        logging.getLogger("ray.tune.analysis.experiment_analysis").warning("Failed to fetch metrics, outside a run")
+    finally:
+        for name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis"):
+            logging.getLogger(name).removeHandler(handler)
+    assert seen == ["a trial failed: out of memory", "Failed to fetch metrics, outside a run"]

@@ -8,6 +8,7 @@ pay for it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -96,6 +97,38 @@ def remove_stale_tune_dirs() -> list[str]:
     return removed
 
 
+# Tune's own advice that fairdp replaces: a Tuner.restore(...) of a storage path fairdp
+# deletes (fairdp resumes from its store with the same command), and per-trial metric
+# fetch failures that fairdp reports as failed or unfinished packs.
+TUNE_NOISE = {
+    "ray.tune.tune": ("Resume experiment with", "Resume training with"),
+    "ray.tune.analysis.experiment_analysis": ("Failed to fetch metrics",),
+}
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, needles: tuple[str, ...]):
+        super().__init__()
+        self.needles = needles
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(n in message for n in self.needles)
+
+
+@contextlib.contextmanager
+def quiet_tune():
+    """Keep ``TUNE_NOISE`` off the user's screen while a Tuner runs."""
+    filters = [(logging.getLogger(name), _DropMessages(needles)) for name, needles in TUNE_NOISE.items()]
+    for logger, f in filters:
+        logger.addFilter(f)
+    try:
+        yield
+    finally:
+        for logger, f in filters:
+            logger.removeFilter(f)
+
+
 @contextlib.contextmanager
 def tune_run_config(name: str, spec: StudySpec, progress: Progress):
     """Tune's RunConfig for a study: the spec's retries, progress lines, and the JSON logger
@@ -107,9 +140,10 @@ def tune_run_config(name: str, spec: StudySpec, progress: Progress):
     remove_stale_tune_dirs()
     storage = tempfile.mkdtemp(prefix=f"{TUNE_DIR_PREFIX}{os.getpid()}-")
     try:
-        yield tune.RunConfig(name=name, storage_path=storage, verbose=0,
-                             failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
-                             callbacks=[_tune_callback(progress), JsonLoggerCallback()])
+        with quiet_tune():
+            yield tune.RunConfig(name=name, storage_path=storage, verbose=0,
+                                 failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
+                                 callbacks=[_tune_callback(progress), JsonLoggerCallback()])
     finally:
         shutil.rmtree(storage, ignore_errors=True)
 
