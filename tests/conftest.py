@@ -27,6 +27,24 @@ def fresh_data_dir(tmp_path_factory):
         os.environ["FAIRDP_DATA_DIR"] = old
 
 
+_NO_RAY = """import sys
+class _NoRay:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("ray", "optuna"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, _NoRay())
+"""
+
+
+def env_without_ray(tmp_path: Path) -> dict:
+    """The environment of a Python that cannot import Ray or Optuna (a ``sitecustomize``
+    that refuses them): what a GPU box without Ray, or a resume that must not start Ray, sees."""
+    folder = tmp_path / "noray"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_NO_RAY)
+    return {"PYTHONPATH": os.pathsep.join([str(folder), str(REPO)])}
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: float = 600, cwd=REPO) -> subprocess.CompletedProcess:
     """Run ``python -m fairdp ARGS`` as a user would, capturing its output."""
     full_env = dict(os.environ)

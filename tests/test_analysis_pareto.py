@@ -149,25 +149,27 @@ def test_dto_select_is_fairlibs_distance_to_optimum_on_a_hand_table():
     # where the min-max variant picks d (below)
     pick = dto_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min", "leakage": "min"})
     assert pick["config_id"] == "c"
-    assert dto_select(seed0.iloc[[2]], {"valid_accuracy": "max", "valid_tpr_gap": "min"})["config_id"] == "c"
-    assert dto_select(seed0.iloc[0:0], {"valid_accuracy": "max"}) is None
     with pytest.raises(InputError, match="outside"):
         dto_select(seed0.assign(eps_formal=[1.0, 8.0, 500.0, 2.0]), {"valid_accuracy": "max", "eps_formal": "min"})
 
 
 def test_dto_minmax_select_hand_table():
     seed0 = runs_table().query("seed == 0")
-    dto_select = dto_minmax_select
     # normalised (acc: 80 -> 0, 70 -> 1; gap: 0 -> 0, 10 -> 1):
     # a (0, 1) -> 1; b (0.2, 0.2) -> 0.283; c (1, 0) -> 1; d (0.1, 0.4) -> 0.412
-    pick = dto_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min"})
+    pick = dto_minmax_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min"})
     assert pick["config_id"] == "b"
     # with leakage too: b (0.2, 0.2, 1) -> 1.04; d (0.1, 0.4, 0.5) -> 0.648; c (1, 0, 0) -> 1
-    pick = dto_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min", "leakage": "min"})
+    pick = dto_minmax_select(seed0, {"valid_accuracy": "max", "valid_tpr_gap": "min", "leakage": "min"})
     assert pick["config_id"] == "d"
+
+
+@pytest.mark.parametrize("rule", [dto_select, dto_minmax_select], ids=["fairlib", "minmax"])
+def test_both_dto_rules_choose_a_single_candidate_and_nothing_of_no_rows(rule):
+    seed0 = runs_table().query("seed == 0")
     # a constant objective does not matter; a single candidate is chosen
-    assert dto_select(seed0.iloc[[2]], {"valid_accuracy": "max", "valid_tpr_gap": "min"})["config_id"] == "c"
-    assert dto_select(seed0.iloc[0:0], {"valid_accuracy": "max"}) is None
+    assert rule(seed0.iloc[[2]], {"valid_accuracy": "max", "valid_tpr_gap": "min"})["config_id"] == "c"
+    assert rule(seed0.iloc[0:0], {"valid_accuracy": "max"}) is None
 
 
 def test_constrained_select_hand_table():

@@ -14,7 +14,7 @@ import yaml
 from fairdp._atomic import atomic_path
 from fairdp.study import ResultStore, load_spec
 from fairdp.study._lock import LOCK_NAME, results_lock
-from tests.conftest import REPO, assert_input_error, run_cli
+from tests.conftest import REPO, assert_input_error, env_without_ray, run_cli
 
 STUDY = {
     "name": "guards",
@@ -110,14 +110,7 @@ def test_two_concurrent_runs_do_the_work_once(tmp_path):
     assert "Token authentication is enabled" not in err
     df, _ = ResultStore(results).read()
     assert len(df) == 3 and not df.duplicated(["method", "seed", "config_id"]).any()
-    no_ray = tmp_path / "noray"
-    no_ray.mkdir()
-    (no_ray / "sitecustomize.py").write_text(
-        "import sys\nclass _B:\n    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'ray':\n            raise ModuleNotFoundError(name)\n"
-        "sys.meta_path.insert(0, _B())\n")
-    again = run_cli("run", str(study), "--results", str(results),
-                    env={"PYTHONPATH": os.pathsep.join([str(no_ray), str(REPO)])})
+    again = run_cli("run", str(study), "--results", str(results), env=env_without_ray(tmp_path))
     assert again.returncode == 0, again.stderr[-2000:]
     assert "nothing to run" in again.stderr
     pd.testing.assert_frame_equal(df, ResultStore(results).read()[0])
@@ -300,7 +293,8 @@ def test_a_token_refusal_names_the_variables_to_set():
 def test_tunes_advice_that_fairdp_replaces_is_dropped_and_the_rest_kept():
     import logging
 
-    from fairdp.study._tune import quiet_tune
+    from fairdp.study._ray import quiet_loggers
+    from fairdp.study._tune import TUNE_NOISE
 
     seen = []
 
@@ -312,7 +306,7 @@ def test_tunes_advice_that_fairdp_replaces_is_dropped_and_the_rest_kept():
     for name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis"):
         logging.getLogger(name).addHandler(handler)
     try:
-        with quiet_tune():
+        with quiet_loggers(TUNE_NOISE):
             logging.getLogger("ray.tune.tune").warning('Experiment has been interrupted.\\nResume experiment with: '
                                                         'Tuner.restore(path="/tmp/fairdp-tune-1")')
             logging.getLogger("ray.tune.analysis.experiment_analysis").warning("Failed to fetch metrics for 1 trial(s)")

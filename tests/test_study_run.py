@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from fairdp.study import ResultStore, load_spec, run_study, study_columns
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, env_without_ray, run_cli
 
 DESIGN_COLUMNS = (
     "study", "dataset", "method", "seed", "config_id", "eps", "lam", "lam_ort", "iterations", "clip_primal",
@@ -88,23 +88,12 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
                                   df2.sort_values(KEY).reset_index(drop=True))
 
 
-NO_RAY = """import sys
-class _NoRay:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("ray", "optuna"):
-            raise ModuleNotFoundError(f"No module named {name!r}")
-sys.meta_path.insert(0, _NoRay())
-"""
-
-
 def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run, tmp_path):
     """``--executor local`` on a Python that cannot import Ray (or Optuna): the same rows as
     the Ray run, byte for byte in every metric; an interrupted study resumes without
     duplicates; a pack that keeps failing becomes error rows, as under Tune."""
     study, ray_proc, ray_results = tiny_run
-    (tmp_path / "noray").mkdir()
-    (tmp_path / "noray" / "sitecustomize.py").write_text(NO_RAY)
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "noray"), str(REPO)])}
+    env = env_without_ray(tmp_path)
     results = tmp_path / "local"
     first = run_cli("run", str(study), "--results", str(results), "--executor", "local", "--seeds", "1", env=env)
     assert first.returncode == 0, first.stderr[-2000:]

@@ -45,6 +45,7 @@ from fairdp.analysis._select import (
 )
 from fairdp.analysis._tables import (
     FAIRNESS_LABELS,
+    by_cell,
     display_strings,
     format_table,
     html_table,
@@ -100,18 +101,14 @@ def _labelled_by(table: pd.DataFrame | None, by: Sequence[str]) -> pd.DataFrame 
     """The by-values folded into the method label, so a figure draws one line per group."""
     if table is None or not by:
         return table
-    labels = table[list(by)].apply(lambda r: ", ".join(f"{k} {_cell(v)}" for k, v in r.items()), axis=1)
+    labels = table[list(by)].apply(lambda r: ", ".join(f"{k} {by_cell(v)}" for k, v in r.items()), axis=1)
     return table.assign(method=table["method"].astype(str) + " [" + labels + "]")
-
-
-def _cell(v) -> str:
-    return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else (f"{v:g}" if isinstance(v, float) else str(v))
 
 
 def _notion_table(notions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "Dataset": notions["dataset"].astype(str), "Method": notions["method"].astype(str),
-        "Notion": notions["fairness_notion"].astype(str), "ε": [_cell(v) for v in notions["eps"]],
+        "Notion": notions["fairness_notion"].astype(str), "ε": [by_cell(v) for v in notions["eps"]],
         "Seeds": [str(int(v)) for v in notions["n_seeds"]],
         "Violation ↓": [mean_std(a, b, 1) for a, b in zip(notions["test_notion_gap_mean"], notions["test_notion_gap_std"])],
         "Accuracy ↑": [mean_std(a, b, 1) for a, b in zip(notions["test_accuracy_mean"], notions["test_accuracy_std"])],

@@ -212,7 +212,7 @@ def rt_sweep(
         metrics = ["valid_accuracy", f"valid_{fairness}", *_default_metrics(fairness)]
     metrics = list(metrics)
     rows = _run_rows(df, fairness, "rt_sweep", by)
-    by = list(by) if not isinstance(by, str) else [by]
+    by = check_by(by)
     require_columns(rows, metrics)
     rows = numeric_columns(rows, metrics)
     parts = []

@@ -31,7 +31,8 @@ FAIRNESS_LABELS = {
 BY_LABELS = {"fairness_notion": "Notion", "eps": "ε", "clip_primal": "C_p", "clip_dual": "C_d"}
 
 
-def _by_cell(v) -> str:
+def by_cell(v) -> str:
+    """A report-by value as a table or label shows it: '-' for none, 1 for 1.0, 0.5 for 0.5."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     return f"{v:g}" if isinstance(v, float) else str(v)
@@ -64,7 +65,7 @@ def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = Fals
                     + [f"{m}_{s}" for m, _, _ in cols for s in ("mean", "std")], "agg")
     out = pd.DataFrame({"Dataset": agg["dataset"].astype(str), "Method": agg["method"].astype(str)})
     for key in by:
-        out[BY_LABELS.get(key, key)] = [_by_cell(v) for v in agg[key]]
+        out[BY_LABELS.get(key, key)] = [by_cell(v) for v in agg[key]]
     if "rt" in agg.columns:
         out["RT"] = [f"{float(v):g}" for v in agg["rt"]]
     out["Seeds"] = [str(int(v)) for v in agg["n_seeds"]]

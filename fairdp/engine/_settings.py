@@ -12,7 +12,7 @@ from fairdp.errors import InputError
 # float32: IEEE fp32 everywhere. tf32: fp32 tensors, matmuls on CUDA tensor cores in TF32
 # (10-bit mantissa); a CPU has no TF32, so there it is float32. bf16: matmuls under
 # autocast to bfloat16, with fp32 master weights, optimiser state, losses and every privacy
-# step (see ``precision_context``).
+# step (see ``autocast`` and ``full_precision``).
 PRECISIONS = ("float32", "tf32", "bf16")
 
 

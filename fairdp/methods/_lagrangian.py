@@ -49,6 +49,7 @@ from fairdp.engine import (
     add_clipped_gradients,
     forward_traced,
 )
+from fairdp.methods._base import NeuralMethod
 
 NOTIONS = ("dp", "eo", "ap")
 LAMBDA_MAX = 1.0    # multipliers' cap (Algorithm 1, line 6); Delta_p grows with it
@@ -59,6 +60,17 @@ DUAL_STEP = 1.0     # dual ascent step size s
 PRIMAL_STEP = 0.1
 # The paper's classifier: a network with two hidden layers (Tran et al., Experimental Analysis).
 ARCHITECTURE = Architecture(encoder=(64, 64), classifier=(), adversary=(), dropout=0.0)
+
+
+class TranMethod(NeuralMethod):
+    """What F-LD, PF-LD and DP-SGD share as methods: Tran et al.'s two-hidden-layer network,
+    trained by Algorithm 1's plain gradient steps at ``PRIMAL_STEP`` unless a study says."""
+
+    optimizer = "sgd"
+    default_lr = PRIMAL_STEP
+
+    def default_architecture(self, dataset):
+        return ARCHITECTURE
 
 
 class ClassifierSGDStep(PackStep):

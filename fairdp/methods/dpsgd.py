@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from fairdp.engine import PackedModel, add_clipped_gradients, forward_traced
-from fairdp.methods._base import EPS, HyperParam, NeuralMethod, RunInfo
-from fairdp.methods._lagrangian import ARCHITECTURE, PRIMAL_STEP, ClassifierSGDStep
+from fairdp.methods._base import EPS, HyperParam, RunInfo
+from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod
 from fairdp.methods._registry import register_method
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon
 
@@ -26,19 +26,13 @@ CLIP = HyperParam("clip_primal", low=0.0, low_open=True, doc="C, per-row gradien
 
 
 @register_method
-class DPSGD(NeuralMethod):
+class DPSGD(TranMethod):
     name = "dpsgd"
     hyperparams = (EPS, CLIP)
 
     def paper_grid(self, dataset):
         # the eps sweep of Tran et al. Figure 2, at their C_p grid's ends and middle
         return {"eps": [0.1, 0.5, 1.0, 2.0, 5.0, 10.0], "clip_primal": [1.0, 10.0, 50.0]}
-
-    optimizer = "sgd"  # Algorithm 1's plain gradient steps
-    default_lr = PRIMAL_STEP
-
-    def default_architecture(self, dataset):
-        return ARCHITECTURE
 
     def noise_multiplier(self, config: dict, run: RunInfo) -> float:
         """sigma calibrated so that the run is (eps, 1e-5)-DP."""

@@ -7,8 +7,8 @@ target by the RDP accountant for the run's batch size, training-set size and epo
 ``eps_formal`` for the multipliers the run used.
 """
 
-from fairdp.methods._base import EPS, HyperParam, NeuralMethod, RunInfo
-from fairdp.methods._lagrangian import ARCHITECTURE, PRIMAL_STEP, LagrangianStep
+from fairdp.methods._base import EPS, HyperParam, RunInfo
+from fairdp.methods._lagrangian import LagrangianStep, TranMethod
 from fairdp.methods._registry import register_method
 from fairdp.methods.fld import NOTION
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_pfld_sigmas, pfld_epsilon
@@ -18,7 +18,7 @@ CLIP_DUAL = HyperParam("clip_dual", low=0.0, low_open=True, doc="C_d, per-sample
 
 
 @register_method
-class PFLD(NeuralMethod):
+class PFLD(TranMethod):
     name = "pfld"
     binary_only = True
     hyperparams = (NOTION, EPS, CLIP_PRIMAL, CLIP_DUAL)
@@ -27,12 +27,6 @@ class PFLD(NeuralMethod):
         # Tran et al. Figures 2-3: eps swept at C_p in {.., 10, 20, ..}, C_d = 5.
         return {"fairness_notion": ["dp", "eo", "ap"], "eps": [0.1, 0.5, 1.0, 2.0, 5.0, 10.0],
                 "clip_primal": [1.0, 5.0, 10.0, 20.0, 50.0], "clip_dual": [5.0]}
-
-    optimizer = "sgd"  # Algorithm 1's plain gradient steps
-    default_lr = PRIMAL_STEP
-
-    def default_architecture(self, dataset):
-        return ARCHITECTURE
 
     def noise_multipliers(self, config: dict, run: RunInfo) -> tuple[float, float]:
         """(sigma_p, sigma_d) calibrated so that the run is (eps, 1e-5)-DP (Theorem 3)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from fairdp.errors import last_line
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
 from fairdp.study._spec import StudySpec
@@ -47,7 +48,7 @@ def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, pro
                     if attempt < spec.resources.max_failures:
                         progress.update(retries=1)
                         continue
-                    message = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:500]
+                    message = last_line(str(exc), type(exc).__name__)
                     store_pack(ctx, pack, error_rows(ctx, pack, f"{type(exc).__name__}: {message}"))
                     failed += 1
                     progress.update(failures=1)

@@ -8,7 +8,7 @@ import os
 import socket
 from pathlib import Path
 
-from fairdp.errors import InputError
+from fairdp.errors import InputError, last_line
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -52,22 +52,34 @@ def private_token_file() -> None:
         path.chmod(0o600)
 
 
-class _DropTokenNotice(logging.Filter):
+class _DropMessages(logging.Filter):
+    def __init__(self, needles: tuple[str, ...]):
+        super().__init__()
+        self.needles = needles
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return "Token authentication is enabled" not in record.getMessage()
+        message = record.getMessage()
+        return not any(n in message for n in self.needles)
 
 
 @contextlib.contextmanager
-def _quiet_token_notice():
-    """Ray announces at every embedded start that token authentication is on (and how to turn
-    it off); fairdp keeps it on and the notice off the user's screen."""
-    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
-    drop = _DropTokenNotice()
-    logger.addFilter(drop)
+def quiet_loggers(noise: dict[str, tuple[str, ...]]):
+    """Drop, for the block, the records of each logger in ``noise`` whose message contains
+    one of its strings: Ray's messages that fairdp replaces with its own, or that do not
+    apply to how fairdp runs Ray. Every other record passes."""
+    filters = [(logging.getLogger(name), _DropMessages(needles)) for name, needles in noise.items()]
+    for logger, f in filters:
+        logger.addFilter(f)
     try:
         yield
     finally:
-        logger.removeFilter(drop)
+        for logger, f in filters:
+            logger.removeFilter(f)
+
+
+# Ray announces at every embedded start that token authentication is on (and how to turn it
+# off); fairdp keeps it on and the notice off the user's screen.
+TOKEN_NOTICE = {"ray._private.authentication.authentication_token_setup": ("Token authentication is enabled",)}
 
 
 CONNECT_TIMEOUT_S = 5.0
@@ -90,12 +102,11 @@ def check_reachable(address: str) -> None:
 
 def connect_error(address: str, error: Exception) -> InputError:
     """One line for a failed connection; a token problem says which variables to set."""
-    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
-    text = lines[-1] if lines else type(error).__name__
     if any(w in str(error).lower() for w in ("auth", "token", "unauthenticated")):
-        return InputError(f"--address {address}: the cluster refused this client's token ({text[:200]}); set "
+        return InputError(f"--address {address}: the cluster refused this client's token "
+                          f"({last_line(str(error), type(error).__name__, 200)}); set "
                           f"RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH to the cluster's token")
-    return InputError(f"--address {address}: could not connect ({text[:300]})")
+    return InputError(f"--address {address}: could not connect ({last_line(str(error), type(error).__name__, 300)})")
 
 
 @contextlib.contextmanager
@@ -122,7 +133,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, num_gpu
     if address is None:
         # "local" always starts a new instance instead of joining one found on this machine
         private_token_file()
-        with _quiet_token_notice():
+        with quiet_loggers(TOKEN_NOTICE):
             ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
         private_token_file()  # the token Ray has just generated, if it had none
         mode = "embedded"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -21,7 +20,14 @@ from fairdp.study._ray import ray_session, resolve_address
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, corrupt_error
 from fairdp.study._trial import StudyContext, check_same_training, load_study_data
-from fairdp.study._tune import check_trial_fits, cluster_nodes, run_packs, worker_slots
+from fairdp.study._tune import (
+    check_trial_fits,
+    cluster_nodes,
+    machine_resources,
+    run_packs,
+    slots_for,
+    worker_slots,
+)
 
 
 @dataclass
@@ -100,29 +106,24 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         get_method(plan.name).check_dataset(data)
     store.check_writable()
     if executor == "ray" and resolve_address(address) is None:  # embedded: the machine's own resources, before Ray
-        import torch
-
-        check_trial_fits(spec, [{"CPU": num_cpus or os.cpu_count() or 1, "GPU": torch.cuda.device_count()}],
-                         "this machine")
+        check_trial_fits(spec, [machine_resources(num_cpus)], "this machine")
     if dry_run:
-        return _dry_run(spec, ctx, store, results, address, executor, progress_stream, t0)
+        return _dry_run(spec, store, results, address, executor, progress_stream, num_cpus, t0)
     lock = results_lock(results, "run", progress_stream) if store.is_local else contextlib.nullcontext()
     with lock:
         return _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0)
 
 
-def _dry_run(spec, ctx, store, results, address, executor, stream, t0) -> RunSummary:
+def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0) -> RunSummary:
     """Print the plan (configs, packs, slots) without training, writing or starting Ray."""
     stream = stream or sys.stderr
-    stored, _ = store.read(on_corrupt="collect") if store.exists() else (None, [])
-    import pandas as pd
-
-    stored = stored if stored is not None else pd.DataFrame()
+    stored, _ = store.read(on_corrupt="collect")
     if executor == "local":
         slots, where = 1, "in this process (--executor local)"
     elif resolve_address(address) is None:
-        slots = max(1, int((os.cpu_count() or 1) // spec.resources.cpus_per_trial))
-        where = f"on embedded Ray ({os.cpu_count()} CPUs, {spec.resources.cpus_per_trial:g} per trial)"
+        cpus = machine_resources(num_cpus)["CPU"]
+        slots = slots_for(spec, cpus)
+        where = f"on embedded Ray ({cpus} CPUs, {spec.resources.cpus_per_trial:g} per trial)"
     else:
         slots, where = 1, f"on {resolve_address(address)} (slots are asked of the cluster when it runs)"
     packs, done = plan_packs(spec, stored, slots)

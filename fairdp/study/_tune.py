@@ -8,14 +8,15 @@ pay for it.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import shutil
 import tempfile
 
+from fairdp.errors import InputError, last_line
 from fairdp.study._lock import alive
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
+from fairdp.study._ray import quiet_loggers
 from fairdp.study._spec import StudySpec
 from fairdp.study._trial import StudyContext, error_rows, run_pack, store_pack
 
@@ -50,8 +51,6 @@ def check_trial_fits(spec: StudySpec, nodes: list[dict], where: str) -> None:
     """InputError unless some node has the CPUs and GPUs one trial asks for: Ray would
     otherwise wait forever for resources that never come. ``nodes`` are each node's total
     resources (``{"CPU": 2.0, "GPU": 1.0}``)."""
-    from fairdp.errors import InputError
-
     cpus, gpus = spec.resources.cpus_per_trial, spec.resources.gpus_per_trial
     if any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
         return
@@ -67,11 +66,23 @@ def cluster_nodes() -> list[dict]:
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
 
 
+def slots_for(spec: StudySpec, cpus: float) -> int:
+    """Trials ``cpus`` CPUs run at once (at least one)."""
+    return max(1, int(cpus // spec.resources.cpus_per_trial))
+
+
 def worker_slots(spec: StudySpec) -> int:
     """Trials the connected Ray cluster runs at once (at least one)."""
     import ray
 
-    return max(1, int(ray.cluster_resources().get("CPU", 1) // spec.resources.cpus_per_trial))
+    return slots_for(spec, ray.cluster_resources().get("CPU", 1))
+
+
+def machine_resources(num_cpus: int | None = None) -> dict:
+    """What an embedded Ray on this machine will have: its CPUs (or ``num_cpus``) and GPUs."""
+    import torch
+
+    return {"CPU": num_cpus or os.cpu_count() or 1, "GPU": torch.cuda.device_count()}
 
 
 def trial_resources(spec: StudySpec) -> dict:
@@ -106,29 +117,6 @@ TUNE_NOISE = {
 }
 
 
-class _DropMessages(logging.Filter):
-    def __init__(self, needles: tuple[str, ...]):
-        super().__init__()
-        self.needles = needles
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(n in message for n in self.needles)
-
-
-@contextlib.contextmanager
-def quiet_tune():
-    """Keep ``TUNE_NOISE`` off the user's screen while a Tuner runs."""
-    filters = [(logging.getLogger(name), _DropMessages(needles)) for name, needles in TUNE_NOISE.items()]
-    for logger, f in filters:
-        logger.addFilter(f)
-    try:
-        yield
-    finally:
-        for logger, f in filters:
-            logger.removeFilter(f)
-
-
 @contextlib.contextmanager
 def tune_run_config(name: str, spec: StudySpec, progress: Progress):
     """Tune's RunConfig for a study: the spec's retries, progress lines, and the JSON logger
@@ -140,7 +128,7 @@ def tune_run_config(name: str, spec: StudySpec, progress: Progress):
     remove_stale_tune_dirs()
     storage = tempfile.mkdtemp(prefix=f"{TUNE_DIR_PREFIX}{os.getpid()}-")
     try:
-        with quiet_tune():
+        with quiet_loggers(TUNE_NOISE):
             yield tune.RunConfig(name=name, storage_path=storage, verbose=0,
                                  failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
                                  callbacks=[_tune_callback(progress), JsonLoggerCallback()])
@@ -173,6 +161,6 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
             elif res.error is not None:
                 failed += 1
                 pack = Pack.from_dict(res.config["pack"])
-                message = (str(res.error).strip().splitlines() or ["error"])[-1][:500]
+                message = last_line(str(res.error), "error")
                 store_pack(ctx, pack, error_rows(ctx, pack, message))
     return failed, unfinished
