@@ -156,6 +156,16 @@ def _cmd_audit(args) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 2:
+        raise InputError(f"--draws: expected an integer >= 2, got {text!r}")
+    return value
+
+
 def _keys(text: str) -> list[str]:
     keys = [t.strip() for t in text.split(",") if t.strip()]
     if not keys:
@@ -227,16 +237,28 @@ def _cmd_analyze(args) -> int:
         select_by_rt,
         selected_configs,
     )
+    from fairdp.analysis._intervals import check_level, seed_intervals, selected_with_intervals
 
+    level = check_level(args.ci, "--ci") if args.ci is not None else None
     df = _load_rows(args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         selected = select_by_rt(df, rt=args.rt, fairness=args.fairness, by=args.by)
         if args.selected:
-            out = render_table(selected_configs(selected, args.fairness), fmt=args.format)
+            table = selected_configs(selected, args.fairness)
+            if level is not None:
+                table = selected_with_intervals(selected, table, args.fairness, level, args.draws)
+            out = render_table(table, fmt=args.format)
         else:
-            out = format_table(aggregate_seeds(selected, fairness=args.fairness, by=args.by), fmt=args.format,
-                               fairness=args.fairness, by=args.by)
+            agg = aggregate_seeds(selected, fairness=args.fairness, by=args.by)
+            if level is not None:
+                agg = seed_intervals(agg, level)
+            out = format_table(agg, fmt=args.format, fairness=args.fairness, by=args.by)
+    if level is not None:
+        what = (f"{level:g}% bootstrap intervals over each row's test examples, stratified by group, "
+                f"{args.draws} resamples" if args.selected else
+                f"mean ± std [{level:g}% t-interval of the mean over seeds]")
+        print(f"fairdp analyze: {what}", file=sys.stderr)
     for w in caught:
         print(f"fairdp analyze: warning: {w.message}", file=sys.stderr)
     sys.stdout.write(out)
@@ -274,8 +296,11 @@ def _cmd_report(args) -> int:
 
     from fairdp._atomic import unwritable_reason
     from fairdp.analysis import write_report
+    from fairdp.analysis._intervals import check_level
 
     rts = _rt_list(args.rts) if args.rts else (0, 0.5, 1, 2, 3, 5)
+    if not args.no_ci:
+        check_level(args.ci, "--ci")
     _check_report_outside_results(args.output, args.dirs)
     reason = unwritable_reason(args.output)
     if reason:
@@ -283,7 +308,8 @@ def _cmd_report(args) -> int:
     df = _load_rows(args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by)
+        paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by,
+                             ci=None if args.no_ci else args.ci)
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
     for p in paths:
@@ -378,6 +404,11 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--selected", action="store_true",
                      help="print the config selected in each (dataset, method, seed) with its hyperparameters "
                      "instead of the aggregate table")
+    ana.add_argument("--ci", type=float, metavar="LEVEL",
+                     help="confidence intervals at LEVEL percent, e.g. 95: the t-interval of each mean over "
+                     "seeds; with --selected, a bootstrap over each selected row's test examples")
+    ana.add_argument("--draws", type=_positive_int, default=1000,
+                     help="bootstrap resamples per row for --ci --selected (default 1000)")
     ana.set_defaults(func=_cmd_analyze)
     rep = sub.add_parser("report", help="tables, figures and a Markdown/HTML report of results")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")
@@ -388,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="selection and reported fairness metric; notion_gap: each notion's own violation")
     rep.add_argument("--by", type=_keys, default=[], metavar="KEY,...",
                      help="select and aggregate per value of these columns too, e.g. fairness_notion,eps")
+    rep.add_argument("--ci", type=float, default=95.0, metavar="LEVEL",
+                     help="confidence level of the intervals, percent (default 95)")
+    rep.add_argument("--no-ci", action="store_true", help="no confidence intervals")
     rep.set_defaults(func=_cmd_report)
     return p
 

@@ -46,6 +46,11 @@ OBJECTIVES = (
 # precision is what a neural pack computed in (float32, tf32, bf16 or float64), null otherwise.
 IDENTITY_COLUMNS = (("study", "string"), ("dataset", "string"), ("method", "string"), ("seed", "int64"),
                     ("config_id", "string"))
+# Per (group, y, y_pred) counts of the test split, JSON: every accuracy and fairness metric is
+# a function of them, so a row can be bootstrapped without its predictions.
+TEST_CONFUSION = "test_confusion"
+COUNT_COLUMNS = ((TEST_CONFUSION, "string"),)
+
 PROVENANCE_COLUMNS = (
     ("best_epoch", "int64"), ("epochs", "int64"), ("optimizer", "string"), ("lr", "float64"), ("precision", "string"),
     ("architecture", "string"), ("probe", "string"), ("duration_s", "float64"), ("pack_id", "string"),
@@ -53,7 +58,8 @@ PROVENANCE_COLUMNS = (
     ("fairdp_version", "string"), ("node", "string"), ("finished_at", "timestamp[ms, UTC]"),
 )
 FIXED_COLUMNS = (
-    *(name for name, _ in IDENTITY_COLUMNS), *METRIC_COLUMNS, *(name for name, _ in PROVENANCE_COLUMNS),
+    *(name for name, _ in IDENTITY_COLUMNS), *METRIC_COLUMNS, *(name for name, _ in COUNT_COLUMNS),
+    *(name for name, _ in PROVENANCE_COLUMNS),
 )
 """Every column that is not a hyperparameter; a hyperparameter may not take one of these names."""
 
@@ -80,6 +86,6 @@ def hyperparameter_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
 
 def result_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
     """(name, type) of every column of a result row, in order: identity, hyperparameters,
-    metrics (float64), provenance."""
+    metrics (float64), the test split's confusion counts, provenance."""
     return [*IDENTITY_COLUMNS, *hyperparameter_columns(hyperparams),
-            *((m, "float64") for m in METRIC_COLUMNS), *PROVENANCE_COLUMNS]
+            *((m, "float64") for m in METRIC_COLUMNS), *COUNT_COLUMNS, *PROVENANCE_COLUMNS]

@@ -145,3 +145,40 @@ def test_report_draws_violation_and_accuracy_against_eps_per_notion(pfld_rows, t
     md = (out / "report.md").read_text()
     assert "## Fairness notions against ε" in md and "| Notion | ε |" in md
     assert "No leakage or MDL probe was run." in md
+
+
+def test_analyze_ci_adds_the_t_interval_of_each_mean_over_seeds(stored, capsys):
+    from scipy.stats import t
+
+    dirs, _ = stored
+    assert main(["analyze", *dirs, "--ci", "90", "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    table = pd.read_csv(io.StringIO(captured.out))
+    assert "90% t-interval" in captured.err
+    half = t.ppf(0.95, 2) * table["test_accuracy_std"] / np.sqrt(3)  # 3 seeds
+    np.testing.assert_allclose(table["test_accuracy_hi"] - table["test_accuracy_mean"], half)
+    np.testing.assert_allclose(table["test_accuracy_mean"] - table["test_accuracy_lo"], half)
+    assert main(["analyze", *dirs, "--ci", "95"]) == 0
+    assert " [" in capsys.readouterr().out
+    assert main(["analyze", *dirs, "--ci", "120"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--ci" in err[0]
+
+
+def test_analyze_ci_selected_bootstraps_each_selected_row(pfld_rows, capsys):
+    assert main(["analyze", pfld_rows, "--selected", "--ci", "95", "--draws", "400", "--format", "csv"]) == 0
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    cis = table["test_accuracy 95% CI"].str.strip("[]").str.split(", ", expand=True).astype(float)
+    assert (cis[0] <= table["test_accuracy"] + 1e-9).all() and (table["test_accuracy"] <= cis[1] + 1e-9).all()
+    assert ((cis[1] - cis[0]) > 0).all()  # 300 test rows: an interval of a few points, never a point
+
+
+def test_the_report_says_which_differences_the_intervals_support(stored, tmp_path):
+    dirs, _ = stored
+    assert main(["report", *dirs, "-o", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep/report.md").read_text()
+    support = md.split("## Differences the intervals support", 1)[1]
+    assert "**Test accuracy**" in support and ("| <" in support or "| >" in support)
+    assert "95% t-interval of the mean" in md
+    assert main(["report", *dirs, "-o", str(tmp_path / "plain"), "--no-ci"]) == 0
+    assert "Differences the intervals support" not in (tmp_path / "plain/report.md").read_text()

@@ -222,3 +222,57 @@ def test_report_bad_input(results, tmp_path):
         write_report(results, tmp_path, fairness="accuracy")
     with pytest.raises(InputError, match="rt"):
         write_report(results, tmp_path, rt=-1)
+
+
+def test_the_rt_sweep_is_a_table_per_method_with_a_column_per_rt(results, tmp_path):
+    write_report(results, tmp_path, rts=(0, 0.5, 1, 2, 3, 5))
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    sweep = md.split("## Relaxation-threshold sweep", 1)[1].split("\n## ", 1)[0]
+    titles = [line for line in sweep.splitlines() if line.startswith("**")]
+    assert len(titles) == 2 * len(METHODS)  # one per (dataset, method), not one row per RT
+    assert "| Metric | RT 0 | RT 0.5 | RT 1 | RT 2 | RT 3 | RT 5 |" in sweep
+    assert sweep.count("| Accuracy ↑ |") == len(titles)
+
+
+def test_sweep_tables_hold_the_sweep_values():
+    from fairdp.analysis import sweep_tables
+
+    sweep = rt_sweep(synthetic_results(datasets=("adult",)), [0, 2])
+    tables = dict(sweep_tables(sweep))
+    fed = tables["federate on adult (3 seeds)"]
+    row = sweep[(sweep["method"] == "federate") & (sweep["rt"] == 2)].iloc[0]
+    acc = fed.loc[fed["Metric"] == "Accuracy ↑", "RT 2"].iloc[0]
+    assert acc == f"{row['test_accuracy_mean']:.1f} ± {row['test_accuracy_std']:.1f}"
+
+
+@pytest.mark.parametrize("mean,std,decimals,text", [
+    (85.14, 0.31, 1, "85.1 ± 0.3"),
+    (85.14, 0.04, 1, "85.14 ± 0.04"),      # a std that would print as 0.0 gets its digit
+    (0.031, 0.0021, 1, "0.031 ± 0.002"),   # small values (MDL, hypervolume) too
+    (12.0, 0.0, 1, "12.0 ± 0.0"),          # an exact zero stays zero
+    (0.00001, math.nan, 1, "0.0000"),      # never past MAX_DECIMALS
+    (math.nan, 0.1, 1, "-"),
+])
+def test_mean_std_prints_enough_digits(mean, std, decimals, text):
+    from fairdp.analysis._tables import mean_std
+
+    assert mean_std(mean, std, decimals) == text
+
+
+def test_local_and_central_eps_never_share_an_axis_unlabelled(results):
+    from fairdp.analysis._rows import eps_labels
+
+    axis, names = eps_labels(["federate", "noise", "unconstrained"])
+    assert axis.startswith("local ε") and names["federate"] == "federate"
+    axis, names = eps_labels(["fld", "pfld [dp]", "dpsgd"])
+    assert axis.startswith("central ε")
+    axis, names = eps_labels(["federate", "pfld", "unconstrained"])
+    assert "see each method" in axis
+    assert names == {"federate": "federate (local ε)", "pfld": "pfld (central ε)", "unconstrained": "unconstrained"}
+    mixed = results.copy()
+    mixed.loc[mixed["method"] == "noise", "method"] = "dpsgd"  # dpsgd's eps is central
+    fig = figure_privacy_accuracy(privacy_accuracy_by_eps(mixed))
+    assert sorted(legend_labels(fig)) == ["dpsgd (central ε)", "federate (local ε)"]
+    assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == {"ε (local or central: see each method)"}
+    assert {ax.get_xlabel() for ax in figure_leakage_vs_eps(results).axes if ax.get_xlabel()} == \
+        {"local ε (ε-LDP of each representation / attribute)"}

@@ -241,6 +241,11 @@ def test_privacy_hook_matches_an_independent_computation(name, data, packs):
             assert math.isinf(eps)
         else:
             assert eps == pytest.approx(want_eps, rel=rel), (eps, want_eps)
+    # a private method says what its eps protects, so figures never mix local and central eps unlabelled
+    private = any(math.isfinite(eps) for eps, _ in result.privacy)
+    assert (method.privacy_scope in ("local", "central")) if private else method.privacy_scope is None
+    if method.privacy_scope == "local":
+        assert all(delta == 0.0 for _, delta in result.privacy)  # pure eps-LDP
 
 
 # -- the optimiser a method declares is the one its step builds --------------------------------

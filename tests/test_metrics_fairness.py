@@ -207,3 +207,20 @@ def test_bad_input_names_the_argument(kwargs, name):
     with pytest.raises(InputError, match=rf"\b{name}\b") as err:
         tpr_gap(**args)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["accuracy", "tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap"])
+@pytest.mark.parametrize(("n_classes", "n_groups"), TASKS)
+def test_scores_from_stored_confusion_counts_equal_the_metrics(name, n_classes, n_groups):
+    """A row's stored confusion counts re-score to exactly its metrics (what bootstrap intervals rely on)."""
+    from fairdp.metrics._fairness import confusion, scores_from_confusion
+
+    y, y_pred, s = _random(n_classes, n_groups, 7, k=5)
+    kw = {"n_classes": n_classes, "n_groups": n_groups}
+    direct = {"accuracy": lambda: accuracy(y, y_pred), "dp_gap": lambda: dp_gap(y_pred, s, **kw)}.get(
+        name, lambda: {"tpr_gap": tpr_gap, "grms": grms, "eo_gap": eo_gap, "ap_gap": ap_gap}[name](y, y_pred, s, **kw))()
+    conf = confusion(y, y_pred, s, **kw)
+    assert conf.shape == (5, n_groups, n_classes, n_classes) and conf.sum() == y_pred.size
+    np.testing.assert_allclose(scores_from_confusion(conf)[name], direct)
+    one = scores_from_confusion(confusion(y, y_pred[2], s, **kw))[name]
+    assert one.shape == () and np.isclose(one, direct[2], equal_nan=True)

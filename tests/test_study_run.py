@@ -56,7 +56,7 @@ def tiny_run(tmp_path_factory):
 def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
     study, proc, results = tiny_run
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "packs 6/6" in proc.stderr and "configs 14/14" in proc.stderr  # progress lines
+    assert "packs 6/6 done, 0 failed" in proc.stderr and "100% | " in proc.stderr  # progress lines
     # the effective settings, once, per method: each at its paper's learning rate
     assert re.search(r"^  federate +adam lr 0\.001; encoder 300-300, classifier linear, 1 adversary 300-300",
                      proc.stderr, re.M), proc.stderr[:2000]
@@ -97,10 +97,10 @@ def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run
     results = tmp_path / "local"
     first = run_cli("run", str(study), "--results", str(results), "--executor", "local", "--seeds", "1", env=env)
     assert first.returncode == 0, first.stderr[-2000:]
-    assert "packs 3/3" in first.stderr
+    assert "packs 3/3 done" in first.stderr
     whole = run_cli("run", str(study), "--results", str(results), "--executor", "local", env=env)
     assert whole.returncode == 0, whole.stderr[-2000:]
-    assert "7 configs already stored" in whole.stderr and "configs 7/7" in whole.stderr
+    assert "7 configs already stored" in whole.stderr and "packs 3/3 done" in whole.stderr
     local, corrupt = ResultStore(results).read()
     ray, _ = ResultStore(ray_results).read()
     assert corrupt == [] and len(local) == 14 and not local.duplicated(KEY).any()
@@ -110,7 +110,7 @@ def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run
     failing = _write_study(tmp_path / "fail.yaml", seeds=[0], methods={"unconstrained": {}},
                            train={"epochs": 1, "device": "cuda:0"}, resources={"max_failures": 1})
     proc = run_cli("run", str(failing), "--results", str(tmp_path / "f"), "--executor", "local", env=env)
-    assert proc.returncode == 1 and "failures 1" in proc.stderr and "retries 1" in proc.stderr
+    assert proc.returncode == 1 and "1 failed, 1 retried" in proc.stderr
     df, _ = ResultStore(tmp_path / "f").read()
     assert len(df) == 1 and df["status"].iloc[0] == "error" and "cuda" in df["error"].iloc[0].lower()
 
@@ -259,6 +259,10 @@ def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
     stored = optuna.load_study(study_name="tiny-search-federate",
                                storage=JournalStorage(JournalFileBackend(str(results / "_optuna.journal"))))
     assert len(stored.trials) == 8
+    # optuna-dashboard: objective names, and each trial tagged with the row it trained
+    assert stored.metric_names == list(objectives)
+    complete = [t for t in stored.trials if t.state.name == "COMPLETE"]
+    assert complete and {t.user_attrs.get("config_id") for t in complete} <= set(rows["config_id"])
 
 
 def test_a_pack_that_keeps_failing_is_stored_as_errors_and_retried_in_place(tmp_path):
@@ -270,7 +274,7 @@ def test_a_pack_that_keeps_failing_is_stored_as_errors_and_retried_in_place(tmp_
     results = tmp_path / "r"
     first = run_cli("run", str(study), "--results", str(results))
     assert first.returncode == 1, first.stderr[-2000:]
-    assert "failures 1" in first.stderr and "retries 1" in first.stderr
+    assert "1 failed, 1 retried" in first.stderr
     df, _ = ResultStore(results).read()
     assert len(df) == 1 and df["status"].iloc[0] == "error" and "cuda" in df["error"].iloc[0].lower()
     second = run_cli("run", str(study), "--results", str(results))

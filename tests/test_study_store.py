@@ -39,6 +39,15 @@ def test_plan_covers_every_config_once_in_packs_of_the_spec_size():
     assert max(len(p.configs) for p in packs) == 3
 
 
+def test_every_method_starts_in_the_first_round_largest_packs_first():
+    packs, _ = plan_packs(SPEC, pd.DataFrame(), slots=2)
+    # federate: 2 seeds x 6 configs in packs of 3; unconstrained: 2 seeds x 1
+    order = [(p.method, len(p.configs)) for p in packs]
+    assert order[:2] == [("federate", 3), ("unconstrained", 1)]  # round 1: each method's largest
+    assert order[2:4] == [("federate", 3), ("unconstrained", 1)]
+    assert order[4:] == [("federate", 3)] * 2
+
+
 def test_a_rewritten_pack_replaces_its_file_and_readers_skip_hidden_files(tmp_path):
     store = ResultStore(tmp_path / "r")
     packs, _ = plan_packs(SPEC, pd.DataFrame())

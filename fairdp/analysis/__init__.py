@@ -41,7 +41,7 @@ from fairdp.analysis._select import (
     selected_configs,
     violation_accuracy_by_eps,
 )
-from fairdp.analysis._tables import format_table, render_table
+from fairdp.analysis._tables import format_table, render_table, sweep_tables
 
 __all__ = [
     "FAIRNESS_METRICS",
@@ -71,6 +71,7 @@ __all__ = [
     "privacy_accuracy_by_eps",
     "render_table",
     "rt_sweep",
+    "sweep_tables",
     "select_by_rt",
     "select_per_run",
     "selected_configs",

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 from fairdp._atomic import atomic_path
 from fairdp.analysis._pareto import pareto_front
-from fairdp.analysis._rows import as_frame, check_fairness, ok_rows, require_columns
+from fairdp.analysis._rows import as_frame, check_fairness, eps_labels, ok_rows, require_columns
 from fairdp.analysis._tables import FAIRNESS_LABELS
 from fairdp.errors import InputError
 
@@ -122,11 +122,14 @@ def figure_privacy_accuracy(by_eps: pd.DataFrame) -> Figure | None:
     metrics = [m for m in ("test_accuracy", "leakage") if _has(by_eps, f"{m}_mean")]
     if by_eps.empty or not metrics:
         return None
-    return _curves(by_eps, "eps", metrics, "ε", "Privacy-accuracy trade-off (best valid accuracy per ε)")
+    xlabel, names = eps_labels(sorted(by_eps["method"].astype(str).unique()))
+    return _curves(by_eps, "eps", metrics, xlabel, "Privacy-accuracy trade-off (best valid accuracy per ε)", names)
 
 
-def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title: str) -> Figure:
-    """One panel per (dataset, metric): each method's ``<metric>_mean`` ± ``_std`` against ``x``."""
+def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title: str,
+            names: Mapping[str, str] | None = None) -> Figure:
+    """One panel per (dataset, metric): each method's ``<metric>_mean`` ± ``_std`` against ``x``
+    (legend labels from ``names`` where given)."""
     datasets = sorted(table["dataset"].astype(str).unique())
     colors = _colors(sorted(table["method"].astype(str).unique()))
     fig, axes = _new_figure(len(datasets), len(metrics))
@@ -137,9 +140,10 @@ def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title:
             ax = axes[i, j]
             for method, g in part.groupby("method", sort=True):
                 g = g.sort_values(x)
+                name = (names or {}).get(str(method), str(method))
                 line = ax.errorbar(g[x], g[f"{m}_mean"], yerr=_yerr(g[f"{m}_std"]), marker="o",
-                                   ms=4, capsize=2, color=colors[str(method)], label=str(method))
-                handles.setdefault(str(method), line)
+                                   ms=4, capsize=2, color=colors[str(method)], label=name)
+                handles.setdefault(name, line)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(_label(m))
             ax.set_title(ds, fontsize=9)
@@ -159,6 +163,7 @@ def figure_violation_accuracy_by_eps(table: pd.DataFrame) -> Figure | None:
     panels = [(ds, nt) for ds in sorted(table["dataset"].astype(str).unique())
               for nt in sorted(table.loc[table["dataset"].astype(str) == ds, "fairness_notion"].dropna().unique())]
     colors = _colors(sorted(table["method"].astype(str).unique()))
+    xlabel, names = eps_labels(colors)
     fig, axes = _new_figure(2, len(panels))
     handles: dict[str, object] = {}
     lo, hi = float(eps.min()), float(eps.max())
@@ -172,14 +177,14 @@ def figure_violation_accuracy_by_eps(table: pd.DataFrame) -> Figure | None:
                 color = colors[str(method)]
                 if g["eps"].isna().all():  # not private: a level across the eps range
                     line = ax.hlines(g[f"{metric}_mean"].iloc[0], lo, hi, colors=[color], linestyles="dashed",
-                                     label=str(method))
+                                     label=names[str(method)])
                 else:
                     g = g[g["eps"].notna()]
                     line = ax.errorbar(g["eps"], g[f"{metric}_mean"], yerr=_yerr(g[f"{metric}_std"]), marker="o",
-                                       ms=4, capsize=2, color=color, label=str(method))
-                handles.setdefault(str(method), line)
+                                       ms=4, capsize=2, color=color, label=names[str(method)])
+                handles.setdefault(names[str(method)], line)
             ax.set_xscale("log")
-            ax.set_xlabel("ε")
+            ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
             ax.set_title(f"{ds}, {nt}", fontsize=9)
     return _finish(fig, handles, "Violation and accuracy against ε per fairness notion")
@@ -197,6 +202,7 @@ def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
         return None
     datasets = sorted(rows["dataset"].astype(str).unique())
     colors = _colors(sorted(rows["method"].astype(str).unique()))
+    xlabel, names = eps_labels(colors)
     fig, axes = _new_figure(len(datasets), 1)
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
@@ -206,9 +212,9 @@ def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
             c = colors[str(method)]
             ax.scatter(g["eps"], g["leakage"], s=8, alpha=0.3, color=c)
             mean = g.groupby("eps")["leakage"].mean()
-            (line,) = ax.plot(mean.index, mean.to_numpy(), marker="o", ms=4, color=c, label=str(method))
-            handles.setdefault(str(method), line)
-        ax.set_xlabel("ε")
+            (line,) = ax.plot(mean.index, mean.to_numpy(), marker="o", ms=4, color=c, label=names[str(method)])
+            handles.setdefault(names[str(method)], line)
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(_label("leakage"))
         ax.set_title(ds, fontsize=9)
     return _finish(fig, handles, "Leakage against ε (all configs)")

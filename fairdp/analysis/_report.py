@@ -23,8 +23,16 @@ import numpy as np
 import pandas as pd
 
 from fairdp._atomic import atomic_path
+from fairdp.analysis._intervals import (
+    check_level,
+    not_distinguishable,
+    seed_intervals,
+    selected_with_intervals,
+    supported_differences,
+)
 from fairdp.analysis._pareto import hypervolume, pareto_front
 from fairdp.analysis._plots import (
+    default_direction,
     plot_fairness_accuracy_bins,
     plot_leakage_vs_eps,
     plot_pareto_fronts,
@@ -32,7 +40,7 @@ from fairdp.analysis._plots import (
     plot_rt_sweep,
     plot_violation_accuracy_by_eps,
 )
-from fairdp.analysis._rows import RUN_KEYS, as_frame, check_by, check_fairness, check_rt
+from fairdp.analysis._rows import RUN_KEYS, as_frame, check_by, check_fairness, check_rt, eps_scope
 from fairdp.analysis._select import (
     aggregate_seeds,
     fairness_accuracy_bins,
@@ -51,6 +59,7 @@ from fairdp.analysis._tables import (
     html_table,
     markdown_table,
     mean_std,
+    sweep_tables,
 )
 from fairdp.errors import InputError
 from fairdp.metrics import ProbeSettings
@@ -81,6 +90,7 @@ def _eps_table(by_eps: pd.DataFrame, decimals: int) -> pd.DataFrame:
         "Dataset": by_eps["dataset"].astype(str),
         "Method": by_eps["method"].astype(str),
         "ε": [f"{v:g}" for v in by_eps["eps"]],
+        "ε is": [eps_scope(m) or "-" for m in by_eps["method"]],
         "Seeds": [str(int(v)) for v in by_eps["n_seeds"]],
         "Accuracy ↑": [mean_std(a, b, decimals) for a, b in zip(by_eps["test_accuracy_mean"], by_eps["test_accuracy_std"])],
         "Leakage ↓": [mean_std(a, b, decimals) for a, b in zip(by_eps["leakage_mean"], by_eps["leakage_std"])],
@@ -88,6 +98,13 @@ def _eps_table(by_eps: pd.DataFrame, decimals: int) -> pd.DataFrame:
     if "eps_formal_max" in by_eps.columns:
         out["formal ε (max)"] = [mean_std(v, np.nan, 2) for v in by_eps["eps_formal_max"]]
     return out
+
+
+def _metric_title(metric: str, fairness: str) -> str:
+    names = {"test_accuracy": "Test accuracy", "leakage": "Leakage", "mdl": "MDL"}
+    if metric in names:
+        return names[metric]
+    return "Test " + FAIRNESS_LABELS.get(metric[len("test_"):], metric[len("test_"):])
 
 
 def _per_notion_view(df: pd.DataFrame) -> pd.DataFrame:
@@ -109,6 +126,7 @@ def _notion_table(notions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "Dataset": notions["dataset"].astype(str), "Method": notions["method"].astype(str),
         "Notion": notions["fairness_notion"].astype(str), "ε": [by_cell(v) for v in notions["eps"]],
+        "ε is": [eps_scope(m) if pd.notna(e) else "-" for m, e in zip(notions["method"], notions["eps"])],
         "Seeds": [str(int(v)) for v in notions["n_seeds"]],
         "Violation ↓": [mean_std(a, b, 1) for a, b in zip(notions["test_notion_gap_mean"], notions["test_notion_gap_std"])],
         "Accuracy ↑": [mean_std(a, b, 1) for a, b in zip(notions["test_accuracy_mean"], notions["test_accuracy_std"])],
@@ -201,6 +219,7 @@ def write_report(
     fairness: str = "tpr_gap",
     rts: Iterable[float] = (0, 0.5, 1, 2, 3, 5),
     by: Sequence[str] = (),
+    ci: float | None = 95.0,
 ) -> list[Path]:
     """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
 
@@ -209,7 +228,11 @@ def write_report(
     the fairness-accuracy bins, privacy-accuracy by eps, violation and accuracy against eps
     per fairness notion (when rows have both), and Pareto fronts. Captions name the probe
     protocol the rows' leakage and MDL were measured with. Rows excluded for NaN metrics
-    are listed under Notes (and warned about once). Returns the written paths: figures
+    are listed under Notes (and warned about once). With ``ci`` (a level in percent; None
+    for none) the main table adds each mean's t-interval over seeds and marks with "≈" the
+    cells whose interval overlaps the column's best method's, the selected configs add a
+    bootstrap interval over their test examples, and a section tabulates which pairwise
+    differences between methods the intervals support. Returns the written paths: figures
     first, then table.csv, report.md, report.html.
     """
     df = as_frame(df)
@@ -217,6 +240,7 @@ def write_report(
     fairness = check_fairness(fairness)
     rt = check_rt(rt)
     rts = [check_rt(r, "rts") for r in rts]
+    ci = check_level(ci, "ci") if ci is not None else None
     ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
     if ok.empty:
         raise InputError("df: no result rows with status 'ok' to report")
@@ -259,7 +283,13 @@ def write_report(
         if path is None:
             (fig_dir / f"{name}.png").unlink(missing_ok=True)
 
-    table = format_table(agg, "md", fairness, by=by)
+    marks = None
+    group = ["dataset", *by]
+    if ci is not None:
+        agg = seed_intervals(agg, ci)
+        ci_cols = [c[: -len("_mean")] for c in agg.columns if c.endswith("_mean")]
+        marks = {m: not_distinguishable(agg, m, default_direction(m), group) for m in ci_cols}
+    table = format_table(agg, "md", fairness, by=by, marks=marks)
     per = "".join(f", {k}" for k in by)
     own = " (each notion's own violation: DP-gap for dp, EO-gap for eo, AP-gap for ap; methods without a " \
           "notion repeated under each)" if fairness == NOTION_GAP else ""
@@ -268,7 +298,10 @@ def write_report(
         f"Test results at RT = {rt:g}",
         f"Per (dataset, method, seed{per}) the config with the lowest validation {label}{own} among those "
         f"within RT = {rt:g} accuracy points of the best validation accuracy (FEDERATE sec. 5.1), "
-        "then mean ± sample std (ddof=1) over seeds of its test metrics (FEDERATE Table 1 layout). "
+        "then mean ± sample std (ddof=1) over seeds of its test metrics (FEDERATE Table 1 layout)"
+        + (f", [the {ci:g}% t-interval of the mean over seeds]; ≈ marks a method whose interval overlaps the "
+           "best method's in that column, a difference from the best that the intervals do not support. "
+           if ci is not None else ". ")
         + _probe_sentence(ok),
         [("table", agg)],
     ))
@@ -276,11 +309,25 @@ def write_report(
         "Selected configurations",
         f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "
         "and test metrics (percent).",
-        [("display", display_strings(selected_configs(selected, fairness)))],
+        [("display", display_strings(
+            selected_with_intervals(selected, selected_configs(selected, fairness), fairness, ci)
+            if ci is not None else selected_configs(selected, fairness)))],
     ))
+    if ci is not None and (agg["n_seeds"] >= 2).any():
+        sections.append((
+            "Differences the intervals support",
+            f"For each test metric, each pair of methods: < or > where their {ci:g}% t-intervals over seeds do not "
+            "overlap (the row method's mean is lower or higher), ≈ where they do (the difference is not "
+            "supported), ? where a method has a single seed.",
+            [("subtable", (f"{_metric_title(m, fairness)}", supported_differences(agg, m, group)))
+             for m in ci_cols],
+        ))
     if sweep is not None:
-        sections.append(("Relaxation-threshold sweep", "The same selection for each RT (FEDERATE Fig. 2, Tables 4-6).",
-                         [("figure", "rt_sweep"), ("table", sweep)]))
+        sections.append(("Relaxation-threshold sweep",
+                         "The same selection for each RT (FEDERATE Fig. 2, Tables 4-6): one figure, then a table "
+                         "per method with its test metrics (mean ± std over seeds) at each RT.",
+                         [("figure", "rt_sweep"),
+                          *(("subtable", t) for t in sweep_tables(sweep, fairness, by=by))]))
     sections.append(("Fairness-accuracy trade-off",
                      "Validation accuracy in 1-point intervals centred on integers ([71.5, 72.5) → 72); the best "
                      f"validation {label} per interval and seed, averaged over the seeds that reached it. "
@@ -316,6 +363,8 @@ def write_report(
                     md.append(f"![{FIGURES[item]}](figures/{item}.png)\n")
             elif kind == "table":
                 md.append(table if item is agg else format_table(item, "md", fairness, by=by))
+            elif kind == "subtable":
+                md.append(f"**{item[0]}**\n\n{markdown_table(item[1])}")
             else:
                 md.append(markdown_table(item))
     if notes:
@@ -337,7 +386,9 @@ def write_report(
                                 f'src="data:image/png;base64,{data}">'
                                 f"<figcaption>{html.escape(FIGURES[item])}</figcaption></figure>")
             elif kind == "table":
-                body.append(format_table(item, "html", fairness, by=by))
+                body.append(format_table(item, "html", fairness, by=by, marks=marks if item is agg else None))
+            elif kind == "subtable":
+                body.append(f"<h3>{html.escape(item[0])}</h3>\n{html_table(item[1])}")
             else:
                 body.append(html_table(item))
     if notes:

@@ -124,3 +124,33 @@ def hyperparameter_columns(df: pd.DataFrame) -> list[str]:
     some row. A plugin method's hyperparameters are found without knowing the plugin."""
     return [c for c in df.columns
             if c not in FIXED_COLUMNS and c not in _DERIVED_COLUMNS and df[c].notna().any()]
+
+
+EPS_AXIS = {
+    "local": "local ε (ε-LDP of each representation / attribute)",
+    "central": "central ε ((ε, δ)-DP of the training data)",
+    None: "ε",
+}
+
+
+def eps_scope(method: str) -> str | None:
+    """"local", "central" or None: what ``method``'s eps protects (its registry entry's
+    ``privacy_scope``; a label like "pfld [dp]" is looked up by its method name)."""
+    from fairdp.methods import get_method
+
+    try:
+        return get_method(str(method).split(" [", 1)[0]).privacy_scope
+    except (InputError, KeyError, ValueError):
+        return None  # a plugin this process has not loaded
+
+
+def eps_labels(methods) -> tuple[str, dict[str, str]]:
+    """An eps axis's label and each method's legend label: when the methods' eps are of one
+    kind the axis says which; when local and central eps share the axis, each label does."""
+    methods = [str(m) for m in methods]
+    scopes = {m: eps_scope(m) for m in methods}
+    kinds = {k for k in scopes.values() if k is not None}  # non-private methods are drawn as levels
+    if len(kinds) <= 1:
+        return EPS_AXIS[kinds.pop() if kinds else None], {m: m for m in methods}
+    return ("ε (local or central: see each method)",
+            {m: f"{m} ({scopes[m]} ε)" if scopes[m] else m for m in methods})

@@ -48,17 +48,62 @@ def _columns(fairness: str) -> list[tuple[str, str, str]]:
     ]
 
 
+MAX_DECIMALS = 4
+
+
+def enough_decimals(values, decimals: int = 1) -> int:
+    """At least ``decimals``, and more (up to ``MAX_DECIMALS``) until no nonzero value of
+    ``values`` prints as zero: a std of 0.03 is "0.03", not "0.0"."""
+    for v in values:
+        if v is None or not math.isfinite(float(v)) or float(v) == 0:
+            continue
+        while decimals < MAX_DECIMALS and round(abs(float(v)), decimals) == 0:
+            decimals += 1
+    return decimals
+
+
 def mean_std(mean: float, std: float, decimals: int = 1, sep: str = " ± ") -> str:
-    """"mean ± std" with ``decimals``; "-" for a NaN mean, the mean alone for a NaN std."""
+    """"mean ± std" with ``decimals``, or as many more as a nonzero mean or std needs not to
+    print as zero; "-" for a NaN mean, the mean alone for a NaN std."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "-"
-    text = f"{float(mean):.{decimals}f}"
     if std is None or math.isnan(float(std)):
-        return text
-    return f"{text}{sep}{float(std):.{decimals}f}"
+        return f"{float(mean):.{enough_decimals([mean], decimals)}f}"
+    d = enough_decimals([mean, std], decimals)
+    return f"{float(mean):.{d}f}{sep}{float(std):.{d}f}"
 
 
-def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = False, by=()) -> pd.DataFrame:
+def interval_text(lo: float, hi: float, decimals: int = 1) -> str:
+    """" [lo, hi]", or "" when the interval is undefined (a single seed, no stored counts)."""
+    if lo is None or hi is None or not (math.isfinite(float(lo)) and math.isfinite(float(hi))):
+        return ""
+    return f" [{float(lo):.{decimals}f}, {float(hi):.{decimals}f}]"
+
+
+def sweep_tables(sweep: pd.DataFrame, fairness: str = "tpr_gap", decimals: int = 1,
+                 by=()) -> list[tuple[str, pd.DataFrame]]:
+    """``rt_sweep`` output as one small table per (dataset, method[, by values]): a row per
+    metric, a column per RT, cells "mean ± std" over seeds."""
+    sweep = as_frame(sweep, "sweep")
+    require_columns(sweep, ["dataset", "method", "rt", *by], "sweep")
+    cols = [c for c in _columns(fairness) if f"{c[0]}_mean" in sweep.columns]
+    tables = []
+    for key, g in sweep.groupby(["dataset", "method", *by], sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        g = g.sort_values("rt")
+        rts = [f"RT {float(v):g}" for v in g["rt"]]
+        rows = {"Metric": [f"{label} {arrow}" for _, label, arrow in cols]}
+        for rt, (_, r) in zip(rts, g.iterrows()):
+            rows[rt] = [mean_std(r[f"{m}_mean"], r[f"{m}_std"], decimals) for m, _, _ in cols]
+        seeds = sorted({int(v) for v in g["n_seeds"]}) if "n_seeds" in g.columns else []
+        extra = "".join(f", {BY_LABELS.get(k, k)} {by_cell(v)}" for k, v in zip(by, key[2:]))
+        title = f"{key[1]} on {key[0]}{extra}" + (f" ({'/'.join(map(str, seeds))} seeds)" if seeds else "")
+        tables.append((title, pd.DataFrame(rows)))
+    return tables
+
+
+def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = False, by=(),
+             marks: dict | None = None) -> pd.DataFrame:
     """The aggregate as display strings: Dataset, Method, [by keys,] [RT,] Seeds, the metrics."""
     cols = _columns(fairness)
     require_columns(agg, ["dataset", "method", *by, "n_seeds"]
@@ -72,6 +117,11 @@ def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = Fals
     for m, label, arrow in cols:
         sep = r" \pm " if latex else " ± "
         cells = [mean_std(a, b, decimals, sep) for a, b in zip(agg[f"{m}_mean"], agg[f"{m}_std"])]
+        if f"{m}_lo" in agg.columns:  # an interval (seed_intervals) after the mean ± std
+            cells = [c + interval_text(lo, hi, enough_decimals([a, b], decimals))
+                     for c, lo, hi, a, b in zip(cells, agg[f"{m}_lo"], agg[f"{m}_hi"], agg[f"{m}_mean"], agg[f"{m}_std"])]
+        if marks and m in marks:
+            cells = [c + (MARK if flag and c != "-" else "") for c, flag in zip(cells, marks[m])]
         if latex:
             cells = ["-" if c == "-" else f"${c}$" for c in cells]
             head = label + (r" $\uparrow$" if arrow == "↑" else r" $\downarrow$")
@@ -121,8 +171,13 @@ def html_table(table: pd.DataFrame) -> str:
     return f'<table class="results">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n'
 
 
+MARK = " ≈"
+"""After a cell whose interval overlaps the best method's in its column: the difference from
+the best is not supported (``analysis._intervals.not_distinguishable``)."""
+
+
 def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", decimals: int = 1,
-                 by=()) -> str:
+                 by=(), marks: dict | None = None) -> str:
     """Render ``aggregate_seeds`` output as a FEDERATE Table 1 style table.
 
     ``fmt`` is "md" (Markdown), "latex" (booktabs tabular), "html" (a plain <table>) or
@@ -140,7 +195,7 @@ def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", 
     if fmt == "csv":
         require_columns(agg, ["dataset", "method", "n_seeds"], "agg")
         return agg.to_csv(index=False, lineterminator="\n")
-    table = _display(agg, fairness, decimals, latex=fmt == "latex", by=check_by(by, agg))
+    table = _display(agg, fairness, decimals, latex=fmt == "latex", by=check_by(by, agg), marks=marks)
     return {"md": markdown_table, "latex": _latex, "html": html_table}[fmt](table)
 
 

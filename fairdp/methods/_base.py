@@ -111,6 +111,9 @@ class Method(ABC):
     default_lr: ClassVar[float | None] = None
     # Whether an ``Architecture`` shapes what the method trains (a study may set one).
     uses_architecture: ClassVar[bool] = False
+    # What its ``eps`` protects: "local" (eps-LDP of each released representation or
+    # attribute), "central" ((eps, delta)-DP of the training data), None (not private).
+    privacy_scope: ClassVar[str | None] = None
 
     def check_dataset(self, data: Dataset, path: str | None = None) -> None:
         """Refuse, before any training, a dataset this method cannot train on."""

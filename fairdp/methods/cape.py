@@ -11,6 +11,7 @@ from fairdp.methods._registry import register_method
 @register_method
 class Cape(NeuralMethod):
     name = "cape"
+    privacy_scope = "local"
     hyperparams = (EPS, LAM)
     spec = ModelSpec(privatizer="laplace", adversaries=1, schedule="constant")
     default_lr = 1e-4  # CAPE Table 2

@@ -16,6 +16,7 @@ DPNR_EPS = [0.05, 0.1, 0.5, 1.0, 5.0]  # DPNR Table 2
 @register_method
 class DPNR(NeuralMethod):
     name = "dpnr"
+    privacy_scope = "local"
     hyperparams = (EPS,)
     spec = ModelSpec(privatizer="minmax")
 

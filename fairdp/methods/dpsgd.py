@@ -28,6 +28,7 @@ CLIP = HyperParam("clip_primal", low=0.0, low_open=True, doc="C, per-row gradien
 @register_method
 class DPSGD(TranMethod):
     name = "dpsgd"
+    privacy_scope = "central"
     hyperparams = (EPS, CLIP)
 
     def paper_grid(self, dataset):

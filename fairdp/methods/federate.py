@@ -13,6 +13,7 @@ from fairdp.methods.noise import FEDERATE_EPS
 @register_method
 class Federate(NeuralMethod):
     name = "federate"
+    privacy_scope = "local"
     hyperparams = (LAM, EPS)
     spec = ModelSpec(privatizer="laplace", adversaries=1)
 

@@ -13,6 +13,7 @@ FEDERATE_EPS = [8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 20.0]  # FED
 @register_method
 class Noise(NeuralMethod):
     name = "noise"
+    privacy_scope = "local"
     hyperparams = (EPS,)
     spec = ModelSpec(privatizer="laplace")
 

@@ -20,6 +20,7 @@ CLIP_DUAL = HyperParam("clip_dual", low=0.0, low_open=True, doc="C_d, per-sample
 @register_method
 class PFLD(TranMethod):
     name = "pfld"
+    privacy_scope = "central"
     binary_only = True
     hyperparams = (NOTION, EPS, CLIP_PRIMAL, CLIP_DUAL)
 

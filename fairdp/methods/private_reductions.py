@@ -97,6 +97,7 @@ def corrected_bound(z: np.ndarray, y: np.ndarray, n_groups: int, notion: str, bo
 @register_method
 class PrivateReductions(Method):
     name = "private_reductions"
+    privacy_scope = "local"
     binary_only = True
     hyperparams = (NOTION, BOUND, EPS)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from fairdp import schema
 from fairdp.data import Dataset
 from fairdp.engine import PackResult
-from fairdp.metrics._fairness import accuracy, ap_gap, dp_gap, eo_gap, grms, tpr_gap
+from fairdp.metrics._fairness import accuracy, ap_gap, confusion, dp_gap, eo_gap, grms, tpr_gap
 from fairdp.metrics._probes import ProbeSettings, leakage, mdl, uniform_codelength
 
 # every fairness metric of the vocabulary, as (y, y_pred, s) -> gap; dp_gap ignores y
@@ -47,10 +48,14 @@ def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = Tru
                        if with_leakage else np.full(k, math.nan))
     cols["mdl"] = mdl(reps["test"], s_test, probe, n_groups=data.n_groups) if with_mdl else np.full(k, math.nan)
     cols["mdl_uniform"] = np.full(k, uniform_codelength(len(s_test), data.n_groups) if with_mdl else math.nan)
+    test = data.split("test")
+    counts = confusion(test.y, result.predictions["test"], test.s, n_classes=data.n_classes,
+                       n_groups=data.n_groups).reshape(k, data.n_groups, data.n_classes, data.n_classes)
     rows = []
     for i in range(k):
         row = {name: (int(v[i]) if name == "best_epoch" else float(v[i])) for name, v in cols.items()}
         eps_formal, delta = result.privacy[i]
         row.update(eps_formal=float(eps_formal), delta=float(delta))
+        row[schema.TEST_CONFUSION] = json.dumps(counts[i].tolist(), separators=(",", ":"))
         rows.append(row)
     return rows

@@ -120,6 +120,17 @@ def _counts(
     n_groups: int | None,
 ) -> _Counts:
     """Validate the inputs and count them in one bincount; y or s None means all zeros."""
+    return _from_confusion(*_confusion(y, y_pred, s, n_classes, n_groups))
+
+
+def _confusion(
+    y: ArrayLike | None,
+    y_pred: ArrayLike,
+    s: ArrayLike | None,
+    n_classes: int | None,
+    n_groups: int | None,
+) -> tuple[np.ndarray, bool]:
+    """Counts (K, G, C, C) of (config, group, y, y_pred), and whether y_pred was a pack."""
     yp = _codes("y_pred", y_pred, (1, 2))
     n = yp.shape[-1]
     given = {"y_pred": yp}
@@ -140,6 +151,11 @@ def _counts(
     K = yp2.shape[0]
     idx = ((np.arange(K)[:, None] * G + sg) * C + yt) * C + yp2
     conf = np.bincount(idx.ravel(), minlength=K * G * C * C).reshape(K, G, C, C)
+    return conf, packed
+
+
+def _from_confusion(conf: np.ndarray, packed: bool = True) -> _Counts:
+    """``_Counts`` of confusion counts (K, G, C, C) indexed (config, group, y, y_pred)."""
     tp = np.diagonal(conf, axis1=2, axis2=3)
     return _Counts(tp=tp, pos=conf.sum(3), pred=conf.sum(2), size=conf.sum((2, 3)),
                    correct=tp.sum(2), packed=packed)
@@ -183,7 +199,11 @@ def tpr_gap(
 ) -> Score:
     """TPR-gap (FEDERATE sec. 5), percent: the largest TPR gap between groups over O."""
     c = _counts(y, y_pred, s, n_classes, n_groups)
-    return c.out(_max(*_tpr_gaps(c)))
+    return c.out(_tpr_gap(c))
+
+
+def _tpr_gap(c: _Counts) -> np.ndarray:
+    return _max(*_tpr_gaps(c))
 
 
 def grms(
@@ -192,11 +212,15 @@ def grms(
 ) -> Score:
     """GRMS (FEDERATE eq. 5), percent: root mean square of the defined per-class TPR gaps."""
     c = _counts(y, y_pred, s, n_classes, n_groups)
+    return c.out(_grms(c))
+
+
+def _grms(c: _Counts) -> np.ndarray:
     gap, ok = _tpr_gaps(c)
     m = ok.sum(axis=-1)
     mean_sq = np.divide((np.where(ok, gap, 0.0) ** 2).sum(axis=-1), m,
                         out=np.full(m.shape, np.nan), where=m > 0)
-    return c.out(np.sqrt(mean_sq))
+    return np.sqrt(mean_sq)
 
 
 def dp_gap(
@@ -205,8 +229,12 @@ def dp_gap(
 ) -> Score:
     """Demographic-parity violation (Tran et al.), percent: the largest selection-rate gap."""
     c = _counts(None, y_pred, s, n_classes, n_groups)
+    return c.out(_dp_gap(c))
+
+
+def _dp_gap(c: _Counts) -> np.ndarray:
     o = c.classes()
-    return c.out(_max(*_spread(*_rate(c.pred[:, :, o], c.size[:, :, None]))))
+    return _max(*_spread(*_rate(c.pred[:, :, o], c.size[:, :, None])))
 
 
 def eo_gap(
@@ -215,11 +243,15 @@ def eo_gap(
 ) -> Score:
     """Equalized-odds violation (Tran et al.), percent: the largest TPR or FPR gap."""
     c = _counts(y, y_pred, s, n_classes, n_groups)
+    return c.out(_eo_gap(c))
+
+
+def _eo_gap(c: _Counts) -> np.ndarray:
     o = c.classes()
     tpr, tpr_ok = _tpr_gaps(c)
     neg = c.size[:, :, None] - c.pos[:, :, o]
     fpr, fpr_ok = _spread(*_rate(c.pred[:, :, o] - c.tp[:, :, o], neg))
-    return c.out(_max(np.concatenate([tpr, fpr], -1), np.concatenate([tpr_ok, fpr_ok], -1)))
+    return _max(np.concatenate([tpr, fpr], -1), np.concatenate([tpr_ok, fpr_ok], -1))
 
 
 def ap_gap(
@@ -228,14 +260,23 @@ def ap_gap(
 ) -> Score:
     """Accuracy-parity violation (Tran et al.), percent: the largest per-group accuracy gap."""
     c = _counts(y, y_pred, s, n_classes, n_groups)
+    return c.out(_ap_gap(c))
+
+
+def _ap_gap(c: _Counts) -> np.ndarray:
     gap, ok = _spread(*_rate(c.correct, c.size))
-    return c.out(np.where(ok, gap, np.nan))
+    return np.where(ok, gap, np.nan)
 
 
 def accuracy(y: ArrayLike, y_pred: ArrayLike) -> Score:
     """Accuracy, percent."""
     c = _counts(y, y_pred, None, None, None)
-    return c.out(100.0 * c.correct[:, 0] / c.size[:, 0])
+    return c.out(_accuracy(c))
+
+
+def _accuracy(c: _Counts) -> np.ndarray:
+    """Over all groups (a single group when s is not given)."""
+    return 100.0 * c.correct.sum(1) / c.size.sum(1)
 
 
 def macro_f1(y: ArrayLike, y_pred: ArrayLike) -> Score:
@@ -278,3 +319,31 @@ def group_rates(
     if not c.packed:
         del cols["config"]
     return pd.DataFrame({name: value.ravel() for name, value in cols.items()})
+
+
+def confusion(
+    y: ArrayLike, y_pred: ArrayLike, s: ArrayLike,
+    *, n_classes: int | None = None, n_groups: int | None = None,
+) -> np.ndarray:
+    """Counts of (group, y, y_pred): (G, C, C) for one model, (K, G, C, C) for a pack. Every
+    metric here is a function of them (``scores_from_confusion``), so a row that stores them
+    can be re-scored, and bootstrapped, without its predictions."""
+    conf, packed = _confusion(y, y_pred, s, n_classes, n_groups)
+    return conf if packed else conf[0]
+
+
+SCORES = {"accuracy": _accuracy, "tpr_gap": _tpr_gap, "grms": _grms, "dp_gap": _dp_gap,
+          "eo_gap": _eo_gap, "ap_gap": _ap_gap}
+"""What ``scores_from_confusion`` computes: accuracy and every fairness gap."""
+
+
+def scores_from_confusion(conf: ArrayLike) -> dict[str, np.ndarray]:
+    """Accuracy and every fairness gap (percent) of confusion counts (..., G, C, C) indexed
+    (group, y, y_pred), as ``accuracy``, ``tpr_gap``, ... compute them from predictions;
+    leading axes (configs, bootstrap draws) are kept."""
+    conf = np.asarray(conf)
+    if conf.ndim < 3 or conf.shape[-1] != conf.shape[-2] or conf.shape[-1] < 2:
+        raise InputError(f"conf: expected counts of shape (..., G, C, C) with C >= 2, got {conf.shape}")
+    lead = conf.shape[:-3]
+    c = _from_confusion(conf.reshape(-1, *conf.shape[-3:]))
+    return {name: fn(c).reshape(lead) for name, fn in SCORES.items()}

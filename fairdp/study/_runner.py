@@ -6,16 +6,24 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
 from fairdp.engine import describe_architecture
 from fairdp.errors import InputError
 from fairdp.methods import get_method
+from fairdp.study._estimate import (
+    describe_reference,
+    makespan,
+    pack_fixed,
+    study_methods,
+    study_unit_costs,
+)
 from fairdp.study._local import EXECUTORS, run_packs_locally
 from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible, plan_packs
-from fairdp.study._progress import Progress
+from fairdp.study._progress import Progress, duration
 from fairdp.study._ray import ray_session, resolve_address
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, corrupt_error
@@ -101,21 +109,40 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     results = ResultStore(results or default_results(spec)).location
     ctx = StudyContext.from_spec(spec, results)
     store = ctx.store()
-    data = load_study_data(ctx)
+    with said_if_slow(f"fairdp run {spec.name}: loading dataset {spec.dataset}", progress_stream or sys.stderr):
+        data = load_study_data(ctx)
     for plan in spec.methods:
         get_method(plan.name).check_dataset(data)
     store.check_writable()
     if executor == "ray" and resolve_address(address) is None:  # embedded: the machine's own resources, before Ray
         check_trial_fits(spec, [machine_resources(num_cpus)], "this machine")
     if dry_run:
-        return _dry_run(spec, store, results, address, executor, progress_stream, num_cpus, t0)
+        return _dry_run(spec, store, results, address, executor, progress_stream, num_cpus, t0, len(data.splits["train"]))
     lock = results_lock(results, "run", progress_stream) if store.is_local else contextlib.nullcontext()
     with lock:
-        return _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0)
+        return _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0,
+                             len(data.splits["train"]))
 
 
-def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0) -> RunSummary:
-    """Print the plan (configs, packs, slots) without training, writing or starting Ray."""
+SLOW_S = 1.0  # a step that takes longer says what it is doing
+
+
+@contextlib.contextmanager
+def said_if_slow(text: str, stream, after_s: float = SLOW_S):
+    """Print ``text`` if the block is still running after ``after_s`` seconds: a slow step
+    says what it is, a fast one (or one that fails at once, whose error is then the only
+    line) stays quiet."""
+    timer = threading.Timer(after_s, lambda: print(text, file=stream, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0, train_rows) -> RunSummary:
+    """Print the plan (configs, packs, slots, estimated time) without training, writing or starting Ray."""
     stream = stream or sys.stderr
     stored, _ = store.read(on_corrupt="collect")
     if executor == "local":
@@ -137,10 +164,37 @@ def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0) -> R
         by_method[p.method] = by_method.get(p.method, 0) + len(p.configs)
     for name, n in by_method.items():
         print(f"  {name}: {n} configs", file=stream, flush=True)
+    if packs:
+        print(estimate_line(spec, packs, slots, train_rows, remote=resolve_address(address) is not None
+                            and executor == "ray"), file=stream, flush=True)
     return RunSummary(results, len(packs), configs, done, 0, time.monotonic() - t0, [], 0)
 
 
-def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0) -> RunSummary:
+def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: bool = False) -> str:
+    """The dry run's time estimate from the reference figures, saying what they are."""
+    import torch
+
+    costs = study_unit_costs(spec, train_rows)
+    device = spec.train.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if not costs:
+        return "  estimate: none (no reference figures; benchmarks/bench_costs.py --write measures them)"
+    fixed = pack_fixed(study_methods(spec), train_rows)
+    work = [(p.method, len(p.configs) * spec.train.epochs) for p in packs]
+    missing = sorted({m for m, _ in work} - set(costs))
+    lacking = f"; {', '.join(missing)} not included (no figure)" if missing else ""
+    where = describe_reference()
+    if device.startswith("cuda"):
+        return (f"  estimate: none for a GPU run; the reference figures are from a {where}. A CPU run "
+                f"would take about {duration(makespan(work, costs, slots, fixed))} of training{lacking}")
+    if remote:
+        return (f"  estimate: about {duration(makespan(work, costs, 1, fixed))} of compute on one slot of the reference "
+                f"{where}, divided among the cluster's slots{lacking}")
+    return (f"  estimate: about {duration(makespan(work, costs, slots, fixed))} of training and probes on {slots} "
+            f"slot(s) at the reference speed ({where}; Ray start-up not included){lacking}")
+
+
+def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0,
+                  train_rows) -> RunSummary:
     stored, corrupt = store.read(on_corrupt="collect")
     repaired = []
     if corrupt:
@@ -160,18 +214,32 @@ def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, n
               file=progress_stream or sys.stderr, flush=True)
         return RunSummary(results, 0, 0, done, 0, time.monotonic() - t0, repaired, 0)
     embedded = executor == "ray" and resolve_address(address) is None
+    if executor == "ray":
+        what = "starting an embedded Ray on 127.0.0.1" if embedded else \
+            f"connecting to the Ray cluster at {resolve_address(address)}"
+        print(f"fairdp run {spec.name}: {what}", file=progress_stream or sys.stderr, flush=True)
     session = ray_session(address, num_cpus=num_cpus) if executor == "ray" else contextlib.nullcontext()
     with session:
         if executor == "ray" and not embedded:
             check_trial_fits(spec, cluster_nodes(), f"the cluster at {resolve_address(address)}")
-        packs, done = plan_packs(spec, stored, worker_slots(spec) if executor == "ray" else 1)
+        slots = worker_slots(spec) if executor == "ray" else 1
+        packs, done = plan_packs(spec, stored, slots)
         configs = sum(len(p.configs) for p in packs)
-        progress = Progress(f"run {spec.name}", len(packs), configs, stream=progress_stream)
-        print(f"fairdp run {spec.name}: {configs} configs to train in {len(packs)} packs", file=progress.stream,
-              flush=True)
+        epochs = spec.train.epochs
+        pending: dict[str, float] = {}
+        pending_packs: dict[str, int] = {}
+        for p in packs:
+            pending[p.method] = pending.get(p.method, 0.0) + len(p.configs) * epochs
+            pending_packs[p.method] = pending_packs.get(p.method, 0) + 1
+        progress = Progress(f"run {spec.name}", len(packs), configs, epochs=epochs, slots=min(slots, len(packs)),
+                            pending=pending, pending_packs=pending_packs,
+                            reference=study_unit_costs(spec, train_rows, probes=False), stream=progress_stream)
+        print(f"fairdp run {spec.name}: {configs} configs to train in {len(packs)} packs, {min(slots, len(packs))} "
+              f"at a time; {configs * epochs:,} config-epochs", file=progress.stream, flush=True)
         if done:
             print(f"fairdp run {spec.name}: {done} configs already stored in {results}, skipped",
                   file=progress.stream, flush=True)
         execute = run_packs if executor == "ray" else run_packs_locally
-        failed, unfinished = execute(ctx, packs, spec, progress) if packs else (0, 0)
+        with progress:
+            failed, unfinished = execute(ctx, packs, spec, progress)
     return RunSummary(results, len(packs), configs, done, failed, time.monotonic() - t0, repaired, unfinished)

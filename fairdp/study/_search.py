@@ -42,7 +42,13 @@ from fairdp.study._runner import default_results, settings_lines
 from fairdp.study._spec import SearchSpec, StudySpec
 from fairdp.study._store import ResultStore
 from fairdp.study._trial import StudyContext, load_study_data, run_pack
-from fairdp.study._tune import pack_trainable, trial_resources, tune_run_config, worker_slots
+from fairdp.study._tune import (
+    pack_trainable,
+    trial_resources,
+    tune_run_config,
+    units_reporter,
+    worker_slots,
+)
 
 
 @dataclass
@@ -61,7 +67,7 @@ def config_trainable(config: dict, ctx: StudyContext, search: SearchSpec) -> Non
 
     method = get_method(search.method)
     cfg = method.validate_config(search_config(search, config))
-    rows = run_pack(ctx, Pack(search.method, search.seed, (cfg,), (method.config_id(cfg),)))
+    rows = run_pack(ctx, Pack(search.method, search.seed, (cfg,), (method.config_id(cfg),)), units_reporter())
     values = {k: rows[0].get(k) for k in search.objectives}
     tune.report({"configs": 1, **{k: (v if v is not None and math.isfinite(v) else math.nan)
                                   for k, v in values.items()}})
@@ -131,20 +137,42 @@ def _run_search(ctx, spec: StudySpec, study, study_name: str, storage, stored: d
         n_samples = -1  # until the searcher says FINISHED
         packs = math.ceil(remaining / search.population) * min(slots, search.population)
     else:
-        from ray.tune.search.optuna import OptunaSearch
-
-        searcher = OptunaSearch(space=distributions(search), metric=list(search.objectives),
-                                mode=list(search.objectives.values()), sampler=sampler(search),
-                                study_name=study_name, storage=storage)
+        searcher = _config_id_optuna_search(search)(
+            space=distributions(search), metric=list(search.objectives), mode=list(search.objectives.values()),
+            sampler=sampler(search), study_name=study_name, storage=storage)
         trainable = tune.with_parameters(config_trainable, ctx=ctx, search=search)
         n_samples = packs = remaining
-    progress = Progress(f"search {spec.name}", packs, remaining, stream=stream)
-    with tune_run_config(study_name, spec, progress) as run_config:
+    epochs = ctx.training(search.method)[0].epochs
+    progress = Progress(f"search {spec.name}", packs, remaining, epochs=epochs, slots=slots,
+                        pending={search.method: remaining * epochs}, stream=stream)
+    with progress, tune_run_config(study_name, spec, progress, search.method) as run_config:
         tune.Tuner(tune.with_resources(trainable, trial_resources(spec)),
                    tune_config=tune.TuneConfig(search_alg=searcher, num_samples=n_samples,
                                                max_concurrent_trials=slots, reuse_actors=True,
                                                trial_dirname_creator=lambda t: t.trial_id),
                    run_config=run_config).fit()
+
+
+def _config_id_optuna_search(search: SearchSpec):
+    """Ray's ``OptunaSearch`` that tags each Optuna trial with the ``config_id`` of the row it
+    trains (optuna-dashboard shows it), as the packed searcher does: Ray owns the trial
+    objects, so the tag goes on just before Ray tells Optuna the trial's result."""
+    from ray.tune.search.optuna import OptunaSearch
+
+    method = get_method(search.method)
+
+    class ConfigIdOptunaSearch(OptunaSearch):
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+            ot_trial = self._ot_trials.get(trial_id)  # Ray's private map of its Optuna trials
+            if ot_trial is not None and trial_id not in self._completed_trials:
+                try:
+                    cfg = method.validate_config(search_config(search, ot_trial.params))
+                    ot_trial.set_user_attr("config_id", method.config_id(cfg))
+                except InputError:
+                    pass  # a config the method refuses fails its trial; it has no row to name
+            super().on_trial_complete(trial_id, result, error)
+
+    return ConfigIdOptunaSearch
 
 
 def write_front(store: ResultStore, spec: StudySpec) -> pd.DataFrame:

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 
 from fairdp.errors import InputError, last_line
 from fairdp.study._lock import alive
@@ -20,29 +21,60 @@ from fairdp.study._ray import quiet_loggers
 from fairdp.study._spec import StudySpec
 from fairdp.study._trial import StudyContext, error_rows, run_pack, store_pack
 
+UNITS_EVERY_S = 2.0  # a trial reports its config-epochs at most this often (each report is a round trip)
+
+
+def units_reporter():
+    """A training callback reporting config-epochs done to Tune, for the driver's progress."""
+    from ray import tune
+
+    state = {"units": 0, "last": time.monotonic()}
+
+    def report(epoch) -> None:
+        state["units"] += epoch.configs
+        now = time.monotonic()
+        if now - state["last"] >= UNITS_EVERY_S and epoch.epoch < epoch.epochs:
+            tune.report({"units": state["units"]})
+            state["units"], state["last"] = 0, now
+
+    return report
+
 
 def pack_trainable(config: dict, ctx: StudyContext) -> None:
     """The Ray Tune trainable: one pack in, its Parquet file written, a summary reported
-    (with each row's metrics, which a searcher handing out packs tells back to Optuna)."""
+    (with each row's metrics, which a searcher handing out packs tells back to Optuna).
+    While it trains it reports config-epochs done (``units``) for the progress bar."""
     from ray import tune
 
-    rows = run_pack(ctx, Pack.from_dict(config["pack"]))
+    rows = run_pack(ctx, Pack.from_dict(config["pack"]), units_reporter())
     tune.report({"configs": len(rows), "pack_duration_s": rows[0]["pack_duration_s"],
                  "rows": [{k: v for k, v in r.items() if isinstance(v, float)} for r in rows]})
 
 
-def _tune_callback(progress: Progress):
+def _tune_callback(progress: Progress, method: str | None):
+    """Tune events to ``progress``: a trial is a pack (or, for a per-config search, one
+    config of ``method``)."""
     from ray import tune
 
     class _ProgressCallback(tune.Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            pack = trial.config.get("pack")
+            if pack is not None:
+                progress.start_pack(trial.trial_id, pack["method"], len(pack["configs"]))
+            else:
+                progress.start_pack(trial.trial_id, method or "", 1)
+
         def on_trial_result(self, iteration, trials, trial, result, **info):
-            progress.update(packs=1, configs=int(result.get("configs", 0)))
+            if "configs" in result:
+                progress.finish_pack(trial.trial_id, int(result["configs"]))
+            elif "units" in result:
+                progress.advance(trial.trial_id, float(result["units"]))
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            progress.update(failures=1)
+            progress.fail_pack(trial.trial_id)
 
         def on_trial_recover(self, iteration, trials, trial, **info):
-            progress.update(retries=1)
+            progress.retry_pack(trial.trial_id)
 
     return _ProgressCallback()
 
@@ -118,7 +150,7 @@ TUNE_NOISE = {
 
 
 @contextlib.contextmanager
-def tune_run_config(name: str, spec: StudySpec, progress: Progress):
+def tune_run_config(name: str, spec: StudySpec, progress: Progress, method: str | None = None):
     """Tune's RunConfig for a study: the spec's retries, progress lines, and the JSON logger
     that result grids read back; its storage is a temporary directory removed afterwards
     (rows live in the results store, so Tune keeps nothing worth resuming from)."""
@@ -131,7 +163,7 @@ def tune_run_config(name: str, spec: StudySpec, progress: Progress):
         with quiet_loggers(TUNE_NOISE):
             yield tune.RunConfig(name=name, storage_path=storage, verbose=0,
                                  failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
-                                 callbacks=[_tune_callback(progress), JsonLoggerCallback()])
+                                 callbacks=[_tune_callback(progress, method), JsonLoggerCallback()])
     finally:
         shutil.rmtree(storage, ignore_errors=True)
 

@@ -1,0 +1,151 @@
+"""Reference costs: seconds per config-epoch of every registered method, and of the probes, on Adult.
+
+    .venv/bin/python benchmarks/bench_costs.py [--pack 8] [--epochs 2] [--repeats 2] [--write]
+
+For each method, a pack of up to ``--pack`` configs spread over its Adult paper grid trains
+for 1 and for 1 + ``--epochs`` epochs on one thread (a trial's default ``cpus_per_trial: 1``),
+after a one-config warm-up (and one of FEDERATE before the first method, for the process's
+one-off costs). The cost of a config-epoch is the slope between the two, the least of
+``--repeats`` timings; what the one-epoch
+pack took beyond its config-epochs is the pack's fixed time (model set-up, predictions).
+A method that does not train by epochs is timed per config. All per 1,000 training rows. The leakage and MDL probes
+are timed on FEDERATE's pack, per config. ``--write`` stores the figures in
+``fairdp/study/reference_costs.json``, which ``fairdp run --dry-run`` turns into a time
+estimate and the live ETA uses as the relative cost of methods it has not measured yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import subprocess
+import time
+
+import torch
+
+from fairdp.data import load_dataset
+from fairdp.engine import TrainSettings
+from fairdp.methods import get_method, method_names
+from fairdp.metrics import ProbeSettings, evaluate_pack
+from fairdp.study._estimate import REFERENCE_PATH
+
+
+def spread(configs: list[dict], k: int) -> list[dict]:
+    """``k`` configs spread evenly over the grid (its order varies the last parameter fastest)."""
+    if len(configs) <= k:
+        return configs
+    step = len(configs) / k
+    return [configs[int(i * step)] for i in range(k)]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pack", type=int, default=8)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--write", action="store_true", help=f"store the figures in {REFERENCE_PATH}")
+    ap.add_argument("--repeats", type=int, default=2, help="timings per method; the least is kept (default 2)")
+    ap.add_argument("--methods", help="comma-separated methods to time (default: every registered one)")
+    args = ap.parse_args()
+    if args.write and args.methods:
+        ap.error("--write stores every method's figure, measured in one run: drop --methods")
+    torch.set_num_threads(1)
+    data = load_dataset("adult")
+    n_train = len(data.splits["train"])
+    rows_k = n_train / 1000
+    settings = TrainSettings(epochs=args.epochs, batch_size=2000, device="cpu")
+    methods, probe_pack = {}, None
+    print(f"Adult, {n_train} training rows, {args.epochs} epochs, packs of up to {args.pack}, "
+          f"1 thread, {_cpu_model()}")
+    print("| method | configs | wall s | by epochs | s per config-epoch (per config) per 1k rows | "
+          "fixed s per pack per 1k rows |")
+    print("|---|---|---|---|---|---|")
+    # the process's first trainings pay one-off costs (allocator, thread pools): not any method's
+    federate = get_method("federate")
+    warm = spread(federate.expand(federate.paper_grid("adult")), args.pack)
+    for epochs in (1, 1 + args.epochs):
+        federate.train_pack(data, warm, 0, dataclasses.replace(settings, epochs=epochs))
+    names = args.methods.split(",") if args.methods else method_names()
+
+    def timed(method, configs, epochs, callback=None):
+        t = time.perf_counter()
+        result = method.train_pack(data, configs, 0, dataclasses.replace(settings, epochs=epochs), callback=callback)
+        return time.perf_counter() - t, result
+
+    for name in names:
+        method = get_method(name)
+        configs = spread(method.expand(method.paper_grid("adult")), args.pack)
+        method.train_pack(data, configs[:1], 0, dataclasses.replace(settings, epochs=1))  # warm-up
+        reports = []
+        t_short, result = timed(method, configs, 1, reports.append)
+        by_epochs = bool(reports)
+        k = len(configs)
+        if by_epochs:
+            # the slope between 1 and 1 + E epochs: a config-epoch's cost without the pack's fixed
+            # part; the least of --repeats, as this machine's timings of one script vary by tens of %
+            slopes, shorts = [], [t_short]
+            for r in range(args.repeats):
+                if r:
+                    shorts.append(timed(method, configs, 1)[0])
+                wall, result = timed(method, configs, 1 + args.epochs)
+                slopes.append((wall - shorts[-1]) / (k * args.epochs))
+            per = min(slopes)
+            fixed = max(0.0, min(shorts) - k * per)
+            methods[name] = {"per_config_epoch": per / rows_k, "per_pack": fixed / rows_k}
+        else:
+            wall, per, fixed = t_short, t_short / k, 0.0
+            methods[name] = {"per_config": per / rows_k}
+        print(f"| {name} | {k} | {wall:.2f} | {'yes' if by_epochs else 'no'} | {per / rows_k:.4f} | "
+              f"{fixed / rows_k:.4f} |", flush=True)
+        if name == "federate":
+            probe_pack = result
+    if probe_pack is None:
+        probe_pack = federate.train_pack(data, spread(federate.expand(federate.paper_grid("adult")), args.pack), 0,
+                                         settings)
+    probes = {}
+    probe = ProbeSettings(device="cpu")
+    k = len(probe_pack.configs)
+    t = time.perf_counter()
+    evaluate_pack(data, probe_pack, with_leakage=False, with_mdl=False, probe=probe)
+    base = time.perf_counter() - t
+    for kind, flags in (("leakage", (True, False)), ("mdl", (False, True))):
+        t = time.perf_counter()
+        evaluate_pack(data, probe_pack, with_leakage=flags[0], with_mdl=flags[1], probe=probe)
+        probes[kind] = max(0.0, time.perf_counter() - t - base) / k / rows_k
+        print(f"| probe {kind} | {k} | - | - | {probes[kind]:.4f} per config | - |", flush=True)
+    if args.write:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                          text=True).stdout.strip():
+            commit += "-dirty"  # measured with uncommitted changes
+        figures = {
+            "measured": {"machine": f"{_cpu_model()}, {os.cpu_count()} cores", "device": "cpu", "threads": 1,
+                         "torch": torch.__version__, "dataset": "adult", "train_rows": n_train,
+                         "pack": args.pack, "epochs": args.epochs, "commit": commit,
+                         "date": datetime.date.today().isoformat()},
+            "unit": "seconds per 1,000 training rows",
+            "methods": methods,
+            "probes_per_config": probes,
+        }
+        with open(REFERENCE_PATH, "w") as f:
+            json.dump(figures, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"written to {REFERENCE_PATH}")
+
+
+if __name__ == "__main__":
+    main()

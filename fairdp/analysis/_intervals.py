@@ -1,0 +1,192 @@
+"""Confidence intervals: a bootstrap over each row's test examples, a t-interval over seeds,
+and which differences between methods the intervals support.
+
+The bootstrap needs no predictions: every accuracy and fairness metric is a function of the
+test split's counts per (group, y, y_pred), which each row stores (``test_confusion``).
+Resampling the test examples with replacement within each group (the group sizes fixed, as
+a stratified bootstrap) is drawing each group's counts from a multinomial with that group's
+observed cell frequencies, so B draws of a row are B multinomial vectors per group.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from fairdp.analysis._rows import as_frame, check_fairness, require_columns
+from fairdp.analysis._tables import enough_decimals, interval_text
+from fairdp.errors import InputError
+from fairdp.metrics._fairness import SCORES, scores_from_confusion
+from fairdp.schema import TEST_CONFUSION
+
+BOOTSTRAP_METRICS = tuple(f"test_{name}" for name in SCORES)
+"""What a row's bootstrap covers: test accuracy and every test fairness gap."""
+
+
+def check_level(level: float, name: str = "level") -> float:
+    """A confidence level in percent, in (0, 100)."""
+    try:
+        value = float(level)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: expected a confidence level in percent like 95, got {level!r}") from None
+    if not 0 < value < 100:
+        raise InputError(f"{name}: a confidence level in percent must be in (0, 100), got {level!r}")
+    return value
+
+
+def _row_seed(seed: int, row: pd.Series) -> np.random.Generator:
+    """Each row's own stream, from the seed and its identity: its interval does not depend on
+    which other rows are in the table."""
+    key = "|".join(str(row.get(k, "")) for k in ("dataset", "method", "seed", "config_id"))
+    return np.random.default_rng([int(seed), zlib.crc32(key.encode())])
+
+
+def bootstrap_intervals(rows: pd.DataFrame, level: float = 95.0, draws: int = 1000, seed: int = 0,
+                        metrics: Sequence[str] = BOOTSTRAP_METRICS) -> pd.DataFrame:
+    """Per row, the percentile bootstrap interval (``level`` percent, ``draws`` resamples of
+    its test examples, stratified by group, seeded per row) of each of ``metrics``:
+    columns ``<metric>_lo`` and ``<metric>_hi`` beside the rows' own columns. Rows without
+    stored counts (written before fairdp stored them, or failed) get NaN."""
+    rows = as_frame(rows, "rows")
+    level = check_level(level)
+    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or draws < 2:
+        raise InputError(f"draws: expected an integer >= 2, got {draws!r}")
+    unknown = [m for m in metrics if m not in BOOTSTRAP_METRICS]
+    if unknown:
+        raise InputError(f"metrics: {unknown[0]!r} has no bootstrap; known: {', '.join(BOOTSTRAP_METRICS)}")
+    names = [m[len("test_"):] for m in metrics]
+    lo_q, hi_q = (100 - level) / 2, 100 - (100 - level) / 2
+    out = {f"{m}_{side}": np.full(len(rows), np.nan) for m in metrics for side in ("lo", "hi")}
+    counts = rows[TEST_CONFUSION] if TEST_CONFUSION in rows.columns else pd.Series([None] * len(rows))
+    for i, ((_, row), text) in enumerate(zip(rows.iterrows(), counts)):
+        if not isinstance(text, str) or not text:
+            continue
+        conf = np.asarray(json.loads(text), dtype=np.int64)  # (G, C, C)
+        rng = _row_seed(seed, row)
+        g, c = conf.shape[0], conf.shape[1]
+        sample = np.zeros((draws, g, c * c), dtype=np.int64)
+        for k in range(g):
+            n = int(conf[k].sum())
+            if n:
+                sample[:, k] = rng.multinomial(n, conf[k].ravel() / n, size=draws)
+        scores = scores_from_confusion(sample.reshape(draws, g, c, c))
+        for m, name in zip(metrics, names):
+            values = scores[name]
+            if np.isnan(values).all():
+                continue
+            out[f"{m}_lo"][i], out[f"{m}_hi"][i] = np.nanpercentile(values, [lo_q, hi_q])
+    return rows.assign(**out)
+
+
+def t_halfwidth(std: float, n: float, level: float = 95.0) -> float:
+    """Half-width of the t-interval of a mean of ``n`` values with sample std ``std``; NaN
+    below two values."""
+    from scipy.stats import t
+
+    if not n or n < 2 or std is None or math.isnan(std):
+        return math.nan
+    return float(t.ppf(0.5 + check_level(level) / 200, n - 1) * std / math.sqrt(n))
+
+
+def seed_intervals(agg: pd.DataFrame, level: float = 95.0) -> pd.DataFrame:
+    """``aggregate_seeds`` output with ``<metric>_lo`` / ``<metric>_hi``: the t-interval of
+    each mean over seeds (NaN for a single seed)."""
+    agg = as_frame(agg, "agg")
+    require_columns(agg, ["n_seeds"], "agg")
+    level = check_level(level)
+    extra = {}
+    for col in [c for c in agg.columns if c.endswith("_mean")]:
+        m = col[: -len("_mean")]
+        half = np.array([t_halfwidth(s, n, level) for s, n in zip(agg[f"{m}_std"], agg["n_seeds"])])
+        extra[f"{m}_lo"] = agg[col].to_numpy(float) - half
+        extra[f"{m}_hi"] = agg[col].to_numpy(float) + half
+    return agg.assign(**extra)
+
+
+def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[str] = ("dataset",)) -> pd.DataFrame:
+    """For each pair of methods within each ``group``: "<" or ">" where their intervals on
+    ``metric`` (``<metric>_lo`` / ``_hi``, e.g. from ``seed_intervals``) do not overlap, "≈"
+    where they do (the difference is not supported), "?" where an interval is missing.
+    Columns: *group, method, then one column per method."""
+    intervals = as_frame(intervals, "intervals")
+    group = list(group)
+    require_columns(intervals, [*group, "method", f"{metric}_mean", f"{metric}_lo", f"{metric}_hi"], "intervals")
+    frames = []
+    for key, g in intervals.groupby(group, sort=True) if group else [((), intervals)]:
+        key = key if isinstance(key, tuple) else (key,)
+        g = g.sort_values("method")
+        methods = [str(m) for m in g["method"]]
+        lo, hi, mean = (g[f"{metric}_{s}"].to_numpy(float) for s in ("lo", "hi", "mean"))
+        table = {k: [v] * len(methods) for k, v in zip(group, key)}
+        table["method"] = methods
+        for j, other in enumerate(methods):
+            col = []
+            for i in range(len(methods)):
+                if i == j:
+                    col.append("")
+                elif np.isnan([lo[i], hi[i], lo[j], hi[j]]).any():
+                    col.append("?")
+                elif hi[i] < lo[j] or lo[i] > hi[j]:
+                    col.append("<" if mean[i] < mean[j] else ">")
+                else:
+                    col.append("≈")
+            table[other] = col
+        frames.append(pd.DataFrame(table))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def ci_metrics(fairness: str) -> list[str]:
+    """The test metrics a selection reports with intervals: accuracy and ``fairness``."""
+    fairness = check_fairness(fairness)
+    return ["test_accuracy", f"test_{fairness}"]
+
+
+def selected_with_intervals(selected: pd.DataFrame, table: pd.DataFrame, fairness: str, level: float = 95.0,
+                            draws: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """``selected_configs`` output ``table`` with a "<metric> <level>% CI" column after test
+    accuracy and the test fairness gap: each selected row's bootstrap interval ("-" where
+    the row stores no counts; for ``notion_gap`` only accuracy has one)."""
+    metrics = [m for m in ci_metrics(fairness) if m in BOOTSTRAP_METRICS]
+    boot = bootstrap_intervals(selected, level, draws, seed, metrics)
+    # a row's interval depends only on the row (its own stream), so rows repeated under
+    # several by-values carry one interval
+    keys = ["dataset", "method", "seed", "config_id"]
+    boot = boot[boot["status"].astype("object") == "ok"] if "status" in boot.columns else boot
+    boot = boot[keys + [f"{m}_{s}" for m in metrics for s in ("lo", "hi")]].drop_duplicates(keys)
+    merged = table.merge(boot, on=keys, how="left")
+    out = table.copy()
+    for m in metrics:
+        cells = [interval_text(lo, hi, enough_decimals([hi - lo], 1)).strip() or "-"
+                 for lo, hi in zip(merged[f"{m}_lo"], merged[f"{m}_hi"])]
+        out.insert(out.columns.get_loc(m) + 1, f"{m} {level:g}% CI", cells)
+    return out
+
+
+def not_distinguishable(intervals: pd.DataFrame, metric: str, direction: str,
+                        group: Sequence[str] = ("dataset",)) -> np.ndarray:
+    """Per row of ``intervals``: True where its interval on ``metric`` overlaps that of the
+    best row of its ``group`` (highest mean for ``direction`` "max", lowest for "min"), so
+    the difference from the best is not supported; False for the best itself, for rows
+    whose interval lies apart, and where an interval is missing."""
+    intervals = as_frame(intervals, "intervals")
+    require_columns(intervals, [f"{metric}_mean", f"{metric}_lo", f"{metric}_hi"], "intervals")
+    out = np.zeros(len(intervals), dtype=bool)
+    mean, lo, hi = (intervals[f"{metric}_{s}"].to_numpy(float) for s in ("mean", "lo", "hi"))
+    keys = np.array(["|".join(map(str, t)) for t in intervals[list(group)].itertuples(index=False)]
+                    if group else [""] * len(intervals))
+    for key in np.unique(keys):
+        idx = np.flatnonzero((keys == key) & ~np.isnan(mean))
+        if len(idx) < 2:
+            continue
+        best = idx[np.argmax(mean[idx]) if direction == "max" else np.argmin(mean[idx])]
+        if np.isnan(lo[best]) or np.isnan(hi[best]):
+            continue
+        for i in idx:
+            if i != best and not np.isnan(lo[i]) and not (hi[i] < lo[best] or lo[i] > hi[best]):
+                out[i] = True
+    return out

@@ -1,0 +1,115 @@
+"""Confidence intervals: bootstrap over a row's test examples from its stored counts, t-intervals
+over seeds, and the differences between methods that the intervals support."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairdp.analysis._intervals import (
+    bootstrap_intervals,
+    seed_intervals,
+    supported_differences,
+    t_halfwidth,
+)
+from fairdp.errors import InputError
+from fairdp.metrics._fairness import confusion
+
+
+def _row(y, y_pred, s, **extra):
+    conf = confusion(y, y_pred, s, n_classes=2, n_groups=int(np.max(s)) + 1)
+    return {"dataset": "d", "method": "m", "seed": 0, "config_id": "c", "test_confusion": json.dumps(conf.tolist()),
+            **extra}
+
+
+def _labels(n, acc, rng, positives=0.5):
+    y = (rng.random(n) < positives).astype(int)
+    right = rng.random(n) < acc
+    return y, np.where(right, y, 1 - y)
+
+
+def test_the_accuracy_interval_matches_the_normal_approximation():
+    rng = np.random.default_rng(0)
+    n = 20000
+    y, pred = _labels(n, 0.8, rng)
+    s = rng.integers(0, 2, n)
+    out = bootstrap_intervals(pd.DataFrame([_row(y, pred, s)]), level=95, draws=2000)
+    p = (y == pred).mean()
+    half = 1.959964 * math.sqrt(p * (1 - p) / n) * 100
+    lo, hi = out["test_accuracy_lo"].iloc[0], out["test_accuracy_hi"].iloc[0]
+    assert lo < 100 * p < hi
+    assert (hi - lo) / 2 == pytest.approx(half, rel=0.1)
+
+
+def test_the_tpr_gap_interval_matches_the_normal_approximation_of_a_difference():
+    """Two groups' TPRs are independent under the stratified bootstrap: the gap's std is the
+    root of the sum of their binomial variances (the gap stays far from 0, so no folding)."""
+    rng = np.random.default_rng(1)
+    ya, pa = _labels(8000, 0.9, rng)
+    yb, pb = _labels(3000, 0.7, rng)
+    y, pred, s = np.r_[ya, yb], np.r_[pa, pb], np.r_[np.zeros(8000, int), np.ones(3000, int)]
+    out = bootstrap_intervals(pd.DataFrame([_row(y, pred, s)]), draws=3000)
+    tpr = [((pred == 1) & (y == 1) & (s == g)).sum() / ((y == 1) & (s == g)).sum() for g in (0, 1)]
+    npos = [((y == 1) & (s == g)).sum() for g in (0, 1)]
+    std = math.sqrt(sum(t * (1 - t) / n for t, n in zip(tpr, npos))) * 100
+    lo, hi = out["test_tpr_gap_lo"].iloc[0], out["test_tpr_gap_hi"].iloc[0]
+    assert (hi - lo) / 2 == pytest.approx(1.959964 * std, rel=0.12)
+
+
+def test_close_to_fairlearn_bootstrap_for_overall_accuracy():
+    from fairlearn.metrics import MetricFrame
+    from sklearn.metrics import accuracy_score
+
+    rng = np.random.default_rng(2)
+    y, pred = _labels(5000, 0.85, rng)
+    s = rng.integers(0, 2, 5000)
+    ours = bootstrap_intervals(pd.DataFrame([_row(y, pred, s)]), level=90, draws=2000)
+    frame = MetricFrame(metrics=accuracy_score, y_true=y, y_pred=pred, sensitive_features=s, n_boot=2000,
+                        ci_quantiles=[0.05, 0.95], random_state=0)
+    lo, hi = (100 * q for q in frame.overall_ci)
+    assert ours["test_accuracy_lo"].iloc[0] == pytest.approx(lo, abs=0.25)
+    assert ours["test_accuracy_hi"].iloc[0] == pytest.approx(hi, abs=0.25)
+
+
+def test_a_rows_interval_is_its_own_whatever_else_is_in_the_table():
+    rng = np.random.default_rng(3)
+    rows = []
+    for k in range(3):
+        y, pred = _labels(500, 0.7 + 0.05 * k, rng)
+        rows.append(_row(y, pred, rng.integers(0, 2, 500), config_id=f"c{k}"))
+    together = bootstrap_intervals(pd.DataFrame(rows), draws=300)
+    alone = bootstrap_intervals(pd.DataFrame(rows[1:2]), draws=300)
+    pd.testing.assert_frame_equal(together.iloc[1:2].reset_index(drop=True), alone)
+    again = bootstrap_intervals(pd.DataFrame(rows), draws=300, seed=1)
+    assert not np.allclose(again["test_accuracy_lo"], together["test_accuracy_lo"])
+
+
+def test_rows_without_counts_have_no_interval_and_bad_arguments_are_named():
+    out = bootstrap_intervals(pd.DataFrame([{"method": "m", "test_confusion": None}]))
+    assert out["test_accuracy_lo"].isna().all()
+    with pytest.raises(InputError, match="level"):
+        bootstrap_intervals(pd.DataFrame([{"method": "m"}]), level=120)
+    with pytest.raises(InputError, match="draws"):
+        bootstrap_intervals(pd.DataFrame([{"method": "m"}]), draws=1)
+
+
+def test_t_interval_pins_the_t_quantile():
+    assert t_halfwidth(2.0, 5, 95) == pytest.approx(2.776445 * 2 / math.sqrt(5), rel=1e-6)
+    assert t_halfwidth(2.0, 30, 90) == pytest.approx(1.699127 * 2 / math.sqrt(30), rel=1e-6)
+    assert math.isnan(t_halfwidth(1.0, 1))
+    agg = pd.DataFrame({"dataset": ["d"], "method": ["m"], "n_seeds": [5], "test_accuracy_mean": [80.0],
+                        "test_accuracy_std": [2.0]})
+    out = seed_intervals(agg)
+    assert out["test_accuracy_hi"].iloc[0] - 80.0 == pytest.approx(2.776445 * 2 / math.sqrt(5), rel=1e-6)
+
+
+def test_supported_differences_mark_only_non_overlapping_intervals():
+    iv = pd.DataFrame({"dataset": ["d"] * 3, "method": ["a", "b", "c"],
+                       "m_mean": [10.0, 11.0, 20.0], "m_lo": [9.0, 10.5, 19.0], "m_hi": [11.0, 11.5, 21.0]})
+    table = supported_differences(iv, "m").set_index("method")
+    assert table.loc["a", "b"] == "≈" and table.loc["a", "c"] == "<" and table.loc["c", "b"] == ">"
+    assert table.loc["b", "b"] == ""

@@ -1,0 +1,199 @@
+"""Live progress: the ETA model (pinned values and recorded traces of real runs), the plain
+and bar outputs, and the reference-figure estimate of ``--dry-run``."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from fairdp.study._estimate import makespan, reference, unit_costs
+from fairdp.study._progress import TRACE_ENV, EtaModel, Progress, replay
+
+TRACES = sorted((Path(__file__).parent / "data" / "progress").glob("*.json"))
+
+
+def test_eta_pins_hand_computed_values():
+    m = EtaModel({"a": 20.0, "b": 10.0}, slots=2, pending_packs={"a": 2, "b": 1})
+    m.start(0.0, "p1", "a", 10.0)
+    m.start(0.0, "p2", "b", 10.0)
+    assert m.pending == {"a": 10.0, "b": 0.0} and m.pending_packs == {"a": 1, "b": 0}
+    m.advance(2.0, "p1", 2.0)
+    assert m.eta(2.0) is None  # one report: no rate yet
+    m.advance(6.0, "p1", 4.0)       # a: 4 units in the 4 s between reports, 1 s each
+    # p1: 10 * 1 from its start -> 4 s left; p2 (b unmeasured: the pooled 1) the same;
+    # pending a: 10 * 1; over 2 slots. Start-up: 2 s to the first report of 2 units = 0 fixed.
+    assert m.eta(6.0) == pytest.approx((4 + 4 + 10) / 2)
+    m.finish(12.0, "p1")            # 12 s for 10 units at 1 s: 2 s fixed per pack
+    assert m.fixed == [pytest.approx(2.0)]
+    # p2: 0 + 2 + 10 * 1 - 12 = 0 left; pending a: 10 * 1 + one pack's 2 s
+    assert m.eta(12.0) == pytest.approx((0 + 10 + 2) / 2)
+    m.advance(13.0, "p2", 3.0)
+    m.advance(15.0, "p2", 4.0)      # b: 4 units in 2 s
+    assert m.costs()[0] == pytest.approx({"a": 1.0, "b": 0.5})
+
+
+def test_a_method_without_epoch_reports_is_timed_by_whole_packs():
+    m = EtaModel({"r": 4.0}, slots=1, pending_packs={"r": 2})
+    m.start(0.0, "k1", "r", 2.0)
+    m.finish(3.0, "k1")
+    m.start(3.0, "k2", "r", 2.0)
+    assert m.eta(3.0) == pytest.approx(2 * 1.5)  # its packs' whole duration already holds the fixed time
+
+
+def test_an_unmeasured_method_costs_its_reference_figure_scaled_by_the_measured_speed():
+    def run(reference):
+        m = EtaModel({"a": 10.0, "b": 10.0}, slots=1, reference=reference)
+        m.start(0.0, "p1", "a", 10.0)
+        m.advance(1.0, "p1", 1.0)
+        m.advance(10.0, "p1", 9.0)  # a: 1 s per unit, twice its reference
+        m.finish(10.0, "p1")
+        return m.eta(10.0)
+
+    assert run({"a": 0.5, "b": 1.5}) == pytest.approx(10 * 1.5 * 2)
+    assert run(None) == pytest.approx(10 * 1.0)  # no figures: b takes a's cost
+
+
+def test_a_retried_pack_starts_its_work_again():
+    m = EtaModel({"a": 20.0}, slots=1, pending_packs={"a": 2})
+    m.start(0.0, "p", "a", 10.0)
+    m.advance(2.0, "p", 2.0)
+    m.advance(4.0, "p", 2.0)
+    m.restart(5.0, "p")
+    assert m.eta(5.0) is None and m.running["p"].done == 0
+    m.start(6.0, "p", "a", 10.0)  # Tune starts a recovered trial again: still one pack pending
+    assert m.pending == {"a": 10.0} and m.pending_packs == {"a": 1}
+
+
+# (relative, absolute seconds) the ETA of each recorded run must be within, once 10% is done.
+# With several slots every method is timed in the first round. With one slot, methods run one
+# after another and each is costed from its reference figure (benchmarks/bench_costs.py)
+# until it starts, so that trace also tests the figures' ratios between methods.
+TOLERANCE = {"demo-ray-2-slots": (0.25, 5.0), "demo-local-1-slot": (0.25, 5.0)}
+
+
+@pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
+def test_the_eta_of_a_recorded_run_stays_close_after_the_first_tenth(path):
+    """Replay the progress events a real run recorded (``FAIRDP_PROGRESS_TRACE``): once 10%
+    of the config-epochs are done, the ETA is within TOLERANCE of the time the run really
+    took to finish (relative, or in seconds near the end, where a pack's own fixed time
+    varies by seconds)."""
+    relative, absolute = TOLERANCE[path.stem]
+    trace = json.loads(path.read_text())
+    end = trace["events"][-1]["t"]
+    checked = 0
+    for t, done, eta in replay(trace):
+        actual = end - t
+        if done < 0.1:
+            continue
+        assert eta is not None and abs(eta - actual) <= max(relative * actual, absolute), \
+            f"{path.name}: at {t:.0f} s ({done:.0%} done) eta {eta:.0f} s, really {actual:.0f} s"
+        checked += 1
+    assert checked >= 50
+
+
+def test_traces_cover_a_multi_slot_ray_run_and_a_one_slot_local_run():
+    assert {p.stem for p in TRACES} == set(TOLERANCE)
+    kinds = {(json.loads(p.read_text())["slots"] > 1) for p in TRACES}
+    assert kinds == {True, False}
+
+
+def _progress(stream, bar=False):
+    return Progress("run t", packs=2, configs=3, epochs=4, slots=1, pending={"a": 8.0, "b": 4.0},
+                    stream=stream, bar=bar)
+
+
+def test_plain_lines_show_config_epochs_packs_and_failures(tmp_path, monkeypatch):
+    monkeypatch.setenv(TRACE_ENV, str(tmp_path / "trace.json"))
+    out = io.StringIO()
+    with _progress(out) as p:
+        p.start_pack("0", "a", 2)
+        p.advance("0", 2)
+        p.advance("0", 10)           # never more than the pack holds
+        p.retry_pack("0")
+        p.advance("0", 2)
+        p.finish_pack("0", 2)
+        p.start_pack("1", "b", 1)
+        p.fail_pack("1")
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("fairdp run t:   0% | 0/12 config-epochs | packs 0/2 done, 0 failed, 1 running")
+    assert "67% | 8/12 config-epochs | packs 1/2 done, 0 failed, 1 retried, 0 running" in out.getvalue()
+    assert lines[-1].startswith("fairdp run t: 100% | 12/12 config-epochs | packs 1/2 done, 1 failed, 1 retried")
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert [e["kind"] for e in trace["events"]] == ["start", "advance", "advance", "restart", "advance", "finish",
+                                                    "start", "finish"]
+    assert replay(trace)[-1][1] == pytest.approx(1.0)  # the replay counts the units the run counted
+
+
+def test_on_a_terminal_it_draws_a_bar_in_place():
+    out = io.StringIO()
+    with _progress(out, bar=True) as p:
+        p.start_pack("0", "a", 2)
+        p.advance("0", 4)
+    text = out.getvalue()
+    assert "\r" in text and "fairdp run t:  33%|" in text and "4/12 config-epochs" in text
+    assert "packs 0/2 done, 0 failed" in text
+
+
+def test_reference_costs_turn_into_a_schedule():
+    figures = {"methods": {"a": {"per_config_epoch": 0.5}, "b": {"per_config": 2.0}},
+               "probes_per_config": {"leakage": 1.0, "mdl": 4.0}}
+    costs = unit_costs(["a", "b", "c"], epochs=10, train_rows=2000, leakage=True, mdl=False, figures=figures)
+    # per config: a 0.5 * 10 epochs + 1 leakage; b 2 + 1; per 1,000 rows x 2, spread over 10 epochs
+    assert costs == pytest.approx({"a": 1.2, "b": 0.6})
+    # two a-packs of 10 units fill both slots for 12 s; the b-pack follows on the first free one
+    assert makespan([("a", 10), ("a", 10), ("b", 5)], costs, slots=2) == pytest.approx(15.0)
+    # a pack's fixed time comes on top of its config-epochs
+    assert makespan([("a", 10), ("a", 10), ("b", 5)], costs, slots=2, fixed={"a": 1.0}) == pytest.approx(16.0)
+    assert makespan([("c", 10)], costs, slots=1) == 0.0
+    assert unit_costs(["a"], epochs=10, train_rows=2000, leakage=True, mdl=True, figures=figures,
+                      probes=False) == pytest.approx({"a": 1.0})
+
+
+def test_every_builtin_method_has_a_reference_figure():
+    from fairdp.methods import builtin_method_names
+
+    figures = reference()
+    assert set(builtin_method_names()) <= set(figures["methods"])
+    for fig in figures["methods"].values():  # epoch-trained methods: a config-epoch's cost and a pack's fixed time
+        assert ("per_config_epoch" in fig and "per_pack" in fig) or set(fig) == {"per_config"}
+    assert figures["measured"]["device"] == "cpu" and {"leakage", "mdl"} <= set(figures["probes_per_config"])
+
+
+def test_a_trial_reports_its_config_epochs_to_tune_between_epochs(monkeypatch):
+    from ray import tune
+
+    from fairdp.engine import EpochReport
+    from fairdp.study import _tune
+
+    sent = []
+    monkeypatch.setattr(tune, "report", sent.append)
+    monkeypatch.setattr(_tune, "UNITS_EVERY_S", 0.0)
+    report = _tune.units_reporter()
+    for epoch in (1, 2, 3):
+        report(EpochReport(epoch, 3, 5, None))
+    # the last epoch's units come with the pack's final report (its rows), not on their own
+    assert sent == [{"units": 5}, {"units": 5}]
+    monkeypatch.setattr(_tune, "UNITS_EVERY_S", 3600.0)
+    sent.clear()
+    report = _tune.units_reporter()
+    for epoch in (1, 2, 3):
+        report(EpochReport(epoch, 3, 5, None))
+    assert sent == []  # at most one report per UNITS_EVERY_S: each is a round trip to the driver
+
+
+def test_a_slow_step_says_what_it_is_and_a_fast_one_stays_quiet():
+    import time
+
+    from fairdp.study._runner import said_if_slow
+
+    out = io.StringIO()
+    with said_if_slow("loading dataset x", out, after_s=0.05):
+        pass
+    time.sleep(0.1)
+    assert out.getvalue() == ""  # a fast step (or one that fails at once) leaves its error the only line
+    with said_if_slow("loading dataset y", out, after_s=0.05):
+        time.sleep(0.2)
+    assert out.getvalue() == "loading dataset y\n"
