@@ -105,6 +105,12 @@ def test_t_interval_pins_the_t_quantile():
                         "test_accuracy_std": [2.0]})
     out = seed_intervals(agg)
     assert out["test_accuracy_hi"].iloc[0] - 80.0 == pytest.approx(2.776445 * 2 / math.sqrt(5), rel=1e-6)
+    # two seeds of a small gap: t(0.975, 1) = 12.7 would reach below 0, which a gap cannot
+    gap = pd.DataFrame({"dataset": ["d"], "method": ["m"], "n_seeds": [2], "test_tpr_gap_mean": [2.5],
+                        "test_tpr_gap_std": [1.5]})
+    out = seed_intervals(gap)
+    assert out["test_tpr_gap_lo"].iloc[0] == 0.0
+    assert out["test_tpr_gap_hi"].iloc[0] == pytest.approx(2.5 + 12.7062 * 1.5 / math.sqrt(2), rel=1e-4)
 
 
 def test_supported_differences_mark_only_non_overlapping_intervals():

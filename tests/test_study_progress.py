@@ -114,7 +114,7 @@ def test_plain_lines_show_config_epochs_packs_and_failures(tmp_path, monkeypatch
         p.advance("0", 10)           # never more than the pack holds
         p.retry_pack("0")
         p.advance("0", 2)
-        p.finish_pack("0", 2)
+        p.finish_pack("0")
         p.start_pack("1", "b", 1)
         p.fail_pack("1")
     lines = out.getvalue().splitlines()

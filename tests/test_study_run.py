@@ -49,7 +49,8 @@ def tiny_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("tiny")
     study = _write_study(tmp_path / "tiny.yaml")
     # a relative --results is the user's working directory's, not a trial's
-    proc = run_cli("run", str(study), "--results", "r", cwd=tmp_path)
+    # every epoch reports its config-epochs through Tune, as long trials do every 2 s
+    proc = run_cli("run", str(study), "--results", "r", cwd=tmp_path, env={"FAIRDP_UNITS_EVERY_S": "0"})
     return study, proc, tmp_path / "r"
 
 
@@ -239,7 +240,8 @@ def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
                 "objectives": objectives, "space": {"eps": {"low": 1, "high": 20, "log": True},
                                                     "lam": {"low": 0.1, "high": 3.0}}})
     results = tmp_path / "r"
-    proc = run_cli("search", str(study), "--results", str(results), "--mode", mode)
+    # every epoch reports its config-epochs to Tune (results without the searcher's metrics)
+    proc = run_cli("search", str(study), "--results", str(results), "--mode", mode, env={"FAIRDP_UNITS_EVERY_S": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     front = pd.read_parquet(f"{results}.pareto-federate.parquet")
     rows, _ = ResultStore(results).read()

@@ -95,7 +95,9 @@ def t_halfwidth(std: float, n: float, level: float = 95.0) -> float:
 
 def seed_intervals(agg: pd.DataFrame, level: float = 95.0) -> pd.DataFrame:
     """``aggregate_seeds`` output with ``<metric>_lo`` / ``<metric>_hi``: the t-interval of
-    each mean over seeds (NaN for a single seed)."""
+    each mean over seeds (NaN for a single seed), cut to the metric's range (0 to 100 for
+    percentages, from 0 for MDL): with two seeds t(0.975, 1) = 12.7, so a gap's interval
+    would otherwise reach below zero."""
     agg = as_frame(agg, "agg")
     require_columns(agg, ["n_seeds"], "agg")
     level = check_level(level)
@@ -103,8 +105,9 @@ def seed_intervals(agg: pd.DataFrame, level: float = 95.0) -> pd.DataFrame:
     for col in [c for c in agg.columns if c.endswith("_mean")]:
         m = col[: -len("_mean")]
         half = np.array([t_halfwidth(s, n, level) for s, n in zip(agg[f"{m}_std"], agg["n_seeds"])])
-        extra[f"{m}_lo"] = agg[col].to_numpy(float) - half
-        extra[f"{m}_hi"] = agg[col].to_numpy(float) + half
+        top = np.inf if m.endswith("mdl") else 100.0
+        extra[f"{m}_lo"] = np.clip(agg[col].to_numpy(float) - half, 0.0, top)
+        extra[f"{m}_hi"] = np.clip(agg[col].to_numpy(float) + half, 0.0, top)
     return agg.assign(**extra)
 
 

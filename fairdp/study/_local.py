@@ -26,7 +26,7 @@ def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, pro
         try:
             for attempt in range(spec.resources.max_failures + 1):
                 try:
-                    rows = run_pack(ctx, pack, lambda epoch, key=key: progress.advance(key, epoch.configs))
+                    run_pack(ctx, pack, lambda epoch, key=key: progress.advance(key, epoch.configs))
                 except KeyboardInterrupt:
                     raise
                 except Exception as exc:  # noqa: BLE001 - a failing pack becomes error rows, as under Tune
@@ -38,7 +38,7 @@ def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, pro
                     failed += 1
                     progress.fail_pack(key)
                 else:
-                    progress.finish_pack(key, len(rows))
+                    progress.finish_pack(key)
                 break
         except KeyboardInterrupt:
             return failed, len(packs) - done

@@ -198,10 +198,10 @@ class Progress:
     def __init__(self, label: str, packs: int, configs: int, *, epochs: int = 1, slots: int = 1,
                  pending: dict[str, float] | None = None, reference: dict[str, float] | None = None,
                  pending_packs: dict[str, int] | None = None, stream=None, bar: bool | None = None):
-        self.label, self.total_packs, self.total_configs = label, packs, configs
+        self.label, self.total_packs = label, packs
         self.total_units = float(configs * max(1, epochs))
         self.epochs = max(1, epochs)
-        self.packs = self.configs = self.failures = self.retries = 0
+        self.packs = self.failures = self.retries = 0
         self.units = 0.0
         self.t0 = time.monotonic()
         self.stream = stream or sys.stderr
@@ -244,9 +244,9 @@ class Progress:
             self._record(t, "advance", key, units=units)
             self._show()
 
-    def finish_pack(self, key: str, configs: int) -> None:
+    def finish_pack(self, key: str) -> None:
         """Pack ``key`` stored its rows: its remaining units are done."""
-        self._close(key, "finish", packs=1, configs=configs)
+        self._close(key, "finish", packs=1)
 
     def fail_pack(self, key: str) -> None:
         """Pack ``key`` failed for good (stored as error rows): no work left in it."""
@@ -319,14 +319,13 @@ class Progress:
     def _record(self, t: float, kind: str, key: str, **fields) -> None:
         self.trace["events"].append({"t": round(t, 3), "kind": kind, "key": key, **fields})
 
-    def _close(self, key: str, kind: str, packs: int = 0, configs: int = 0, failures: int = 0) -> None:
+    def _close(self, key: str, kind: str, packs: int = 0, failures: int = 0) -> None:
         with self._lock:
             t = self._now()
             total, credited = self._pack_units.pop(key, (0.0, 0.0))
             rest = max(0.0, total - credited)
             self.units += rest
             self.packs += packs
-            self.configs += configs
             self.failures += failures
             self.model.finish(t, key)
             self._record(t, kind, key, units=rest)

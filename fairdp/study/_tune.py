@@ -22,22 +22,43 @@ from fairdp.study._spec import StudySpec
 from fairdp.study._trial import StudyContext, error_rows, run_pack, store_pack
 
 UNITS_EVERY_S = 2.0  # a trial reports its config-epochs at most this often (each report is a round trip)
+UNITS_EVERY_ENV = "FAIRDP_UNITS_EVERY_S"  # overrides it (tests set 0 so that every epoch reports)
 
 
 def units_reporter():
-    """A training callback reporting config-epochs done to Tune, for the driver's progress."""
+    """A training callback reporting config-epochs done to Tune, for the driver's progress.
+    Its results carry no metric: searches run with Tune's strict metric check off
+    (``lenient_metric_check``)."""
     from ray import tune
 
+    every = float(os.environ.get(UNITS_EVERY_ENV, UNITS_EVERY_S))
     state = {"units": 0, "last": time.monotonic()}
 
     def report(epoch) -> None:
         state["units"] += epoch.configs
         now = time.monotonic()
-        if now - state["last"] >= UNITS_EVERY_S and epoch.epoch < epoch.epochs:
+        if now - state["last"] >= every and epoch.epoch < epoch.epochs:
             tune.report({"units": state["units"]})
             state["units"], state["last"] = 0, now
 
     return report
+
+
+@contextlib.contextmanager
+def lenient_metric_check():
+    """Tune's strict metric check off while a searcher runs: it would refuse the trials'
+    progress reports, which carry config-epochs and not the searcher's metric (a searcher
+    reads the final result, which has it). Tune reads the variable at each check."""
+    key = "TUNE_DISABLE_STRICT_METRIC_CHECKING"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 def pack_trainable(config: dict, ctx: StudyContext) -> None:
@@ -66,7 +87,7 @@ def _tune_callback(progress: Progress, method: str | None):
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             if "configs" in result:
-                progress.finish_pack(trial.trial_id, int(result["configs"]))
+                progress.finish_pack(trial.trial_id)
             elif "units" in result:
                 progress.advance(trial.trial_id, float(result["units"]))
 
