@@ -5,6 +5,11 @@ with status "ok" count. The plot and report writers are the only functions that 
 files, and only into the path or folder they are given.
 """
 
+from fairdp.analysis._intervals import (
+    bootstrap_intervals,
+    seed_intervals,
+    supported_differences,
+)
 from fairdp.analysis._pareto import (
     constrained_select,
     dto_minmax_select,
@@ -44,6 +49,9 @@ from fairdp.analysis._select import (
 from fairdp.analysis._tables import format_table, render_table, sweep_tables
 
 __all__ = [
+    "bootstrap_intervals",
+    "seed_intervals",
+    "supported_differences",
     "FAIRNESS_METRICS",
     "aggregate_seeds",
     "constrained_select",
