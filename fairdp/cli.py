@@ -156,7 +156,7 @@ def _cmd_audit(args) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
+def _draws(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -407,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     ana.add_argument("--ci", type=float, metavar="LEVEL",
                      help="confidence intervals at LEVEL percent, e.g. 95: the t-interval of each mean over "
                      "seeds; with --selected, a bootstrap over each selected row's test examples")
-    ana.add_argument("--draws", type=_positive_int, default=1000,
+    ana.add_argument("--draws", type=_draws, default=1000,
                      help="bootstrap resamples per row for --ci --selected (default 1000)")
     ana.set_defaults(func=_cmd_analyze)
     rep = sub.add_parser("report", help="tables, figures and a Markdown/HTML report of results")

@@ -111,6 +111,11 @@ def seed_intervals(agg: pd.DataFrame, level: float = 95.0) -> pd.DataFrame:
     return agg.assign(**extra)
 
 
+def apart(lo_a: float, hi_a: float, lo_b: float, hi_b: float) -> bool:
+    """Whether intervals [lo_a, hi_a] and [lo_b, hi_b] do not overlap: a difference they support."""
+    return hi_a < lo_b or lo_a > hi_b
+
+
 def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[str] = ("dataset",)) -> pd.DataFrame:
     """For each pair of methods within each ``group``: "<" or ">" where their intervals on
     ``metric`` (``<metric>_lo`` / ``_hi``, e.g. from ``seed_intervals``) do not overlap, "≈"
@@ -134,7 +139,7 @@ def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[
                     col.append("")
                 elif np.isnan([lo[i], hi[i], lo[j], hi[j]]).any():
                     col.append("?")
-                elif hi[i] < lo[j] or lo[i] > hi[j]:
+                elif apart(lo[i], hi[i], lo[j], hi[j]):
                     col.append("<" if mean[i] < mean[j] else ">")
                 else:
                     col.append("≈")
@@ -190,6 +195,6 @@ def not_distinguishable(intervals: pd.DataFrame, metric: str, direction: str,
         if np.isnan(lo[best]) or np.isnan(hi[best]):
             continue
         for i in idx:
-            if i != best and not np.isnan(lo[i]) and not (hi[i] < lo[best] or lo[i] > hi[best]):
+            if i != best and not np.isnan(lo[i]) and not apart(lo[i], hi[i], lo[best], hi[best]):
                 out[i] = True
     return out

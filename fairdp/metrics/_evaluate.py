@@ -10,12 +10,8 @@ import numpy as np
 from fairdp import schema
 from fairdp.data import Dataset
 from fairdp.engine import PackResult
-from fairdp.metrics._fairness import accuracy, ap_gap, confusion, dp_gap, eo_gap, grms, tpr_gap
+from fairdp.metrics._fairness import confusion, scores_from_confusion
 from fairdp.metrics._probes import ProbeSettings, leakage, mdl, uniform_codelength
-
-# every fairness metric of the vocabulary, as (y, y_pred, s) -> gap; dp_gap ignores y
-FAIRNESS = {"tpr_gap": tpr_gap, "grms": grms, "dp_gap": lambda y, pred, s, **kw: dp_gap(pred, s, **kw),
-            "eo_gap": eo_gap, "ap_gap": ap_gap}
 
 
 def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = True, with_mdl: bool = True,
@@ -35,27 +31,26 @@ def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = Tru
     probe = probe or ProbeSettings()
     k = len(result.configs)
     cols: dict[str, np.ndarray] = {"best_epoch": result.best_epoch}
+    counts = {}
     for split in schema.SPLITS:
-        y, s = data.split(split).y, data.split(split).s
-        pred = result.predictions[split]
-        kw = {"n_classes": data.n_classes, "n_groups": data.n_groups}
-        cols[f"{split}_accuracy"] = accuracy(y, pred)
-        for name, fn in FAIRNESS.items():
-            cols[f"{split}_{name}"] = fn(y, pred, s, **kw)
+        part = data.split(split)
+        # one count per split; accuracy and every fairness gap are functions of it
+        counts[split] = confusion(part.y, result.predictions[split], part.s, n_classes=data.n_classes,
+                                  n_groups=data.n_groups).reshape(k, data.n_groups, data.n_classes, data.n_classes)
+        scores = scores_from_confusion(counts[split])
+        for name in ("accuracy", *schema.FAIRNESS_METRICS):
+            cols[f"{split}_{name}"] = scores[name]
     reps = result.representations
     s_valid, s_test = data.split("valid").s, data.split("test").s
     cols["leakage"] = (leakage(reps["valid"], s_valid, reps["test"], s_test, probe, n_groups=data.n_groups)
                        if with_leakage else np.full(k, math.nan))
     cols["mdl"] = mdl(reps["test"], s_test, probe, n_groups=data.n_groups) if with_mdl else np.full(k, math.nan)
     cols["mdl_uniform"] = np.full(k, uniform_codelength(len(s_test), data.n_groups) if with_mdl else math.nan)
-    test = data.split("test")
-    counts = confusion(test.y, result.predictions["test"], test.s, n_classes=data.n_classes,
-                       n_groups=data.n_groups).reshape(k, data.n_groups, data.n_classes, data.n_classes)
     rows = []
     for i in range(k):
         row = {name: (int(v[i]) if name == "best_epoch" else float(v[i])) for name, v in cols.items()}
         eps_formal, delta = result.privacy[i]
         row.update(eps_formal=float(eps_formal), delta=float(delta))
-        row[schema.TEST_CONFUSION] = json.dumps(counts[i].tolist(), separators=(",", ":"))
+        row[schema.TEST_CONFUSION] = json.dumps(counts["test"][i].tolist(), separators=(",", ":"))
         rows.append(row)
     return rows

@@ -130,9 +130,9 @@ class EtaModel:
                   for p in self.running.values() if (r := p.rate()) is not None]
         return sum(starts) / len(starts) if starts else 0.0
 
-    def reference_scale(self) -> float | None:
-        """Measured cost over reference cost, on the methods that have both."""
-        per, _ = self.costs()
+    def reference_scale(self, per: dict[str, float]) -> float | None:
+        """Measured cost over reference cost, on the methods that have both (``per``: the
+        measured costs, from ``costs``)."""
         both = [m for m in per if self.reference.get(m, 0) > 0]
         if not both:
             return None
@@ -143,7 +143,7 @@ class EtaModel:
         per, pooled = self.costs()
         if pooled is None:
             return None
-        scale = self.reference_scale()
+        scale = self.reference_scale(per)
         fixed = self.fixed_time()
 
         def cost(method: str) -> float:
