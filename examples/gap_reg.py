@@ -18,6 +18,8 @@ LAM_GAP = HyperParam("lam_gap", low=0.0, doc="weight of the demographic-parity g
 
 
 class GapRegStep(RepresentationStep):
+    per_config_attributes = ("lam_gap",)  # what a pruned pack keeps of the survivors' state
+
     def __init__(self, ctx, spec):
         super().__init__(ctx, spec)
         self.lam_gap = ctx.per_config("lam_gap")  # (K,): one weight per config of the pack

@@ -211,9 +211,15 @@ def _cmd_search(args) -> int:
           f"study; {summary.wall_s:.0f} s; rows in {summary.results}, Optuna journal {summary.journal}\n")
     print(f"Pareto front of {search.method} over "
           + ", ".join(f"{k} ({v})" for k, v in search.objectives.items())
+          + (f", feasible under {'; '.join(map(str, search.constraints))}" if search.constraints else "")
           + f": {len(summary.front)} configs\n")
-    cols = [c for c in summary.front.columns if c not in ("method", "seed")]
+    cols = [c for c in summary.front.columns if c not in ("method", "seed", "feasible")]
     _print_table(tuple(cols), [tuple(_fmt(v) for v in row) for row in summary.front[cols].itertuples(index=False)])
+    if len(summary.history):
+        print("\nnormalised hypervolume of the feasible front (reference: each objective's worst value)\n")
+        _print_table(("trials", "feasible", "front", "hypervolume"),
+                     [(r.trials, r.feasible_trials, r.front_size, f"{r.hypervolume:.4f}")
+                      for r in summary.history.itertuples(index=False)])
     return 0
 
 
@@ -238,6 +244,7 @@ def _cmd_analyze(args) -> int:
         selected_configs,
     )
     from fairdp.analysis._intervals import check_level, seed_intervals, selected_with_intervals
+    from fairdp.analysis._release import has_release_events, released_guarantees
 
     level = check_level(args.ci, "--ci") if args.ci is not None else None
     df = _load_rows(args.dirs)
@@ -245,6 +252,8 @@ def _cmd_analyze(args) -> int:
         warnings.simplefilter("always")
         selected = select_by_rt(df, rt=args.rt, fairness=args.fairness, by=args.by)
         if args.selected:
+            if has_release_events(df):
+                selected = released_guarantees(df, selected, args.rt, args.by)
             table = selected_configs(selected, args.fairness)
             if level is not None:
                 table = selected_with_intervals(selected, table, args.fairness, level, args.draws)
@@ -306,15 +315,30 @@ def _cmd_report(args) -> int:
     if reason:
         raise InputError(f"-o: {reason}")
     df = _load_rows(args.dirs)
+    history, grid = _search_histories(args.dirs, args.compare_grid)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by,
-                             ci=None if args.no_ci else args.ci)
+                             ci=None if args.no_ci else args.ci, search_history=history, grid=grid)
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
     for p in paths:
         print(p)
     return 0
+
+
+def _search_histories(dirs: list[str], grid_dirs: list[str] | None):
+    """The hypervolume histories a search wrote beside ``dirs`` (None when there is none),
+    and the rows of ``--compare-grid`` directories (None when not given)."""
+    from fairdp.study._search import read_hypervolume_histories
+
+    history = read_hypervolume_histories(*dirs)
+    if not grid_dirs:
+        return history, None
+    if history is None:
+        raise InputError(f"--compare-grid: no search hypervolume history (<DIR>.hypervolume-<method>.parquet) "
+                         f"beside {', '.join(dirs)}; give a search's results directory as DIR")
+    return history, _load_rows(grid_dirs)
 
 
 def _print_results(location: str, fairness: str, rt: float, by=()) -> None:
@@ -422,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--ci", type=float, default=95.0, metavar="LEVEL",
                      help="confidence level of the intervals, percent (default 95)")
     rep.add_argument("--no-ci", action="store_true", help="no confidence intervals")
+    rep.add_argument("--compare-grid", action="append", metavar="GRID_DIR",
+                     help="a grid study's results: the search progress section sets each search's hypervolume "
+                     "per generation against the grid front's (same dataset, method, seed, epochs); repeatable")
     rep.set_defaults(func=_cmd_report)
     return p
 

@@ -50,16 +50,26 @@ IDENTITY_COLUMNS = (("study", "string"), ("dataset", "string"), ("method", "stri
 # a function of them, so a row can be bootstrapped without its predictions.
 TEST_CONFUSION = "test_confusion"
 COUNT_COLUMNS = ((TEST_CONFUSION, "string"),)
+# The config's dp-accounting DpEvent and neighbouring relation, JSON (null for a method without
+# an accountant's guarantee), and the study's random trial count (null: every grid config was
+# trained): what ``eps_released``, the guarantee of releasing a selection, is composed from.
+PRIVACY_EVENT = "privacy_event"
+TUNING = "tuning"
+RELEASE_COLUMNS = ((PRIVACY_EVENT, "string"), (TUNING, "string"))
 
+# pruned_at: the rung epoch after which a study's ``prune:`` stopped the config (its metrics
+# are its best epoch up to there); null for a config trained every epoch, and absent from
+# result sets written before pruning existed.
 PROVENANCE_COLUMNS = (
-    ("best_epoch", "int64"), ("epochs", "int64"), ("optimizer", "string"), ("lr", "float64"), ("precision", "string"),
+    ("best_epoch", "int64"), ("pruned_at", "int64"), ("epochs", "int64"), ("optimizer", "string"),
+    ("lr", "float64"), ("precision", "string"),
     ("architecture", "string"), ("probe", "string"), ("duration_s", "float64"), ("pack_id", "string"),
     ("pack_size", "int64"), ("pack_duration_s", "float64"), ("status", "string"), ("error", "string"),
     ("fairdp_version", "string"), ("node", "string"), ("finished_at", "timestamp[ms, UTC]"),
 )
 FIXED_COLUMNS = (
     *(name for name, _ in IDENTITY_COLUMNS), *METRIC_COLUMNS, *(name for name, _ in COUNT_COLUMNS),
-    *(name for name, _ in PROVENANCE_COLUMNS),
+    *(name for name, _ in RELEASE_COLUMNS), *(name for name, _ in PROVENANCE_COLUMNS),
 )
 """Every column that is not a hyperparameter; a hyperparameter may not take one of these names."""
 
@@ -86,6 +96,7 @@ def hyperparameter_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
 
 def result_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
     """(name, type) of every column of a result row, in order: identity, hyperparameters,
-    metrics (float64), the test split's confusion counts, provenance."""
+    metrics (float64), the test split's confusion counts, the privacy event and trial count,
+    provenance."""
     return [*IDENTITY_COLUMNS, *hyperparameter_columns(hyperparams),
-            *((m, "float64") for m in METRIC_COLUMNS), *COUNT_COLUMNS, *PROVENANCE_COLUMNS]
+            *((m, "float64") for m in METRIC_COLUMNS), *COUNT_COLUMNS, *RELEASE_COLUMNS, *PROVENANCE_COLUMNS]

@@ -248,6 +248,30 @@ def test_privacy_hook_matches_an_independent_computation(name, data, packs):
         assert all(delta == 0.0 for _, delta in result.privacy)  # pure eps-LDP
 
 
+@pytest.mark.parametrize("name", method_names())
+def test_a_stored_privacy_event_is_the_guarantee_the_row_reports(name, data, packs):
+    """What eps_released composes: a method with an accountant's guarantee stores its event, and
+    the event is worth the row's eps (PF-LD and DP-SGD by the accountant; k-RR by its
+    keep/other probability ratio, written out here); other methods store none."""
+    from fairdp.privacy import composed_epsilon, event_from_json
+
+    method = get_method(name)
+    result = packs(name)
+    assert len(result.privacy_events) == len(result.configs)
+    for (eps, delta), blob in zip(result.privacy, result.privacy_events):
+        if method.privacy_scope != "central" and name != "private_reductions":
+            assert blob is None
+            continue
+        event, relation = event_from_json(blob)
+        if name == "private_reductions":
+            k, p = event.num_buckets, event.noise_parameter
+            assert relation == "replace_one" and k == data.n_groups
+            assert math.log((1 - p + p / k) / (p / k)) == pytest.approx(eps, rel=1e-9)
+        else:
+            assert relation == "add_or_remove_one"
+            assert composed_epsilon([event], relation, delta) == pytest.approx(eps, rel=1e-12)
+
+
 # -- the optimiser a method declares is the one its step builds --------------------------------
 
 @pytest.mark.parametrize("name", method_names())

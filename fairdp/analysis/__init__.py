@@ -21,6 +21,7 @@ from fairdp.analysis._pareto import (
 from fairdp.analysis._plots import (
     default_direction,
     figure_fairness_accuracy_bins,
+    figure_hypervolume_history,
     figure_leakage_vs_eps,
     figure_pareto_fronts,
     figure_privacy_accuracy,
@@ -28,6 +29,7 @@ from fairdp.analysis._plots import (
     figure_violation_accuracy_by_eps,
     legend_labels,
     plot_fairness_accuracy_bins,
+    plot_hypervolume_history,
     plot_leakage_vs_eps,
     plot_pareto_fronts,
     plot_privacy_accuracy,
@@ -36,6 +38,12 @@ from fairdp.analysis._plots import (
 )
 from fairdp.analysis._report import write_report
 from fairdp.analysis._rows import FAIRNESS_METRICS
+from fairdp.analysis._search_progress import (
+    hypervolume_history,
+    normalised_hypervolume,
+    search_progress,
+    search_vs_grid,
+)
 from fairdp.analysis._select import (
     aggregate_seeds,
     fairness_accuracy_bins,
@@ -60,6 +68,12 @@ __all__ = [
     "dto_select",
     "fairness_accuracy_bins",
     "figure_fairness_accuracy_bins",
+    "figure_hypervolume_history",
+    "hypervolume_history",
+    "normalised_hypervolume",
+    "plot_hypervolume_history",
+    "search_progress",
+    "search_vs_grid",
     "figure_leakage_vs_eps",
     "figure_pareto_fronts",
     "figure_privacy_accuracy",

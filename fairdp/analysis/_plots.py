@@ -273,6 +273,37 @@ def figure_pareto_fronts(
     return _finish(fig, handles, "Pareto fronts (all seeds pooled)")
 
 
+def figure_hypervolume_history(progress: pd.DataFrame) -> Figure | None:
+    """Normalised hypervolume of each search's feasible front against its trials (what
+    Optuna's ``plot_hypervolume_history`` draws), one panel per dataset, one colour per
+    method; a dashed level of the same colour is the grid's front when ``progress`` has
+    ``grid_hypervolume`` (``search_progress`` with grid rows)."""
+    progress = as_frame(progress, "progress")
+    require_columns(progress, ["dataset", "method", "seed", "trials", "hypervolume"], "progress")
+    if progress.empty:
+        return None
+    datasets = sorted(progress["dataset"].astype(str).unique())
+    colors = _colors(sorted(progress["method"].astype(str).unique()))
+    fig, axes = _new_figure(len(datasets), 1)
+    handles: dict[str, object] = {}
+    for i, ds in enumerate(datasets):
+        ax = axes[i, 0]
+        part = progress[progress["dataset"].astype(str) == ds]
+        for (method, _seed), g in part.groupby(["method", "seed"], sort=True):
+            c = colors[str(method)]
+            g = g.sort_values("trials")
+            (line,) = ax.plot(g["trials"], g["hypervolume"], marker="o", ms=4, color=c, label=str(method))
+            handles.setdefault(str(method), line)
+            grid_hv = g["grid_hypervolume"].iloc[0] if "grid_hypervolume" in g.columns else np.nan
+            if pd.notna(grid_hv):
+                (level,) = ax.plot([g["trials"].min(), g["trials"].max()], [grid_hv, grid_hv], ls="--", color=c)
+                handles.setdefault(f"{method} grid ({int(g['grid_configs'].iloc[0])} configs)", level)
+        ax.set_xlabel("complete trials")
+        ax.set_ylabel("hypervolume (normalised)")
+        ax.set_title(ds, fontsize=9)
+    return _finish(fig, handles, "Feasible-front hypervolume")
+
+
 def save_png(fig: Figure, path: PathLike) -> Path:
     """Write ``fig`` as a PNG at ``path`` atomically (hidden temp file, then os.replace)."""
     path = Path(path)
@@ -318,3 +349,8 @@ def plot_pareto_fronts(
 ) -> Path | None:
     """Write ``figure_pareto_fronts`` as a PNG at ``path``; None if no pair can be drawn."""
     return _write(figure_pareto_fronts(df, pairs, directions), path)
+
+
+def plot_hypervolume_history(progress: pd.DataFrame, path: PathLike) -> Path | None:
+    """Write ``figure_hypervolume_history`` as a PNG at ``path``; None if there is no history."""
+    return _write(figure_hypervolume_history(progress), path)

@@ -34,13 +34,16 @@ from fairdp.analysis._pareto import hypervolume, pareto_front
 from fairdp.analysis._plots import (
     default_direction,
     plot_fairness_accuracy_bins,
+    plot_hypervolume_history,
     plot_leakage_vs_eps,
     plot_pareto_fronts,
     plot_privacy_accuracy,
     plot_rt_sweep,
     plot_violation_accuracy_by_eps,
 )
+from fairdp.analysis._release import has_release_events, release_summary, released_guarantees
 from fairdp.analysis._rows import RUN_KEYS, as_frame, check_by, check_fairness, check_rt, eps_scope
+from fairdp.analysis._search_progress import search_progress
 from fairdp.analysis._select import (
     aggregate_seeds,
     fairness_accuracy_bins,
@@ -72,6 +75,8 @@ FIGURES = {
     "leakage_vs_eps": "Leakage of every config against ε",
     "violation_accuracy_eps": "Test violation and accuracy against ε per fairness notion (Tran et al. Figs. 1-2)",
     "pareto_fronts": "Pareto fronts of validation accuracy, fairness and leakage (all seeds pooled)",
+    "hypervolume_history": "Normalised hypervolume of each search's feasible front against its trials "
+                           "(dashed: the grid's front)",
 }
 
 # Percent metrics have natural worst values, which make a reference point independent of
@@ -192,6 +197,40 @@ def _pareto_summary(rows: pd.DataFrame, fairness: str) -> pd.DataFrame | None:
     })
 
 
+def _progress_table(progress: pd.DataFrame) -> pd.DataFrame:
+    """``search_progress`` as display strings, one row per (search, generation)."""
+    out = pd.DataFrame({
+        "Dataset": progress["dataset"].astype(str),
+        "Method": progress["method"].astype(str),
+        "Seed": progress["seed"].astype(str),
+        "Constraints": [", ".join(json.loads(c)) or "-" for c in progress["constraints"]],
+        "Trials": progress["trials"].astype(str),
+        "Feasible": progress["feasible_trials"].astype(str),
+        "Front": progress["front_size"].astype(str),
+        "Hypervolume": [f"{v:.4f}" for v in progress["hypervolume"]],
+    })
+    if "grid_hypervolume" in progress.columns:
+        out["Grid configs"] = progress["grid_configs"].astype(str)
+        out["Grid hypervolume"] = [f"{v:.4f}" if pd.notna(v) else "-" for v in progress["grid_hypervolume"]]
+        out["Ratio"] = [f"{v:.3f}" if pd.notna(v) else "-" for v in progress["ratio"]]
+    return out
+
+
+def _pruning_sentence(ok: pd.DataFrame) -> str:
+    """How many configs a study's ``prune:`` stopped at each rung, per method; "" when none
+    was (result sets from before pruning have no ``pruned_at`` column)."""
+    if "pruned_at" not in ok.columns or not ok["pruned_at"].notna().any():
+        return ""
+    parts = []
+    for (dataset, method), rows in ok.groupby(["dataset", "method"], sort=True):
+        stopped = rows["pruned_at"].dropna().astype(int).value_counts().sort_index()
+        if len(stopped):
+            at = ", ".join(f"{n} after epoch {epoch}" for epoch, n in stopped.items())
+            parts.append(f"{dataset}/{method}: {at}, of {len(rows)} rows")
+    return ("Pruned inside packs (prune:): configs dominated on valid accuracy and the selection gap at a rung "
+            "stopped there and report their best epoch up to it; " + "; ".join(parts) + ".")
+
+
 def _overview(df: pd.DataFrame, ok: pd.DataFrame) -> list[tuple[str, str]]:
     def values(col: str) -> str:
         if col not in df.columns:
@@ -220,6 +259,8 @@ def write_report(
     rts: Iterable[float] = (0, 0.5, 1, 2, 3, 5),
     by: Sequence[str] = (),
     ci: float | None = 95.0,
+    search_history: pd.DataFrame | None = None,
+    grid: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
 
@@ -232,8 +273,11 @@ def write_report(
     for none) the main table adds each mean's t-interval over seeds and marks with "≈" the
     cells whose interval overlaps the column's best method's, the selected configs add a
     bootstrap interval over their test examples, and a section tabulates which pairwise
-    differences between methods the intervals support. Returns the written paths: figures
-    first, then table.csv, report.md, report.html.
+    differences between methods the intervals support. ``search_history`` (stacked
+    ``<results>.hypervolume-<method>.parquet`` tables) adds a search-progress section: the
+    hypervolume of each search's feasible front per generation, and, with ``grid`` (a grid
+    study's rows), the grid front's hypervolume and the ratio (``search_progress``). Returns
+    the written paths: figures first, then table.csv, report.md, report.html.
     """
     df = as_frame(df)
     by = check_by(by, df)
@@ -264,6 +308,7 @@ def write_report(
                    if {"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
                    and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
         pareto = _pareto_summary(ok if fairness != NOTION_GAP else view, fairness)
+        progress = search_progress(search_history, grid) if search_history is not None else None
         pairs = [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"),
                  (f"valid_{fairness}", "leakage")]
         figures = {
@@ -275,6 +320,8 @@ def write_report(
             "privacy_accuracy": plot_privacy_accuracy(by_eps, fig_dir / "privacy_accuracy.png") if by_eps is not None else None,
             "leakage_vs_eps": plot_leakage_vs_eps(df, fig_dir / "leakage_vs_eps.png") if {"eps", "leakage"} <= set(df.columns) else None,
             "pareto_fronts": plot_pareto_fronts(view, fig_dir / "pareto_fronts.png", pairs),
+            "hypervolume_history": (plot_hypervolume_history(progress, fig_dir / "hypervolume_history.png")
+                                    if progress is not None else None),
         }
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
     for msg in notes:
@@ -302,7 +349,7 @@ def write_report(
         + (f", [the {ci:g}% t-interval of the mean over seeds]; ≈ marks a method whose interval overlaps the "
            "best method's in that column, a difference from the best that the intervals do not support. "
            if ci is not None else ". ")
-        + _probe_sentence(ok),
+        + _probe_sentence(ok) + (" " + _pruning_sentence(ok) if _pruning_sentence(ok) else ""),
         [("table", agg)],
     ))
     sections.append((
@@ -313,6 +360,17 @@ def write_report(
             selected_with_intervals(selected, selected_configs(selected, fairness), fairness, ci)
             if ci is not None else selected_configs(selected, fairness)))],
     ))
+    if has_release_events(df):
+        released = released_guarantees(df, selected, rt, by)
+        sections.append((
+            "What a selection releases",
+            "eps_formal is one config's guarantee; the selection looked at every config its run trained, so "
+            "releasing its pick is (eps_released, δ)-DP for the training data, by the bound named (composition "
+            "of every config trained, or Papernot & Steinke's repeat-and-select when the study drew a random "
+            "number of trials and selects a best-of, rt = 0). Not covered: local guarantees per representation, "
+            "the validation rows the selection reads in the clear, and releasing several picks; largest over seeds.",
+            [("display", display_strings(release_summary(released, by)))],
+        ))
     if ci is not None and (agg["n_seeds"] >= 2).any():
         sections.append((
             "Differences the intervals support",
@@ -349,6 +407,13 @@ def write_report(
                          "normalised to [0, 1] with the worst possible values (accuracy 0 %, gaps and leakage 100 %) "
                          "as reference point.",
                          [("figure", "pareto_fronts"), ("display", pareto)]))
+    if progress is not None and not progress.empty:
+        sections.append(("Search progress",
+                         "Per search, after every generation (population trials), the feasible trials (those meeting "
+                         "the search's constraints), its feasible front and that front's hypervolume, normalised with "
+                         "the same worst-value reference point (eps_formal: 20); with a grid, the hypervolume of the "
+                         "grid's feasible front under the same objectives and constraints, and the ratio.",
+                         [("figure", "hypervolume_history"), ("display", _progress_table(progress))]))
 
     overview = _overview(df, ok)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -115,7 +115,9 @@ def drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str) -> pd.DataFr
 
 
 # columns analysis functions add to result rows (select_by_rt's threshold, per_notion's gap)
-_DERIVED_COLUMNS = ("rt", *(f"{split}_{NOTION_GAP}" for split in ("valid", "test")))
+_DERIVED_COLUMNS = ("rt", *(f"{split}_{NOTION_GAP}" for split in ("valid", "test")),
+                    # released_guarantees'
+                    "eps_released", "delta_released", "trained", "released_under")
 
 
 def hyperparameter_columns(df: pd.DataFrame) -> list[str]:

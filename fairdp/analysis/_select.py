@@ -279,13 +279,16 @@ def selected_configs(selected: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     ``selected`` has one row per (dataset, method, seed), e.g. from ``select_by_rt``. Columns:
     dataset, method, seed, config_id, every hyperparameter column some selected row sets
     (NaN where a method has no such hyperparameter), then valid and test accuracy and
-    <fairness>, sorted by dataset, method, seed.
+    <fairness>, sorted by dataset, method, seed; after them eps_formal, eps_released,
+    delta_released and released_under when ``selected`` has them (``released_guarantees``).
     """
     fairness = check_fairness(fairness)
     rows = ok_rows(selected, "selected")
     metrics = ["valid_accuracy", f"valid_{fairness}", "test_accuracy", f"test_{fairness}"]
     require_columns(rows, [*RUN_KEYS, "config_id", *metrics], "selected")
     columns = [*RUN_KEYS, "config_id", *hyperparameter_columns(rows), *metrics]
+    if "eps_released" in rows.columns:  # released_guarantees' columns, beside eps_formal
+        columns += ["eps_formal", "eps_released", "delta_released", "released_under"]
     return rows[columns].sort_values(list(RUN_KEYS), kind="mergesort").reset_index(drop=True)
 
 

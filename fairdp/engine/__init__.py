@@ -2,7 +2,7 @@
 
 ``fit_pack`` is the one training loop; a neural method plugs a ``PackStep`` (its model,
 minibatch update and epoch hooks) into it. The rest are the building blocks steps use:
-packed layers and models, packed losses, per-sample clipping with noise, per-config seeds.
+packed layers and models, packed losses, per-sample clipping with noise, per-config seeds, and pruning dominated configs at rungs.
 """
 
 from fairdp.engine._arch import (
@@ -39,6 +39,7 @@ from fairdp.engine._memory import (
 from fairdp.engine._model import ModelSpec, PackedModel, layer_shapes
 from fairdp.engine._packed import PackedLinear, PackedMLP, grad_reverse
 from fairdp.engine._per_sample import add_clipped_gradients, forward_traced
+from fairdp.engine._prune import DEFAULT_KEEP, DEFAULT_MARGIN, Pruning, configs_to_stop, dominators
 from fairdp.engine._seeds import config_id, stream_seed
 from fairdp.engine._settings import (
     PRECISIONS,
@@ -53,6 +54,8 @@ from fairdp.engine._settings import (
 __all__ = [
     "ACTIVATION_COPIES",
     "CUDA_MEMORY_SHARE",
+    "DEFAULT_KEEP",
+    "DEFAULT_MARGIN",
     "EVAL_CHUNK",
     "PRECISIONS",
     "PRESETS",
@@ -67,6 +70,7 @@ __all__ = [
     "PackedLinear",
     "PackedMLP",
     "PackedModel",
+    "Pruning",
     "SplitTensors",
     "TrainSettings",
     "add_clipped_gradients",
@@ -75,9 +79,11 @@ __all__ = [
     "bytes_per_config",
     "config_chunk",
     "config_id",
+    "configs_to_stop",
     "cuda_config_chunk",
     "describe_architecture",
     "difference_loss",
+    "dominators",
     "fit_pack",
     "forward_traced",
     "full_precision",

@@ -4,7 +4,9 @@
 into chunks of configs (``config_chunk``), the epochs, the minibatch order (shared by every
 config of a seed), evaluation on the valid split after each epoch, keeping each config's
 best-validation epoch (or the last, for methods whose algorithm returns it), progress
-callbacks, and the pack's outputs (predictions and attacker-visible representations).
+callbacks, the pack's outputs (predictions and attacker-visible representations), and, when
+``TrainSettings.prune`` asks, stopping dominated configs at rung epochs (``_prune``; a stopped
+config is cut out of the step with ``PackStep.subset``, so it costs nothing afterwards).
 
 A step supplies the method: its model (every parameter with a leading config axis K), its
 optimiser, the update for one minibatch (by default: the loss it returns, backpropagated),
@@ -17,6 +19,7 @@ it would have alone.
 
 from __future__ import annotations
 
+import copy
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -32,6 +35,7 @@ from fairdp.data import Dataset
 from fairdp.engine._arch import Architecture
 from fairdp.engine._losses import per_config_accuracy
 from fairdp.engine._memory import config_chunk
+from fairdp.engine._prune import Pruning, configs_to_stop, valid_gaps
 from fairdp.engine._seeds import stream_seed
 from fairdp.engine._settings import (
     TrainSettings,
@@ -98,6 +102,16 @@ class PackContext:
         """Hyperparameter ``key`` of every config as a (K,) tensor of the training dtype."""
         return torch.tensor([float(c[key]) for c in self.configs], device=self.device, dtype=self.dtype)
 
+    def subset(self, index: list[int]) -> PackContext:
+        """The context of configs ``index`` of this one, in that order, continuing their random
+        streams: the generators are the same objects, so the subset draws what the whole pack
+        would have drawn for those configs."""
+        sub = PackContext(self.data, [self.configs[i] for i in index], [self.config_ids[i] for i in index],
+                          self.seed, self.settings, self.arch, self.device)
+        sub._generators = {stream: [gens[i] for i in index] for stream, gens in self._generators.items()}
+        sub._splits = self._splits
+        return sub
+
     def split(self, name: str) -> SplitTensors:
         if name not in self._splits:
             part = self.data.split(name)
@@ -118,6 +132,12 @@ class PackStep(ABC):
     # "best": each config keeps the epoch with its best valid accuracy (FEDERATE D.4);
     # "last": the model after the last epoch (Tran et al.'s Algorithm 1 returns it).
     selection: ClassVar[str] = "best"
+    # Attributes of this class (each class declares its own; ``subset`` gathers them over the
+    # class's bases) that hold one entry per config along their first axis: tensors, arrays or
+    # lists. Per-config state of another shape is sliced in ``slice_state``. A class that sets
+    # up state in ``__init__`` must declare one or the other, even empty, before a pack of it
+    # can be pruned (``subset``): state nobody slices would silently broadcast over survivors.
+    per_config_attributes: ClassVar[tuple[str, ...]] = ()
     model: nn.Module
 
     def __init__(self, ctx: PackContext):
@@ -157,6 +177,26 @@ class PackStep(ABC):
         """Method-specific per-config arrays (K,) to report, e.g. PF-LD's clipped fractions."""
         return {}
 
+    def slice_state(self, index: list[int]) -> None:  # noqa: B027 - an optional hook
+        """Keep configs ``index`` of per-config state that ``per_config_attributes`` cannot
+        describe (another axis, a mapping by notion). Called on the new step, whose ``ctx``,
+        ``model`` and declared attributes are already the subset's."""
+
+    def subset(self, index: list[int]) -> PackStep:
+        """A step training configs ``index`` of this one (ascending positions) from where they
+        are: their parameters, per-config state and random streams, so each continues exactly
+        as it would have in the whole pack. This step is left as it was."""
+        declared = _per_config_attributes(type(self))
+        step = copy.copy(self)
+        step.ctx = self.ctx.subset(index)
+        step.model = _sliced_module(self.model, index)
+        for name in declared:
+            value = getattr(self, name)
+            if value is not None:
+                setattr(step, name, _take(value, index))
+        step.slice_state(index)
+        return step
+
 
 @dataclass
 class PackResult:
@@ -172,7 +212,12 @@ class PackResult:
     model: nn.Module | None = field(default=None, repr=False)  # the trained pack when it was one chunk
     # (eps, delta) of each config, from the method's privacy hook (``Method.train_pack`` sets it)
     privacy: tuple | None = None
+    # each config's dp_accounting event as JSON, None where the method has none (``Method.train_pack``)
+    privacy_events: tuple | None = None
     diagnostics: dict = field(default_factory=dict)  # method-specific per-config arrays
+    # (K,) the rung epoch at which each config stopped, 0 for one trained every epoch; None
+    # when the pack was not pruned (``TrainSettings.prune`` unset)
+    pruned_at: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -218,6 +263,15 @@ class BestEpochs:
         for p, best in zip(self.params, self.state):
             p.copy_(best)
 
+    def subset(self, index: list[int], params: list[nn.Parameter]) -> BestEpochs:
+        """The record of configs ``index``, now tracking ``params`` (the subset step's)."""
+        kept = copy.copy(self)
+        rows = torch.as_tensor(index, dtype=torch.long)
+        kept.params = params
+        kept.best_acc, kept.best_epoch, kept.history = self.best_acc[rows], self.best_epoch[index], self.history[index]
+        kept.state = [s[rows.to(s.device)].clone() for s in self.state]
+        return kept
+
 
 def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, configs: list[dict],
              config_ids: list[str], seed: int, settings: TrainSettings, arch: Architecture, *,
@@ -227,7 +281,10 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
 
     ``shapes`` are the (fan_in, fan_out) of one config's linear layers, from which the chunk
     size follows (``config_chunk``); ``splits_out`` are the splits whose predictions and
-    representations the result keeps.
+    representations the result keeps. With ``settings.prune`` the chunks train side by side,
+    epoch by epoch, so that at each rung the whole pack's configs are compared (``_prune``);
+    the configs that stop are taken out of their chunk's model and optimiser, so they cost
+    nothing afterwards.
     """
     if settings.epochs < 1:
         raise ValueError("fit_pack needs at least one epoch")
@@ -239,69 +296,234 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
                          eval_rows=min(EVAL_CHUNK, max(len(v) for v in data.splits.values())),
                          kept_rows=sum(len(data.splits[n]) for n in splits_out),
                          representation_dim=max(b for _, b in shapes))
+    rungs = [r for r in settings.prune.rungs if r < settings.epochs] if settings.prune is not None else []
+    pruning = settings.prune if rungs else None
     t0 = time.perf_counter()
-    parts = []
+    pieces: list[tuple[np.ndarray, PackResult]] = []  # (pack positions, their outcomes)
     with matmul_precision(resolve_precision(settings, device), device):
-        for i in range(0, k, chunk):
+        starts = range(0, k, chunk)
+
+        def start(i: int) -> _ChunkTraining:
             ctx = PackContext(data, configs[i:i + chunk], config_ids[i:i + chunk], seed, settings, arch, device)
-            parts.append(_fit_chunk(make_step(ctx), splits_out, callback))
-    if len(parts) == 1:
-        return parts[0]
+            return _ChunkTraining(make_step(ctx), np.arange(i, min(i + chunk, k)), splits_out, callback, pruning)
+
+        if pruning is None:  # one chunk after another: only one chunk's state is alive at a time
+            for i in starts:
+                run = start(i)
+                for epoch in range(settings.epochs):
+                    run.train_epoch(epoch)
+                pieces.append(run.finish())
+        else:
+            runs = [start(i) for i in starts]
+            for epoch in range(settings.epochs):
+                for run in runs:
+                    if run.active:
+                        run.train_epoch(epoch)
+                if epoch + 1 in rungs:
+                    pieces += _prune_rung([r for r in runs if r.active], pruning, epoch + 1)
+            pieces += [run.finish() for run in runs if run.active]
+    if len(pieces) == 1:  # one chunk, nothing stopped early: its result, model included
+        return pieces[0][1]
+    return _assemble(pieces, list(configs), splits_out, time.perf_counter() - t0, pruning is not None)
+
+
+def _prune_rung(runs: list[_ChunkTraining], pruning: Pruning, rung: int) -> list[tuple[np.ndarray, PackResult]]:
+    """Compare every config still training in the pack and stop the dominated ones."""
+    accuracy, gap = (np.concatenate(parts) for parts in zip(*(run.objectives() for run in runs)))
+    stop = set(configs_to_stop(accuracy, gap, pruning))
+    out, offset = [], 0
+    for run in runs:
+        local = [i for i in range(run.k) if offset + i in stop]
+        offset += run.k
+        if local:
+            out.append(run.stop(local, rung))
+    return out
+
+
+def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], splits_out: tuple[str, ...],
+              duration_s: float, pruned: bool) -> PackResult:
+    """One result in pack order from outcomes of pieces of the pack (chunks, pruned configs)."""
+    position = np.concatenate([index for index, _ in pieces])
+    order = np.argsort(position, kind="stable")
+    parts = [part for _, part in pieces]
+
+    def stacked(arrays):
+        return np.concatenate(arrays)[order]
+
+    keys = parts[0].diagnostics
     return PackResult(
-        configs=list(configs),
-        best_epoch=np.concatenate([p.best_epoch for p in parts]),
-        valid_accuracy_history=np.concatenate([p.valid_accuracy_history for p in parts]),
-        predictions={n: np.concatenate([p.predictions[n] for p in parts]) for n in splits_out},
-        representations={n: np.concatenate([p.representations[n] for p in parts]) for n in splits_out},
-        duration_s=time.perf_counter() - t0,
+        configs=configs,
+        best_epoch=stacked([p.best_epoch for p in parts]),
+        valid_accuracy_history=stacked([p.valid_accuracy_history for p in parts]),
+        predictions={n: stacked([p.predictions[n] for p in parts]) for n in splits_out},
+        representations={n: stacked([p.representations[n] for p in parts]) for n in splits_out},
+        duration_s=duration_s,
         precision=parts[0].precision,
-        diagnostics={key: np.concatenate([p.diagnostics[key] for p in parts]) for key in parts[0].diagnostics},
+        diagnostics={key: stacked([p.diagnostics[key] for p in parts]) for key in keys},
+        pruned_at=stacked([p.pruned_at for p in parts]) if pruned else None,
     )
 
 
-def _fit_chunk(step: PackStep, splits_out: tuple[str, ...], callback) -> PackResult:
-    t0 = time.perf_counter()
-    ctx, settings = step.ctx, step.ctx.settings
-    if step.selection not in SELECTIONS:
-        raise ValueError(f"{type(step).__name__}.selection must be one of {SELECTIONS}")
-    train, y_valid = ctx.split("train"), ctx.split("valid").y
-    x_train, x_valid = step.inputs("train"), step.inputs("valid")
-    n_train = x_train.shape[0]
-    optimizer = step.optimizer()
-    order = torch.Generator(device="cpu").manual_seed(ctx.seed)  # shared minibatch order within a seed
-    best = BestEpochs(list(step.model.parameters()), settings.epochs) if step.selection == "best" else None
-    history = np.zeros((ctx.k, settings.epochs))
-    for epoch in range(settings.epochs):
+class _ChunkTraining:
+    """One chunk of configs in training: its step, optimiser, minibatch order and record of
+    each config's best epoch; ``index`` are the pack positions of the configs it still trains.
+
+    ``pruning`` (None: off) also keeps, per config, the valid fairness gap of the model it
+    would report if it stopped now, which rungs compare.
+    """
+
+    def __init__(self, step: PackStep, index: np.ndarray, splits_out: tuple[str, ...], callback,
+                 pruning: Pruning | None):
+        if step.selection not in SELECTIONS:
+            raise ValueError(f"{type(step).__name__}.selection must be one of {SELECTIONS}")
+        self.t0 = time.perf_counter()
+        self.step, self.index, self.splits_out, self.callback, self.pruning = step, index, splits_out, callback, pruning
+        ctx, epochs = step.ctx, step.ctx.settings.epochs
+        if pruning is not None:
+            _per_config_attributes(type(step))  # refuse, before training, a step pruning cannot slice
+        self.optimizer = step.optimizer()
+        self.order = torch.Generator(device="cpu").manual_seed(ctx.seed)  # shared minibatch order within a seed
+        self.best = BestEpochs(list(step.model.parameters()), epochs) if step.selection == "best" else None
+        self.history = np.zeros((ctx.k, epochs))
+        self.gap = np.full(ctx.k, np.nan)
+        self.epochs_done = 0
+
+    @property
+    def k(self) -> int:
+        return len(self.index)
+
+    @property
+    def active(self) -> bool:
+        return self.k > 0
+
+    def train_epoch(self, epoch: int) -> None:
+        step, ctx = self.step, self.step.ctx
+        settings, train = ctx.settings, ctx.split("train")
+        x_train = step.inputs("train")
         step.model.train()
         step.begin_epoch(epoch)
-        perm = torch.randperm(n_train, generator=order).to(ctx.device)
-        for start in range(0, n_train, settings.batch_size):
+        perm = torch.randperm(x_train.shape[0], generator=self.order).to(ctx.device)
+        for start in range(0, x_train.shape[0], settings.batch_size):
             idx = perm[start:start + settings.batch_size]
             with autocast(ctx.precision, ctx.device):
-                step.update(Batch(idx, x_train[idx], train.y[idx], train.s[idx]), optimizer)
+                step.update(Batch(idx, x_train[idx], train.y[idx], train.s[idx]), self.optimizer)
         step.end_epoch(epoch)
-        accuracy = per_config_accuracy(_evaluate(step, x_valid)[1], y_valid)
-        if best is not None:
-            best.update(epoch, accuracy)
+        predictions = _evaluate(step, step.inputs("valid"))[1]
+        accuracy = per_config_accuracy(predictions, ctx.split("valid").y)
+        kept = accuracy > self.best.best_acc if self.best is not None else torch.ones(ctx.k, dtype=torch.bool)
+        if self.best is not None:
+            self.best.update(epoch, accuracy)
+            self.history = self.best.history
         else:
-            history[:, epoch] = accuracy.numpy()
-        if callback is not None:
-            callback(EpochReport(epoch + 1, settings.epochs, ctx.k, accuracy.numpy()))
-    if best is not None:
-        best.restore()
-        history, best_epoch = best.history, best.best_epoch
-    else:
-        best_epoch = np.full(ctx.k, settings.epochs, dtype=np.int64)
-    predictions, representations = {}, {}
-    for name in splits_out:
-        reps, preds = _evaluate(step, step.inputs(name), keep_representations=True)
-        predictions[name] = preds.cpu().numpy()
-        # bf16 representations are widened: probes and numpy read fp32
-        representations[name] = (reps.float() if reps.dtype == torch.bfloat16 else reps).cpu().numpy()
-    return PackResult(configs=list(ctx.configs), best_epoch=best_epoch, valid_accuracy_history=history,
-                      predictions=predictions, representations=representations,
-                      duration_s=time.perf_counter() - t0, precision=ctx.precision, model=step.model,
-                      diagnostics=step.diagnostics())
+            self.history[:, epoch] = accuracy.numpy()
+        if self.pruning is not None:
+            gap = valid_gaps(predictions.cpu().numpy(), ctx.data, ctx.configs, self.pruning.fairness)
+            self.gap = np.where(kept.numpy(), gap, self.gap)
+        self.epochs_done = epoch + 1
+        if self.callback is not None:
+            self.callback(EpochReport(epoch + 1, settings.epochs, ctx.k, accuracy.numpy()))
+
+    def objectives(self) -> tuple[np.ndarray, np.ndarray]:
+        """(valid accuracy, valid gap) of the model each config would report if it stopped now."""
+        accuracy = self.best.best_acc.numpy() if self.best is not None else self.history[:, self.epochs_done - 1]
+        return np.asarray(accuracy, dtype=float), self.gap
+
+    def stop(self, local: list[int], rung: int) -> tuple[np.ndarray, PackResult]:
+        """Stop configs ``local`` (positions in this chunk) after ``rung``: their outcomes from
+        the model they would report now; the others go on in a step without them."""
+        rest = [i for i in range(self.k) if i not in set(local)]
+        stopped = self.step.subset(local)
+        best = self.best.subset(local, list(stopped.model.parameters())) if self.best is not None else None
+        history = self.history[local].copy()
+        history[:, rung:] = np.nan  # epochs it never trained
+        piece = self._outcome(stopped, best, history, np.full(len(local), rung, dtype=np.int64))
+        stopped_index, self.index = self.index[local], self.index[rest]
+        if not rest:  # the whole chunk stopped: free its model and optimiser
+            self.step = self.optimizer = self.best = None
+            return stopped_index, piece
+        step = self.step.subset(rest)
+        self.optimizer = _sliced_optimizer(self.optimizer, list(self.step.model.parameters()), step, rest)
+        if self.best is not None:
+            self.best = self.best.subset(rest, list(step.model.parameters()))
+            self.history = self.best.history
+        else:
+            self.history = self.history[rest]
+        self.step, self.gap = step, self.gap[rest]
+        return stopped_index, piece
+
+    def finish(self) -> tuple[np.ndarray, PackResult]:
+        return self.index, self._outcome(self.step, self.best, self.history, np.zeros(self.k, dtype=np.int64))
+
+    def _outcome(self, step: PackStep, best: BestEpochs | None, history: np.ndarray,
+                 pruned_at: np.ndarray) -> PackResult:
+        if best is not None:
+            best.restore()
+            best_epoch = best.best_epoch
+        else:  # the last epoch it trained
+            best_epoch = np.full(step.ctx.k, self.epochs_done, dtype=np.int64)
+        predictions, representations = {}, {}
+        for name in self.splits_out:
+            reps, preds = _evaluate(step, step.inputs(name), keep_representations=True)
+            predictions[name] = preds.cpu().numpy()
+            # bf16 representations are widened: probes and numpy read fp32
+            representations[name] = (reps.float() if reps.dtype == torch.bfloat16 else reps).cpu().numpy()
+        return PackResult(configs=list(step.ctx.configs), best_epoch=best_epoch, valid_accuracy_history=history,
+                          predictions=predictions, representations=representations,
+                          duration_s=time.perf_counter() - self.t0, precision=step.ctx.precision, model=step.model,
+                          diagnostics=step.diagnostics(), pruned_at=pruned_at if self.pruning is not None else None)
+
+
+def _per_config_attributes(cls: type) -> tuple[str, ...]:
+    """The per-config attributes a step class and its bases declare; ValueError if a class
+    sets up state in ``__init__`` and declares neither them nor ``slice_state``."""
+    names: list[str] = []
+    for c in cls.__mro__:
+        if c is PackStep:
+            break
+        own = c.__dict__
+        if "__init__" in own and "per_config_attributes" not in own and "slice_state" not in own:
+            raise ValueError(f"{c.__qualname__} sets up state in __init__ but declares no per_config_attributes "
+                             f"or slice_state, so a pruned pack cannot keep its state per config; declare them "
+                             f"(an empty tuple if it holds none)")
+        names += [n for n in own.get("per_config_attributes", ()) if n not in names]
+    return tuple(names)
+
+
+def _take(value, index: list[int]):
+    """Entries ``index`` along the first axis of a tensor, array or list."""
+    if isinstance(value, torch.Tensor):
+        return value[torch.as_tensor(index, dtype=torch.long, device=value.device)]
+    if isinstance(value, np.ndarray):
+        return value[index]
+    if isinstance(value, (list, tuple)):
+        return type(value)(value[i] for i in index)
+    raise TypeError(f"a per-config attribute must be a tensor, array or list, got {type(value).__name__}")
+
+
+def _sliced_module(module: nn.Module, index: list[int]) -> nn.Module:
+    """A copy of ``module`` whose parameters keep configs ``index`` of their first axis; the
+    deepcopy memo hands it the sliced parameters instead of copying the whole ones."""
+    memo = {}
+    for p in module.parameters():
+        memo[id(p)] = nn.Parameter(p.detach()[torch.as_tensor(index, dtype=torch.long, device=p.device)].clone(),
+                                   requires_grad=p.requires_grad)
+    return copy.deepcopy(module, memo)
+
+
+def _sliced_optimizer(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], step: PackStep,
+                      index: list[int]) -> torch.optim.Optimizer:
+    """``step``'s optimiser holding configs ``index`` of ``optimizer``'s state (moments, step
+    counts). The optimisers fairdp steps use (Adam, SGD) update each element from its own
+    state, so the survivors' updates are the ones the whole pack would have made."""
+    new = step.optimizer()
+    for old_p, new_p in zip(params, step.model.parameters()):
+        state = optimizer.state.get(old_p)
+        if not state:
+            continue
+        rows = torch.as_tensor(index, dtype=torch.long, device=old_p.device)
+        new.state[new_p] = {key: (v[rows].clone() if v.shape == old_p.shape else v.clone())
+                            if isinstance(v, torch.Tensor) else copy.deepcopy(v) for key, v in state.items()}
+    return new
 
 
 @torch.no_grad()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from fairdp.engine._prune import Pruning
 from fairdp.errors import InputError
 
 # float32: IEEE fp32 everywhere. tf32: fp32 tensors, matmuls on CUDA tensor cores in TF32
@@ -42,6 +43,9 @@ class TrainSettings:
     config_chunk: int | None = None
     # The part of a GPU this run may fill (a Ray trial's fractional GPU); bounds CUDA chunks.
     gpu_share: float = 1.0
+    # Multi-objective pruning inside packs (a study's ``prune:``); None, the default, trains
+    # every config for every epoch, as the papers' protocols do.
+    prune: Pruning | None = None
 
     def __post_init__(self):
         for key in ("epochs", "batch_size"):
@@ -61,6 +65,10 @@ class TrainSettings:
             raise InputError(f"train.precision: must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.precision in ("tf32", "bf16") and self.dtype != "float32":
             raise InputError(f"train.precision: {self.precision} needs train.dtype float32, got {self.dtype}")
+        if self.prune is not None and self.prune.rungs[-1] >= self.epochs:
+            # a rung at the last epoch would stop nothing: training ends there anyway
+            raise InputError(f"prune.rungs: every rung must be below train.epochs ({self.epochs}), "
+                             f"got {self.prune.rungs[-1]}")
 
 
 def resolve_precision(settings: TrainSettings, device: torch.device) -> str:

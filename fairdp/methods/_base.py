@@ -27,7 +27,7 @@ from fairdp.engine import (
 )
 from fairdp.errors import InputError
 from fairdp.methods._representation import RepresentationStep
-from fairdp.privacy import NOT_PRIVATE, Guarantee, minmax_true_epsilon
+from fairdp.privacy import NOT_PRIVATE, Guarantee, event_to_json, minmax_true_epsilon
 
 
 @dataclass(frozen=True)
@@ -140,19 +140,48 @@ class Method(ABC):
         """
         return NOT_PRIVATE
 
+    # the adjacency ``dp_event``'s guarantee is stated under (a key of fairdp.privacy._release.RELATIONS)
+    neighbour_relation: ClassVar[str] = "add_or_remove_one"
+
+    def dp_event(self, config: dict, run: RunInfo):
+        """The ``dp_accounting.DpEvent`` of training ``config`` on the training data, for a
+        method whose ``privacy`` is an accountant's (eps, delta) of that data; None otherwise
+        (no privacy, or a local guarantee per released representation). A study composes
+        these events into the guarantee of releasing its selection (``eps_released``)."""
+        return None
+
     def train_pack(self, data: Dataset, configs: list[dict], seed: int, settings: TrainSettings,
                    arch: Architecture | None = None,
-                   callback: Callable[[EpochReport], None] | None = None) -> PackResult:
+                   callback: Callable[[EpochReport], None] | None = None,
+                   config_ids: list[str] | None = None) -> PackResult:
         """Validate ``configs``, train them as one pack, and return the outputs with each
-        config's guarantee from ``privacy``."""
+        config's guarantee from ``privacy`` and its ``dp_event`` as JSON. ``config_ids`` key
+        the configs' random streams (default: their hyperparameters' hash); a study that draws
+        one config twice gives each draw its own id, hence fresh randomness."""
         self.check_dataset(data)
         configs = [self.validate_config(c) for c in configs]
+        config_ids = list(config_ids) if config_ids is not None else [self.config_id(c) for c in configs]
+        if len(config_ids) != len(configs):
+            raise ValueError(f"{len(config_ids)} config_ids for {len(configs)} configs")
         settings = self.effective_settings(settings)
         arch = arch or self.default_architecture(data.name)
         run = RunInfo.of(data, settings, self.representation_dim(data, arch))
         privacy = tuple(self._checked(self.privacy(c, run)) for c in configs)
-        result = self.fit(data, configs, [self.config_id(c) for c in configs], seed, settings, arch, callback)
-        return dataclasses.replace(result, privacy=privacy)
+        events = tuple(self.event_json(c, run) for c in configs)
+        result = self.fit(data, configs, config_ids, seed, settings, arch, callback)
+        return dataclasses.replace(result, privacy=privacy, privacy_events=events)
+
+    def grid_events(self, data: Dataset, configs: list[dict], settings: TrainSettings,
+                    arch: Architecture | None = None) -> list[str | None]:
+        """``event_json`` of each of ``configs`` as ``train_pack`` would record it."""
+        settings = self.effective_settings(settings)
+        run = RunInfo.of(data, settings, self.representation_dim(data, arch or self.default_architecture(data.name)))
+        return [self.event_json(self.validate_config(c), run) for c in configs]
+
+    def event_json(self, config: dict, run: RunInfo) -> str | None:
+        """``dp_event`` of ``config`` as JSON with this method's neighbouring relation, or None."""
+        event = self.dp_event(config, run)
+        return None if event is None else event_to_json(event, self.neighbour_relation)
 
     def effective_settings(self, settings: TrainSettings) -> TrainSettings:
         """``settings`` with the learning rate this method trains at: the one given, else its

@@ -102,6 +102,9 @@ class ClassifierSGDStep(PackStep):
     def clipped_fraction(self) -> dict:
         return {"clipped_fraction": self.clip_counts[0] / np.maximum(self.clip_counts[1], 1)}
 
+    def slice_state(self, index):
+        self.clip_counts = self.clip_counts[:, index]  # configs on the second axis
+
 
 def constraint_masks(notion: str, y: torch.Tensor, s: torch.Tensor, n_groups: int):
     """Membership of each row in each constraint's population and group sets: two (I, n) bool masks."""
@@ -157,6 +160,18 @@ class LagrangianStep(ClassifierSGDStep):
             self.c_p, self.c_d = ctx.per_config("clip_primal"), ctx.per_config("clip_dual")
             self.sig_p = torch.tensor([sp for sp, _ in sigmas], device=device, dtype=dtype)
             self.sig_d = torch.tensor([sd for _, sd in sigmas], device=device, dtype=dtype)
+
+    def slice_state(self, index):
+        super().slice_state(index)
+        old_notion = {i: nt for nt, idx in self.by_notion.items() for i in idx}
+        # the multipliers are held per notion, in pack order within each: keep the survivors'
+        rows = {nt: [idx.index(i) for i in index if old_notion[i] == nt] for nt, idx in self.by_notion.items()}
+        self.lam = {nt: self.lam[nt][rows[nt]] for nt in rows if rows[nt]}
+        notions = [c["fairness_notion"] for c in self.ctx.configs]
+        self.by_notion = {nt: [i for i, c in enumerate(notions) if c == nt] for nt in sorted(set(notions))}
+        self.is_ap, self.noise = self.is_ap[index], self.ctx.generators("noise")
+        if self.private:
+            self.c_p, self.c_d, self.sig_p, self.sig_d = (t[index] for t in (self.c_p, self.c_d, self.sig_p, self.sig_d))
 
     def update(self, batch: Batch, optimizer) -> None:
         k, dtype = self.ctx.k, self.ctx.dtype

@@ -26,6 +26,8 @@ class RepresentationStep(PackStep):
     (adversaries) and ``lam_ort`` (orthogonality) as needed; each config's dropout masks and
     noise come from its own streams."""
 
+    per_config_attributes = ("eps", "lam", "lam_ort", "lam_epoch")
+
     def __init__(self, ctx: PackContext, spec: ModelSpec):
         super().__init__(ctx)
         self.spec = spec

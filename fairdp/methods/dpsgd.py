@@ -20,7 +20,7 @@ from fairdp.engine import PackedModel, add_clipped_gradients, forward_traced
 from fairdp.methods._base import EPS, HyperParam, RunInfo
 from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod
 from fairdp.methods._registry import register_method
-from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon
+from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon, dpsgd_event
 
 CLIP = HyperParam("clip_primal", low=0.0, low_open=True, doc="C, per-row gradient clip")
 
@@ -43,12 +43,17 @@ class DPSGD(TranMethod):
         sigma = self.noise_multiplier(config, run)
         return Guarantee(dpsgd_epsilon(sigma, run.batch_size, run.n, run.epochs, PFLD_DELTA), PFLD_DELTA)
 
+    def dp_event(self, config, run):
+        return dpsgd_event(self.noise_multiplier(config, run), run.batch_size, run.n, run.epochs)
+
     def make_step(self, ctx):
         run = RunInfo.of(ctx.data, ctx.settings, ctx.arch.representation_dim)
         return DPSGDStep(ctx, [self.noise_multiplier(c, run) for c in ctx.configs])
 
 
 class DPSGDStep(ClassifierSGDStep):
+    per_config_attributes = ("clip", "sigma")
+
     def __init__(self, ctx, sigmas: list[float]):
         super().__init__(ctx)
         self.clip = ctx.per_config("clip_primal")

@@ -33,6 +33,8 @@ class ProjectedHeadStep(PackStep):
     """K linear classifiers on the penultimate features projected by each config's P (K, H, H);
     the projected features are what an attacker sees."""
 
+    per_config_attributes = ("P",)
+
     def __init__(self, ctx: PackContext, features: dict[str, torch.Tensor], projections: torch.Tensor):
         super().__init__(ctx)
         self.features, self.P = features, projections

@@ -11,7 +11,7 @@ from fairdp.methods._base import EPS, HyperParam, RunInfo
 from fairdp.methods._lagrangian import LagrangianStep, TranMethod
 from fairdp.methods._registry import register_method
 from fairdp.methods.fld import NOTION
-from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_pfld_sigmas, pfld_epsilon
+from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_pfld_sigmas, pfld_epsilon, pfld_event
 
 CLIP_PRIMAL = HyperParam("clip_primal", low=0.0, low_open=True, doc="C_p, per-sample gradient clip")
 CLIP_DUAL = HyperParam("clip_dual", low=0.0, low_open=True, doc="C_d, per-sample h(z) clip")
@@ -37,6 +37,9 @@ class PFLD(TranMethod):
         # calibration keeps the accountant's eps at or below the target; report the accountant's
         return Guarantee(pfld_epsilon(*self.noise_multipliers(config, run), run.batch_size, run.n, run.epochs,
                                       PFLD_DELTA), PFLD_DELTA)
+
+    def dp_event(self, config, run):
+        return pfld_event(*self.noise_multipliers(config, run), run.batch_size, run.n, run.epochs)
 
     def make_step(self, ctx):
         run = RunInfo.of(ctx.data, ctx.settings, ctx.arch.representation_dim)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import time
 
+import dp_accounting
 import numpy as np
 
 from fairdp.engine import stream_seed
@@ -121,3 +122,12 @@ class PrivateReductions(Method):
     def privacy(self, config, run):
         # k-ary randomized response: P(keep) / P(a given other code) = e^eps, so eps-LDP for A
         return Guarantee(float(config["eps"]), 0.0)
+
+    neighbour_relation = "replace_one"  # one person's attribute changes
+
+    def dp_event(self, config, run):
+        # dp-accounting's randomized response keeps the input with probability 1 - p and
+        # otherwise outputs a uniform one of the k codes: keep = 1 - p + p/k = pi, other = p/k
+        # = 1 / (e^eps + k - 1), i.e. p = k (1 - pi) / (k - 1), this method's k-RR exactly
+        k = run.n_groups
+        return dp_accounting.RandomizedResponseDpEvent(k * (1 - keep_probability(config["eps"], k)) / (k - 1), k)

@@ -52,5 +52,6 @@ def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = Tru
         eps_formal, delta = result.privacy[i]
         row.update(eps_formal=float(eps_formal), delta=float(delta))
         row[schema.TEST_CONFUSION] = json.dumps(counts["test"][i].tolist(), separators=(",", ":"))
+        row[schema.PRIVACY_EVENT] = result.privacy_events[i] if result.privacy_events is not None else None
         rows.append(row)
     return rows

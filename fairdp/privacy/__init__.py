@@ -3,7 +3,8 @@
 ``laplace_privatize`` is the sound mechanism (FEDERATE eq. 3, eps-LDP per row);
 ``minmax_privatize`` reproduces DPNR/CAPE as published, whose true budget is
 ``minmax_true_epsilon`` = D * eps; ``word_dropout`` and ``word_dropout_epsilon`` are DPNR's
-word-level amplification.
+word-level amplification. ``composed_epsilon`` and ``repeat_and_select_epsilon`` bound what
+releasing a study's selection costs, tuning included (``_release``).
 """
 
 from fairdp.privacy._accounting import (
@@ -14,8 +15,10 @@ from fairdp.privacy._accounting import (
     calibrate_dpsgd_sigma,
     calibrate_pfld_sigmas,
     dpsgd_epsilon,
+    dpsgd_event,
     gaussian_epsilon,
     pfld_epsilon,
+    pfld_event,
 )
 from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee
 from fairdp.privacy._mechanisms import (
@@ -26,6 +29,15 @@ from fairdp.privacy._mechanisms import (
     minmax_true_epsilon,
     word_dropout,
     word_dropout_epsilon,
+)
+from fairdp.privacy._release import (
+    COUNTS,
+    TrialCount,
+    composed_epsilon,
+    event_from_json,
+    event_to_json,
+    repeat_and_select_epsilon,
+    trial_count_from_dict,
 )
 
 __all__ = [
@@ -38,8 +50,17 @@ __all__ = [
     "calibrate_dpsgd_sigma",
     "calibrate_pfld_sigmas",
     "dpsgd_epsilon",
+    "dpsgd_event",
     "gaussian_epsilon",
     "pfld_epsilon",
+    "pfld_event",
+    "COUNTS",
+    "TrialCount",
+    "composed_epsilon",
+    "event_from_json",
+    "event_to_json",
+    "repeat_and_select_epsilon",
+    "trial_count_from_dict",
     "l1_normalize",
     "laplace_privatize",
     "minmax_normalize",

@@ -159,17 +159,21 @@ def pfld_epsilon(
     the multipliers are sigma_p, sigma_d and for the step count. A sigma of 0 or ``None``
     means that step adds no noise, so the run is not private and eps is inf.
     """
+    return _epsilon([pfld_event(sigma_primal, sigma_dual, batch_size, n, epochs)], _check_delta(delta))
+
+
+def pfld_event(sigma_primal: float | None, sigma_dual: float | None, batch_size: int, n: int,
+               epochs: int) -> dp_accounting.DpEvent:
+    """The ``DpEvent`` of a PF-LD run (Theorem 3): ``epochs * ceil(n / batch_size)`` sampled
+    Gaussian primal steps composed with ``epochs`` Gaussian dual steps."""
     sigma_primal = _check_sigma("sigma_primal", sigma_primal)
     sigma_dual = _check_sigma("sigma_dual", sigma_dual)
-    batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
+    batch_size, n, epochs, _ = _check_run(batch_size, n, epochs, 0.5)
     primal_steps = epochs * -(-n // batch_size)
-    return _epsilon(
-        [
-            _sampled_gaussian(sigma_primal, batch_size / n, primal_steps),
-            dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma_dual), epochs),
-        ],
-        delta,
-    )
+    return dp_accounting.ComposedDpEvent([
+        _sampled_gaussian(sigma_primal, batch_size / n, primal_steps),
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma_dual), epochs),
+    ])
 
 
 def _smallest_sigma(epsilon_of: Callable[[float], float], target: float) -> float:
@@ -236,6 +240,13 @@ def dpsgd_epsilon(sigma: float | None, batch_size: int, n: int, epochs: int, del
     batch_size / n (one per mini-batch, the last partial one included, as for PF-LD)."""
     batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
     return gaussian_epsilon(sigma, epochs * -(-n // batch_size), batch_size / n, delta)
+
+
+def dpsgd_event(sigma: float | None, batch_size: int, n: int, epochs: int) -> dp_accounting.DpEvent:
+    """The ``DpEvent`` of a DP-SGD run: ``epochs * ceil(n / batch_size)`` sampled Gaussian steps."""
+    sigma = _check_sigma("sigma", sigma)
+    batch_size, n, epochs, _ = _check_run(batch_size, n, epochs, 0.5)
+    return _sampled_gaussian(sigma, batch_size / n, epochs * -(-n // batch_size))
 
 
 @functools.lru_cache(maxsize=1024)

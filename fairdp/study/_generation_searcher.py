@@ -14,7 +14,12 @@ import optuna
 from ray.tune.search import Searcher
 
 from fairdp.methods import get_method
-from fairdp.study._optuna import distributions, objective_values, search_config
+from fairdp.study._optuna import (
+    distributions,
+    objective_values,
+    search_config,
+    set_constraints,
+)
 from fairdp.study._plan import Pack, auto_pack_size
 from fairdp.study._spec import SearchSpec
 
@@ -44,6 +49,7 @@ class GenerationSearcher(Searcher):
             t.set_user_attr("config_id", cid)  # the row it trains: shown by optuna-dashboard
             if cid in self.stored:
                 values = objective_values(self.stored[cid], self.search.objectives)
+                set_constraints(t, self.stored[cid], self.search)
                 self.study.tell(t, values, state=None if values else optuna.trial.TrialState.FAIL)
             else:
                 trials.append((t, cfg, cid))
@@ -80,5 +86,7 @@ class GenerationSearcher(Searcher):
             if values:
                 self.stored[group[0][2]] = rows[i]
             for t, _cfg, _cid in group:
+                if values:
+                    set_constraints(t, rows[i], self.search)  # an infeasible trial is told like any other
                 self.study.tell(t, values, state=None if values else optuna.trial.TrialState.FAIL)
         self.outstanding -= 1

@@ -30,6 +30,16 @@ def journal_path(store: ResultStore) -> str:
     return journal
 
 
+def set_constraints(trial, row: dict, search: SearchSpec) -> None:
+    """The violation of each of the search's constraints by ``row`` (<= 0: satisfied) on the
+    Optuna trial that trained it, before it is told. Optuna 5 deprecates the samplers'
+    ``constraints_func`` for this: both NSGA-II (constrained domination) and TPE (feasible
+    trials first in its good/bad split) read ``trial.constraints``, as ``Study.best_trials``
+    does to keep feasible trials only. Stored as system attrs ``constraints:<constraint>``."""
+    for c in search.constraints:
+        trial.set_constraint(str(c), c.violation(row.get(c.metric)))
+
+
 def sampler(search: SearchSpec):
     import optuna
 
@@ -117,3 +127,13 @@ def objective_values(row: dict, objectives: dict[str, str]) -> list[float] | Non
 def search_config(search: SearchSpec, params: dict) -> dict:
     """A method config from a trial's sampled parameters and the search's fixed ones."""
     return {**search.fixed, **params}
+
+
+def completed_config_ids(study) -> list[str]:
+    """The config_id of each complete trial, in the order the trials finished (ties by
+    number): the order a hypervolume history counts trials in."""
+    import optuna
+
+    trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    trials = sorted(trials, key=lambda t: (t.datetime_complete is None, t.datetime_complete or 0, t.number))
+    return [t.user_attrs["config_id"] for t in trials if "config_id" in t.user_attrs]

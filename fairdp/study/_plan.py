@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from fairdp.errors import InputError
 from fairdp.methods import get_method
-from fairdp.study._spec import DEFAULT_PACK_CAP, StudySpec
+from fairdp.privacy import TrialCount
+from fairdp.study._spec import DEFAULT_PACK_CAP, MethodPlan, StudySpec
 from fairdp.study._store import pack_id
 
 
@@ -67,9 +71,8 @@ def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1) -> tuple[l
     packs, done = [], 0
     groups = [(plan, seed) for plan in spec.methods for seed in spec.seeds]
     for plan, seed in groups:
-        method = get_method(plan.name)
-        ids = [method.config_id(c) for c in plan.configs]
-        by_id = dict(zip(ids, plan.configs))
+        configs, ids = run_configs(spec, plan, seed)
+        by_id = dict(zip(ids, configs))
         todo = []
         for cid in ids:
             if (plan.name, seed, cid) in ok:
@@ -88,6 +91,33 @@ def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1) -> tuple[l
             chunk = todo[start:start + size]
             packs.append(Pack(plan.name, seed, tuple(by_id[c] for c in chunk), tuple(chunk)))
     return hand_out_order(packs), done
+
+
+def run_configs(spec: StudySpec, plan: MethodPlan, seed: int) -> tuple[list[dict], list[str]]:
+    """The configs one run (method, seed) trains, and their ids: the method's whole grid, or,
+    when the study asks for ``tuning``, a random number of draws from it (``tuning_draws``)."""
+    method = get_method(plan.name)
+    ids = [method.config_id(c) for c in plan.configs]
+    if spec.tuning is None:
+        return list(plan.configs), ids
+    picks = tuning_draws(spec.tuning, len(ids), plan.name, seed)
+    return [plan.configs[j] for j in picks], [draw_id(ids[j], i) for i, j in enumerate(picks)]
+
+
+def tuning_draws(count: TrialCount, grid_size: int, method: str, seed: int) -> list[int]:
+    """Papernot & Steinke's random search for one run: K from ``count``, then K grid indices
+    drawn uniformly with replacement, all from the run's seed and method (so a resumed
+    study draws the same)."""
+    digest = hashlib.sha256(f"{seed}/{method}/tuning".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    k = count.draw(rng)
+    return [int(j) for j in rng.integers(grid_size, size=k)]
+
+
+def draw_id(config_id: str, draw: int) -> str:
+    """The row id of a run's ``draw``-th trial: a config drawn twice is trained twice, each
+    with its own random streams (the theorem's trials are independent)."""
+    return f"{config_id}-{draw}"
 
 
 def hand_out_order(packs: list[Pack]) -> list[Pack]:
@@ -116,6 +146,14 @@ def check_compatible(spec: StudySpec, stored: pd.DataFrame, location: str) -> No
     datasets = sorted(set(stored["dataset"].dropna()))
     if datasets and datasets != [spec.dataset]:
         raise InputError(f"{location}: holds results on dataset '{datasets[0]}', not '{spec.dataset}'")
+    # a release bound composes a run's rows under one trial-count distribution
+    if "tuning" in ok.columns and len(ok):
+        want = spec.tuning.to_dict() if spec.tuning is not None else None
+        for record in {r if isinstance(r, str) else None for r in ok["tuning"]}:
+            have = None if record is None else {k: v for k, v in json.loads(record).items() if k in ("count", "mean", "shape")}
+            if have != want:
+                raise InputError(f"{location}: holds runs with tuning {have or 'none (whole grids)'}, this run asks for "
+                                 f"{want or 'none (whole grids)'}; pass another --results")
     epochs = sorted(set(ok["epochs"].dropna().astype(int)))
     if epochs and epochs != [spec.train.epochs]:
         raise InputError(f"{location}: holds runs of {epochs[0]} epochs, this run asks for "

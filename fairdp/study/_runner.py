@@ -83,6 +83,11 @@ def settings_lines(spec: StudySpec, methods=None) -> list[str]:
         arch = (describe_architecture(ms.architecture, spec_of.adversaries if spec_of else 0)
                 if ms.architecture else "no network")
         lines.append(f"  {name.ljust(width)}  {how}; {arch}")
+    prune = spec.train.prune
+    if prune is not None:
+        lines.append(f"  pruning inside packs after epochs {', '.join(map(str, prune.rungs))}: configs dominated by "
+                     f"{prune.margin:g} points on valid accuracy and valid {prune.fairness} stop, at least "
+                     f"{prune.keep:g} of a pack continue")
     return lines
 
 

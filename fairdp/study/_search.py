@@ -12,6 +12,13 @@ optuna-dashboard opens journal files):
 
 Rows go to the same Parquet store as ``fairdp run``; the Pareto front of the objectives over
 the search's rows is written beside the results, to ``<results>.pareto-<method>.parquet``.
+
+With ``search.constraints`` each trial gets its row's violations before it is told
+(``Trial.set_constraint``, which both samplers read). Infeasible trials train and store
+their rows like any other; the front holds feasible rows only (as ``Study.best_trials``).
+The normalised hypervolume of the feasible front after every ``population`` trials (one
+NSGA-II generation) goes to ``<results>.hypervolume-<method>.parquet``, recomputed from the
+journal's trial order and the stored rows after every (resumed) search.
 """
 
 from __future__ import annotations
@@ -29,11 +36,13 @@ from fairdp.methods import get_method
 from fairdp.study._lock import results_lock
 from fairdp.study._optuna import (
     complete_trials,
+    completed_config_ids,
     distributions,
     journal_path,
     open_study,
     sampler,
     search_config,
+    set_constraints,
 )
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
@@ -61,6 +70,7 @@ class SearchSummary:
     front: pd.DataFrame
     wall_s: float
     mode: str
+    history: pd.DataFrame  # hypervolume_history: trials, feasible_trials, front_size, hypervolume
 
 
 def config_trainable(config: dict, ctx: StudyContext, search: SearchSpec) -> None:
@@ -70,8 +80,10 @@ def config_trainable(config: dict, ctx: StudyContext, search: SearchSpec) -> Non
     cfg = method.validate_config(search_config(search, config))
     rows = run_pack(ctx, Pack(search.method, search.seed, (cfg,), (method.config_id(cfg),)), units_reporter())
     values = {k: rows[0].get(k) for k in search.objectives}
+    # the constrained metrics travel in the result to the searcher, which hands them to Optuna
+    constrained = {f"constraint_{c.metric}": _finite_or_none(rows[0].get(c.metric)) for c in search.constraints}
     tune.report({"configs": 1, **{k: (v if v is not None and math.isfinite(v) else math.nan)
-                                  for k, v in values.items()}})
+                                  for k, v in values.items()}, **constrained})
 
 
 def search_study(spec: StudySpec, results: str | None = None, address: str | None = None, *,
@@ -120,7 +132,8 @@ def _search_unlocked(spec, ctx, store, results, address, total, mode, progress_s
         with ray_session(address, num_cpus=num_cpus):
             _run_search(ctx, spec, study, study_name, storage, stored, remaining, mode, stream)
     front = write_front(store, spec)
-    return SearchSummary(results, journal, remaining, total, front, time.monotonic() - t0, mode)
+    history = write_hypervolume_history(store, spec, study)
+    return SearchSummary(results, journal, remaining, total, front, time.monotonic() - t0, mode, history)
 
 
 def _run_search(ctx, spec: StudySpec, study, study_name: str, storage, stored: dict, remaining: int, mode: str,
@@ -171,21 +184,85 @@ def _config_id_optuna_search(search: SearchSpec):
                     ot_trial.set_user_attr("config_id", method.config_id(cfg))
                 except InputError:
                     pass  # a config the method refuses fails its trial; it has no row to name
+                if result and not error:
+                    set_constraints(ot_trial, {c.metric: result.get(f"constraint_{c.metric}")
+                                               for c in search.constraints}, search)
             super().on_trial_complete(trial_id, result, error)
 
     return ConfigIdOptunaSearch
 
 
+def _finite_or_none(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None
+
+
+def _search_rows(store: ResultStore, search: SearchSpec) -> pd.DataFrame:
+    """The ok rows of the search's method and seed, one per config."""
+    df, _ = store.read()
+    if not len(df):
+        return df
+    rows = df[(df["status"] == "ok") & (df["method"] == search.method) & (df["seed"] == search.seed)]
+    return rows.drop_duplicates("config_id", keep="last")
+
+
 def write_front(store: ResultStore, spec: StudySpec) -> pd.DataFrame:
-    """The non-dominated rows of the search's method and seed over its objectives, stored as Parquet."""
+    """The non-dominated feasible rows of the search's method and seed over its objectives,
+    stored as Parquet with a ``feasible`` column (true on every row: an infeasible row is never
+    on the front, as in Optuna's ``best_trials`` for a constrained study)."""
     from fairdp.analysis import pareto_front
+    from fairdp.constraints import feasible
 
     search = spec.search
-    df, _ = store.read()
-    rows = df[(df["status"] == "ok") & (df["method"] == search.method) & (df["seed"] == search.seed)]
+    rows = _search_rows(store, search)
+    if len(rows):
+        rows = rows[feasible(rows, search.constraints)]
     front = pareto_front(rows, search.objectives) if len(rows) else rows
-    cols = ["method", "seed", "config_id", *search.space, *search.fixed, *search.objectives]
+    cols = ["method", "seed", "config_id", *search.space, *search.fixed, *search.objectives,
+            *(c.metric for c in search.constraints)]
     cols = list(dict.fromkeys(c for c in cols if c in front.columns))
     front = front[cols].sort_values(list(search.objectives)[0]).reset_index(drop=True)
+    front["feasible"] = True
     store.write_side_table(front, f"pareto-{search.method}.parquet")
     return front
+
+
+def hypervolume_history_of(rows: pd.DataFrame, config_ids: list[str], spec: StudySpec) -> pd.DataFrame:
+    """The search's hypervolume history from its complete trials' config ids, in the order
+    they finished, and its stored rows; with the columns that say what it measured (study,
+    dataset, method, seed, epochs, objectives and constraints as JSON)."""
+    import json
+
+    from fairdp.analysis._search_progress import hypervolume_history
+    from fairdp.constraints import feasible
+
+    search = spec.search
+    by_id = rows.set_index("config_id") if len(rows) else pd.DataFrame(columns=list(search.objectives))
+    known = [c for c in config_ids if c in by_id.index]  # a trial told from a row since removed has none
+    trials = by_id.loc[known, [c for c in by_id.columns if c in (*search.objectives,
+                                                                  *(c.metric for c in search.constraints))]]
+    trials = trials.assign(feasible=feasible(trials, search.constraints).to_numpy()).reset_index(drop=True)
+    history = hypervolume_history(trials, search.objectives, every=search.population)
+    head = {"study": spec.name, "dataset": spec.dataset, "method": search.method, "seed": search.seed,
+            "epochs": int(rows["epochs"].iloc[0]) if len(rows) and "epochs" in rows else None,
+            "objectives": json.dumps(search.objectives), "constraints": json.dumps([str(c) for c in search.constraints])}
+    return pd.DataFrame({k: [v] * len(history) for k, v in head.items()}).join(history)
+
+
+def write_hypervolume_history(store: ResultStore, spec: StudySpec, study) -> pd.DataFrame:
+    """``hypervolume_history_of`` the search, written to ``<results>.hypervolume-<method>.parquet``."""
+    history = hypervolume_history_of(_search_rows(store, spec.search), completed_config_ids(study), spec)
+    store.write_side_table(history, f"hypervolume-{spec.search.method}.parquet")
+    return history
+
+
+def read_hypervolume_histories(*locations: str) -> pd.DataFrame | None:
+    """Every ``<results>.hypervolume-<method>.parquet`` beside the given results locations,
+    stacked; None when there is none."""
+    import glob
+
+    frames = []
+    for loc in locations:
+        store = ResultStore(loc)
+        if store.is_local:
+            frames += [pd.read_parquet(p) for p in sorted(glob.glob(f"{glob.escape(store.root)}.hypervolume-*.parquet"))]
+    return pd.concat(frames, ignore_index=True) if frames else None

@@ -7,6 +7,7 @@ are ``InputError``s whose message starts with the key path, e.g.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -14,10 +15,19 @@ from pathlib import Path
 
 import yaml
 
-from fairdp.engine import Architecture, TrainSettings, architecture_from
+from fairdp.constraints import Constraint, parse_constraints
+from fairdp.engine import (
+    DEFAULT_KEEP,
+    DEFAULT_MARGIN,
+    Architecture,
+    Pruning,
+    TrainSettings,
+    architecture_from,
+)
 from fairdp.errors import InputError
 from fairdp.methods import Method, arange_grid, get_method, load_plugins, method_names
 from fairdp.metrics import ProbeSettings
+from fairdp.privacy import COUNTS, TrialCount
 from fairdp.schema import NOTION_GAP, OBJECTIVES, SELECTION_FAIRNESS
 
 SAMPLERS = ("nsga2", "tpe")
@@ -54,6 +64,9 @@ class SearchSpec:
     fixed: dict
     seed: int
     population: int  # NSGA-II generation size; also the pack size of a packed search
+    # rows must satisfy these to be feasible: given to the sampler (Optuna's constraints_func),
+    # and only feasible rows make the Pareto front and its hypervolume
+    constraints: tuple[Constraint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,7 @@ class StudySpec:
     plugins: tuple[str, ...] = ()  # resolved plugin files / modules, imported before the methods
     method_settings: dict = field(default_factory=dict)  # name -> MethodSettings, the search's method too
     by: tuple[str, ...] = ()  # report-by keys: selection and aggregation per their values too
+    tuning: TrialCount | None = None  # a random trial count per run (Papernot & Steinke); None: whole grids
     source: str = ""
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -140,7 +154,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     (the study file's directory; the working directory by default)."""
     top = _mapping(raw, "", required=("name", "dataset", "methods"),
                    optional=("seeds", "train", "evaluate", "selection", "search", "resources", "pack_size",
-                             "plugins", "architecture", "description"))
+                             "plugins", "architecture", "description", "tuning", "prune"))
     plugins = top.get("plugins") or []
     if not isinstance(plugins, list):
         raise InputError(f"plugins: must be a list of plugin files or module names, got {plugins!r}")
@@ -165,10 +179,13 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
         method_settings[search.method] = _method_settings(get_method(search.method), dataset, train, study_arch,
                                                           {}, "search.method")
     _check_applies(method_settings, train, study_arch)
+    if top.get("prune") is not None:
+        train = dataclasses.replace(train, prune=_prune(top["prune"], fairness, method_settings))
+    tuning = _tuning(top["tuning"], by, search) if top.get("tuning") is not None else None
     return StudySpec(name=name, dataset=dataset, dataset_options=dataset_options, seeds=seeds, train=train,
                      leakage=leakage, mdl=mdl, probe=probe, fairness=fairness, rt=rt, methods=methods,
                      search=search, resources=resources, pack_size=pack_size, plugins=plugins,
-                     method_settings=method_settings, by=by, source=source, raw=top)
+                     method_settings=method_settings, by=by, tuning=tuning, source=source, raw=top)
 
 
 # -- sections ---------------------------------------------------------------------------------
@@ -302,6 +319,22 @@ def _check_applies(settings: dict[str, MethodSettings], train: TrainSettings, st
         raise InputError(f"architecture: no method of the study trains a network ({', '.join(settings)})")
 
 
+def _prune(value, fairness: str, settings: dict[str, MethodSettings]) -> Pruning:
+    """``prune: {rungs, keep, margin}``; the objectives are the study's (valid accuracy, its
+    selection fairness on valid). Methods that do not train by epochs are never pruned."""
+    d = _mapping(value, "prune", required=("rungs",), optional=("keep", "margin"))
+    rungs = d["rungs"]
+    if not isinstance(rungs, list) or not rungs:
+        raise InputError(f"prune.rungs: must be a non-empty list of epochs, got {rungs!r}")
+    rungs = tuple(_int(r, f"prune.rungs[{i}]", low=1) for i, r in enumerate(rungs))
+    keep = _number(d.get("keep", DEFAULT_KEEP), "prune.keep", low=0.0, low_open=True)
+    margin = _number(d.get("margin", DEFAULT_MARGIN), "prune.margin", low=0.0)
+    if all(s.optimizer is None for s in settings.values()):
+        raise InputError(f"prune: no method of the study trains by epochs ({', '.join(settings)}), so none can "
+                         f"be pruned")
+    return Pruning(rungs, keep, margin, fairness)  # checks the rest: increasing, keep <= 1
+
+
 # A study's grid is expanded, validated and planned up front; above this many configs per
 # method that alone takes minutes and gigabytes (and the training, weeks): refuse it.
 MAX_CONFIGS_PER_METHOD = 100_000
@@ -371,7 +404,7 @@ def _resources(value) -> Resources:
 
 def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSpec:
     d = _mapping(value, "search", required=("method", "objectives", "space"),
-                 optional=("sampler", "trials", "fixed", "seed", "population"))
+                 optional=("sampler", "trials", "fixed", "seed", "population", "constraints"))
     name = _string(d["method"], "search.method")
     if name not in method_names():
         raise InputError(f"search.method: unknown method '{name}'; known: {', '.join(method_names())}")
@@ -427,7 +460,42 @@ def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSp
         if key not in space and key not in fixed:
             raise InputError(f"search.space.{key}: '{name}' needs '{key}' searched (space) or set (fixed)")
     seed = _int(d.get("seed", seeds[0]), "search.seed", low=0)
-    return SearchSpec(name, sampler, trials, dict(objectives), space, fixed, seed, population)
+    constraints_raw = d.get("constraints") or []
+    if not isinstance(constraints_raw, list):
+        raise InputError(f"search.constraints: must be a list of strings like 'valid_accuracy >= 80', "
+                         f"got {constraints_raw!r}")
+    constraints = parse_constraints(constraints_raw, "search.constraints")
+    for i, c in enumerate(constraints):
+        if (c.metric == "leakage" and not leakage) or (c.metric == "mdl" and not mdl):
+            raise InputError(f"search.constraints[{i}]: evaluate.{c.metric} is false, so no run reports it")
+    return SearchSpec(name, sampler, trials, dict(objectives), space, fixed, seed, population, constraints)
+
+
+def _tuning(value, by: tuple[str, ...], search) -> TrialCount:
+    """``tuning: {count: poisson, mean: 20}`` or ``{count: truncated_negative_binomial, mean, shape}``:
+    each run trains a random number of configs drawn from its method's grid."""
+    d = _mapping(value, "tuning", required=("count", "mean"), optional=("shape",))
+    count = d["count"]
+    if count not in COUNTS:
+        raise InputError(f"tuning.count: must be one of {', '.join(COUNTS)}, got {count!r}")
+    # dp-accounting's RepeatAndSelect bound needs a mean of at least one trial
+    mean = _number(d["mean"], "tuning.mean", low=1.0)
+    if count == "poisson":
+        if "shape" in d:
+            raise InputError("tuning.shape: a Poisson count has no shape (it is the shape-infinity limit)")
+        shape = math.inf
+    else:
+        if "shape" not in d:
+            raise InputError("tuning.shape: required for a truncated negative binomial (0: logarithmic, "
+                             "1: geometric)")
+        shape = _number(d["shape"], "tuning.shape", low=0.0)
+    if by:
+        raise InputError(f"tuning: selection.by ({', '.join(by)}) splits each run into several selections, "
+                         "each over a thinned count the bound does not cover; leave selection.by out")
+    if search is not None:
+        raise InputError("tuning: a search picks its trials adaptively, which the random-search bound does "
+                         "not cover; drop search: or tuning:")
+    return TrialCount(count, mean, shape)
 
 
 # -- typed accessors ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from fairdp import __version__
+from fairdp import __version__, schema
 from fairdp.engine import Architecture, EpochReport, TrainSettings
 from fairdp.errors import InputError
 from fairdp.methods import get_method, load_plugins
@@ -40,6 +40,10 @@ class StudyContext:
     plugins: tuple[str, ...] = ()                    # resolved plugin files / modules to import first
     columns: tuple[tuple[str, str], ...] = ()        # the study's result columns (name, type)
     method_settings: dict = dataclasses.field(default_factory=dict)  # name -> MethodSettings
+    # the study's random trial count (TrialCount.to_dict()) and each method's grid it draws
+    # from; None when every grid config is trained
+    tuning: dict | None = None
+    grids: dict = dataclasses.field(default_factory=dict)  # name -> tuple of configs
 
     @classmethod
     def from_spec(cls, spec: StudySpec, results: str) -> StudyContext:
@@ -48,7 +52,9 @@ class StudyContext:
         methods = [m.name for m in spec.methods] + ([spec.search.method] if spec.search else [])
         return cls(spec.name, spec.dataset, dict(spec.dataset_options), train, spec.leakage, spec.mdl,
                    spec.probe, results, spec.resources.cpus_per_trial, spec.plugins,
-                   tuple(study_columns(methods)), dict(spec.method_settings))
+                   tuple(study_columns(methods)), dict(spec.method_settings),
+                   spec.tuning.to_dict() if spec.tuning is not None else None,
+                   {m.name: m.configs for m in spec.methods} if spec.tuning is not None else {})
 
     def training(self, method: str) -> tuple[TrainSettings, Architecture | None]:
         """The settings and architecture ``method`` trains with in this study (its defaults
@@ -152,7 +158,8 @@ def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], N
     method = get_method(pack.method)
     t0 = time.perf_counter()
     train, arch = ctx.training(pack.method)
-    result = method.train_pack(data, list(pack.configs), pack.seed, train, arch=arch, callback=callback)
+    result = method.train_pack(data, list(pack.configs), pack.seed, train, arch=arch, callback=callback,
+                               config_ids=list(pack.config_ids))
     metrics = evaluate_pack(data, result, with_leakage=ctx.leakage, with_mdl=ctx.mdl,
                             probe=dataclasses.replace(ctx.probe, seed=pack.seed))
     elapsed = time.perf_counter() - t0
@@ -161,8 +168,28 @@ def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], N
         row = base_row(ctx, pack, i)
         row.update(m, duration_s=elapsed / len(pack.configs), pack_duration_s=elapsed, status="ok",
                    precision=result.precision)
+        if result.pruned_at is not None and result.pruned_at[i]:  # null: trained every epoch
+            row["pruned_at"] = int(result.pruned_at[i])
+        if ctx.tuning is not None:
+            row[schema.TUNING] = tuning_record(ctx, pack, data)
         rows.append(row)
     return rows
+
+
+def tuning_record(ctx: StudyContext, pack: Pack, data) -> str:
+    """JSON of what a tuned run's release bound needs: the count's distribution, how many
+    trials the run drew, and the distinct events of the grid a trial draws from (a trial's
+    RDP is bounded by their pointwise maximum, not by the drawn configs' alone)."""
+    from fairdp.privacy import trial_count_from_dict
+    from fairdp.study._plan import tuning_draws
+
+    method = get_method(pack.method)
+    grid = list(ctx.grids[pack.method])
+    train, arch = ctx.training(pack.method)
+    events = sorted({e for e in method.grid_events(data, grid, train, arch) if e is not None})
+    drawn = len(tuning_draws(trial_count_from_dict(ctx.tuning), len(grid), pack.method, pack.seed))
+    return json.dumps({**ctx.tuning, "drawn": drawn, "grid_size": len(grid), "grid_events": events},
+                      sort_keys=True, separators=(",", ":"))
 
 
 def error_rows(ctx: StudyContext, pack: Pack, error: str) -> list[dict]:

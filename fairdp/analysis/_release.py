@@ -1,0 +1,134 @@
+"""``eps_released``: the guarantee of releasing what a selection picked, tuning included.
+
+A selected row's ``eps_formal`` is one config's guarantee; the selection looked at every
+config its run trained (its dataset, method, seed and ``by`` values), so releasing the
+pick costs more. Per selected row, from the events the rows store (``privacy_event``):
+
+* whole grids (no ``tuning``): RDP composition of every config the selection looked at,
+  labelled as such; valid for any selection rule;
+* a random trial count (``tuning``) and a selection that is a best-of by a fixed total
+  order (``rt = 0``: valid accuracy, then the fairness gap): Papernot & Steinke's bound,
+  dp-accounting's ``RepeatAndSelectDpEvent``, over the grid's events;
+* a random count with ``rt > 0``: the relaxation threshold is relative to the best
+  accuracy among the trials, so which of two configs wins depends on the others (no total
+  order), and the theorem does not apply; the bound is the composition of the trials drawn.
+
+Not covered (``eps_released`` is NaN, ``released_under`` says why): methods without an
+accountant's guarantee of the training data (local DP per released representation, as
+FEDERATE's; no privacy at all). What is covered is the training data: the selection reads
+validation metrics in the clear, as in every paper here. Releasing several picks (a Pareto
+front, one model per ``by`` value) is several releases, to be composed by the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+import dp_accounting
+import pandas as pd
+
+from fairdp.analysis._rows import as_frame, check_by, check_rt, eps_scope, require_columns
+from fairdp.privacy import PFLD_DELTA, composed_epsilon, event_from_json, repeat_and_select_epsilon
+from fairdp.privacy._release import trial_count_from_dict
+from fairdp.schema import PRIVACY_EVENT, RUN_KEYS, TUNING
+
+RELEASE_COLUMNS = ["eps_released", "delta_released", "trained", "released_under"]
+
+
+def released_guarantees(df: object, selected: object, rt: float, by: Sequence[str] = ()) -> pd.DataFrame:
+    """``selected`` (one row per run and ``by`` values, e.g. ``select_by_rt``'s) with
+    ``RELEASE_COLUMNS`` added: eps_released at delta_released, how many configs the run
+    trained, and the bound used (see the module docstring). ``df`` holds every row the
+    selection chose from; ``rt`` is the threshold it used."""
+    rt = check_rt(rt)
+    rows = as_frame(df, "df")
+    out = as_frame(selected, "selected").copy()
+    by = check_by(by, out)
+    require_columns(rows, [*RUN_KEYS, "config_id"], "df")
+    values = [_released(rows, sel, rt, by) for _, sel in out.iterrows()]
+    for i, col in enumerate(RELEASE_COLUMNS):
+        out[col] = [v[i] for v in values]
+    return out
+
+
+def has_release_events(df: pd.DataFrame) -> bool:
+    """Whether any row stores a privacy event, i.e. some selection has an ``eps_released``."""
+    return PRIVACY_EVENT in df.columns and bool(df[PRIVACY_EVENT].notna().any())
+
+
+def _scope(rows: pd.DataFrame, sel: pd.Series, by: Sequence[str]) -> pd.DataFrame:
+    """The rows the selection of ``sel``'s run and by-group chose from."""
+    mask = pd.Series(True, index=rows.index)
+    for key in RUN_KEYS:
+        mask &= rows[key] == sel[key]
+    for key in by:
+        # a method without the column (a baseline repeated per notion) is one group
+        if key in rows.columns and rows.loc[mask, key].notna().any():
+            mask &= rows[key] == sel[key]
+    return rows[mask]
+
+
+def _released(rows: pd.DataFrame, sel: pd.Series, rt: float, by: Sequence[str]):
+    scope = _scope(rows, sel, by)
+    events = scope[PRIVACY_EVENT].dropna().tolist() if PRIVACY_EVENT in scope.columns else []
+    event = sel.get(PRIVACY_EVENT)
+    if not isinstance(event, str):
+        eps = sel.get("eps_formal")
+        if eps is None or (isinstance(eps, float) and math.isinf(eps)):
+            why = "not covered: no privacy"
+        elif eps_scope(str(sel["method"])) == "local":
+            why = "not covered: a local guarantee per representation"
+        else:
+            why = "not covered: no accountant event stored"
+        return math.nan, math.nan, len(scope), why
+    _, relation = event_from_json(event)
+    deltas = scope["delta"].dropna() if "delta" in scope.columns else pd.Series(dtype=float)
+    # pure-DP rows (delta 0) are composed in RDP and stated at PF-LD's delta
+    delta = float(deltas.max()) if len(deltas) and deltas.max() > 0 else PFLD_DELTA
+    tuning = scope[TUNING].dropna() if TUNING in scope.columns else pd.Series(dtype=object)
+    if len(tuning):
+        record = json.loads(tuning.iloc[0])
+        count = trial_count_from_dict(record)
+        if rt == 0:
+            grid = [event_from_json(e)[0] for e in record["grid_events"]]
+            eps = repeat_and_select_epsilon(grid, relation, delta, count.mean, count.shape)
+            return eps, delta, len(scope), (f"repeat-and-select: best of K ~ {count.describe()} draws "
+                                            f"from {record['grid_size']} configs")
+        eps = _composed(scope, relation, delta)
+        return eps, delta, len(scope), (f"composition of the {len(events)} trials drawn (K ~ {count.describe()}; "
+                                        f"RT {rt:g} is no best-of by a fixed order)")
+    eps = _composed(scope, relation, delta)
+    return eps, delta, len(scope), f"composition of all {len(events)} configs trained"
+
+
+def _composed(scope: pd.DataFrame, relation: str, delta: float) -> float:
+    """The smaller of two composition bounds at ``delta`` over the scope's events: RDP
+    (each distinct event once, with its multiplicity) and basic composition, the sum of the
+    rows' (eps, delta), when their deltas sum to at most ``delta`` (pure-DP rows, where RDP's
+    conversion can cost more than the sum at a few configs)."""
+    rows = scope[scope[PRIVACY_EVENT].notna()]
+    counted = [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n)
+               for e, n in Counter(rows[PRIVACY_EVENT]).items()]
+    eps = composed_epsilon(counted, relation, delta)
+    if rows["delta"].sum() <= delta:
+        eps = min(eps, float(rows["eps_formal"].sum()))
+    return eps
+
+
+def release_summary(released: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    """Per (dataset, method, *by) of ``released_guarantees``' output: seeds, the selected
+    configs' largest eps_formal, the largest eps_released over seeds with its delta, configs
+    trained per run (min-max), and the bound of the seed with the largest eps_released."""
+    keys = ["dataset", "method", *by]
+    out = []
+    for key, grp in released.groupby(keys, sort=True, dropna=False):
+        worst = grp.loc[grp["eps_released"].fillna(math.inf).idxmax()]
+        lo, hi = int(grp["trained"].min()), int(grp["trained"].max())
+        out.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))),
+                    "seeds": len(grp), "ε of one config": float(grp["eps_formal"].max()),
+                    "ε released": float(grp["eps_released"].max()), "δ": worst["delta_released"],
+                    "trained per run": f"{lo}" if lo == hi else f"{lo}-{hi}", "bound": worst["released_under"]})
+    return pd.DataFrame(out)

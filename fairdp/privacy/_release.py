@@ -1,0 +1,229 @@
+"""The guarantee of releasing what a study selected: tuning's privacy cost.
+
+A study trains many configs on the same data and releases the one a selection picks; the
+choice depends on every trained config, so the release costs more than one config's eps.
+Two bounds, both through Google's ``dp-accounting`` RDP accountant:
+
+* fixed count: composition of every config the selection looked at (``composed_epsilon``),
+  valid for any selection rule;
+* random count (Papernot & Steinke, "Hyperparameter Tuning with Renyi Differential
+  Privacy", ICLR 2022): run K ~ Poisson(mu) or a truncated negative binomial trials, each a
+  config drawn uniformly from the grid and trained with fresh randomness, and release the
+  best by a fixed total order on outputs. ``repeat_and_select_epsilon`` is dp-accounting's
+  ``RepeatAndSelectDpEvent`` bound (Theorems 2 and 6). A trial is "draw a config, train
+  it", whose RDP at each order is at most the largest of the grid's configs (joint
+  quasi-convexity of Renyi divergence), so the repeated event's curve is the pointwise
+  maximum of the grid's curves; with one distinct event it is that event itself, and the
+  public ``RepeatAndSelectDpEvent`` is composed as is.
+
+Events are stored with each result row as JSON (``event_to_json``), with the neighbouring
+relation the method's guarantee is stated under (PF-LD and DP-SGD: add/remove one, as
+their lemmas; randomized response on an attribute: replace one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import attr
+import dp_accounting
+import numpy as np
+from absl import logging as absl_logging
+from dp_accounting import dp_event as dp_event_module
+from dp_accounting.rdp import RdpAccountant
+from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
+
+from fairdp.errors import InputError
+
+NeighborRel = dp_accounting.NeighboringRelation
+RELATIONS = {"add_or_remove_one": NeighborRel.ADD_OR_REMOVE_ONE, "replace_one": NeighborRel.REPLACE_ONE}
+ORDERS = np.asarray(rdp_module.DEFAULT_RDP_ORDERS, dtype=np.float64)
+
+COUNTS = ("poisson", "truncated_negative_binomial")
+"""Trial-count distributions a study may draw (``tuning.count``); geometric and logarithmic
+are the truncated negative binomial at shape 1 and 0."""
+
+
+# -- events as JSON ------------------------------------------------------------------------------
+
+def event_to_json(event: dp_accounting.DpEvent, relation: str) -> str:
+    """``event`` and its neighbouring relation as one JSON object (classes by name)."""
+    if relation not in RELATIONS:
+        raise ValueError(f"unknown neighbouring relation {relation!r}; one of {sorted(RELATIONS)}")
+    return json.dumps({"relation": relation, "event": _encode(event)}, sort_keys=True, separators=(",", ":"))
+
+
+def event_from_json(text: str) -> tuple[dp_accounting.DpEvent, str]:
+    """(event, relation) back from ``event_to_json``."""
+    blob = json.loads(text)
+    return _decode(blob["event"]), blob["relation"]
+
+
+def _encode(value):
+    if isinstance(value, dp_accounting.DpEvent):
+        fields = {f.name: _encode(getattr(value, f.name)) for f in attr.fields(type(value))}
+        return {"class": type(value).__name__, **fields}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"float": repr(value)}
+    return value
+
+
+def _decode(value):
+    if isinstance(value, dict) and "class" in value:
+        cls = getattr(dp_event_module, value["class"])
+        return cls(**{k: _decode(v) for k, v in value.items() if k != "class"})
+    if isinstance(value, dict) and set(value) == {"float"}:
+        return float(value["float"])
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+# -- bounds --------------------------------------------------------------------------------------
+
+def _quiet():
+    """dp-accounting logs a warning per RDP order whose series does not converge and leaves that
+    order out; the bound stays valid, so the noise is silenced (as in ``_accounting``)."""
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    return verbosity
+
+
+def _accountant(relation: str) -> RdpAccountant:
+    if relation not in RELATIONS:
+        raise ValueError(f"unknown neighbouring relation {relation!r}")
+    return RdpAccountant(ORDERS, RELATIONS[relation])
+
+
+def _check_delta(delta: float) -> float:
+    if not 0 < delta < 1:
+        raise InputError(f"delta must be in (0, 1), got {delta}")
+    return float(delta)
+
+
+def rdp_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
+    """RDP of ``event`` at each of ``ORDERS``."""
+    verbosity = _quiet()
+    try:
+        accountant = _accountant(relation)
+        accountant.compose(event)
+        return np.array(accountant._rdp, dtype=np.float64)  # the accountant exposes no getter
+    finally:
+        absl_logging.set_verbosity(verbosity)
+
+
+def composed_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: float) -> float:
+    """eps at ``delta`` of running every event on the same data (RDP composition)."""
+    if not events:
+        raise ValueError("composed_epsilon: no events")
+    verbosity = _quiet()
+    try:
+        accountant = _accountant(relation)
+        accountant.compose(dp_accounting.ComposedDpEvent(list(events)))
+        return float(accountant.get_epsilon(_check_delta(delta)))
+    finally:
+        absl_logging.set_verbosity(verbosity)
+
+
+def repeat_and_select_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: float,
+                              mean: float, shape: float) -> float:
+    """eps at ``delta`` of Papernot & Steinke's random search: K trials (mean ``mean``; shape
+    inf: Poisson, 1: geometric, 0: logarithmic, else truncated negative binomial), each a
+    config drawn uniformly from those whose events are ``events`` and trained afresh, and
+    release of the best by a fixed total order on outputs."""
+    distinct = {event_to_json(e, relation): e for e in events}
+    if not distinct:
+        raise ValueError("repeat_and_select_epsilon: no events")
+    delta = _check_delta(delta)
+    if len(distinct) == 1:
+        (event,) = distinct.values()
+        verbosity = _quiet()
+        try:
+            accountant = _accountant(relation)
+            accountant.compose(dp_event_module.RepeatAndSelectDpEvent(event, float(mean), float(shape)))
+            return float(accountant.get_epsilon(delta))
+        finally:
+            absl_logging.set_verbosity(verbosity)
+    inner = np.max([rdp_curve(e, relation) for e in distinct.values()], axis=0)
+    # the same function the accountant applies to a RepeatAndSelectDpEvent's inner curve
+    rdp = rdp_module._compute_rdp_repeat_and_select(ORDERS, inner, float(mean), float(shape))
+    return float(rdp_module.compute_epsilon(ORDERS, rdp, delta)[0])
+
+
+# -- the random trial count ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrialCount:
+    """The distribution of a study's number of trials per run (``tuning:`` in a spec)."""
+
+    count: str            # one of COUNTS
+    mean: float           # >= 1 (Poisson: > 0)
+    shape: float = math.inf  # the truncated negative binomial's eta; inf for Poisson
+
+    def __post_init__(self):
+        if self.count not in COUNTS:
+            raise ValueError(f"count must be one of {COUNTS}, got {self.count!r}")
+        if self.count == "poisson" and self.shape != math.inf:
+            raise ValueError("a Poisson count has no shape")
+
+    def gamma(self) -> float:
+        """The truncated negative binomial's halting probability gamma for ``mean``."""
+        return truncated_negative_binomial_gamma(self.shape, self.mean)
+
+    def draw(self, rng: np.random.Generator) -> int:
+        """One trial count: Poisson(mean), or Papernot & Steinke's Definition 1 (a negative
+        binomial NB(eta, gamma) conditioned on K >= 1; logarithmic at eta = 0)."""
+        if self.count == "poisson":
+            return int(rng.poisson(self.mean))
+        gamma = self.gamma()
+        if gamma >= 1:
+            return 1
+        if self.shape == 0:
+            return int(rng.logseries(1 - gamma))
+        while True:
+            k = int(rng.negative_binomial(self.shape, gamma))
+            if k >= 1:
+                return k
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "mean": self.mean,
+                "shape": None if self.shape == math.inf else self.shape}
+
+    def describe(self) -> str:
+        if self.count == "poisson":
+            return f"Poisson, mean {self.mean:g}"
+        return f"truncated negative binomial, mean {self.mean:g}, shape {self.shape:g}"
+
+
+def trial_count_from_dict(d: dict) -> TrialCount:
+    shape = d.get("shape")
+    return TrialCount(d["count"], float(d["mean"]), math.inf if shape is None else float(shape))
+
+
+def truncated_negative_binomial_mean(gamma: float, shape: float) -> float:
+    """E[K] of Definition 1: eta (1/gamma - 1) / (1 - gamma^eta); 1/gamma at eta = 1 and
+    (1/gamma - 1) / log(1/gamma) at eta = 0 (the logarithmic distribution)."""
+    if gamma == 1:
+        return 1.0
+    if shape == 0:
+        return (1 / gamma - 1) / math.log(1 / gamma)
+    return shape * (1 / gamma - 1) / (1 - gamma ** shape)
+
+
+def truncated_negative_binomial_gamma(shape: float, mean: float) -> float:
+    """gamma in (0, 1] whose ``truncated_negative_binomial_mean`` is ``mean`` (the mean falls as
+    gamma grows), by bisection to 1e-12; the smaller end, as dp-accounting rounds."""
+    if mean <= 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        if truncated_negative_binomial_mean(mid, shape) < mean:
+            hi = mid
+        else:
+            lo = mid
+    return lo

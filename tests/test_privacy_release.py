@@ -1,0 +1,299 @@
+"""eps_released: the guarantee of releasing a selection, tuning included (issue 16, part 1).
+
+Fixed-count composition is checked against RDP written out by hand; the random-count bound
+against values pinned from dp-accounting and against Papernot & Steinke's Theorem 2 written
+out here; the trial-count draws against their distributions; and a tuned study end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import dp_accounting
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
+
+from fairdp.analysis._release import released_guarantees
+from fairdp.errors import InputError
+from fairdp.privacy import (
+    TrialCount,
+    composed_epsilon,
+    dpsgd_event,
+    event_from_json,
+    event_to_json,
+    pfld_event,
+    repeat_and_select_epsilon,
+)
+from fairdp.privacy._release import ORDERS, truncated_negative_binomial_gamma
+from fairdp.study import parse_spec
+from fairdp.study._plan import run_configs, tuning_draws
+from tests.conftest import assert_input_error, run_cli
+
+DELTA = 1e-5
+
+
+def _cks_epsilon(rdp: np.ndarray, delta: float) -> float:
+    """RDP -> (eps, delta), Canonne, Kamath & Steinke 2020 Prop. 12, minimised over ORDERS (by hand)."""
+    eps = [r + math.log1p(-1 / a) - math.log(delta * a) / (a - 1) for a, r in zip(ORDERS, rdp) if a > 1.01]
+    return max(0.0, min(eps))
+
+
+def _gaussian_rdp(sigma: float) -> np.ndarray:
+    """The Gaussian mechanism's RDP, alpha / (2 sigma^2) (Mironov 2017, Prop. 7)."""
+    return ORDERS / (2 * sigma ** 2)
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("event", [
+    pfld_event(1.3, 4.0, 256, 30000, 30),
+    dpsgd_event(0.9, 100, 1000, 3),
+    dp_accounting.RandomizedResponseDpEvent(0.4, 2),
+    dp_accounting.GaussianDpEvent(math.inf),
+])
+def test_events_survive_their_json(event):
+    back, relation = event_from_json(event_to_json(event, "add_or_remove_one"))
+    assert back == event and relation == "add_or_remove_one"
+
+
+def test_an_unknown_relation_is_refused():
+    with pytest.raises(ValueError, match="relation"):
+        event_to_json(dp_accounting.GaussianDpEvent(1.0), "swap")
+
+
+# -- fixed count: composition ---------------------------------------------------------------------
+
+def test_composition_of_gaussians_is_rdp_summed_by_hand():
+    sigmas = [2.0, 3.0, 5.0]
+    by_hand = _cks_epsilon(sum(_gaussian_rdp(s) for s in sigmas), DELTA)
+    events = [dp_accounting.GaussianDpEvent(s) for s in sigmas]
+    assert composed_epsilon(events, "add_or_remove_one", DELTA) == pytest.approx(by_hand, rel=1e-9)
+    # and more than any one of them, less than the sum of their eps
+    alone = [_cks_epsilon(_gaussian_rdp(s), DELTA) for s in sigmas]
+    assert max(alone) < by_hand < sum(alone)
+
+
+def _rows(events: list, eps: list[float], delta: float, method="dpsgd", tuning=None, relation="add_or_remove_one"):
+    """Result rows of one run (dataset d, seed 0) with the given events."""
+    n = len(events)
+    return pd.DataFrame({
+        "study": "s", "dataset": "d", "method": method, "seed": 0, "config_id": [f"c{i}" for i in range(n)],
+        "status": "ok", "valid_accuracy": np.linspace(80, 81, n), "valid_tpr_gap": np.linspace(5, 1, n),
+        "eps_formal": eps, "delta": delta,
+        "privacy_event": [event_to_json(e, relation) if e is not None else None for e in events],
+        "tuning": tuning,
+    })
+
+
+def test_eps_released_of_a_grid_is_the_composition_of_every_config():
+    sigmas = [2.0, 3.0, 5.0]
+    rows = _rows([dp_accounting.GaussianDpEvent(s) for s in sigmas],
+                 [_cks_epsilon(_gaussian_rdp(s), DELTA) for s in sigmas], DELTA)
+    out = released_guarantees(rows, rows.iloc[[0]], rt=1.0)
+    assert out["eps_released"].iloc[0] == pytest.approx(_cks_epsilon(sum(_gaussian_rdp(s) for s in sigmas), DELTA),
+                                                        rel=1e-9)
+    assert out["trained"].iloc[0] == 3 and out["released_under"].iloc[0] == "composition of all 3 configs trained"
+    # a config trained on other data (another seed) is not part of this release
+    other = rows.assign(seed=1)
+    out2 = released_guarantees(pd.concat([rows, other]), rows.iloc[[0]], rt=1.0)
+    assert out2["eps_released"].iloc[0] == out["eps_released"].iloc[0]
+
+
+def test_pure_dp_rows_compose_to_at_most_the_sum_of_their_eps():
+    # k-RR at eps = 1 on a binary attribute: p = 2 / (e + 1); one config releases exactly eps 1
+    rr = dp_accounting.RandomizedResponseDpEvent(2 / (math.e + 1), 2)
+    one = released_guarantees(_rows([rr], [1.0], 0.0, "private_reductions", relation="replace_one"),
+                              _rows([rr], [1.0], 0.0, "private_reductions", relation="replace_one"), rt=1.0)
+    assert one["eps_released"].iloc[0] == pytest.approx(1.0) and one["delta_released"].iloc[0] == DELTA
+    many = _rows([rr] * 40, [1.0] * 40, 0.0, "private_reductions", relation="replace_one")
+    out = released_guarantees(many, many.iloc[[0]], rt=1.0)
+    assert 1.0 < out["eps_released"].iloc[0] < 40.0  # RDP beats basic composition at 40 configs
+
+
+def test_methods_without_an_event_are_not_covered():
+    rows = _rows([None, None], [4.0, 4.0], 0.0, "federate")
+    out = released_guarantees(rows, rows.iloc[[0]], rt=1.0)
+    assert math.isnan(out["eps_released"].iloc[0])
+    assert out["released_under"].iloc[0] == "not covered: a local guarantee per representation"
+    rows = _rows([None], [math.inf], 0.0, "unconstrained")
+    assert released_guarantees(rows, rows, rt=1.0)["released_under"].iloc[0] == "not covered: no privacy"
+
+
+# -- random count: repeat and select ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("sigma", "mean", "shape", "pinned"), [
+    # dp-accounting 0.6.0, RdpAccountant().compose(RepeatAndSelectDpEvent(GaussianDpEvent(sigma), mean, shape))
+    (2.0, 10, math.inf, 4.908152109911617),
+    (2.0, 10, 1.0, 4.3150722993888255),
+    (2.0, 10, 0.0, 3.638537753049733),
+    (2.0, 10, 0.5, 3.9977212299531684),
+    (5.0, 50, math.inf, 4.757926890031319),
+])
+def test_repeat_and_select_pins_dp_accounting(sigma, mean, shape, pinned):
+    got = repeat_and_select_epsilon([dp_accounting.GaussianDpEvent(sigma)], "add_or_remove_one", DELTA, mean, shape)
+    assert got == pytest.approx(pinned, rel=1e-9)
+    # random search costs more than one run and far less than composing mean runs
+    assert _cks_epsilon(_gaussian_rdp(sigma), DELTA) < got < _cks_epsilon(mean * _gaussian_rdp(sigma), DELTA)
+
+
+@pytest.mark.parametrize(("mean", "shape"), [(10, 1.0), (10, 0.5), (25, 2.0), (8, 0.0)])
+def test_truncated_negative_binomial_bound_matches_theorem_2_by_hand(mean, shape):
+    """Papernot & Steinke Theorem 2 for a Gaussian run: RDP at order l is
+    eps(l) + (1 + eta) min_lh [(1 - 1/lh) eps(lh) + log(1/gamma) / lh] + log(E[K]) / (l - 1),
+    then made monotone in l (RDP grows with the order), then converted."""
+    rdp = _gaussian_rdp(3.0)
+    gamma = truncated_negative_binomial_gamma(shape, mean)
+    c = (1 + shape) * min((1 - 1 / lh) * e + math.log(1 / gamma) / lh for lh, e in zip(ORDERS, rdp))
+    out = np.array([e + c + math.log(mean) / (lam - 1) if lam > 1 else math.inf for lam, e in zip(ORDERS, rdp)])
+    out = np.array([out[ORDERS >= lam].min() for lam in ORDERS])
+    got = repeat_and_select_epsilon([dp_accounting.GaussianDpEvent(3.0)], "add_or_remove_one", DELTA, mean, shape)
+    assert got == pytest.approx(_cks_epsilon(out, DELTA), rel=1e-6)
+
+
+def test_a_trial_drawing_from_several_configs_is_bounded_by_their_largest_curve():
+    low, high = dp_accounting.GaussianDpEvent(1.5), dp_accounting.GaussianDpEvent(4.0)
+    alone = repeat_and_select_epsilon([low], "add_or_remove_one", DELTA, 20, math.inf)
+    # sigma 1.5's curve is above sigma 4's at every order: the mixture costs what sigma 1.5 costs
+    assert repeat_and_select_epsilon([low, high], "add_or_remove_one", DELTA, 20, math.inf) == \
+        pytest.approx(alone, rel=1e-12)
+    # curves that cross: at least what each costs alone
+    sampled = dpsgd_event(0.8, 50, 1000, 5)
+    both = repeat_and_select_epsilon([sampled, high], "add_or_remove_one", DELTA, 20, 1.0)
+    for e in (sampled, high):
+        assert both >= repeat_and_select_epsilon([e], "add_or_remove_one", DELTA, 20, 1.0) - 1e-12
+
+
+@pytest.mark.parametrize(("mean", "shape"), [(10, 1.0), (10, 0.5), (20, 0.0), (5, 3.0)])
+def test_gamma_is_dp_accountings(mean, shape):
+    assert truncated_negative_binomial_gamma(shape, mean) == pytest.approx(
+        rdp_module._gamma_truncated_negative_binomial(shape, mean), rel=1e-7)
+
+
+@pytest.mark.parametrize("count", [TrialCount("poisson", 12.0), TrialCount("truncated_negative_binomial", 12.0, 1.0),
+                                   TrialCount("truncated_negative_binomial", 12.0, 0.5),
+                                   TrialCount("truncated_negative_binomial", 12.0, 0.0)])
+def test_trial_counts_have_the_mean_the_bound_assumes(count):
+    rng = np.random.default_rng(0)
+    k = np.array([count.draw(rng) for _ in range(20000)])
+    se = k.std() / math.sqrt(len(k))
+    assert abs(k.mean() - count.mean) < 4 * se
+    if count.count != "poisson":
+        assert k.min() >= 1  # truncated at zero: every run trains something
+    else:  # Poisson's variance is its mean
+        assert k.var() == pytest.approx(count.mean, rel=0.05)
+
+
+def test_eps_released_under_tuning_depends_on_whether_the_selection_is_a_best_of():
+    grid = [dp_accounting.GaussianDpEvent(2.0), dp_accounting.GaussianDpEvent(3.0)]
+    record = json.dumps({"count": "poisson", "mean": 10, "shape": None, "drawn": 3, "grid_size": 2,
+                         "grid_events": sorted(event_to_json(e, "add_or_remove_one") for e in grid)})
+    drawn = [grid[0], grid[1], grid[0]]
+    rows = _rows(drawn, [1.0] * 3, DELTA, tuning=record)
+    best_of = released_guarantees(rows, rows.iloc[[0]], rt=0.0)
+    assert best_of["eps_released"].iloc[0] == pytest.approx(
+        repeat_and_select_epsilon(grid, "add_or_remove_one", DELTA, 10, math.inf), rel=1e-12)
+    assert best_of["released_under"].iloc[0].startswith("repeat-and-select")
+    # RT > 0 picks relative to the best accuracy among the trials: no total order, so composition
+    relaxed = released_guarantees(rows, rows.iloc[[0]], rt=1.0)
+    assert relaxed["eps_released"].iloc[0] == pytest.approx(
+        _cks_epsilon(2 * _gaussian_rdp(2.0) + _gaussian_rdp(3.0), DELTA), rel=1e-9)
+    assert "no best-of" in relaxed["released_under"].iloc[0]
+
+
+# -- a tuned study ------------------------------------------------------------------------------------
+
+BASE = {"name": "tuned", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": [0, 1],
+        "train": {"epochs": 1, "batch_size": 100}, "evaluate": {"leakage": False, "mdl": False},
+        "selection": {"fairness": "dp_gap", "rt": 0},
+        "tuning": {"count": "poisson", "mean": 3},
+        "methods": {"dpsgd": {"grid": {"eps": [1.0], "clip_primal": [10.0]}},
+                    "pfld": {"grid": {"fairness_notion": ["dp"], "eps": [0.5, 2.0], "clip_primal": [10.0],
+                                      "clip_dual": [5.0]}}}}
+
+
+@pytest.mark.parametrize(("tuning", "extra", "field"), [
+    ({"count": "uniform", "mean": 3}, {}, "tuning.count"),
+    ({"count": "poisson", "mean": 0.5}, {}, "tuning.mean"),
+    ({"count": "poisson", "mean": 3, "shape": 1}, {}, "tuning.shape"),
+    ({"count": "truncated_negative_binomial", "mean": 3}, {}, "tuning.shape"),
+    ({"count": "truncated_negative_binomial", "mean": 3, "shape": -1}, {}, "tuning.shape"),
+    ({"count": "poisson"}, {}, "tuning.mean"),
+    ({"count": "poisson", "mean": 3}, {"selection": {"fairness": "dp_gap", "by": ["eps"]}}, "tuning"),
+    ({"count": "poisson", "mean": 3}, {"search": {"method": "dpsgd", "objectives": {"valid_accuracy": "max"},
+                                                  "space": {"eps": {"low": 1, "high": 2}}, "fixed": {"clip_primal": 10}}},
+     "tuning"),
+])
+def test_bad_tuning_is_refused_naming_the_field(tuning, extra, field):
+    with pytest.raises(InputError, match=f"^{field}"):
+        parse_spec({**BASE, **extra, "tuning": tuning})
+
+
+def test_bad_tuning_exits_2_before_writing_anything(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "tuning": {"count": "poisson", "mean": 0.5}}))
+    assert_input_error(run_cli("run", str(path), "--results", str(tmp_path / "r"), "--executor", "local"),
+                       "tuning.mean")
+    assert not (tmp_path / "r").exists()
+
+
+def test_tuning_draws_a_seeded_random_count_with_fresh_ids_for_repeats():
+    spec = parse_spec(BASE)
+    plan = spec.methods[0]
+    counts = []
+    for seed in range(40):
+        configs, ids = run_configs(spec, plan, seed)
+        assert (configs, ids) == run_configs(spec, plan, seed)  # a resumed study draws the same
+        assert len(set(ids)) == len(ids) == len(configs)  # one config drawn twice: two trials
+        counts.append(len(ids))
+    assert len(set(counts)) > 2  # the count is random across runs ...
+    assert np.mean(counts) == pytest.approx(3, abs=0.9)  # ... with the asked mean (40 runs: SE 0.27)
+    assert len({tuple(tuning_draws(spec.tuning, 2, "pfld", seed)) for seed in range(10)}) > 5
+    untuned = parse_spec({k: v for k, v in BASE.items() if k != "tuning"})
+    assert run_configs(untuned, untuned.methods[0], 0)[0] == list(untuned.methods[0].configs)
+
+
+def test_a_tuned_study_stores_its_draws_and_analyze_reports_eps_released(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    results = tmp_path / "r"
+    proc = run_cli("run", str(path), "--results", str(results), "--executor", "local")
+    assert proc.returncode == 0, proc.stderr
+    rows = pd.read_parquet(results)
+    spec = parse_spec(BASE)
+    for plan in spec.methods:
+        for seed in spec.seeds:
+            _, ids = run_configs(spec, plan, seed)
+            got = rows[(rows["method"] == plan.name) & (rows["seed"] == seed)]
+            assert sorted(got["config_id"]) == sorted(ids)
+            for record in got["tuning"]:
+                blob = json.loads(record)
+                assert blob["drawn"] == len(ids) and blob["grid_size"] == len(plan.configs)
+                assert len(blob["grid_events"]) == len(plan.configs)  # distinct sigmas per eps
+    # repeats of dpsgd's one config are independent trials: fresh noise, different models
+    dpsgd = rows[rows["method"] == "dpsgd"]
+    repeats = dpsgd.groupby("seed").filter(lambda g: len(g) >= 2)
+    assert len(repeats), "no run drew dpsgd's config twice; pick seeds that do"
+    for _, g in repeats.groupby("seed"):
+        assert g["test_confusion"].nunique() > 1
+    # the stored event reproduces the row's eps_formal
+    for event, eps in zip(rows["privacy_event"], rows["eps_formal"]):
+        e, relation = event_from_json(event)
+        assert composed_epsilon([e], relation, DELTA) == pytest.approx(eps, rel=1e-12)
+    rerun = run_cli("run", str(path), "--results", str(results), "--executor", "local")
+    assert rerun.returncode == 0 and len(pd.read_parquet(results)) == len(rows)
+    other = tmp_path / "other.yaml"
+    other.write_text(yaml.safe_dump({**BASE, "tuning": {"count": "poisson", "mean": 5}}))
+    assert_input_error(run_cli("run", str(other), "--results", str(results), "--executor", "local"), "tuning")
+    table = run_cli("analyze", str(results), "--selected", "--rt", "0", "--fairness", "dp_gap", "--format", "csv")
+    assert table.returncode == 0, table.stderr
+    out = pd.read_csv(__import__("io").StringIO(table.stdout))
+    assert {"eps_formal", "eps_released", "delta_released", "released_under"} <= set(out.columns)
+    dp = out[out["method"] == "dpsgd"]
+    want = repeat_and_select_epsilon([event_from_json(dpsgd["privacy_event"].iloc[0])[0]], "add_or_remove_one",
+                                     DELTA, 3, math.inf)
+    assert dp["eps_released"].to_numpy() == pytest.approx(want, rel=1e-9)
+    assert (out["eps_released"] > out["eps_formal"]).all()
