@@ -306,6 +306,7 @@ def _cmd_report(args) -> int:
     from fairdp._atomic import unwritable_reason
     from fairdp.analysis import write_report
     from fairdp.analysis._intervals import check_level
+    from fairdp.analysis._papers import get_paper
 
     rts = _rt_list(args.rts) if args.rts else (0, 0.5, 1, 2, 3, 5)
     if not args.no_ci:
@@ -314,12 +315,15 @@ def _cmd_report(args) -> int:
     reason = unwritable_reason(args.output)
     if reason:
         raise InputError(f"-o: {reason}")
+    for name in args.compare or ():
+        get_paper(name)  # an unknown name is refused before anything is read or written
     df = _load_rows(args.dirs)
     history, grid = _search_histories(args.dirs, args.compare_grid)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by,
-                             ci=None if args.no_ci else args.ci, search_history=history, grid=grid)
+                             ci=None if args.no_ci else args.ci, search_history=history, grid=grid,
+                             compare=args.compare or ())
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
     for p in paths:
@@ -446,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--ci", type=float, default=95.0, metavar="LEVEL",
                      help="confidence level of the intervals, percent (default 95)")
     rep.add_argument("--no-ci", action="store_true", help="no confidence intervals")
+    rep.add_argument("--compare", action="append", metavar="PAPER_TABLE",
+                     help="put a paper's published values and claims beside the study's: "
+                          "federate-table3, pfld-adult or pfld-compas (repeatable)")
     rep.add_argument("--compare-grid", action="append", metavar="GRID_DIR",
                      help="a grid study's results: the search progress section sets each search's hypervolume "
                      "per generation against the grid front's (same dataset, method, seed, epochs); repeatable")

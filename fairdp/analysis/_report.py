@@ -30,6 +30,7 @@ from fairdp.analysis._intervals import (
     selected_with_intervals,
     supported_differences,
 )
+from fairdp.analysis._papers import comparison_section, get_paper
 from fairdp.analysis._pareto import hypervolume, pareto_front
 from fairdp.analysis._plots import (
     default_direction,
@@ -261,6 +262,7 @@ def write_report(
     ci: float | None = 95.0,
     search_history: pd.DataFrame | None = None,
     grid: pd.DataFrame | None = None,
+    compare: Sequence[str] = (),
 ) -> list[Path]:
     """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
 
@@ -277,7 +279,8 @@ def write_report(
     ``<results>.hypervolume-<method>.parquet`` tables) adds a search-progress section: the
     hypervolume of each search's feasible front per generation, and, with ``grid`` (a grid
     study's rows), the grid front's hypervolume and the ratio (``search_progress``). Returns
-    the written paths: figures first, then table.csv, report.md, report.html.
+    the written paths: figures first, then table.csv, report.md, report.html. ``compare``
+    names published tables (``fairdp.analysis._papers.PAPERS``) to put beside the study's.
     """
     df = as_frame(df)
     by = check_by(by, df)
@@ -352,6 +355,9 @@ def write_report(
         + _probe_sentence(ok) + (" " + _pruning_sentence(ok) if _pruning_sentence(ok) else ""),
         [("table", agg)],
     ))
+    for name in compare:
+        caption, tables = comparison_section(df, get_paper(name))
+        sections.append((f"Compared with the paper: {name}", caption, [("display", t) for t in tables]))
     sections.append((
         "Selected configurations",
         f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "

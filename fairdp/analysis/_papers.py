@@ -1,0 +1,217 @@
+"""The papers' published numbers and claims, side by side with a study's own.
+
+Published tables ship as CSV under ``fairdp/analysis/papers/`` (read from the papers' text;
+each file's header says which table and what could not be read). A comparison takes the
+aggregate table of a study (``aggregate_seeds`` after ``select_by_rt``) and gives, per
+method and metric, the paper's mean ± std, fairdp's, their difference and whether it lies
+within the combined seed spread, sqrt(std_paper^2 + std_fairdp^2) (the spread of a
+difference of two independent draws). Claims are the papers' orderings (one method's mean
+below another's) and trends (a metric falling as eps grows), each checked on fairdp's means
+and, where the paper prints numbers, on the paper's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from fairdp.errors import InputError
+
+
+@dataclass(frozen=True)
+class Claim:
+    """``kind`` "below": ``method``'s ``metric`` mean is below ``other``'s (per ``by`` group);
+    "falls_with_eps": ``method``'s ``metric`` mean at the largest eps is below its mean at the
+    smallest (per group of the other ``by`` keys)."""
+
+    kind: str
+    metric: str
+    method: str
+    other: str | None
+    source: str  # where the paper says it
+
+
+@dataclass(frozen=True)
+class PaperReference:
+    name: str
+    title: str
+    table: str | None          # CSV of published numbers (method, metric, mean, std), or None
+    fairness: str              # the selection fairness the paper reports
+    rt: float
+    by: tuple[str, ...]
+    claims: tuple[Claim, ...]
+    note: str
+
+
+_FEDERATE_CLAIMS = (
+    Claim("below", "test_tpr_gap", "federate", "unconstrained", "Table 3; sec. D.5"),
+    Claim("below", "test_tpr_gap", "federate", "adversarial", "Table 3; sec. D.5"),
+    Claim("below", "leakage", "noise", "unconstrained", "Table 3; sec. D.5"),
+    Claim("below", "leakage", "noise", "adversarial", "Table 3; sec. D.5"),
+    Claim("below", "leakage", "federate", "unconstrained", "Table 3; sec. D.5"),
+    Claim("below", "leakage", "federate", "adversarial", "Table 3; sec. D.5"),
+)
+
+_PFLD_CLAIMS = (
+    Claim("below", "test_notion_gap", "pfld", "private_reductions",
+          "Accuracy and Fairness: 'considerably lower fairness violations when compared to M', every notion"),
+    Claim("below", "test_notion_gap", "pfld", "dpsgd",
+          "implied: P (DP-SGD) enforces no fairness constraint"),
+    Claim("falls_with_eps", "test_notion_gap", "pfld", None,
+          "Figure 2: 'the fairness violation score decreases as the privacy budget eps increases'"),
+    Claim("falls_with_eps", "test_accuracy", "pfld", None,
+          "Figure 2: 'the model accuracy slightly decreases as eps increases'"),
+)
+
+_PFLD_NOTE = ("Tran et al. print no Adult or COMPAS numbers in the text (their figures are plots, and the text "
+              "discusses the Bank dataset), so only their claims are checked.")
+
+PAPERS = {
+    "federate-table3": PaperReference(
+        "federate-table3", "FEDERATE (Maheshwari et al. 2022), Table 3: Adult, RT = 1, 5 seeds",
+        "federate-table3.csv", "tpr_gap", 1.0, (), _FEDERATE_CLAIMS,
+        "Read from the paper's text; Adversarial + Multiple's MDL cell holds two values and is left out."),
+    "pfld-adult": PaperReference(
+        "pfld-adult", "PF-LD (Tran et al. 2021), Figures 1-2: Adult (Income), 10 repeats", None, "notion_gap",
+        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE),
+    "pfld-compas": PaperReference(
+        "pfld-compas", "PF-LD (Tran et al. 2021), Figures 1-2: COMPAS, 10 repeats", None, "notion_gap",
+        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE),
+}
+
+
+def get_paper(name: str) -> PaperReference:
+    if name not in PAPERS:
+        raise InputError(f"--compare: unknown paper table {name!r}; known: {', '.join(PAPERS)}")
+    return PAPERS[name]
+
+
+def published(paper: PaperReference) -> pd.DataFrame:
+    """The paper's numbers: method, metric, mean, std (empty when it prints none)."""
+    if paper.table is None:
+        return pd.DataFrame(columns=["method", "metric", "mean", "std"])
+    with resources.files("fairdp.analysis").joinpath("papers", paper.table).open() as f:
+        return pd.read_csv(f, comment="#")
+
+
+def compare_numbers(agg: pd.DataFrame, paper: PaperReference) -> pd.DataFrame:
+    """Per published (method, metric): paper mean and std, fairdp mean and std (NaN where the
+    study has no such method), difference (fairdp - paper), combined spread and whether
+    |difference| <= spread."""
+    pub = published(paper)
+    rows = []
+    for r in pub.itertuples(index=False):
+        mine = agg[agg["method"] == r.method]
+        mean = float(mine[f"{r.metric}_mean"].iloc[0]) if len(mine) and f"{r.metric}_mean" in mine else math.nan
+        std = float(mine[f"{r.metric}_std"].iloc[0]) if len(mine) and f"{r.metric}_std" in mine else math.nan
+        spread = math.sqrt(r.std ** 2 + (std if math.isfinite(std) else 0.0) ** 2)
+        diff = mean - r.mean
+        rows.append({"method": r.method, "metric": r.metric, "paper": r.mean, "paper_std": r.std,
+                     "fairdp": mean, "fairdp_std": std, "difference": diff, "spread": spread,
+                     "within spread": bool(abs(diff) <= spread) if math.isfinite(diff) else None})
+    return pd.DataFrame(rows)
+
+
+def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Each claim per group of ``by`` (minus eps for trends): holds on fairdp's means (None
+    where a method is missing), and on the paper's numbers where it prints them."""
+    pub = published(paper)
+    out = []
+    for c in paper.claims:
+        col = f"{c.metric}_mean"
+        if col not in agg.columns:
+            continue
+        keys = [k for k in by if k in agg.columns and (c.kind == "below" or k != "eps")]
+        groups = agg.groupby(keys, dropna=False) if keys else [((), agg)]
+        for key, grp in groups:
+            key = key if isinstance(key, tuple) else (key,)
+            where = ", ".join(f"{k} {v}" for k, v in zip(keys, key) if not _missing(v))
+            if c.kind == "below":
+                # a method without a by-column (a baseline) is repeated under every group
+                a = _mean_of(agg, grp, c.method, col, keys, key)
+                b = _mean_of(agg, grp, c.other, col, keys, key)
+                holds = None if np.isnan(a) or np.isnan(b) else bool(a < b)
+                text = f"{c.method} {c.metric} below {c.other}'s"
+                in_paper = _paper_below(pub, c)
+            else:
+                mine = grp[grp["method"] == c.method].dropna(subset=["eps", col]).sort_values("eps")
+                holds = bool(mine[col].iloc[-1] < mine[col].iloc[0]) if len(mine) >= 2 else None
+                text = f"{c.method} {c.metric} falls as eps grows (largest eps below smallest)"
+                in_paper = None
+            out.append({"claim": text, "where": where, "source": c.source, "paper": in_paper, "fairdp": holds})
+    return pd.DataFrame(out)
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def _mean_of(agg: pd.DataFrame, grp: pd.DataFrame, method: str, col: str, keys, key) -> float:
+    mine = grp[grp["method"] == method]
+    if not len(mine):
+        # a method without the group's keys appears once, with NaN keys (e.g. a baseline without eps)
+        rows = agg[agg["method"] == method]
+        for k, v in zip(keys, key):
+            if k in rows.columns and rows[k].notna().any():
+                rows = rows[rows[k] == v]
+        mine = rows
+    return float(mine[col].iloc[0]) if len(mine) == 1 else math.nan
+
+
+def _paper_below(pub: pd.DataFrame, c: Claim) -> bool | None:
+    a = pub[(pub["method"] == c.method) & (pub["metric"] == c.metric)]
+    b = pub[(pub["method"] == c.other) & (pub["metric"] == c.metric)]
+    if not len(a) or not len(b):
+        return None
+    return bool(a["mean"].iloc[0] < b["mean"].iloc[0])
+
+
+def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, list[pd.DataFrame]]:
+    """The report's comparison with ``paper``: a caption (with the cells that differ by more
+    than the spread) and display tables of numbers and claims, from ``df``'s rows selected
+    and aggregated as the paper reports (its RT, fairness and by keys)."""
+    from fairdp.analysis._select import aggregate_seeds, select_by_rt
+
+    by = [k for k in paper.by if k in df.columns]
+    agg = aggregate_seeds(select_by_rt(df, paper.rt, paper.fairness, by), fairness=paper.fairness, by=by)
+    tables, text = [], [f"{paper.title}: the paper's values beside this study's, selected as the paper does "
+                        f"(RT = {paper.rt:g}, {paper.fairness}{', by ' + ', '.join(by) if by else ''}). {paper.note}"]
+    numbers = compare_numbers(agg, paper)
+    if len(numbers):
+        off = numbers[numbers["within spread"] == False]  # noqa: E712 - None means no verdict
+        text.append("A difference is within spread when |fairdp - paper| <= sqrt(std_paper² + std_fairdp²).")
+        text.append(("Outside the spread: " + "; ".join(f"{r.method} {r.metric} ({r.fairdp:.2f} vs {r.paper:.2f})"
+                                                         for r in off.itertuples()) + ".")
+                    if len(off) else "Every difference is within the spread.")
+        tables.append(pd.DataFrame({
+            "Method": numbers["method"], "Metric": numbers["metric"],
+            "Paper": [f"{m:.2f} ± {s:.2f}" for m, s in zip(numbers["paper"], numbers["paper_std"])],
+            "fairdp": [f"{m:.2f} ± {s:.2f}" if math.isfinite(m) else "-"
+                       for m, s in zip(numbers["fairdp"], numbers["fairdp_std"].fillna(0.0))],
+            "Difference": [f"{d:+.2f}" if math.isfinite(d) else "-" for d in numbers["difference"]],
+            "Spread": [f"{s:.2f}" for s in numbers["spread"]],
+            "Within spread": [{True: "yes", False: "no"}.get(w, "-") for w in numbers["within spread"]],
+        }))
+    claims = check_claims(agg, paper, tuple(by))
+    if len(claims):
+        summary = []
+        for (claim, source), grp in claims.groupby(["claim", "source"], sort=False):
+            known = grp["fairdp"].dropna()
+            summary.append({
+                "Claim": claim, "Source": source,
+                "Paper": {True: "holds", False: "fails", None: "not printed"}[_verdict(grp["paper"])],
+                "fairdp": ("not run" if not len(known) else
+                           ("holds" if known.all() else "fails") if len(known) == 1 else
+                           f"holds in {int(known.sum())} of {len(known)} groups"),
+            })
+        tables.append(pd.DataFrame(summary))
+    return " ".join(text), tables
+
+
+def _verdict(values: pd.Series) -> bool | None:
+    known = values.dropna()
+    return None if not len(known) else bool(known.all())

@@ -1,0 +1,99 @@
+"""The papers' published numbers beside a study's: data read right, differences and claims checked."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from fairdp.analysis._papers import PAPERS, check_claims, compare_numbers, get_paper, published
+from fairdp.errors import InputError
+
+
+def test_federate_table3_is_the_papers_adult_table():
+    pub = published(get_paper("federate-table3"))
+    cell = pub.set_index(["method", "metric"])
+    # spot values as printed in Table 3 (Adult, RT = 1.0)
+    assert cell.loc[("federate", "test_tpr_gap"), ["mean", "std"]].tolist() == [2.73, 2.18]
+    assert cell.loc[("unconstrained", "leakage"), ["mean", "std"]].tolist() == [78.19, 1.0]
+    assert cell.loc[("random", "mdl"), ["mean", "std"]].tolist() == [20.15, 0.083]
+    assert set(pub["method"]) == {"random", "unconstrained", "inlp", "noise", "adversarial", "multi_adversarial",
+                                  "federate"}
+    # the unreadable cell is left out, not guessed
+    assert ("multi_adversarial", "mdl") not in cell.index
+
+
+def _agg(values: dict[str, tuple[float, float]], metric="test_tpr_gap") -> pd.DataFrame:
+    return pd.DataFrame([{"dataset": "adult", "method": m, "n_seeds": 5, f"{metric}_mean": mean, f"{metric}_std": std}
+                         for m, (mean, std) in values.items()])
+
+
+def test_a_difference_is_within_the_combined_spread_of_a_difference():
+    agg = _agg({"federate": (4.0, 1.0), "unconstrained": (30.0, 2.0)})
+    out = compare_numbers(agg, get_paper("federate-table3")).set_index(["method", "metric"])
+    fed = out.loc[("federate", "test_tpr_gap")]
+    assert fed["difference"] == pytest.approx(4.0 - 2.73)
+    assert fed["spread"] == pytest.approx(math.sqrt(2.18 ** 2 + 1.0 ** 2))
+    assert fed["within spread"] is True
+    unc = out.loc[("unconstrained", "test_tpr_gap")]
+    assert unc["spread"] == pytest.approx(math.sqrt(7.17 ** 2 + 2.0 ** 2)) and not unc["within spread"]
+    # a method the study did not run has no fairdp value and no verdict
+    assert math.isnan(out.loc[("inlp", "test_tpr_gap"), "fairdp"]) and out.loc[("inlp", "test_tpr_gap"), "within spread"] is None
+
+
+def test_orderings_are_checked_on_both_tables():
+    agg = _agg({"federate": (9.0, 1.0), "unconstrained": (8.0, 1.0), "adversarial": (12.0, 1.0)})
+    claims = check_claims(agg, get_paper("federate-table3"))
+    gap = claims[claims["claim"].str.startswith("federate test_tpr_gap")].set_index("claim")
+    assert gap.loc["federate test_tpr_gap below unconstrained's", "paper"]  # 2.73 < 12.73
+    assert not gap.loc["federate test_tpr_gap below unconstrained's", "fairdp"]  # 9 > 8
+    assert gap.loc["federate test_tpr_gap below adversarial's", "fairdp"]
+    # leakage claims have no fairdp verdict here: the study has no leakage column
+    assert not claims["claim"].str.contains("leakage").any()
+
+
+def test_trends_and_baselines_without_eps():
+    rows = []
+    for notion in ("dp", "eo"):
+        for eps, gap, acc in ((0.1, 20.0, 80.0), (1.0, 10.0, 79.0), (10.0, 5.0 if notion == "dp" else 25.0, 78.0)):
+            rows.append({"dataset": "adult", "method": "pfld", "fairness_notion": notion, "eps": eps, "n_seeds": 10,
+                         "test_notion_gap_mean": gap, "test_notion_gap_std": 1.0,
+                         "test_accuracy_mean": acc, "test_accuracy_std": 0.5})
+            rows.append({"dataset": "adult", "method": "private_reductions", "fairness_notion": notion, "eps": eps,
+                         "n_seeds": 10, "test_notion_gap_mean": gap + 1, "test_notion_gap_std": 1.0,
+                         "test_accuracy_mean": acc, "test_accuracy_std": 0.5})
+    agg = pd.DataFrame(rows)
+    paper = get_paper("pfld-adult")
+    claims = check_claims(agg, paper, paper.by)
+    falls = claims[claims["claim"].str.contains("test_notion_gap falls")].set_index("where")["fairdp"]
+    assert falls.to_dict() == {"fairness_notion dp": True, "fairness_notion eo": False}
+    below = claims[claims["claim"] == "pfld test_notion_gap below private_reductions's"]
+    assert len(below) == 6 and below["fairdp"].all()
+    # DP-SGD is not in this study: no verdict rather than a guess
+    assert claims[claims["claim"] == "pfld test_notion_gap below dpsgd's"]["fairdp"].isna().all()
+    assert claims["paper"].isna().all()  # Tran et al. print no Adult numbers in the text
+
+
+def test_an_unknown_paper_names_the_option():
+    with pytest.raises(InputError, match="^--compare: unknown paper table 'federate-table9'"):
+        get_paper("federate-table9")
+    assert set(PAPERS) == {"federate-table3", "pfld-adult", "pfld-compas"}
+
+
+def test_fairdp_report_compare_puts_table3_beside_the_demo(tmp_path):
+    from tests.conftest import REPO, assert_input_error, run_cli
+
+    out = tmp_path / "rep"
+    proc = run_cli("report", str(REPO / "results" / "demo-reference"), "-o", str(out), "--no-ci", "--rts", "1",
+                   "--compare", "federate-table3")
+    assert proc.returncode == 0, proc.stderr
+    md = (out / "report.md").read_text()
+    section = md.split("## Compared with the paper: federate-table3")[1].split("\n## ")[0]
+    assert "| federate | test_tpr_gap | 2.73 ± 2.18 |" in section  # the paper's cell beside fairdp's
+    assert "| inlp | test_tpr_gap | 3.91 ± 2.43 | - |" in section  # a method the demo did not run
+    assert "federate test_tpr_gap below unconstrained's" in section
+    bad = run_cli("report", str(REPO / "results" / "demo-reference"), "-o", str(tmp_path / "bad"),
+                  "--compare", "table9")
+    assert_input_error(bad, "--compare")
+    assert not (tmp_path / "bad").exists()
