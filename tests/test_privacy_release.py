@@ -96,7 +96,7 @@ def test_eps_released_of_a_grid_is_the_composition_of_every_config():
     out = released_guarantees(rows, rows.iloc[[0]], rt=1.0)
     assert out["eps_released"].iloc[0] == pytest.approx(_cks_epsilon(sum(_gaussian_rdp(s) for s in sigmas), DELTA),
                                                         rel=1e-9)
-    assert out["trained"].iloc[0] == 3 and out["released_under"].iloc[0] == "composition of all 3 configs trained"
+    assert out["trained"].iloc[0] == 3 and out["released_under"].iloc[0] == "composition of the 3 configs trained"
     # a config trained on other data (another seed) is not part of this release
     other = rows.assign(seed=1)
     out2 = released_guarantees(pd.concat([rows, other]), rows.iloc[[0]], rt=1.0)

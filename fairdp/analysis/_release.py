@@ -101,7 +101,8 @@ def _released(rows: pd.DataFrame, sel: pd.Series, rt: float, by: Sequence[str]):
         return eps, delta, len(scope), (f"composition of the {len(events)} trials drawn (K ~ {count.describe()}; "
                                         f"RT {rt:g} is no best-of by a fixed order)")
     eps = _composed(scope, relation, delta)
-    return eps, delta, len(scope), f"composition of all {len(events)} configs trained"
+    return eps, delta, len(scope), (f"composition of the {len(events)} configs trained" if len(events) > 1
+                                     else "one config trained: its own guarantee")
 
 
 def _composed(scope: pd.DataFrame, relation: str, delta: float) -> float:
