@@ -30,17 +30,27 @@ from collections.abc import Sequence
 import dp_accounting
 import pandas as pd
 
-from fairdp.analysis._rows import as_frame, check_by, check_rt, eps_scope, require_columns
-from fairdp.privacy import PFLD_DELTA, composed_epsilon, event_from_json, repeat_and_select_epsilon
-from fairdp.privacy._release import trial_count_from_dict
+from fairdp.analysis._rows import (
+    RELEASED_GUARANTEE_COLUMNS,
+    as_frame,
+    check_by,
+    check_rt,
+    eps_scope,
+    require_columns,
+)
+from fairdp.privacy import (
+    PFLD_DELTA,
+    composed_epsilon,
+    event_from_json,
+    repeat_and_select_epsilon,
+    trial_count_from_dict,
+)
 from fairdp.schema import PRIVACY_EVENT, RUN_KEYS, TUNING
-
-RELEASE_COLUMNS = ["eps_released", "delta_released", "trained", "released_under"]
 
 
 def released_guarantees(df: object, selected: object, rt: float, by: Sequence[str] = ()) -> pd.DataFrame:
     """``selected`` (one row per run and ``by`` values, e.g. ``select_by_rt``'s) with
-    ``RELEASE_COLUMNS`` added: eps_released at delta_released, how many configs the run
+    ``RELEASED_GUARANTEE_COLUMNS`` added: eps_released at delta_released, how many configs the run
     trained, and the bound used (see the module docstring). ``df`` holds every row the
     selection chose from; ``rt`` is the threshold it used."""
     rt = check_rt(rt)
@@ -49,7 +59,7 @@ def released_guarantees(df: object, selected: object, rt: float, by: Sequence[st
     by = check_by(by, out)
     require_columns(rows, [*RUN_KEYS, "config_id"], "df")
     values = [_released(rows, sel, rt, by) for _, sel in out.iterrows()]
-    for i, col in enumerate(RELEASE_COLUMNS):
+    for i, col in enumerate(RELEASED_GUARANTEE_COLUMNS):
         out[col] = [v[i] for v in values]
     return out
 

@@ -115,9 +115,9 @@ def drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str) -> pd.DataFr
 
 
 # columns analysis functions add to result rows (select_by_rt's threshold, per_notion's gap)
-_DERIVED_COLUMNS = ("rt", *(f"{split}_{NOTION_GAP}" for split in ("valid", "test")),
-                    # released_guarantees'
-                    "eps_released", "delta_released", "trained", "released_under")
+RELEASED_GUARANTEE_COLUMNS = ("eps_released", "delta_released", "trained", "released_under")
+"""What ``released_guarantees`` adds to selected rows."""
+_DERIVED_COLUMNS = ("rt", *(f"{split}_{NOTION_GAP}" for split in ("valid", "test")), *RELEASED_GUARANTEE_COLUMNS)
 
 
 def hyperparameter_columns(df: pd.DataFrame) -> list[str]:

@@ -246,17 +246,19 @@ class BestEpochs:
         self.state = [p.detach().clone() for p in params]
 
     @torch.no_grad()
-    def update(self, epoch: int, accuracy: torch.Tensor) -> None:
-        """Record ``accuracy`` (K,) of 0-based ``epoch``; keep the weights of configs that improved."""
+    def update(self, epoch: int, accuracy: torch.Tensor) -> torch.Tensor:
+        """Record ``accuracy`` (K,) of 0-based ``epoch``; keep the weights of configs that
+        improved, and return which did."""
         self.history[:, epoch] = accuracy.numpy()
         improved = accuracy > self.best_acc
         if not improved.any():
-            return
+            return improved
         self.best_acc = torch.where(improved, accuracy, self.best_acc)
         self.best_epoch[improved.numpy()] = epoch + 1
         mask = improved.to(self.params[0].device)
         for i, p in enumerate(self.params):
             self.state[i] = torch.where(mask.reshape(-1, *([1] * (p.dim() - 1))), p.detach(), self.state[i])
+        return improved
 
     @torch.no_grad()
     def restore(self) -> None:
@@ -410,11 +412,11 @@ class _ChunkTraining:
         step.end_epoch(epoch)
         predictions = _evaluate(step, step.inputs("valid"))[1]
         accuracy = per_config_accuracy(predictions, ctx.split("valid").y)
-        kept = accuracy > self.best.best_acc if self.best is not None else torch.ones(ctx.k, dtype=torch.bool)
         if self.best is not None:
-            self.best.update(epoch, accuracy)
+            kept = self.best.update(epoch, accuracy)  # the configs whose reported model is now this epoch's
             self.history = self.best.history
         else:
+            kept = torch.ones(ctx.k, dtype=torch.bool)
             self.history[:, epoch] = accuracy.numpy()
         if self.pruning is not None:
             gap = valid_gaps(predictions.cpu().numpy(), ctx.data, ctx.configs, self.pruning.fairness)

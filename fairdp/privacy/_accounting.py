@@ -46,6 +46,7 @@ table (Table 1) names |B| in {16, 64, 256}.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -105,21 +106,25 @@ def _check_run(
     return batch_size, n, _check_int("epochs", epochs, 1), _check_delta(delta)
 
 
-def _epsilon(events: list[dp_accounting.DpEvent], delta: float) -> float:
-    """eps at ``delta`` of the RDP composition of ``events`` (Mironov 2017, Prop. 1).
-
-    dp-accounting logs a warning for every RDP order whose series fails to converge (small
+@contextlib.contextmanager
+def quiet_accountant():
+    """dp-accounting logs a warning for every RDP order whose series fails to converge (small
     orders at large q) and leaves that order out; eps is the minimum over the other orders,
-    still a valid bound, so those warnings (dozens per calibration) are silenced here.
-    """
+    still a valid bound, so those warnings (dozens per calibration) are silenced here."""
     verbosity = absl_logging.get_verbosity()
     absl_logging.set_verbosity(absl_logging.ERROR)
     try:
+        yield
+    finally:
+        absl_logging.set_verbosity(verbosity)
+
+
+def _epsilon(events: list[dp_accounting.DpEvent], delta: float) -> float:
+    """eps at ``delta`` of the RDP composition of ``events`` (Mironov 2017, Prop. 1)."""
+    with quiet_accountant():
         accountant = RdpAccountant()
         accountant.compose(dp_accounting.ComposedDpEvent(events))
         return float(accountant.get_epsilon(delta))
-    finally:
-        absl_logging.set_verbosity(verbosity)
 
 
 def _sampled_gaussian(sigma: float, q: float, steps: int) -> dp_accounting.DpEvent:

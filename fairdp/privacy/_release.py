@@ -30,12 +30,11 @@ from dataclasses import dataclass
 import attr
 import dp_accounting
 import numpy as np
-from absl import logging as absl_logging
 from dp_accounting import dp_event as dp_event_module
 from dp_accounting.rdp import RdpAccountant
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
 
-from fairdp.errors import InputError
+from fairdp.privacy._accounting import _check_delta, quiet_accountant
 
 NeighborRel = dp_accounting.NeighboringRelation
 RELATIONS = {"add_or_remove_one": NeighborRel.ADD_OR_REMOVE_ONE, "replace_one": NeighborRel.REPLACE_ONE}
@@ -85,48 +84,28 @@ def _decode(value):
 
 # -- bounds --------------------------------------------------------------------------------------
 
-def _quiet():
-    """dp-accounting logs a warning per RDP order whose series does not converge and leaves that
-    order out; the bound stays valid, so the noise is silenced (as in ``_accounting``)."""
-    verbosity = absl_logging.get_verbosity()
-    absl_logging.set_verbosity(absl_logging.ERROR)
-    return verbosity
-
-
 def _accountant(relation: str) -> RdpAccountant:
     if relation not in RELATIONS:
         raise ValueError(f"unknown neighbouring relation {relation!r}")
     return RdpAccountant(ORDERS, RELATIONS[relation])
 
 
-def _check_delta(delta: float) -> float:
-    if not 0 < delta < 1:
-        raise InputError(f"delta must be in (0, 1), got {delta}")
-    return float(delta)
-
-
 def rdp_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
     """RDP of ``event`` at each of ``ORDERS``."""
-    verbosity = _quiet()
-    try:
+    with quiet_accountant():
         accountant = _accountant(relation)
         accountant.compose(event)
         return np.array(accountant._rdp, dtype=np.float64)  # the accountant exposes no getter
-    finally:
-        absl_logging.set_verbosity(verbosity)
 
 
 def composed_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: float) -> float:
     """eps at ``delta`` of running every event on the same data (RDP composition)."""
     if not events:
         raise ValueError("composed_epsilon: no events")
-    verbosity = _quiet()
-    try:
+    with quiet_accountant():
         accountant = _accountant(relation)
         accountant.compose(dp_accounting.ComposedDpEvent(list(events)))
         return float(accountant.get_epsilon(_check_delta(delta)))
-    finally:
-        absl_logging.set_verbosity(verbosity)
 
 
 def repeat_and_select_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: float,
@@ -141,13 +120,10 @@ def repeat_and_select_epsilon(events: list[dp_accounting.DpEvent], relation: str
     delta = _check_delta(delta)
     if len(distinct) == 1:
         (event,) = distinct.values()
-        verbosity = _quiet()
-        try:
+        with quiet_accountant():
             accountant = _accountant(relation)
             accountant.compose(dp_event_module.RepeatAndSelectDpEvent(event, float(mean), float(shape)))
             return float(accountant.get_epsilon(delta))
-        finally:
-            absl_logging.set_verbosity(verbosity)
     inner = np.max([rdp_curve(e, relation) for e in distinct.values()], axis=0)
     # the same function the accountant applies to a RepeatAndSelectDpEvent's inner curve
     rdp = rdp_module._compute_rdp_repeat_and_select(ORDERS, inner, float(mean), float(shape))

@@ -131,8 +131,9 @@ def _search_unlocked(spec, ctx, store, results, address, total, mode, progress_s
     if remaining:
         with ray_session(address, num_cpus=num_cpus):
             _run_search(ctx, spec, study, study_name, storage, stored, remaining, mode, stream)
-    front = write_front(store, spec)
-    history = write_hypervolume_history(store, spec, study)
+    rows = _search_rows(store, spec.search)  # read once for both side tables
+    front = write_front(store, spec, rows)
+    history = write_hypervolume_history(store, spec, study, rows)
     return SearchSummary(results, journal, remaining, total, front, time.monotonic() - t0, mode, history)
 
 
@@ -205,15 +206,15 @@ def _search_rows(store: ResultStore, search: SearchSpec) -> pd.DataFrame:
     return rows.drop_duplicates("config_id", keep="last")
 
 
-def write_front(store: ResultStore, spec: StudySpec) -> pd.DataFrame:
+def write_front(store: ResultStore, spec: StudySpec, rows: pd.DataFrame) -> pd.DataFrame:
     """The non-dominated feasible rows of the search's method and seed over its objectives,
     stored as Parquet with a ``feasible`` column (true on every row: an infeasible row is never
-    on the front, as in Optuna's ``best_trials`` for a constrained study)."""
+    on the front, as in Optuna's ``best_trials`` for a constrained study); ``rows`` are
+    ``_search_rows``."""
     from fairdp.analysis import pareto_front
     from fairdp.constraints import feasible
 
     search = spec.search
-    rows = _search_rows(store, search)
     if len(rows):
         rows = rows[feasible(rows, search.constraints)]
     front = pareto_front(rows, search.objectives) if len(rows) else rows
@@ -248,9 +249,10 @@ def hypervolume_history_of(rows: pd.DataFrame, config_ids: list[str], spec: Stud
     return pd.DataFrame({k: [v] * len(history) for k, v in head.items()}).join(history)
 
 
-def write_hypervolume_history(store: ResultStore, spec: StudySpec, study) -> pd.DataFrame:
-    """``hypervolume_history_of`` the search, written to ``<results>.hypervolume-<method>.parquet``."""
-    history = hypervolume_history_of(_search_rows(store, spec.search), completed_config_ids(study), spec)
+def write_hypervolume_history(store: ResultStore, spec: StudySpec, study, rows: pd.DataFrame) -> pd.DataFrame:
+    """``hypervolume_history_of`` the search (``rows``: ``_search_rows``), written to
+    ``<results>.hypervolume-<method>.parquet``."""
+    history = hypervolume_history_of(rows, completed_config_ids(study), spec)
     store.write_side_table(history, f"hypervolume-{spec.search.method}.parquet")
     return history
 

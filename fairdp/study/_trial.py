@@ -163,6 +163,7 @@ def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], N
     metrics = evaluate_pack(data, result, with_leakage=ctx.leakage, with_mdl=ctx.mdl,
                             probe=dataclasses.replace(ctx.probe, seed=pack.seed))
     elapsed = time.perf_counter() - t0
+    tuning = tuning_record(ctx, pack, data) if ctx.tuning is not None else None  # the run's, shared by its rows
     rows = []
     for i, m in enumerate(metrics):
         row = base_row(ctx, pack, i)
@@ -170,8 +171,8 @@ def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], N
                    precision=result.precision)
         if result.pruned_at is not None and result.pruned_at[i]:  # null: trained every epoch
             row["pruned_at"] = int(result.pruned_at[i])
-        if ctx.tuning is not None:
-            row[schema.TUNING] = tuning_record(ctx, pack, data)
+        if tuning is not None:
+            row[schema.TUNING] = tuning
         rows.append(row)
     return rows
 
