@@ -248,6 +248,7 @@ def _cmd_analyze(args) -> int:
 
     level = check_level(args.ci, "--ci") if args.ci is not None else None
     df = _load_rows(args.dirs)
+    whole = _completeness(df, args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         selected = select_by_rt(df, rt=args.rt, fairness=args.fairness, by=args.by)
@@ -270,8 +271,18 @@ def _cmd_analyze(args) -> int:
         print(f"fairdp analyze: {what}", file=sys.stderr)
     for w in caught:
         print(f"fairdp analyze: warning: {w.message}", file=sys.stderr)
+    if whole.is_partial:
+        print(f"fairdp analyze: warning: {whole.text}", file=sys.stderr)
     sys.stdout.write(out)
     return 0
+
+
+def _completeness(df, dirs: list[str]):
+    """Whether ``df`` (the rows of ``dirs``) is every config the runs into ``dirs`` planned."""
+    from fairdp.analysis import completeness, summarise
+    from fairdp.study import read_plans
+
+    return summarise(completeness(df, read_plans(*dirs)))
 
 
 def _rt_list(text: str) -> list[float]:
@@ -318,14 +329,17 @@ def _cmd_report(args) -> int:
     for name in args.compare or ():
         get_paper(name)  # an unknown name is refused before anything is read or written
     df = _load_rows(args.dirs)
+    whole = _completeness(df, args.dirs)
     history, grid = _search_histories(args.dirs, args.compare_grid)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by,
                              ci=None if args.no_ci else args.ci, search_history=history, grid=grid,
-                             compare=args.compare or ())
+                             compare=args.compare or (), completeness=whole)
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
+    if whole.is_partial:
+        print(f"fairdp report: warning: {whole.text}", file=sys.stderr)
     for p in paths:
         print(p)
     return 0

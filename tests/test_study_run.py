@@ -108,6 +108,16 @@ def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run
     metrics = ["best_epoch", "valid_accuracy", "test_accuracy", "test_tpr_gap", "valid_dp_gap", "leakage", "eps_formal"]
     pd.testing.assert_frame_equal(local.sort_values(KEY)[KEY + metrics].reset_index(drop=True),
                                   ray.sort_values(KEY)[KEY + metrics].reset_index(drop=True))
+    # the two runs planned seeds 1 then 0: the plan beside the results holds both, and an
+    # analysis of the rows with one pack gone names exactly what is missing
+    plan = pd.read_parquet(tmp_path / "local.plan.parquet")
+    assert sorted(plan[KEY].itertuples(index=False)) == sorted(local[KEY].itertuples(index=False))
+    whole_analysis = run_cli("analyze", str(results), env=env)
+    assert whole_analysis.returncode == 0 and "warning" not in whole_analysis.stderr, whole_analysis.stderr
+    os.remove(next(p for p in ResultStore(results).pack_files() if "/federate/part-s0-" in p))
+    part = run_cli("analyze", str(results), env=env)
+    assert part.returncode == 0 and "| federate |" in part.stdout
+    assert "partial: 11 of 14 planned configs finished; unfinished: federate seed 0 (3 of 6 configs" in part.stderr
     failing = _write_study(tmp_path / "fail.yaml", seeds=[0], methods={"unconstrained": {}},
                            train={"epochs": 1, "device": "cuda:0"}, resources={"max_failures": 1})
     proc = run_cli("run", str(failing), "--results", str(tmp_path / "f"), "--executor", "local", env=env)
@@ -319,6 +329,8 @@ def test_ctrl_c_stops_with_status_130_and_the_rerun_completes(tmp_path):
     assert "Tuner.restore" not in err  # Tune's advice names a path fairdp deletes; fairdp's own line says how
     stored, _ = store.read()
     assert 0 < len(stored) < 21
+    analysis = run_cli("analyze", str(results))
+    assert f"partial: {len(stored)} of 21 planned configs finished" in analysis.stderr, analysis.stderr
     rerun = run_cli("run", str(study), "--results", str(results))
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     after, _ = store.read()

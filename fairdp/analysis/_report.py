@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fairdp._atomic import atomic_path
+from fairdp.analysis._completeness import Completeness
 from fairdp.analysis._intervals import (
     check_level,
     not_distinguishable,
@@ -263,6 +264,7 @@ def write_report(
     search_history: pd.DataFrame | None = None,
     grid: pd.DataFrame | None = None,
     compare: Sequence[str] = (),
+    completeness: Completeness | None = None,
 ) -> list[Path]:
     """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
 
@@ -281,6 +283,8 @@ def write_report(
     study's rows), the grid front's hypervolume and the ratio (``search_progress``). Returns
     the written paths: figures first, then table.csv, report.md, report.html. ``compare``
     names published tables (``fairdp.analysis._papers.PAPERS``) to put beside the study's.
+    ``completeness`` (``summarise(completeness(df, plan))``) says in the overview whether the
+    rows are the whole study, and, when they are not, in a warning above every table.
     """
     df = as_frame(df)
     by = check_by(by, df)
@@ -422,10 +426,16 @@ def write_report(
                          [("figure", "hypervolume_history"), ("display", _progress_table(progress))]))
 
     overview = _overview(df, ok)
+    if completeness is not None:
+        overview.insert(overview.index(next(o for o in overview if o[0] == "runs")) + 1,
+                        ("completeness", completeness.text))
+    partial = completeness is not None and completeness.is_partial
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
     md = [f"# fairdp report\n\n_Generated {stamp}._\n"]
     md += ["| | |\n|:--|:--|"] + [f"| {k} | {v} |" for k, v in overview] + [""]
+    if partial:
+        md.append(f"**Not the whole study.** {completeness.text[0].upper()}{completeness.text[1:]}.\n")
     for title, text, items in sections:
         md.append(f"\n## {title}\n\n{text}\n")
         for kind, item in items:
@@ -446,6 +456,9 @@ def write_report(
     body = [f"<h1>fairdp report</h1>\n<p><em>Generated {html.escape(stamp)}.</em></p>",
             "<table class=\"meta\">" + "".join(
                 f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in overview) + "</table>"]
+    if partial:
+        body.append(f"<p><strong>Not the whole study.</strong> "
+                    f"{html.escape(completeness.text[0].upper() + completeness.text[1:])}.</p>")
     for title, text, items in sections:
         body.append(f"<h2>{html.escape(title)}</h2>\n<p>{html.escape(text)}</p>")
         for kind, item in items:

@@ -1,7 +1,7 @@
 """Studies: spec files, grids into packs, the pack trial, Ray Tune execution, Optuna search,
 the Parquet store."""
 
-from fairdp.study._plan import Pack, auto_pack_size, plan_packs
+from fairdp.study._plan import Pack, auto_pack_size, plan_packs, plan_table, read_plans
 from fairdp.study._ray import keep_ray_on_loopback, ray_session
 from fairdp.study._runner import RunSummary, default_results, run_study, with_overrides
 from fairdp.study._search import SearchSummary, search_study
@@ -12,6 +12,6 @@ from fairdp.study._trial import StudyContext, pack_rows, run_pack
 __all__ = [
     "Pack", "ResultStore", "RunSummary", "SearchSpec", "SearchSummary", "StudyContext", "StudySpec",
     "auto_pack_size", "default_results", "keep_ray_on_loopback", "load_spec", "pack_rows", "parse_spec",
-    "plan_packs", "ray_session", "read_results", "run_pack", "run_study", "search_study", "study_columns",
+    "plan_packs", "plan_table", "ray_session", "read_plans", "read_results", "run_pack", "run_study", "search_study", "study_columns",
     "with_overrides",
 ]

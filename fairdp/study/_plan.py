@@ -7,15 +7,19 @@ import itertools
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.privacy import TrialCount
 from fairdp.study._spec import DEFAULT_PACK_CAP, MethodPlan, StudySpec
-from fairdp.study._store import pack_id
+from fairdp.study._store import ResultStore, pack_id
 
 
 @dataclass(frozen=True)
@@ -158,3 +162,54 @@ def check_compatible(spec: StudySpec, stored: pd.DataFrame, location: str) -> No
     if epochs and epochs != [spec.train.epochs]:
         raise InputError(f"{location}: holds runs of {epochs[0]} epochs, this run asks for "
                          f"{spec.train.epochs} (train.epochs / --epochs); pass another --results")
+
+
+PLAN_TABLE = "plan.parquet"
+PLAN_COLUMNS = ["study", "dataset", "method", "seed", "config_id", "epochs"]
+
+
+def plan_table(spec: StudySpec) -> pd.DataFrame:
+    """Every config ``spec`` trains, one row per (method, seed, config_id), stored or not."""
+    rows = [(spec.name, spec.dataset, plan.name, seed, cid, spec.train.epochs)
+            for plan in spec.methods for seed in spec.seeds for cid in run_configs(spec, plan, seed)[1]]
+    return pd.DataFrame(rows, columns=PLAN_COLUMNS).astype({"seed": "int64", "epochs": "int64"})
+
+
+def record_plan(store: ResultStore, spec: StudySpec) -> pd.DataFrame:
+    """Write ``<results>.plan.parquet``: this run's configs added to those earlier runs into
+    the same results planned (a ``--seeds 0`` run, then ``--seeds 1``), so an analysis can
+    tell the whole study from the part that has finished. A plan left by another study or
+    training length (whose rows are gone: ``check_compatible`` passed) is replaced."""
+    plan = plan_table(spec)
+    old = read_plan(store)
+    if old is not None:
+        same = (old["study"] == spec.name) & (old["dataset"] == spec.dataset) & (old["epochs"] == spec.train.epochs)
+        plan = pd.concat([old[same][PLAN_COLUMNS], plan], ignore_index=True)
+        plan = plan.drop_duplicates(["method", "seed", "config_id"], ignore_index=True)
+    store.write_side_table(plan, PLAN_TABLE)
+    return plan
+
+
+def read_plan(store: ResultStore) -> pd.DataFrame | None:
+    """The plan beside ``store``'s results, or None when no run wrote one."""
+    path = f"{store.root}.{PLAN_TABLE}"
+    if store.fs.get_file_info(path).type != pafs.FileType.File:
+        return None
+    try:
+        return pq.read_table(path, filesystem=store.fs).to_pandas()
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"{path}: corrupt plan file ({str(e).splitlines()[0]}); delete it and rerun "
+                         f"`fairdp run` to write it again") from None
+
+
+def read_plans(*locations) -> pd.DataFrame | None:
+    """The plans beside several results locations, stacked; None when none has one. A
+    location that is a Parquet file of rows has no plan."""
+    frames = []
+    for loc in locations:
+        if Path(str(loc)).is_file():
+            continue
+        plan = read_plan(ResultStore(loc))
+        if plan is not None:
+            frames.append(plan)
+    return pd.concat(frames, ignore_index=True) if frames else None

@@ -22,7 +22,7 @@ from fairdp.study._estimate import (
 )
 from fairdp.study._local import EXECUTORS, run_packs_locally
 from fairdp.study._lock import results_lock
-from fairdp.study._plan import check_compatible, plan_packs
+from fairdp.study._plan import check_compatible, plan_packs, record_plan
 from fairdp.study._progress import Progress, duration
 from fairdp.study._ray import ray_session, resolve_address
 from fairdp.study._spec import StudySpec
@@ -211,6 +211,7 @@ def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, n
     check_compatible(spec, stored, results)
     check_same_training(ctx, stored, results, [m.name for m in spec.methods])
     store.remove_temporaries()
+    record_plan(store, spec)  # before training: an interrupted run's analysis knows what is missing
     for line in settings_lines(spec):
         print(line, file=progress_stream or sys.stderr, flush=True)
     left, done = plan_packs(spec, stored, 1)

@@ -1,0 +1,112 @@
+"""Whether result rows are the whole study: planned configs against finished ones.
+
+A multi-sitting run (a paper's protocol on a laptop) can be analysed at any point; a table
+selected from part of a grid looks like a table selected from all of it. ``fairdp run``
+writes the configs it plans beside the results (``<results>.plan.parquet``,
+``fairdp.study._plan.record_plan``); these functions set the rows against that plan, or,
+where no plan was stored, against each other (a method with fewer configs in one seed than
+in another).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+KEYS = ["dataset", "method", "seed"]
+
+
+def completeness(df: pd.DataFrame, plan: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per (dataset, method, seed): ``planned`` configs, ``finished`` (an ok row),
+    ``failed`` (only error rows) and ``missing`` (no row at all).
+
+    With ``plan`` (rows of dataset, method, seed, config_id) only planned configs count and
+    every planned (dataset, method, seed) appears, rows or not; a group with rows but no plan
+    has ``planned``/``missing`` NaN. Without a plan those two are NaN throughout.
+    """
+    rows = df[KEYS + ["config_id", "status"]].copy()
+    rows["seed"] = rows["seed"].astype(int)
+    ok = set(map(tuple, rows.loc[rows["status"] == "ok", KEYS + ["config_id"]].itertuples(index=False)))
+    tried = set(map(tuple, rows[KEYS + ["config_id"]].itertuples(index=False)))
+    if plan is None or plan.empty:
+        planned_ids: dict[tuple, set] = {}
+    else:
+        p = plan[KEYS + ["config_id"]].drop_duplicates().copy()
+        p["seed"] = p["seed"].astype(int)
+        planned_ids = {k: set(g["config_id"]) for k, g in p.groupby(KEYS, sort=False)}
+    seen: dict[tuple, tuple[set, set]] = {}
+    for key in tried:
+        done, failed = seen.setdefault(key[:3], (set(), set()))
+        (done if key in ok else failed).add(key[3])
+    out = []
+    for group in sorted(set(planned_ids) | set(seen)):
+        done, failed = seen.get(group, (set(), set()))
+        if group in planned_ids:
+            ids = planned_ids[group]
+            n_done, n_failed = len(done & ids), len(failed & ids)
+            out.append((*group, len(ids), n_done, n_failed, len(ids) - n_done - n_failed))
+        else:
+            out.append((*group, float("nan"), len(done), len(failed), float("nan")))
+    return pd.DataFrame(out, columns=KEYS + ["planned", "finished", "failed", "missing"])
+
+
+@dataclass(frozen=True)
+class Completeness:
+    """``state``: 'complete', 'partial' (the plan has configs without an ok row), 'uneven'
+    (no plan, and a method has fewer configs in one seed than another) or 'unknown' (no
+    plan, nothing uneven); ``text``: one sentence saying so."""
+
+    state: str
+    text: str
+
+    @property
+    def is_partial(self) -> bool:
+        return self.state in ("partial", "uneven")
+
+
+def _seeds(seeds) -> str:
+    seeds = sorted(int(s) for s in seeds)
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
+def _name(dataset: str, method: str, datasets: int) -> str:
+    return f"{dataset}/{method}" if datasets > 1 else method
+
+
+def summarise(table: pd.DataFrame) -> Completeness:
+    """One sentence over ``completeness``'s table."""
+    n_datasets = table["dataset"].nunique()
+    planned = table.dropna(subset=["planned"])
+    if len(planned):
+        total, done = int(planned["planned"].sum()), int(planned["finished"].sum())
+        failed = int(planned["failed"].sum())
+        short = planned[planned["finished"] < planned["planned"]]
+        if short.empty:
+            return Completeness("complete", f"complete: all {total:,} planned configs finished "
+                                            f"({planned['method'].nunique()} methods, {_seeds(planned['seed'].unique())})")
+        parts = []
+        for (d, m), g in short.groupby(["dataset", "method"], sort=True):
+            lacking = int((g["planned"] - g["finished"]).sum())
+            parts.append(f"{_name(d, m, n_datasets)} {_seeds(g['seed'])} ({lacking:,} of "
+                         f"{int(g['planned'].sum()):,} configs unfinished)")
+        failed_text = f", {failed:,} failed" if failed else ""
+        return Completeness("partial", f"partial: {done:,} of {total:,} planned configs finished{failed_text}; "
+                                       f"unfinished: {'; '.join(parts)}. Every table selects among the configs that "
+                                       f"finished, so it is not the study's result until the run completes")
+    parts = []
+    for (d, m), g in table.groupby(["dataset", "method"], sort=True):
+        seeds = set(table.loc[table["dataset"] == d, "seed"])
+        most = int(g["finished"].max())
+        fewer = g[g["finished"] < most]
+        absent = seeds - set(g["seed"])
+        if len(fewer) or absent:
+            what = [f"{int(r.finished)} in seed {int(r.seed)}" for r in fewer.itertuples()]
+            what += [f"none in seed {s}" for s in sorted(absent)]
+            parts.append(f"{_name(d, m, n_datasets)} has {most} configs in some seeds but {', '.join(what)}")
+    if parts:
+        return Completeness("uneven", "uneven: " + "; ".join(parts) + ". No plan is stored beside these results "
+                                      "(fairdp run writes <results>.plan.parquet) to say which configs are missing")
+    return Completeness("unknown", "not recorded: no plan is stored beside these results "
+                                   "(fairdp run writes <results>.plan.parquet); every method has as many configs "
+                                   "in each seed")
