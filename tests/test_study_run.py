@@ -305,27 +305,52 @@ def test_a_method_that_cannot_train_on_the_dataset_is_refused_before_ray(tmp_pat
     assert "methods.fld" in err and "binary labels" in err and not (tmp_path / "r").exists()
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_with_status_130_and_the_rerun_completes(tmp_path):
-    study = _write_study(tmp_path / "int.yaml", seeds=[0, 1, 2], pack_size=2, train={"epochs": 4, "batch_size": 250})
+def _stop_after_first_pack(tmp_path, executor: str, sig: int, pack_size: int, env: dict):
+    """Start the 21-config study, send ``sig`` once its first pack is stored: (process, its
+    stderr, the study file, the results store)."""
+    study = _write_study(tmp_path / "int.yaml", seeds=[0, 1, 2], pack_size=pack_size,
+                         train={"epochs": 4, "batch_size": 250})
     results = tmp_path / "r"
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results),
+                             "--executor", executor], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
     store = ResultStore(results)
     deadline = time.monotonic() + 240
     while len(store.pack_files()) < 1 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    proc.send_signal(sig)
     try:
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    return proc, err, study, store
+
+
+def test_sigterm_stops_a_local_run_like_ctrl_c_and_the_rerun_completes(tmp_path):
+    """``kill PID`` on a background run (whose SIGINT the shell ignores): fairdp's own last
+    line and status 130, the finished packs kept, the rest trained by the same command."""
+    env = env_without_ray(tmp_path)
+    proc, err, study, store = _stop_after_first_pack(tmp_path, "local", signal.SIGTERM, 1, env)
     assert proc.returncode == 130, err[-2000:]
-    assert "interrupted" in err and "resumes" in err
+    assert "interrupted" in err and "resumes" in err and "Traceback" not in err
+    stored, _ = store.read()
+    assert 0 < len(stored) < 21 and set(stored["status"]) == {"ok"}
+    rerun = run_cli("run", str(study), "--results", store.location, "--executor", "local", env=env)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    after, _ = store.read()
+    assert len(after) == 21 and not after.duplicated(KEY).any()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_stops_with_status_130_and_the_rerun_completes(tmp_path, sig):
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    proc, err, study, store = _stop_after_first_pack(tmp_path, "ray", sig, 2, env)
+    results = tmp_path / "r"
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "resumes" in err and "SIGTERM received" not in err  # not Ray's stack dump
     assert "Tuner.restore" not in err  # Tune's advice names a path fairdp deletes; fairdp's own line says how
     stored, _ = store.read()
     assert 0 < len(stored) < 21

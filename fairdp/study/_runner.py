@@ -25,6 +25,7 @@ from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible, plan_packs, record_plan
 from fairdp.study._progress import Progress, duration
 from fairdp.study._ray import ray_session, resolve_address
+from fairdp.study._signals import sigterm_as_ctrl_c
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, corrupt_error
 from fairdp.study._trial import StudyContext, check_same_training, load_study_data
@@ -246,6 +247,6 @@ def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, n
             print(f"fairdp run {spec.name}: {done} configs already stored in {results}, skipped",
                   file=progress.stream, flush=True)
         execute = run_packs if executor == "ray" else run_packs_locally
-        with progress:
+        with progress, sigterm_as_ctrl_c():
             failed, unfinished = execute(ctx, packs, spec, progress)
     return RunSummary(results, len(packs), configs, done, failed, time.monotonic() - t0, repaired, unfinished)

@@ -48,6 +48,7 @@ from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
 from fairdp.study._ray import ray_session
 from fairdp.study._runner import default_results, settings_lines
+from fairdp.study._signals import sigterm_as_ctrl_c
 from fairdp.study._spec import SearchSpec, StudySpec
 from fairdp.study._store import ResultStore
 from fairdp.study._trial import StudyContext, load_study_data, run_pack
@@ -160,7 +161,8 @@ def _run_search(ctx, spec: StudySpec, study, study_name: str, storage, stored: d
     epochs = ctx.training(search.method)[0].epochs
     progress = Progress(f"search {spec.name}", packs, remaining, epochs=epochs, slots=slots,
                         pending={search.method: remaining * epochs}, stream=stream)
-    with progress, lenient_metric_check(), tune_run_config(study_name, spec, progress, search.method) as run_config:
+    with progress, lenient_metric_check(), sigterm_as_ctrl_c(), \
+            tune_run_config(study_name, spec, progress, search.method) as run_config:
         tune.Tuner(tune.with_resources(trainable, trial_resources(spec)),
                    tune_config=tune.TuneConfig(search_alg=searcher, num_samples=n_samples,
                                                max_concurrent_trials=slots, reuse_actors=True,
