@@ -193,6 +193,38 @@ def test_difference_loss_over_samples_is_a_mean_squared_cosine_in_0_1():
     assert difference_loss(same, 3 * same).item() == pytest.approx(1.0, rel=1e-5)
 
 
+def _difference_by_definition(hidden):
+    """Han et al.'s loss summed over pairs, as written: the (B, B) matrix of row cosines."""
+    rows = [h / (h.norm(dim=2, keepdim=True).detach() + 1e-6) for h in hidden]
+    return sum(torch.bmm(rows[i], rows[j].transpose(1, 2)).pow(2).mean(dim=(1, 2))
+               for i in range(len(rows)) for j in range(i + 1, len(rows)))
+
+
+@pytest.mark.parametrize("batch, width", [(6, 9), (9, 9), (40, 7), (2000, 300)])
+@pytest.mark.parametrize("relu", [True, False], ids=["relu", "signed"])
+def test_the_gram_form_of_the_difference_loss_is_its_definition_value_and_gradient(batch, width, relu):
+    """Over samples with B > H, fairdp sums <A^T A, B^T B> instead of squaring the (B, B)
+    matrix: the same loss and the same gradients (float64), for every pair of 3 adversaries."""
+    from fairdp.engine import difference_loss, pairwise_difference_loss
+
+    g = torch.Generator().manual_seed(batch * width)
+    hidden = [torch.randn(2, batch, width, generator=g, dtype=torch.float64) for _ in range(3)]
+    if relu:  # what the adversaries' hidden layers give: non-negative, many zeros
+        hidden = [h.clamp(min=0) for h in hidden]
+    leaves = [h.clone().requires_grad_() for h in hidden]
+    got = pairwise_difference_loss(leaves)
+    got.sum().backward()
+    want_leaves = [h.clone().requires_grad_() for h in hidden]
+    want = _difference_by_definition(want_leaves)
+    want.sum().backward()
+    assert got.shape == (2,)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=0)
+    for a, b in zip(leaves, want_leaves):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-9, atol=1e-15)
+    torch.testing.assert_close(difference_loss(hidden[0], hidden[2]), _difference_by_definition([hidden[0], hidden[2]]),
+                               rtol=1e-10, atol=0)
+
+
 def test_difference_loss_over_features_is_dsns_pinned_on_a_hand_computed_case():
     """DSN's form. H_a = [[1, 0], [3, 0]] centres to [[-1, 0], [1, 0]] (row norms 1); H_b =
     [[0, 2], [2, 0]] centres to [[-1, 1], [1, -1]] (row norms sqrt 2). H_a^T H_b =

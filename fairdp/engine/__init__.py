@@ -26,6 +26,7 @@ from fairdp.engine._loop import (
 from fairdp.engine._losses import (
     difference_loss,
     lambda_schedule,
+    pairwise_difference_loss,
     per_config_accuracy,
     per_config_cross_entropy,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "cuda_config_chunk",
     "describe_architecture",
     "difference_loss",
+    "pairwise_difference_loss",
     "dominators",
     "fit_pack",
     "forward_traced",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,17 @@ def difference_loss(h_a: torch.Tensor, h_b: torch.Tensor, over: str = "samples")
       other. Adversaries that all predict the attribute cannot satisfy it except with dead
       features: on Adult it leaves them at chance for the whole lam_ort grid.
     """
+    return pairwise_difference_loss([h_a, h_b], over)
+
+
+def pairwise_difference_loss(hidden: Sequence[torch.Tensor], over: str = "samples") -> torch.Tensor:
+    """``difference_loss`` summed over every pair of ``hidden`` (each (K, B, H)), per config.
+
+    Over samples with B > H it is computed as ||A B^T||_F^2 = <A^T A, B^T B>_F from each
+    adversary's (H, H) Gram matrix, made once for all its pairs: the same sum, mathematically,
+    at B/H times fewer FLOPs and without a (K, B, B) matrix (at FEDERATE's batch of 2000 and
+    width 300 the direct form was 80% of multi_adversarial's training time).
+    """
     if over not in ("samples", "features"):
         raise ValueError(f"over must be 'samples' or 'features', got {over!r}")
 
@@ -46,9 +58,15 @@ def difference_loss(h_a: torch.Tensor, h_b: torch.Tensor, over: str = "samples")
             h = h - h.mean(dim=1, keepdim=True)
         return h / (h.norm(dim=2, keepdim=True).detach() + 1e-6)
 
-    a, b = normed(h_a), normed(h_b)
-    product = torch.bmm(a, b.transpose(1, 2)) if over == "samples" else torch.bmm(a.transpose(1, 2), b)
-    return product.pow(2).mean(dim=(1, 2))
+    rows = [normed(h) for h in hidden]
+    pairs = [(i, j) for i in range(len(rows)) for j in range(i + 1, len(rows))]
+    if over == "samples" and rows[0].shape[1] > rows[0].shape[2]:
+        grams = [torch.bmm(r.transpose(1, 2), r) for r in rows]
+        b = rows[0].shape[1]
+        return sum((grams[i] * grams[j]).sum(dim=(1, 2)) for i, j in pairs) / (b * b)
+    if over == "samples":
+        return sum(torch.bmm(rows[i], rows[j].transpose(1, 2)).pow(2).mean(dim=(1, 2)) for i, j in pairs)
+    return sum(torch.bmm(rows[i].transpose(1, 2), rows[j]).pow(2).mean(dim=(1, 2)) for i, j in pairs)
 
 
 def lambda_schedule(lam: torch.Tensor, epoch: int, epochs: int, gamma: float, schedule: str) -> torch.Tensor:

@@ -12,9 +12,9 @@ from fairdp.engine import (
     PackContext,
     PackedModel,
     PackStep,
-    difference_loss,
     grad_reverse,
     lambda_schedule,
+    pairwise_difference_loss,
     per_config_cross_entropy,
 )
 
@@ -62,9 +62,7 @@ class RepresentationStep(PackStep):
                 # The difference loss trains the adversaries only: evaluate it on a detached
                 # representation so it never reaches the encoder through the reversal layer.
                 hidden = [adv(z.detach(), dropout, return_hidden=True)[1] for adv in self.model.adversaries]
-                pairs = sum(difference_loss(hidden[i], hidden[j])
-                            for i in range(len(hidden)) for j in range(i + 1, len(hidden)))
-                loss = loss + self.lam_ort * pairs
+                loss = loss + self.lam_ort * pairwise_difference_loss(hidden)
         return loss
 
     def evaluate(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
