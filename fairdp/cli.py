@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from fairdp import __version__
-from fairdp.errors import InputError
+from fairdp.errors import InputError, RunAborted
 from fairdp.schema import SELECTION_FAIRNESS
 
 EXIT_INPUT = 2
@@ -481,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"fairdp: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_INPUT
+    except RunAborted as e:
+        print(f"fairdp: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("fairdp: interrupted", file=sys.stderr)
         return 130

@@ -1,4 +1,5 @@
-"""Errors that the CLI reports as one line on stderr with exit status 2."""
+"""Errors that the CLI reports as one line on stderr: bad input (exit status 2), a run stopped
+by a failure outside any pack (exit status 1)."""
 
 
 class InputError(ValueError):
@@ -6,6 +7,11 @@ class InputError(ValueError):
 
     The message is a single line that names the offending file, column or key path.
     """
+
+
+class RunAborted(RuntimeError):
+    """A run or search that stopped on a failure no pack owns (Ray's scheduler gave up, e.g.
+    after its memory monitor killed a worker); what finished is stored and resumes."""
 
 
 def last_line(text: str, fallback: str, limit: int = 500) -> str:

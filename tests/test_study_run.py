@@ -428,3 +428,56 @@ def test_four_parquet_readers_read_exactly_the_rows_of_a_directory_a_run_search_
     assert searched.metric_names == ["valid_accuracy", "valid_tpr_gap"]
     noise_ids = set(rows.loc[rows["method"] == "noise", "config_id"])
     assert {t.user_attrs["config_id"] for t in searched.trials} == noise_ids
+
+
+OOM_TEXT = ("Caught unexpected exception: 1 worker(s) were killed due to the node running low on memory. Memory on "
+            "the node (IP: 127.0.0.1, ID: 1f) was 22.23GB used / 23.54GB limit (0.944365)\nOOM kill reason: Memory "
+            "usage exceeded threshold\nRefer to the documentation on how to address the out of memory issue: …")
+
+
+def test_a_failure_tune_raises_outside_any_trial_is_one_line_with_status_1(monkeypatch, capsys):
+    """What crashed a FEDERATE protocol run with a traceback: Tune's scheduler raising when the
+    memory monitor killed a worker as its actor started. Now one line, status 1, and the
+    results location named for the resume."""
+    import fairdp.study
+    from fairdp.cli import main
+    from fairdp.errors import RunAborted
+    from fairdp.study._tune import aborted_by_ray
+
+    with pytest.raises(RunAborted) as caught:
+        with aborted_by_ray("/data/r"):
+            raise RuntimeError(OOM_TEXT)
+    text = str(caught.value)
+    assert "memory monitor killed" in text and "22.23GB used / 23.54GB limit" in text
+    assert "stored in /data/r" in text and "resumes" in text and "Refer to the documentation" not in text
+    with pytest.raises(KeyboardInterrupt):  # a Ctrl-C is still a Ctrl-C
+        with aborted_by_ray("/data/r"):
+            raise KeyboardInterrupt
+
+    def aborted(*args, **kwargs):
+        raise caught.value
+
+    monkeypatch.setattr(fairdp.study, "run_study", aborted)
+    assert main(["run", str(REPO / "studies" / "demo.yaml")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fairdp: error: Ray Tune stopped the run: OutOfMemoryError")
+
+
+@pytest.mark.slow
+def test_a_pack_whose_worker_ray_kills_for_memory_is_stored_as_errors_and_rerun(tmp_path):
+    """Ray's memory monitor set to kill at 2% of the node's memory kills every trial's worker
+    before it reports: the pack is retried, then stored as error rows saying why (Tune hands
+    such a trial back without its config, which fairdp read and crashed on), and a normal rerun
+    trains it."""
+    study = _write_study(tmp_path / "oom.yaml", seeds=[0], methods={"unconstrained": {}})
+    results = tmp_path / "r"
+    killed = run_cli("run", str(study), "--results", str(results), env={"RAY_memory_usage_threshold": "0.02"})
+    assert killed.returncode == 1, killed.stderr[-3000:]
+    assert "1 failed, 1 retried" in killed.stderr and "TypeError" not in killed.stderr
+    rows, _ = ResultStore(results).read()
+    assert rows["status"].tolist() == ["error"]
+    assert rows["error"].iloc[0].startswith("OutOfMemoryError: Ray's memory monitor killed the trial's worker")
+    rerun = run_cli("run", str(study), "--results", str(results))
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    rows, _ = ResultStore(results).read()
+    assert rows["status"].tolist() == ["ok"]

@@ -53,6 +53,7 @@ from fairdp.study._spec import SearchSpec, StudySpec
 from fairdp.study._store import ResultStore
 from fairdp.study._trial import StudyContext, load_study_data, run_pack
 from fairdp.study._tune import (
+    aborted_by_ray,
     lenient_metric_check,
     pack_trainable,
     trial_resources,
@@ -162,7 +163,7 @@ def _run_search(ctx, spec: StudySpec, study, study_name: str, storage, stored: d
     progress = Progress(f"search {spec.name}", packs, remaining, epochs=epochs, slots=slots,
                         pending={search.method: remaining * epochs}, stream=stream)
     with progress, lenient_metric_check(), sigterm_as_ctrl_c(), \
-            tune_run_config(study_name, spec, progress, search.method) as run_config:
+            tune_run_config(study_name, spec, progress, search.method) as run_config, aborted_by_ray(ctx.results):
         tune.Tuner(tune.with_resources(trainable, trial_resources(spec)),
                    tune_config=tune.TuneConfig(search_alg=searcher, num_samples=n_samples,
                                                max_concurrent_trials=slots, reuse_actors=True,

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import time
 
-from fairdp.errors import InputError, last_line
+from fairdp.errors import InputError, RunAborted, last_line
 from fairdp.study._lock import alive
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
@@ -78,7 +78,13 @@ def _tune_callback(progress: Progress, method: str | None):
     from ray import tune
 
     class _ProgressCallback(tune.Callback):
+        def __init__(self):
+            # trial id -> config: a trial whose worker died before it ran (the memory monitor's
+            # kill) comes back in the result grid without its config
+            self.configs: dict[str, dict] = {}
+
         def on_trial_start(self, iteration, trials, trial, **info):
+            self.configs[trial.trial_id] = trial.config
             pack = trial.config.get("pack")
             if pack is not None:
                 progress.start_pack(trial.trial_id, pack["method"], len(pack["configs"]))
@@ -92,6 +98,7 @@ def _tune_callback(progress: Progress, method: str | None):
                 progress.advance(trial.trial_id, float(result["units"]))
 
         def on_trial_error(self, iteration, trials, trial, **info):
+            self.configs[trial.trial_id] = trial.config
             progress.fail_pack(trial.trial_id)
 
         def on_trial_recover(self, iteration, trials, trial, **info):
@@ -200,20 +207,55 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
 
     trainable = tune.with_resources(tune.with_parameters(pack_trainable, ctx=ctx), trial_resources(spec))
     with tune_run_config(spec.name, spec, progress) as run_config:
-        grid = tune.Tuner(
-            trainable,
-            param_space={"pack": tune.grid_search([p.to_dict() for p in packs])},
-            tune_config=tune.TuneConfig(reuse_actors=True, trial_dirname_creator=lambda t: t.trial_id,
-                                        trial_name_creator=lambda t: f"pack_{t.trial_id}"),
-            run_config=run_config,
-        ).fit()
+        with aborted_by_ray(ctx.results):
+            grid = tune.Tuner(
+                trainable,
+                param_space={"pack": tune.grid_search([p.to_dict() for p in packs])},
+                tune_config=tune.TuneConfig(reuse_actors=True, trial_dirname_creator=lambda t: t.trial_id,
+                                            trial_name_creator=lambda t: f"pack_{t.trial_id}"),
+                run_config=run_config,
+            ).fit()
+        seen = run_config.callbacks[0].configs
         failed = unfinished = 0
         for res in grid:
             if res.error is None and "configs" not in (res.metrics or {}):
                 unfinished += 1
             elif res.error is not None:
                 failed += 1
-                pack = Pack.from_dict(res.config["pack"])
-                message = last_line(str(res.error), "error")
-                store_pack(ctx, pack, error_rows(ctx, pack, message))
+                config = res.config or seen.get(os.path.basename(str(res.path or "")))
+                if config is None:  # no pack to name: its configs have no rows, so the next run trains them
+                    continue
+                pack = Pack.from_dict(config["pack"])
+                store_pack(ctx, pack, error_rows(ctx, pack, ray_error_line(res.error)))
     return failed, unfinished
+
+
+OOM_KILL = "killed due to the node running low on memory"
+
+
+def ray_error_line(error: BaseException) -> str:
+    """One line for a failure Ray reports: its memory monitor's kill said as such (its own
+    text ends in advice about Ray's settings), anything else by its last line."""
+    text = str(error)
+    if OOM_KILL in text:
+        used = next((ln.split(" was ", 1)[1].split(" (")[0] for ln in text.splitlines()
+                     if OOM_KILL in ln and " was " in ln), "")
+        return (f"OutOfMemoryError: Ray's memory monitor killed the trial's worker, the node running low on memory"
+                f"{f' ({used})' if used else ''}; fewer slots (resources.cpus_per_trial) or a smaller pack_size "
+                f"needs less")
+    return last_line(text, type(error).__name__)
+
+
+@contextlib.contextmanager
+def aborted_by_ray(results: str):
+    """A failure Tune's scheduler raises instead of charging it to a trial (a worker killed
+    while its actor starts) becomes ``RunAborted``: one line, what finished kept."""
+    try:
+        yield
+    except (KeyboardInterrupt, InputError):
+        raise
+    except Exception as e:  # noqa: BLE001 - Ray raises many types; the user needs one line
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        cause = ray_error_line(e) if OOM_KILL in str(e) else first[:300]
+        raise RunAborted(f"Ray Tune stopped the run: {cause}. The packs that finished are stored in {results}; "
+                         f"the same command resumes") from None
