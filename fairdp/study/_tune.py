@@ -255,7 +255,7 @@ def aborted_by_ray(results: str):
     except (KeyboardInterrupt, InputError):
         raise
     except Exception as e:  # noqa: BLE001 - Ray raises many types; the user needs one line
-        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-        cause = ray_error_line(e) if OOM_KILL in str(e) else first[:300]
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+        cause = ray_error_line(e) if OOM_KILL in str(e) else f"{type(e).__name__}: {first}"[:300]
         raise RunAborted(f"Ray Tune stopped the run: {cause}. The packs that finished are stored in {results}; "
                          f"the same command resumes") from None
