@@ -233,7 +233,7 @@ def _pruning_sentence(ok: pd.DataFrame) -> str:
             "stopped there and report their best epoch up to it; " + "; ".join(parts) + ".")
 
 
-def _overview(df: pd.DataFrame, ok: pd.DataFrame) -> list[tuple[str, str]]:
+def _overview(df: pd.DataFrame, ok: pd.DataFrame, completeness: Completeness | None) -> list[tuple[str, str]]:
     def values(col: str) -> str:
         if col not in df.columns:
             return "-"
@@ -249,6 +249,7 @@ def _overview(df: pd.DataFrame, ok: pd.DataFrame) -> list[tuple[str, str]]:
         ("methods", values("method")),
         ("rows", f"{len(ok)} ok, {len(df) - len(ok)} not ok (left out)"),
         ("runs", runs),
+        *([("completeness", completeness.text)] if completeness is not None else []),
         ("fairdp versions", values("fairdp_version")),
     ]
 
@@ -425,17 +426,15 @@ def write_report(
                          "grid's feasible front under the same objectives and constraints, and the ratio.",
                          [("figure", "hypervolume_history"), ("display", _progress_table(progress))]))
 
-    overview = _overview(df, ok)
-    if completeness is not None:
-        overview.insert(overview.index(next(o for o in overview if o[0] == "runs")) + 1,
-                        ("completeness", completeness.text))
-    partial = completeness is not None and completeness.is_partial
+    overview = _overview(df, ok, completeness)
+    partial = (f"{completeness.text[0].upper()}{completeness.text[1:]}."
+               if completeness is not None and completeness.is_partial else None)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
     md = [f"# fairdp report\n\n_Generated {stamp}._\n"]
     md += ["| | |\n|:--|:--|"] + [f"| {k} | {v} |" for k, v in overview] + [""]
     if partial:
-        md.append(f"**Not the whole study.** {completeness.text[0].upper()}{completeness.text[1:]}.\n")
+        md.append(f"**Not the whole study.** {partial}\n")
     for title, text, items in sections:
         md.append(f"\n## {title}\n\n{text}\n")
         for kind, item in items:
@@ -457,8 +456,7 @@ def write_report(
             "<table class=\"meta\">" + "".join(
                 f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in overview) + "</table>"]
     if partial:
-        body.append(f"<p><strong>Not the whole study.</strong> "
-                    f"{html.escape(completeness.text[0].upper() + completeness.text[1:])}.</p>")
+        body.append(f"<p><strong>Not the whole study.</strong> {html.escape(partial)}</p>")
     for title, text, items in sections:
         body.append(f"<h2>{html.escape(title)}</h2>\n<p>{html.escape(text)}</p>")
         for kind, item in items:

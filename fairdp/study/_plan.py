@@ -11,9 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from fairdp.errors import InputError
 from fairdp.methods import get_method
@@ -192,14 +189,7 @@ def record_plan(store: ResultStore, spec: StudySpec) -> pd.DataFrame:
 
 def read_plan(store: ResultStore) -> pd.DataFrame | None:
     """The plan beside ``store``'s results, or None when no run wrote one."""
-    path = f"{store.root}.{PLAN_TABLE}"
-    if store.fs.get_file_info(path).type != pafs.FileType.File:
-        return None
-    try:
-        return pq.read_table(path, filesystem=store.fs).to_pandas()
-    except (pa.ArrowException, OSError) as e:
-        raise InputError(f"{path}: corrupt plan file ({str(e).splitlines()[0]}); delete it and rerun "
-                         f"`fairdp run` to write it again") from None
+    return store.read_side_table(PLAN_TABLE)
 
 
 def read_plans(*locations) -> pd.DataFrame | None:

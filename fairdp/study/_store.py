@@ -98,7 +98,22 @@ class ResultStore:
         rows, and pandas or pyarrow would fail on its other schema."""
         parent = self.root.rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)
-        return self._write(pa.Table.from_pandas(df, preserve_index=False), f"{self.root}.{name}")
+        return self._write(pa.Table.from_pandas(df, preserve_index=False), self.side_table_path(name))
+
+    def side_table_path(self, name: str) -> str:
+        return f"{self.root}.{name}"
+
+    def read_side_table(self, name: str) -> pd.DataFrame | None:
+        """The side table ``name`` beside the results, or None when none was written;
+        InputError naming it when it cannot be read."""
+        path = self.side_table_path(name)
+        if self.fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        try:
+            return pq.read_table(path, filesystem=self.fs).to_pandas()
+        except (pa.ArrowException, OSError) as e:
+            raise InputError(f"{path}: corrupt or unreadable ({str(e).splitlines()[0]}); delete it and rerun "
+                             f"the fairdp command that wrote it") from None
 
     def _write(self, table: pa.Table, final: str) -> str:
         if not self.is_local:  # an object store's single PUT is already all or nothing

@@ -79,12 +79,11 @@ def _tune_callback(progress: Progress, method: str | None):
 
     class _ProgressCallback(tune.Callback):
         def __init__(self):
-            # trial id -> config: a trial whose worker died before it ran (the memory monitor's
-            # kill) comes back in the result grid without its config
-            self.configs: dict[str, dict] = {}
+            # failed trial id -> config: a trial whose worker died before it ran (the memory
+            # monitor's kill) comes back in the result grid without its config
+            self.failed_configs: dict[str, dict] = {}
 
         def on_trial_start(self, iteration, trials, trial, **info):
-            self.configs[trial.trial_id] = trial.config
             pack = trial.config.get("pack")
             if pack is not None:
                 progress.start_pack(trial.trial_id, pack["method"], len(pack["configs"]))
@@ -98,7 +97,7 @@ def _tune_callback(progress: Progress, method: str | None):
                 progress.advance(trial.trial_id, float(result["units"]))
 
         def on_trial_error(self, iteration, trials, trial, **info):
-            self.configs[trial.trial_id] = trial.config
+            self.failed_configs[trial.trial_id] = trial.config
             progress.fail_pack(trial.trial_id)
 
         def on_trial_recover(self, iteration, trials, trial, **info):
@@ -215,14 +214,15 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
                                             trial_name_creator=lambda t: f"pack_{t.trial_id}"),
                 run_config=run_config,
             ).fit()
-        seen = run_config.callbacks[0].configs
+        failed_configs = run_config.callbacks[0].failed_configs
         failed = unfinished = 0
         for res in grid:
             if res.error is None and "configs" not in (res.metrics or {}):
                 unfinished += 1
             elif res.error is not None:
                 failed += 1
-                config = res.config or seen.get(os.path.basename(str(res.path or "")))
+                # a trial's directory is named by its id (trial_dirname_creator above)
+                config = res.config or failed_configs.get(os.path.basename(str(res.path or "")))
                 if config is None:  # no pack to name: its configs have no rows, so the next run trains them
                     continue
                 pack = Pack.from_dict(config["pack"])
