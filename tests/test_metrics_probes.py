@@ -1,5 +1,7 @@
 """Leakage and MDL probes: the batched torch probes against scikit-learn, and what they must show."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -7,6 +9,7 @@ from fairdp.data import load_dataset
 from fairdp.engine import Architecture, TrainSettings
 from fairdp.methods import get_method
 from fairdp.metrics._probes import (
+    FEDERATE_PROBE,
     ProbeSettings,
     leakage,
     mdl,
@@ -26,12 +29,16 @@ def pack():
     return data, res.representations
 
 
-def test_batched_leakage_matches_sklearn(pack):
+PROTOCOLS = pytest.mark.parametrize("settings", [ProbeSettings(), FEDERATE_PROBE], ids=["default", "federate"])
+
+
+@PROTOCOLS
+def test_batched_leakage_matches_sklearn(pack, settings):
     data, reps = pack
     s_test = data.split("test").s
     args = (reps["valid"], data.split("valid").s, reps["test"], s_test)
-    ours = leakage(*args)
-    ref = leakage(*args, settings=ProbeSettings(backend="sklearn"))
+    ours = leakage(*args, settings=settings)
+    ref = leakage(*args, settings=replace(settings, backend="sklearn"))
     assert ours.shape == (3,)
     # Where there is something to learn, the two probes agree within 2 points; on the
     # nearly private representation both sit at chance, where two probes differ by noise.
@@ -41,10 +48,11 @@ def test_batched_leakage_matches_sklearn(pack):
     assert ours[0] > ours[2] + 5  # the leaky representation leaks more
 
 
-def test_batched_mdl_matches_sklearn_on_an_informative_representation(pack):
+@PROTOCOLS
+def test_batched_mdl_matches_sklearn_on_an_informative_representation(pack, settings):
     data, reps = pack
-    ours = mdl(reps["test"][0], data.split("test").s)
-    ref = mdl(reps["test"][0], data.split("test").s, settings=ProbeSettings(backend="sklearn"))
+    ours = mdl(reps["test"][0], data.split("test").s, settings=settings)
+    ref = mdl(reps["test"][0], data.split("test").s, settings=replace(settings, backend="sklearn"))
     assert abs(ours - ref) / ref < 0.05
 
 

@@ -80,6 +80,7 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
     assert {tuple(json.loads(a)["encoder"]) for a in df["architecture"]} == {(300, 300)}
     probe = json.loads(df["probe"].iloc[0])
     assert probe["standardize"] and probe["early_stopping"] and probe["kind"] == "mlp"
+    assert (probe["alpha"], probe["max_epochs"]) == (1e-4, 200)
 
     again = run_cli("run", str(study), "--results", str(results))
     assert again.returncode == 0, again.stderr[-2000:]
@@ -135,6 +136,22 @@ def test_rerun_into_results_of_another_length_is_refused(tmp_path):
     faster = _write_study(tmp_path / "faster.yaml", methods={"unconstrained": {"train": {"lr": 0.01}}}, seeds=[0])
     proc = run_cli("run", str(faster), "--results", str(tmp_path / "r"))
     assert proc.returncode == 2 and "lr 0.001" in proc.stderr and "0.01" in proc.stderr
+    # so would another probe: FEDERATE's L2 alpha of 1 against the default's 1e-4
+    federates_probe = _write_study(tmp_path / "probe.yaml", methods={"unconstrained": {}}, seeds=[0, 1],
+                                   evaluate={"leakage": True, "mdl": False, "probe": {"alpha": 1.0}})
+    proc = run_cli("run", str(federates_probe), "--results", str(tmp_path / "r"))
+    assert proc.returncode == 2 and '"alpha": 0.0001' in proc.stderr and '"alpha": 1.0' in proc.stderr, proc.stderr
+    # rows stored before the probe's alpha and epochs were recorded read as the defaults they
+    # were probed with: the same study resumes into them
+    (part,) = (tmp_path / "r").rglob("part-*.parquet")
+    rows = pd.read_parquet(part)
+    old = {k: v for k, v in json.loads(rows["probe"].iloc[0]).items()
+           if k in ("kind", "standardize", "early_stopping", "backend", "hidden")}
+    rows["probe"] = json.dumps(old)
+    rows.to_parquet(part)
+    more_seeds = _write_study(tmp_path / "more.yaml", methods={"unconstrained": {}}, seeds=[0, 1])
+    proc = run_cli("run", str(more_seeds), "--results", str(tmp_path / "r"))
+    assert proc.returncode == 0 and "1 configs already stored" in proc.stderr, proc.stderr[-2000:]
 
 
 def _descendants(pid: int) -> set[int]:

@@ -8,6 +8,7 @@ import yaml
 from fairdp.cli import main
 from fairdp.errors import InputError
 from fairdp.methods import get_method
+from fairdp.metrics import FEDERATE_PROBE
 from fairdp.study import load_spec, parse_spec
 from tests.conftest import REPO
 
@@ -198,9 +199,11 @@ def test_learning_rates_and_architectures_resolve_per_method():
 
 
 def test_the_federate_studies_use_federates_probe_protocol():
+    """FEDERATE's public code: make_pipeline(StandardScaler(), MLPClassifier(alpha=1, max_iter=1000))."""
+    assert (FEDERATE_PROBE.standardize, FEDERATE_PROBE.early_stopping, FEDERATE_PROBE.alpha,
+            FEDERATE_PROBE.max_epochs, FEDERATE_PROBE.hidden) == (True, False, 1.0, 1000, 100)
     for path in sorted((REPO / "studies").glob("federate_*.yaml")):
-        spec = load_spec(path)
-        assert not spec.probe.standardize and not spec.probe.early_stopping, path.name
+        assert load_spec(path).probe == FEDERATE_PROBE, path.name
     pfld = load_spec(REPO / "studies/pfld_adult.yaml")
     assert pfld.fairness == "notion_gap" and pfld.by == ("fairness_notion", "eps")
     grid = {(c["eps"], c["clip_primal"], c["clip_dual"]) for c in pfld.methods[2].configs}

@@ -147,11 +147,12 @@ def _probe_sentence(ok: pd.DataFrame) -> str:
     has_mdl = "mdl" in ok.columns and pd.to_numeric(ok["mdl"], errors="coerce").notna().any()
     if not (has_leak or has_mdl):
         return "No leakage or MDL probe was run."
-    protocols = sorted(ok["probe"].dropna().unique()) if "probe" in ok.columns else []
+    stored = ok["probe"].dropna().unique() if "probe" in ok.columns else []
+    protocols = sorted({ProbeSettings(**json.loads(p)).describe() for p in stored})
     if not protocols:
         probe = "a probe whose settings these rows do not record (written before fairdp stored them)"
     else:
-        probe = "; ".join(ProbeSettings(**json.loads(p)).describe() for p in protocols)
+        probe = "; ".join(protocols)
         if len(protocols) > 1:
             probe = f"several protocols, not comparable across methods: {probe}"
     text = (f"Leakage: accuracy of a probe trained on the valid split's representations and scored on the test "

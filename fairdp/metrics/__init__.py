@@ -12,6 +12,7 @@ from fairdp.metrics._fairness import (
     tpr_gap,
 )
 from fairdp.metrics._probes import (
+    FEDERATE_PROBE,
     MDL_BLOCKS,
     ProbeSettings,
     leakage,
@@ -21,6 +22,7 @@ from fairdp.metrics._probes import (
 )
 
 __all__ = [
+    "FEDERATE_PROBE",
     "MDL_BLOCKS",
     "ProbeSettings",
     "accuracy",

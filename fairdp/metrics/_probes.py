@@ -5,16 +5,20 @@ attribute from the representation, trained on the valid split's representations 
 scored on the test split's. MDL (Voita & Titov 2020, online code): the code length in
 kbits of transmitting the attribute given the representation, block by block.
 
-The default probe matches scikit-learn's ``MLPClassifier`` as FEDERATE uses it: one hidden
-layer of 100 ReLU units, Adam (lr 1e-3), L2 penalty ``alpha`` added as sklearn does
+The default probe is scikit-learn's ``MLPClassifier`` recipe: one hidden layer of 100 ReLU
+units, Adam (lr 1e-3), L2 penalty ``alpha`` (1e-4) added as sklearn does
 (0.5 * alpha * ||W||^2 / batch), minibatches of 200, early stopping on a stratified 10%
 held out (stop after 10 epochs without a ``tol`` gain in held-out accuracy, keep the best
 epoch's weights). Differences, on purpose: the output is a softmax over the groups (sklearn
 uses one logistic unit for two classes, the same model), and features are standardised
 with the probe's training rows (``standardize=True``): an L1-normalised representation has
 entries ~1/D, on which an unscaled MLP barely trains, so an unscaled probe would
-understate the leakage of exactly the DP methods. ``standardize=False`` reproduces
-FEDERATE's protocol.
+understate the leakage of exactly the DP methods.
+
+FEDERATE's probe (its public code, saist1993/DPNLP ``calculate_leakage``) is
+``make_pipeline(StandardScaler(), MLPClassifier(alpha=1, max_iter=1000))``: standardised,
+L2 alpha 1, no early stopping, at most 1000 epochs, which is :data:`FEDERATE_PROBE`. Its
+MDL probe is the same MLP on unscaled inputs; fairdp uses one probe for both metrics.
 
 The torch probes train K representations at once (stacked weights, one Adam = K Adams,
 the same held-out split, initialisation and minibatch order for every config, so a
@@ -48,7 +52,7 @@ class ProbeSettings:
     max_epochs: int = 200
     tol: float = 1e-4
     patience: int = 10
-    early_stopping: bool = True  # False: stop on training loss, like sklearn's default (FEDERATE's code)
+    early_stopping: bool = True  # False: stop on the training loss, sklearn's default
     validation_fraction: float = 0.1
     standardize: bool = True
     backend: str = "torch"  # or "sklearn", the reference
@@ -66,21 +70,29 @@ class ProbeSettings:
             raise InputError(f"evaluate.probe.backend: must be torch or sklearn, got {self.backend!r}")
 
     def protocol(self) -> dict:
-        """What decides a probe's numbers (stored with each row): kind, width, input scaling,
-        stopping rule, backend."""
+        """What decides a probe's numbers (stored with each row as JSON): every setting a study
+        can choose (``evaluate.probe``), the step size as effective. ``ProbeSettings(**protocol)``
+        rebuilds the settings, so rows stored before a key was recorded read as its default."""
         out = {"kind": self.kind, "standardize": self.standardize, "early_stopping": self.early_stopping,
-               "backend": self.backend}
+               "backend": self.backend, "alpha": self.alpha, "lr": self.step_size, "batch_size": self.batch_size,
+               "max_epochs": self.max_epochs, "patience": self.patience}
         if self.kind == "mlp":
             out["hidden"] = self.hidden
         return out
 
     def describe(self) -> str:
-        """'MLP probe (100 hidden ReLU units), standardised inputs, early stopping on 10% held out'."""
-        kind = f"MLP probe ({self.hidden} hidden ReLU units)" if self.kind == "mlp" else "linear probe"
+        """'MLP probe (100 hidden ReLU units, L2 alpha 0.0001), standardised inputs, early stopping
+        on 10% held out'."""
+        kind = (f"MLP probe ({self.hidden} hidden ReLU units, L2 alpha {self.alpha:g})" if self.kind == "mlp"
+                else f"linear probe (L2 alpha {self.alpha:g})")
         scale = "standardised inputs" if self.standardize else "unscaled inputs"
         stop = (f"early stopping on {self.validation_fraction:.0%} held out" if self.early_stopping
-                else "stopping on the training loss (FEDERATE's protocol)")
+                else f"stopping on the training loss (at most {self.max_epochs} epochs)")
         return f"{kind}, {scale}, {stop}" + (" (scikit-learn)" if self.backend == "sklearn" else "")
+
+
+# FEDERATE's leakage probe as its public code trains it (see the module docstring).
+FEDERATE_PROBE = ProbeSettings(standardize=True, early_stopping=False, alpha=1.0, max_epochs=1000)
 
 
 def _as_pack(reprs) -> tuple[np.ndarray, bool]:
