@@ -7,7 +7,14 @@ import math
 import pandas as pd
 import pytest
 
-from fairdp.analysis._papers import PAPERS, check_claims, compare_numbers, get_paper, published
+from fairdp.analysis._papers import (
+    PAPERS,
+    check_claims,
+    compare_numbers,
+    comparison_section,
+    get_paper,
+    published,
+)
 from fairdp.errors import InputError
 
 
@@ -40,6 +47,28 @@ def test_a_difference_is_within_the_combined_spread_of_a_difference():
     assert unc["spread"] == pytest.approx(math.sqrt(7.17 ** 2 + 2.0 ** 2)) and not unc["within spread"]
     # a method the study did not run has no fairdp value and no verdict
     assert math.isnan(out.loc[("inlp", "test_tpr_gap"), "fairdp"]) and out.loc[("inlp", "test_tpr_gap"), "within spread"] is None
+
+
+def test_mdl_is_compared_by_orderings_not_by_its_difference():
+    """FEDERATE's published MDL is its code's quantity (valid + test, prefix-scored, 1024-bit
+    units): no within-spread verdict, however close the numbers, and the caption says why."""
+    paper = get_paper("federate-table3")
+    agg = _agg({"federate": (18.1, 2.79), "noise": (12.0, 0.3), "unconstrained": (4.5, 0.1), "adversarial": (5.0, 0.2)},
+               metric="mdl")
+    out = compare_numbers(agg, paper).set_index(["method", "metric"])
+    assert out.loc[("federate", "mdl"), "difference"] == pytest.approx(0.0)
+    assert out["within spread"].isna().all()
+    claims = check_claims(agg, paper).set_index("claim")
+    assert claims.loc["unconstrained mdl below federate's", "paper"] and claims.loc["unconstrained mdl below federate's", "fairdp"]
+    assert claims.loc["adversarial mdl below noise's", "paper"] and claims.loc["adversarial mdl below noise's", "fairdp"]
+    df = pd.DataFrame([{"dataset": "adult", "method": m, "seed": seed, "config_id": "c", "status": "ok",
+                        "valid_accuracy": 80.0, "test_accuracy": 80.0, "valid_tpr_gap": 5.0, "test_tpr_gap": 5.0,
+                        "leakage": 70.0, "mdl": mdl + seed} for m, mdl in (("federate", 18.0), ("unconstrained", 4.0)) for seed in (0, 1)])
+    caption, tables = comparison_section(df, paper)
+    assert "mdl: not judged by its difference (the paper's MDL is its code's" in caption
+    numbers = tables[0].set_index(["Method", "Metric"])
+    assert numbers.loc[("federate", "mdl"), "Within spread"] == "other scale"
+    assert "federate mdl" not in caption.split("Outside the spread:")[-1]
 
 
 def test_orderings_are_checked_on_both_tables():
