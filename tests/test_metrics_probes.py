@@ -136,3 +136,35 @@ def test_no_block_is_scored_by_a_probe_that_saw_its_rows(monkeypatch):
         assert not any(r.tobytes() in fitted for r in block)
         seen += [r.tobytes() for r in block]
     assert len(seen) == len(set(seen)) == 1500 - ends[-len(scored) - 1]
+
+
+def test_probes_train_with_denormals_flushed_and_it_changes_no_number(monkeypatch):
+    """L2 decay drives unused probe weights into float32's denormal range, where a CPU computes
+    several times slower (FEDERATE's alpha-1 probe: 6x on Adult). Probes train with denormals
+    flushed, the mode is off again afterwards, and leakage and MDL are those of an unflushed probe."""
+    import contextlib
+
+    import torch
+
+    from fairdp.metrics import _probes
+
+    rng = np.random.default_rng(0)
+    s = rng.integers(0, 2, 1200)
+    X = (rng.normal(size=(1200, 16)) + 0.5 * s[:, None]).astype(np.float32)
+    settings = replace(FEDERATE_PROBE, max_epochs=30)
+    flushing = []
+    real_loss = _probes.per_config_cross_entropy
+
+    def spy(*args):
+        flushing.append((torch.tensor([1e-39]) * 1.0).item() == 0.0)  # a denormal reads as zero
+        return real_loss(*args)
+
+    monkeypatch.setattr(_probes, "per_config_cross_entropy", spy)
+    flushed = (leakage(X[:600], s[:600], X[600:], s[600:], settings), mdl(X[600:], s[600:], settings))
+    assert flushing and all(flushing)
+    assert (torch.tensor([1e-39]) * 1.0).item() != 0.0
+    monkeypatch.setattr(_probes, "_flush_denormals", contextlib.nullcontext)
+    flushing.clear()
+    plain = (leakage(X[:600], s[:600], X[600:], s[600:], settings), mdl(X[600:], s[600:], settings))
+    assert flushing and not any(flushing)
+    assert plain == flushed
