@@ -199,11 +199,12 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
     tables, text = [], [f"{paper.title}: the paper's values beside this study's, selected as the paper does "
                         f"(RT = {paper.rt:g}, {paper.fairness}{', by ' + ', '.join(by) if by else ''}). {paper.note}"]
     numbers = compare_numbers(agg, paper)
+    other_scale = dict(paper.other_scale)
     if len(numbers):
         off = numbers[numbers["within spread"] == False]  # noqa: E712 - None means no verdict
         text.append("A difference is within spread when |fairdp - paper| <= sqrt(std_paper² + std_fairdp²).")
         text.extend(f"{metric}: not judged by its difference ({why}); the claims below compare its orderings."
-                    for metric, why in paper.other_scale if metric in set(numbers["metric"]))
+                    for metric, why in other_scale.items() if metric in set(numbers["metric"]))
         text.append(("Outside the spread: " + "; ".join(f"{r.method} {r.metric} ({r.fairdp:.2f} vs {r.paper:.2f})"
                                                          for r in off.itertuples()) + ".")
                     if len(off) else "Every difference is within the spread.")
@@ -214,7 +215,7 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
                        for m, s in zip(numbers["fairdp"], numbers["fairdp_std"].fillna(0.0))],
             "Difference": [f"{d:+.2f}" if math.isfinite(d) else "-" for d in numbers["difference"]],
             "Spread": [f"{s:.2f}" for s in numbers["spread"]],
-            "Within spread": ["other scale" if m in dict(paper.other_scale) else {True: "yes", False: "no"}.get(w, "-")
+            "Within spread": ["other scale" if m in other_scale else {True: "yes", False: "no"}.get(w, "-")
                               for m, w in zip(numbers["metric"], numbers["within spread"])],
         }))
     claims = check_claims(agg, paper, tuple(by))

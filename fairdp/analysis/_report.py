@@ -148,7 +148,7 @@ def _probe_sentence(ok: pd.DataFrame) -> str:
     if not (has_leak or has_mdl):
         return "No leakage or MDL probe was run."
     stored = ok["probe"].dropna().unique() if "probe" in ok.columns else []
-    protocols = sorted({ProbeSettings(**json.loads(p)).describe() for p in stored})
+    protocols = sorted({ProbeSettings.from_protocol(p).describe() for p in stored})
     if not protocols:
         probe = "a probe whose settings these rows do not record (written before fairdp stored them)"
     else:

@@ -28,6 +28,7 @@ config's number does not depend on its pack); ``backend="sklearn"`` is the refer
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -72,14 +73,19 @@ class ProbeSettings:
 
     def protocol(self) -> dict:
         """What decides a probe's numbers (stored with each row as JSON): every setting a study
-        can choose (``evaluate.probe``), the step size as effective. ``ProbeSettings(**protocol)``
-        rebuilds the settings, so rows stored before a key was recorded read as its default."""
+        can choose (``evaluate.probe``), the step size as effective; :meth:`from_protocol` reads it back."""
         out = {"kind": self.kind, "standardize": self.standardize, "early_stopping": self.early_stopping,
                "backend": self.backend, "alpha": self.alpha, "lr": self.step_size, "batch_size": self.batch_size,
                "max_epochs": self.max_epochs, "patience": self.patience}
         if self.kind == "mlp":
             out["hidden"] = self.hidden
         return out
+
+    @classmethod
+    def from_protocol(cls, text: str) -> ProbeSettings:
+        """The settings a row's ``probe`` JSON records (:meth:`protocol`); keys a row lacks,
+        stored before fairdp recorded them, take their defaults."""
+        return cls(**json.loads(text))
 
     def describe(self) -> str:
         """'MLP probe (100 hidden ReLU units, L2 alpha 0.0001), standardised inputs, early stopping

@@ -132,7 +132,7 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
             if key == "probe" and want is not None:
                 # as settings, so that keys recorded since (alpha, max_epochs, ...) read as their
                 # defaults in older rows, which were probed with those defaults
-                have = have.map(lambda p: json.dumps(ProbeSettings(**json.loads(p)).protocol()))
+                have = have.map(lambda p: json.dumps(ProbeSettings.from_protocol(p).protocol()))
             if key == "lr" and want is not None:
                 differs = have[(have.astype(float) - want).abs() > 1e-12 * want]
             else:
