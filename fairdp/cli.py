@@ -301,9 +301,12 @@ def _check_report_outside_results(output: str, dirs: list[str]) -> None:
     polars and duckdb readers of the directory would otherwise read its files as rows."""
     from pathlib import Path
 
+    from fairdp.study._store import ResultStore
+
     out = Path(output).resolve()
     for d in dirs:
-        root = Path(d).resolve()
+        # a file:// URI names a local directory too; other URIs are not local (and opening one may need a network)
+        root = Path(ResultStore(d).root if d.startswith("file://") else d).resolve()
         if not root.is_dir() or (out != root and root not in out.parents):
             continue
         if out == root or not out.relative_to(root).parts[0].startswith(("_", ".")):

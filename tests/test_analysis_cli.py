@@ -1,6 +1,7 @@
 """`fairdp analyze` and `fairdp report` over stored results, several directories combined."""
 
 import io
+import os
 
 import numpy as np
 import pandas as pd
@@ -57,6 +58,18 @@ def test_report_writes_markdown_html_and_figures(stored, tmp_path, capsys):
     assert "data:image/png;base64," in (tmp_path / "rep/report.html").read_text()
     pngs = sorted((tmp_path / "rep/figures").glob("*.png"))
     assert len(pngs) >= 4 and all(p.read_bytes()[:8] == PNG_SIGNATURE for p in pngs)
+
+
+@pytest.mark.parametrize("as_uri", [False, True], ids=["path", "file-uri"])
+def test_a_report_inside_its_results_directory_must_sit_under_an_underscore_name(stored, as_uri, capsys):
+    """Parquet readers of the directory would read a report's files as rows; '_report' is skipped by them."""
+    dirs, _ = stored
+    given = f"file://{dirs[0]}" if as_uri else dirs[0]
+    assert main(["report", given, "-o", f"{dirs[0]}/rep"]) == 2
+    assert "-o:" in capsys.readouterr().err
+    assert not os.path.exists(f"{dirs[0]}/rep")
+    assert main(["report", given, "-o", f"{dirs[0]}/_rep", "--no-ci", "--rts", "1"]) == 0
+    assert len(ResultStore(dirs[0]).read()[0]) == len(pd.read_parquet(dirs[0]))  # still only rows
 
 
 def test_analyze_reads_parquet_files_of_rows_as_it_reads_directories(stored, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """Input refused before anything trains, one writer per results directory, and results files
 others can read: each class of issue 15's faults that is fixed, with a test."""
 
+import functools
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from fairdp._atomic import atomic_path
+from fairdp.errors import InputError
 from fairdp.study import ResultStore, load_spec
 from fairdp.study._lock import LOCK_NAME, results_lock
 from tests.conftest import REPO, assert_input_error, env_without_ray, run_cli
@@ -87,6 +89,26 @@ def test_a_live_lock_refuses_a_second_writer_and_a_stale_one_is_taken_over(tmp_p
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "taking over the lock" in proc.stderr and not (results / LOCK_NAME).exists()
     assert len(ResultStore(results).read()[0]) == 3
+
+
+@pytest.mark.parametrize("command", ["run", "search"])
+def test_a_file_uri_takes_the_lock_of_the_directory_it_names(tmp_path, monkeypatch, command):
+    """``file:///x`` and ``/x`` are one results directory, so one lock; none is taken in the cwd."""
+    import io
+
+    from fairdp.study import run_study, search_study
+    from fairdp.study._spec import parse_spec
+
+    spec = parse_spec({**STUDY, "search": {"method": "noise", "sampler": "tpe", "trials": 2, "seed": 0,
+                                           "objectives": {"valid_accuracy": "max"},
+                                           "space": {"eps": {"low": 1, "high": 20}}}})
+    monkeypatch.chdir(tmp_path)
+    start = {"run": functools.partial(run_study, executor="local"), "search": search_study}[command]
+    with results_lock(str(tmp_path / "r"), "run"):
+        with pytest.raises(InputError, match="in use"):
+            start(spec, f"file://{tmp_path}/r", progress_stream=io.StringIO())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # no 'file:' directory beside it
+    assert list((tmp_path / "r").iterdir()) == []  # refused before anything was written
 
 
 def test_two_concurrent_runs_do_the_work_once(tmp_path):

@@ -166,7 +166,7 @@ def test_an_object_store_gets_whole_files_resume_and_repair_too(tmp_path):
     memory.store.clear()
 
 
-def test_a_study_runs_into_a_file_uri(tmp_path):
+def test_a_study_runs_into_a_file_uri(tmp_path, monkeypatch):
     import io
 
     from fairdp.study import run_study
@@ -174,10 +174,15 @@ def test_a_study_runs_into_a_file_uri(tmp_path):
     spec = parse_spec({"name": "uri", "dataset": {"name": "synthetic", "rows": 400}, "seeds": [0],
                        "train": {"epochs": 1, "batch_size": 200}, "evaluate": {"leakage": False, "mdl": False},
                        "methods": {"unconstrained": {}, "noise": {"grid": {"eps": [1, 5]}}}})
-    summary = run_study(spec, f"file://{tmp_path}/r", num_cpus=1, progress_stream=io.StringIO())
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)  # a URI taken for a relative path would leave 'file:' directories here
+    uri = f"file://{tmp_path}/r"
+    summary = run_study(spec, uri, num_cpus=1, progress_stream=io.StringIO())
     assert summary.configs == 3 and summary.failed_packs == 0
-    df = read_results(f"file://{tmp_path}/r")
+    df = read_results(uri)
     assert len(df) == 3 and (df["status"] == "ok").all()
+    assert list(cwd.iterdir()) == []
 
 
 def test_a_column_the_study_does_not_declare_is_refused_not_dropped(tmp_path):

@@ -124,7 +124,7 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         check_trial_fits(spec, [machine_resources(num_cpus)], "this machine")
     if dry_run:
         return _dry_run(spec, store, results, address, executor, progress_stream, num_cpus, t0, len(data.splits["train"]))
-    lock = results_lock(results, "run", progress_stream) if store.is_local else contextlib.nullcontext()
+    lock = results_lock(store.root, "run", progress_stream) if store.is_local else contextlib.nullcontext()
     with lock:
         return _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0,
                              len(data.splits["train"]))

@@ -108,7 +108,7 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
     store = ctx.store()
     get_method(search.method).check_dataset(load_study_data(ctx), "search.method")
     store.check_writable()
-    lock = results_lock(results, "search", progress_stream) if store.is_local else contextlib.nullcontext()
+    lock = results_lock(store.root, "search", progress_stream) if store.is_local else contextlib.nullcontext()
     with lock:
         return _search_unlocked(spec, ctx, store, results, address, total, mode, progress_stream, num_cpus, t0)
 
