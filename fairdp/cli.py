@@ -187,7 +187,7 @@ def _cmd_run(args) -> int:
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
     summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor,
-                        dry_run=args.dry_run)
+                        dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every)
     if args.dry_run:
         return 0
     if summary.unfinished_packs:
@@ -426,6 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--executor", choices=("ray", "local"), default="ray",
                      help="ray (default): packs as Ray Tune trials, embedded or on --address; local: packs one "
                           "after another in this process, without Ray (same store, same resume)")
+    run.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
+                     help="a pack in training saves its state this often (default 600; 0: never), so that a "
+                          "killed run resumes its packs from their last save; the numbers are the same")
     run.add_argument("--repair", action="store_true",
                      help="move corrupt result files aside (hidden .corrupt-* names) and rerun their configs")
     run.set_defaults(func=_cmd_run)

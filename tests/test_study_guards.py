@@ -235,6 +235,15 @@ def test_report_arguments_are_checked_before_anything_is_written(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_a_negative_checkpoint_interval_is_refused_before_anything_runs(tmp_path, capsys, value):
+    from fairdp.cli import main
+
+    assert main(["run", str(_study(tmp_path)), "--results", str(tmp_path / "r"), "--executor", "local",
+                 "--checkpoint-every", value]) == 2
+    assert "--checkpoint-every" in capsys.readouterr().err and not (tmp_path / "r").exists()
+
+
 def test_an_unreadable_study_file_is_one_line(tmp_path, monkeypatch):
     from pathlib import Path
 

@@ -49,8 +49,10 @@ def tiny_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("tiny")
     study = _write_study(tmp_path / "tiny.yaml")
     # a relative --results is the user's working directory's, not a trial's
-    # every epoch reports its config-epochs through Tune, as long trials do every 2 s
-    proc = run_cli("run", str(study), "--results", "r", cwd=tmp_path, env={"FAIRDP_UNITS_EVERY_S": "0"})
+    # every epoch reports its config-epochs through Tune, as long trials do every 2 s, and
+    # saves a checkpoint, as long packs do every 10 minutes
+    proc = run_cli("run", str(study), "--results", "r", "--checkpoint-every", "0.001", cwd=tmp_path,
+                   env={"FAIRDP_UNITS_EVERY_S": "0"})
     return study, proc, tmp_path / "r"
 
 
@@ -74,6 +76,7 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
     assert np.isinf(df.loc[df["method"] == "unconstrained", "eps_formal"]).all()
     assert (fed["eps_formal"] == fed["eps"]).all()
     assert (df["node"] == "127.0.0.1").all()
+    assert list((results / ".checkpoints").iterdir()) == []  # the trials' checkpoints, deleted once stored
     # how every row was trained and probed is stored with it
     assert (df["optimizer"] == "adam").all() and (df["lr"] == 1e-3).all()
     assert (df["precision"] == "float32").all()  # a CPU's default (TF32 is CUDA's)
@@ -357,6 +360,48 @@ def test_sigterm_stops_a_local_run_like_ctrl_c_and_the_rerun_completes(tmp_path)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     after, _ = store.read()
     assert len(after) == 21 and not after.duplicated(KEY).any()
+
+
+def test_a_run_killed_mid_pack_resumes_the_pack_from_its_checkpoint_with_the_same_rows(tmp_path):
+    """SIGKILL while a pack trains (after it saved a checkpoint): the rerun continues that pack
+    from its checkpoint, says so, stores exactly the rows of a run never killed, and leaves no
+    checkpoint behind. A stale checkpoint (of no planned pack) is deleted."""
+    from fairdp.schema import METRIC_COLUMNS
+
+    env = {**env_without_ray(tmp_path), "PYTHONUNBUFFERED": "1"}
+    study = _write_study(tmp_path / "ckpt.yaml", seeds=[0], pack_size=4, evaluate={"leakage": False, "mdl": False},
+                         dataset={"name": "synthetic", "rows": 2000, "features": 16},
+                         train={"epochs": 12, "batch_size": 100},
+                         methods={"federate": {"grid": {"eps": [1, 10], "lam": [0.5, 1.0]}}})
+    results = tmp_path / "r"
+    store = ResultStore(results)
+    argv = [sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results), "--executor", "local"]
+    proc = subprocess.Popen([*argv, "--checkpoint-every", "0.001"], cwd=REPO, env={**os.environ, **env},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    checkpoints = results / ".checkpoints"
+    try:
+        deadline = time.monotonic() + 240
+        while not list(checkpoints.glob("*.ckpt")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert [p.name for p in checkpoints.glob("*.ckpt")] and store.pack_files() == [], "killed too late"
+    (checkpoints / "0123456789abcdef.ckpt").write_bytes(b"of a pack no longer planned")
+    rerun = run_cli(*argv[3:], "--checkpoint-every", "0.001", env=env)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "1 of the packs resume from checkpoints" in rerun.stderr
+    assert re.search(r"resuming after epoch ([1-9]|1[01])\b", rerun.stderr)  # not from the first, nor retrained
+    assert list(checkpoints.iterdir()) == []  # stored packs' and stale checkpoints are gone
+    never_killed = run_cli(*argv[3:-3], str(tmp_path / "whole"), "--executor", "local", "--checkpoint-every", "0",
+                           env=env)
+    assert never_killed.returncode == 0, never_killed.stderr[-2000:]
+    assert not (tmp_path / "whole" / ".checkpoints").exists()
+    columns = [*KEY, *METRIC_COLUMNS, "best_epoch"]
+    got = store.read()[0][columns].sort_values(KEY).reset_index(drop=True)
+    want = ResultStore(tmp_path / "whole").read()[0][columns].sort_values(KEY).reset_index(drop=True)
+    assert len(got) == 4
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
 
 
 @pytest.mark.slow

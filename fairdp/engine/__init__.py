@@ -3,6 +3,7 @@
 ``fit_pack`` is the one training loop; a neural method plugs a ``PackStep`` (its model,
 minibatch update and epoch hooks) into it. The rest are the building blocks steps use:
 packed layers and models, packed losses, per-sample clipping with noise, per-config seeds, and pruning dominated configs at rungs.
+``checkpointing`` makes ``fit_pack`` save its state as it trains and resume from it.
 """
 
 from fairdp.engine._arch import (
@@ -12,6 +13,7 @@ from fairdp.engine._arch import (
     describe_architecture,
     preset_for,
 )
+from fairdp.engine._checkpoint import CheckpointFile, checkpointing
 from fairdp.engine._loop import (
     EVAL_CHUNK,
     Batch,
@@ -63,6 +65,7 @@ __all__ = [
     "Architecture",
     "Batch",
     "BestEpochs",
+    "CheckpointFile",
     "EpochReport",
     "ModelSpec",
     "PackContext",
@@ -78,6 +81,7 @@ __all__ = [
     "architecture_from",
     "autocast",
     "bytes_per_config",
+    "checkpointing",
     "config_chunk",
     "config_id",
     "configs_to_stop",

@@ -6,7 +6,8 @@ config of a seed), evaluation on the valid split after each epoch, keeping each 
 best-validation epoch (or the last, for methods whose algorithm returns it), progress
 callbacks, the pack's outputs (predictions and attacker-visible representations), and, when
 ``TrainSettings.prune`` asks, stopping dominated configs at rung epochs (``_prune``; a stopped
-config is cut out of the step with ``PackStep.subset``, so it costs nothing afterwards).
+config is cut out of the step with ``PackStep.subset``, so it costs nothing afterwards), and,
+inside a ``checkpointing`` block, saving its state as it goes and resuming from a saved one.
 
 A step supplies the method: its model (every parameter with a leading config axis K), its
 optimiser, the update for one minibatch (by default: the loss it returns, backpropagated),
@@ -20,6 +21,8 @@ it would have alone.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -33,6 +36,7 @@ from torch import nn
 from fairdp import _rng
 from fairdp.data import Dataset
 from fairdp.engine._arch import Architecture
+from fairdp.engine._checkpoint import Saver, claim, identity
 from fairdp.engine._losses import per_config_accuracy
 from fairdp.engine._memory import config_chunk
 from fairdp.engine._prune import Pruning, configs_to_stop, valid_gaps
@@ -218,6 +222,8 @@ class PackResult:
     # (K,) the rung epoch at which each config stopped, 0 for one trained every epoch; None
     # when the pack was not pruned (``TrainSettings.prune`` unset)
     pruned_at: np.ndarray | None = None
+    # seconds of ``duration_s`` spent before the pack was resumed from a checkpoint (0: not resumed)
+    resumed_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -301,32 +307,58 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
     rungs = [r for r in settings.prune.rungs if r < settings.epochs] if settings.prune is not None else []
     pruning = settings.prune if rungs else None
     t0 = time.perf_counter()
-    pieces: list[tuple[np.ndarray, PackResult]] = []  # (pack positions, their outcomes)
-    with matmul_precision(resolve_precision(settings, device), device):
-        starts = range(0, k, chunk)
+    with claim() as checkpointing:
+        key = identity(configs=configs, config_ids=config_ids, seed=seed, settings=settings, arch=arch, chunk=chunk,
+                       data=(data.name, {n: len(v) for n, v in data.splits.items()}), splits_out=splits_out)
+        saver = Saver(checkpointing, key, {"data": data, "callback": callback})
+        # the state a checkpoint holds: finished outcomes (pack positions, PackResult), the chunks
+        # in training, which chunk (one after another) and which epoch comes next
+        state = saver.load()
+        if state is not None:
+            where = f" of chunk {state['chunk'] + 1} of {-(-k // chunk)}" if pruning is None and chunk < k else ""
+            print(f"fairdp: {checkpointing.file.name}: resuming after epoch {state['epoch']}{where}",
+                  file=sys.stderr, flush=True)
+        state = state or {"pieces": [], "runs": [], "chunk": 0, "epoch": 0}
+        resumed_s = state.get("elapsed_s", 0.0)  # spent on this pack before the checkpoint
+        pieces: list[tuple[np.ndarray, PackResult]] = state["pieces"]
+        with matmul_precision(resolve_precision(settings, device), device):
+            starts = range(0, k, chunk)
 
-        def start(i: int) -> _ChunkTraining:
-            ctx = PackContext(data, configs[i:i + chunk], config_ids[i:i + chunk], seed, settings, arch, device)
-            return _ChunkTraining(make_step(ctx), np.arange(i, min(i + chunk, k)), splits_out, callback, pruning)
+            def start(i: int) -> _ChunkTraining:
+                ctx = PackContext(data, configs[i:i + chunk], config_ids[i:i + chunk], seed, settings, arch, device)
+                return _ChunkTraining(make_step(ctx), np.arange(i, min(i + chunk, k)), splits_out, callback, pruning)
 
-        if pruning is None:  # one chunk after another: only one chunk's state is alive at a time
-            for i in starts:
-                run = start(i)
-                for epoch in range(settings.epochs):
-                    run.train_epoch(epoch)
-                pieces.append(run.finish())
-        else:
-            runs = [start(i) for i in starts]
-            for epoch in range(settings.epochs):
-                for run in runs:
-                    if run.active:
+            if pruning is None:  # one chunk after another: only one chunk's state is alive at a time
+                for c, i in enumerate(starts):
+                    if c < state["chunk"]:
+                        continue  # its outcome is among the pieces
+                    if c == state["chunk"] and state["runs"]:  # the chunk the checkpoint was saved in
+                        run, first = state["runs"][0], state["epoch"]
+                    else:
+                        run, first = start(i), 0
+                    for epoch in range(first, settings.epochs):
                         run.train_epoch(epoch)
-                if epoch + 1 in rungs:
-                    pieces += _prune_rung([r for r in runs if r.active], pruning, epoch + 1)
-            pieces += [run.finish() for run in runs if run.active]
+                        last = epoch + 1 == settings.epochs and c == len(starts) - 1
+                        if saver.due(last):
+                            saver.save({"pieces": pieces, "runs": [run], "chunk": c, "epoch": epoch + 1,
+                                        "elapsed_s": time.perf_counter() - t0 + resumed_s})
+                    pieces.append(run.finish())
+            else:
+                runs = state["runs"] or [start(i) for i in starts]
+                for epoch in range(state["epoch"], settings.epochs):
+                    for run in runs:
+                        if run.active:
+                            run.train_epoch(epoch)
+                    if epoch + 1 in rungs:
+                        pieces += _prune_rung([r for r in runs if r.active], pruning, epoch + 1)
+                    if saver.due(epoch + 1 == settings.epochs):
+                        saver.save({"pieces": pieces, "runs": runs, "chunk": 0, "epoch": epoch + 1,
+                                    "elapsed_s": time.perf_counter() - t0 + resumed_s})
+                pieces += [run.finish() for run in runs if run.active]
     if len(pieces) == 1:  # one chunk, nothing stopped early: its result, model included
-        return pieces[0][1]
-    return _assemble(pieces, list(configs), splits_out, time.perf_counter() - t0, pruning is not None)
+        return dataclasses.replace(pieces[0][1], resumed_s=resumed_s)
+    return _assemble(pieces, list(configs), splits_out, time.perf_counter() - t0 + resumed_s, pruning is not None,
+                     resumed_s)
 
 
 def _prune_rung(runs: list[_ChunkTraining], pruning: Pruning, rung: int) -> list[tuple[np.ndarray, PackResult]]:
@@ -343,7 +375,7 @@ def _prune_rung(runs: list[_ChunkTraining], pruning: Pruning, rung: int) -> list
 
 
 def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], splits_out: tuple[str, ...],
-              duration_s: float, pruned: bool) -> PackResult:
+              duration_s: float, pruned: bool, resumed_s: float) -> PackResult:
     """One result in pack order from outcomes of pieces of the pack (chunks, pruned configs)."""
     position = np.concatenate([index for index, _ in pieces])
     order = np.argsort(position, kind="stable")
@@ -363,6 +395,7 @@ def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], 
         precision=parts[0].precision,
         diagnostics={key: stacked([p.diagnostics[key] for p in parts]) for key in keys},
         pruned_at=stacked([p.pruned_at for p in parts]) if pruned else None,
+        resumed_s=resumed_s,
     )
 
 
@@ -389,6 +422,14 @@ class _ChunkTraining:
         self.history = np.zeros((ctx.k, epochs))
         self.gap = np.full(ctx.k, np.nan)
         self.epochs_done = 0
+
+    def __getstate__(self):  # a checkpoint: time spent, not this process's clock reading
+        state = dict(self.__dict__)
+        state["t0"] = time.perf_counter() - self.t0
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, t0=time.perf_counter() - state["t0"])
 
     @property
     def k(self) -> int:

@@ -27,7 +27,7 @@ from fairdp.study._progress import Progress, duration
 from fairdp.study._ray import ray_session, resolve_address
 from fairdp.study._signals import sigterm_as_ctrl_c
 from fairdp.study._spec import StudySpec
-from fairdp.study._store import ResultStore, corrupt_error
+from fairdp.study._store import CHECKPOINTS, ResultStore, corrupt_error
 from fairdp.study._trial import StudyContext, check_same_training, load_study_data
 from fairdp.study._tune import (
     check_trial_fits,
@@ -94,7 +94,7 @@ def settings_lines(spec: StudySpec, methods=None) -> list[str]:
 
 def run_study(spec: StudySpec, results: str | None = None, address: str | None = None, *, repair: bool = False,
               progress_stream=None, num_cpus: int | None = None, executor: str = "ray",
-              dry_run: bool = False) -> RunSummary:
+              dry_run: bool = False, checkpoint_every_s: float = 600.0) -> RunSummary:
     """Run every (method, config, seed) of ``spec`` not already stored under ``results``.
 
     ``executor`` "ray" (the default, and the only one for clusters) runs packs as Ray Tune
@@ -105,15 +105,20 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     spec (already validated), the dataset (loaded here, so a missing file is named), the
     results location (corrupt files are an error unless ``repair``), and that stored rows
     come from the same study, dataset and epochs.
+
+    Each pack in training saves a checkpoint every ``checkpoint_every_s`` seconds (0: never)
+    under the results; a rerun after the run was killed resumes those packs from there.
     """
     if executor not in EXECUTORS:
         raise InputError(f"--executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
     if executor == "local" and address is not None:
         raise InputError("--address: a cluster address needs --executor ray; the local executor runs in this process")
+    if not checkpoint_every_s >= 0:  # NaN too
+        raise InputError(f"--checkpoint-every: must be >= 0 seconds (0: no checkpoints), got {checkpoint_every_s}")
     t0 = time.monotonic()
     # absolute: Ray Tune runs each trial in its own working directory
     results = ResultStore(results or default_results(spec)).location
-    ctx = StudyContext.from_spec(spec, results)
+    ctx = dataclasses.replace(StudyContext.from_spec(spec, results), checkpoint_every_s=float(checkpoint_every_s))
     store = ctx.store()
     with said_if_slow(f"fairdp run {spec.name}: loading dataset {spec.dataset}", progress_stream or sys.stderr):
         data = load_study_data(ctx)
@@ -199,6 +204,21 @@ def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: b
             f"slot(s) at the reference speed ({where}; Ray start-up not included){lacking}")
 
 
+def _announce_checkpoints(spec: StudySpec, store: ResultStore, packs, stream) -> None:
+    """Say which packs resume from a checkpoint; delete those of packs this run will not train
+    (their configs are stored, or the study was re-planned), which nothing can resume."""
+    saved = store.checkpoint_ids()
+    planned = {p.id for p in packs}
+    resuming = [pid for pid in saved if pid in planned]
+    stale = [pid for pid in saved if pid not in planned]
+    if stale and store.is_local:  # under the run's lock: no other run is training them
+        for pid in stale:
+            store.checkpoint(pid).drop()
+    if resuming:
+        print(f"fairdp run {spec.name}: {len(resuming)} of the packs resume from checkpoints in "
+              f"{store.root}/{CHECKPOINTS}", file=stream, flush=True)
+
+
 def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0,
                   train_rows) -> RunSummary:
     stored, corrupt = store.read(on_corrupt="collect")
@@ -246,6 +266,7 @@ def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, n
         if done:
             print(f"fairdp run {spec.name}: {done} configs already stored in {results}, skipped",
                   file=progress.stream, flush=True)
+        _announce_checkpoints(spec, store, packs, progress.stream)
         execute = run_packs if executor == "ray" else run_packs_locally
         with progress, sigterm_as_ctrl_c():
             failed, unfinished = execute(ctx, packs, spec, progress)

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from fairdp import schema
 from fairdp._atomic import atomic_path, unwritable_reason
+from fairdp.engine import CheckpointFile
 from fairdp.errors import InputError
 from fairdp.methods import builtin_method_names, get_method
 
@@ -185,6 +186,21 @@ class ResultStore:
         self.fs.move(path, target)
         return target
 
+    # -- checkpoints of packs in training -------------------------------------------------
+    def checkpoint(self, pid: str) -> StoredCheckpoint:
+        """Where pack ``pid`` keeps its training checkpoint (hidden: readers skip it)."""
+        return StoredCheckpoint(self, f"{self.root}/{CHECKPOINTS}/{pid}.ckpt")
+
+    def checkpoint_ids(self) -> list[str]:
+        """The packs that have a checkpoint here, sorted."""
+        directory = f"{self.root}/{CHECKPOINTS}"
+        if self.fs.get_file_info(directory).type != pafs.FileType.Directory:
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(directory))
+        return sorted(i.base_name[:-len(".ckpt")] for i in infos
+                      if i.type == pafs.FileType.File and i.base_name.endswith(".ckpt")
+                      and not i.base_name.startswith("."))
+
     def remove_temporaries(self) -> int:
         """Delete ``.tmp-*`` files left by writers that were killed mid-write."""
         if not self.exists():
@@ -195,6 +211,36 @@ class ResultStore:
                 self.fs.delete_file(info.path)
                 n += 1
         return n
+
+
+CHECKPOINTS = ".checkpoints"  # under the root; its name starts with '.', so readers skip it
+
+
+class StoredCheckpoint(CheckpointFile):
+    """A pack's training checkpoint as a file of the results store, replaced all at once."""
+
+    def __init__(self, store: ResultStore, path: str):
+        self.store, self.path, self.name = store, path, path
+
+    def read(self) -> bytes | None:
+        if self.store.fs.get_file_info(self.path).type != pafs.FileType.File:
+            return None
+        with self.store.fs.open_input_stream(self.path) as f:
+            return f.read()
+
+    def write(self, blob: bytes) -> None:
+        directory, name = self.path.rsplit("/", 1)
+        self.store.fs.create_dir(directory, recursive=True)
+        if not self.store.is_local:  # an object store's single PUT is already all or nothing
+            with self.store.fs.open_output_stream(self.path) as f:
+                f.write(blob)
+            return
+        with atomic_path(self.path, prefix=f".tmp-{name}.") as tmp:  # remove_temporaries deletes a killed one
+            tmp.write_bytes(blob)
+
+    def drop(self) -> None:
+        if self.store.fs.get_file_info(self.path).type == pafs.FileType.File:
+            self.store.fs.delete_file(self.path)
 
 
 def corrupt_error(corrupt: list[CorruptFile]) -> InputError:

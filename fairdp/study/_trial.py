@@ -6,6 +6,7 @@ and anything else (a test, an in-process executor) may call it directly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from fairdp import __version__, schema
-from fairdp.engine import Architecture, EpochReport, TrainSettings
+from fairdp.engine import Architecture, EpochReport, TrainSettings, checkpointing
 from fairdp.errors import InputError
 from fairdp.methods import get_method, load_plugins
 from fairdp.metrics import ProbeSettings
@@ -44,6 +45,9 @@ class StudyContext:
     # from; None when every grid config is trained
     tuning: dict | None = None
     grids: dict = dataclasses.field(default_factory=dict)  # name -> tuple of configs
+    # a pack in training saves a checkpoint this often (seconds; 0: never) to resume from
+    # if it is killed; it does not change what the pack computes
+    checkpoint_every_s: float = 600.0
 
     @classmethod
     def from_spec(cls, spec: StudySpec, results: str) -> StudyContext:
@@ -166,7 +170,7 @@ def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], N
                                config_ids=list(pack.config_ids))
     metrics = evaluate_pack(data, result, with_leakage=ctx.leakage, with_mdl=ctx.mdl,
                             probe=dataclasses.replace(ctx.probe, seed=pack.seed))
-    elapsed = time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0 + result.resumed_s  # a resumed pack's earlier training counts
     tuning = tuning_record(ctx, pack, data) if ctx.tuning is not None else None  # the run's, shared by its rows
     rows = []
     for i, m in enumerate(metrics):
@@ -213,7 +217,12 @@ def store_pack(ctx: StudyContext, pack: Pack, rows: list[dict]) -> str:
 
 
 def run_pack(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], None] | None = None) -> list[dict]:
-    """Train, evaluate and store one pack; returns its rows."""
-    rows = pack_rows(ctx, pack, callback)
+    """Train, evaluate and store one pack; returns its rows. While it trains, the pack saves a
+    checkpoint every ``ctx.checkpoint_every_s`` under the results, resumes from one left by
+    a run that was killed, and deletes it once its rows are stored."""
+    checkpoint = ctx.store().checkpoint(pack.id)
+    with checkpointing(checkpoint, ctx.checkpoint_every_s) if ctx.checkpoint_every_s > 0 else contextlib.nullcontext():
+        rows = pack_rows(ctx, pack, callback)
     store_pack(ctx, pack, rows)
+    checkpoint.drop()
     return rows

@@ -1,0 +1,129 @@
+"""Checkpoints of packs in training: a killed pack resumes from its last save and computes what
+it would have uninterrupted, through chunks trained one after another and through pruning;
+a checkpoint that does not belong to the pack, or cannot be read, costs its epochs, never the
+run. (Every registered method's resume is checked in test_methods_contract.)"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fairdp.data import load_dataset
+from fairdp.engine import Pruning, TrainSettings, _checkpoint, checkpointing
+from fairdp.methods import get_method
+from tests.test_methods_contract import Killed, MemoryCheckpoint, assert_same_pack
+
+SETTINGS = TrainSettings(epochs=4, batch_size=200, device="cpu", dtype="float64")
+CONFIGS = [{"eps": e, "lam": lam} for e in (1.0, 8.0) for lam in (0.1, 1.0)]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_dataset("synthetic", rows=1200, features=10, seed=5)
+
+
+def _train(data, settings, file=None, kill_at=None, seen=None):
+    """FEDERATE's pack; with ``kill_at`` = (chunk's first config, epoch) the run dies there."""
+
+    def callback(report):
+        if seen is not None:
+            seen.append(report.epoch)
+        if kill_at is not None and len(seen) >= kill_at:
+            raise Killed
+
+    method = get_method("federate")
+    if file is None:
+        return method.train_pack(data, CONFIGS, seed=0, settings=settings, callback=callback)
+    with checkpointing(file, every_s=0):
+        return method.train_pack(data, CONFIGS, seed=0, settings=settings, callback=callback)
+
+
+CHUNKS = dataclasses.replace(SETTINGS, config_chunk=1)  # four chunks, one after another: 16 epoch reports
+# two chunks side by side, configs stopping at rungs 1 and 2: reports (epoch) 1 1 2 2 3 4
+PRUNED = dataclasses.replace(SETTINGS, config_chunk=2, prune=Pruning((1, 2), keep=0.5, margin=0.0))
+
+
+@pytest.mark.parametrize(("settings", "kill_after"), [
+    (CHUNKS, 1), (CHUNKS, 6), (CHUNKS, 9),  # in chunk 1, 2 and 3
+    (PRUNED, 2), (PRUNED, 3), (PRUNED, 5),  # after rung 1, inside epoch 2, after rung 2
+], ids=["chunk1", "chunk2", "chunk3", "rung1", "epoch2", "rung2"])
+def test_a_killed_pack_resumes_where_it_stopped(data, settings, kill_after):
+    want = _train(data, settings)
+    file, seen = MemoryCheckpoint(), []
+    with pytest.raises(Killed):
+        _train(data, settings, file, kill_at=kill_after + 1, seen=seen)
+    assert file.blob is not None
+    again = []
+    got = _train(data, settings, file, seen=again)
+    total = len(_epochs_reported(data, settings))
+    if settings.prune is None:  # saved after every chunk's epoch: only the killed one trains again
+        assert len(again) == total - kill_after
+    else:  # saved after every epoch of the whole pack: the killed epoch's chunks train again
+        assert total - kill_after <= len(again) < total
+    assert_same_pack(got, want)
+    if settings.prune is not None:
+        np.testing.assert_array_equal(got.pruned_at, want.pruned_at)
+        assert (want.pruned_at > 0).any()  # some configs did stop at a rung
+
+
+def _epochs_reported(data, settings):
+    seen = []
+    _train(data, settings, seen=seen)
+    return seen
+
+
+def test_a_checkpoint_of_another_pack_is_not_resumed(data, capsys):
+    file = MemoryCheckpoint()
+    with pytest.raises(Killed):
+        _train(data, SETTINGS, file, kill_at=2, seen=[])
+    other = dataclasses.replace(SETTINGS, lr=2e-3)  # another setting: another pack
+    seen = []
+    got = _train(data, other, file, seen=seen)
+    assert seen == [1, 2, 3, 4] and "another pack or setting" in capsys.readouterr().err
+    assert_same_pack(got, _train(data, other))
+
+
+def test_an_unreadable_checkpoint_costs_its_epochs_not_the_run(data, capsys):
+    file = MemoryCheckpoint()
+    with pytest.raises(Killed):
+        _train(data, SETTINGS, file, kill_at=3, seen=[])
+    file.blob = file.blob[: len(file.blob) // 2]  # torn
+    seen = []
+    got = _train(data, SETTINGS, file, seen=seen)
+    assert seen == [1, 2, 3, 4] and "unreadable checkpoint" in capsys.readouterr().err
+    assert_same_pack(got, _train(data, SETTINGS))
+
+
+def test_saves_follow_the_interval_and_the_end_of_training(data, monkeypatch):
+    file = MemoryCheckpoint()
+    with checkpointing(file, every_s=3600):
+        get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS)
+    assert file.writes == 0  # a pack of seconds: cheaper to retrain than to write
+    monkeypatch.setattr(_checkpoint, "FINAL_SAVE_S", 0.0)  # as if it had trained for minutes
+    with checkpointing(file, every_s=3600):
+        get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS)
+    assert file.writes == 1  # only when training ended: a kill while it is evaluated loses no training
+    file = MemoryCheckpoint()
+    with checkpointing(file, every_s=0):
+        get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS)
+    assert file.writes == SETTINGS.epochs
+    file = MemoryCheckpoint()
+    get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS)
+    assert file.writes == 0  # no checkpointing block: nothing saved
+
+
+def test_a_state_that_cannot_be_saved_trains_on_without_checkpoints(data, monkeypatch, capsys):
+    """A step holding what pickle refuses (a plugin's lambda), or a full disk: one line, same numbers."""
+    original = get_method("federate").make_step
+
+    def with_a_lambda(ctx):
+        step = original(ctx)
+        step.schedule = lambda epoch: epoch
+        return step
+
+    monkeypatch.setattr(get_method("federate"), "make_step", with_a_lambda)
+    file = MemoryCheckpoint()
+    got = _train(data, SETTINGS, file, seen=[])
+    assert file.writes == 0 and capsys.readouterr().err.count("cannot save a checkpoint") == 1
+    monkeypatch.undo()
+    assert_same_pack(got, _train(data, SETTINGS))
