@@ -22,6 +22,20 @@ def data():
     return load_dataset("synthetic", rows=1200, features=10, seed=5)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(data):
+    """(the pack trained without checkpoints, how many epoch reports it made), per settings."""
+    cache = {}
+
+    def get(settings):
+        if settings not in cache:
+            seen = []
+            cache[settings] = (_train(data, settings, seen=seen), len(seen))
+        return cache[settings]
+
+    return get
+
+
 def _train(data, settings, file=None, kill_at=None, seen=None):
     """FEDERATE's pack; with ``kill_at`` = (chunk's first config, epoch) the run dies there."""
 
@@ -47,15 +61,14 @@ PRUNED = dataclasses.replace(SETTINGS, config_chunk=2, prune=Pruning((1, 2), kee
     (CHUNKS, 1), (CHUNKS, 6), (CHUNKS, 9),  # in chunk 1, 2 and 3
     (PRUNED, 2), (PRUNED, 3), (PRUNED, 5),  # after rung 1, inside epoch 2, after rung 2
 ], ids=["chunk1", "chunk2", "chunk3", "rung1", "epoch2", "rung2"])
-def test_a_killed_pack_resumes_where_it_stopped(data, settings, kill_after):
-    want = _train(data, settings)
+def test_a_killed_pack_resumes_where_it_stopped(data, uninterrupted, settings, kill_after):
+    want, total = uninterrupted(settings)
     file, seen = MemoryCheckpoint(), []
     with pytest.raises(Killed):
         _train(data, settings, file, kill_at=kill_after + 1, seen=seen)
     assert file.blob is not None
     again = []
     got = _train(data, settings, file, seen=again)
-    total = len(_epochs_reported(data, settings))
     if settings.prune is None:  # saved after every chunk's epoch: only the killed one trains again
         assert len(again) == total - kill_after
     else:  # saved after every epoch of the whole pack: the killed epoch's chunks train again
@@ -66,13 +79,9 @@ def test_a_killed_pack_resumes_where_it_stopped(data, settings, kill_after):
         assert (want.pruned_at > 0).any()  # some configs did stop at a rung
 
 
-def _epochs_reported(data, settings):
-    seen = []
-    _train(data, settings, seen=seen)
-    return seen
 
 
-def test_a_checkpoint_of_another_pack_is_not_resumed(data, capsys):
+def test_a_checkpoint_of_another_pack_is_not_resumed(data, uninterrupted, capsys):
     file = MemoryCheckpoint()
     with pytest.raises(Killed):
         _train(data, SETTINGS, file, kill_at=2, seen=[])
@@ -80,10 +89,10 @@ def test_a_checkpoint_of_another_pack_is_not_resumed(data, capsys):
     seen = []
     got = _train(data, other, file, seen=seen)
     assert seen == [1, 2, 3, 4] and "another pack or setting" in capsys.readouterr().err
-    assert_same_pack(got, _train(data, other))
+    assert_same_pack(got, uninterrupted(other)[0])
 
 
-def test_an_unreadable_checkpoint_costs_its_epochs_not_the_run(data, capsys):
+def test_an_unreadable_checkpoint_costs_its_epochs_not_the_run(data, uninterrupted, capsys):
     file = MemoryCheckpoint()
     with pytest.raises(Killed):
         _train(data, SETTINGS, file, kill_at=3, seen=[])
@@ -91,7 +100,7 @@ def test_an_unreadable_checkpoint_costs_its_epochs_not_the_run(data, capsys):
     seen = []
     got = _train(data, SETTINGS, file, seen=seen)
     assert seen == [1, 2, 3, 4] and "unreadable checkpoint" in capsys.readouterr().err
-    assert_same_pack(got, _train(data, SETTINGS))
+    assert_same_pack(got, uninterrupted(SETTINGS)[0])
 
 
 def test_saves_follow_the_interval_and_the_end_of_training(data, monkeypatch):
@@ -112,7 +121,7 @@ def test_saves_follow_the_interval_and_the_end_of_training(data, monkeypatch):
     assert file.writes == 0  # no checkpointing block: nothing saved
 
 
-def test_a_state_that_cannot_be_saved_trains_on_without_checkpoints(data, monkeypatch, capsys):
+def test_a_state_that_cannot_be_saved_trains_on_without_checkpoints(data, uninterrupted, monkeypatch, capsys):
     """A step holding what pickle refuses (a plugin's lambda), or a full disk: one line, same numbers."""
     original = get_method("federate").make_step
 
@@ -126,4 +135,4 @@ def test_a_state_that_cannot_be_saved_trains_on_without_checkpoints(data, monkey
     got = _train(data, SETTINGS, file, seen=[])
     assert file.writes == 0 and capsys.readouterr().err.count("cannot save a checkpoint") == 1
     monkeypatch.undo()
-    assert_same_pack(got, _train(data, SETTINGS))
+    assert_same_pack(got, uninterrupted(SETTINGS)[0])
