@@ -97,3 +97,42 @@ def test_the_memory_estimate_bounds_what_a_pack_allocates():
         kept = sum(len(adult.splits[n]) for n in ("valid", "test"))
         estimate = len(configs) * bytes_per_config(shapes, 2000, EVAL_CHUNK, kept, max(b for _, b in shapes))
         assert used <= estimate <= 4 * used, (name, used, estimate)
+
+
+@pytest.mark.parametrize("name", ["federate", "pfld"])
+def test_a_cuda_pack_resumes_from_its_checkpoint_bit_for_bit_and_a_cpu_one_is_not_resumed_on_cuda(
+        name, data, monkeypatch, capsys):
+    """CUDA tensors and CUDA random streams survive the pickle; a checkpoint saved where the
+    device resolved to the CPU (a CPU node of a mixed cluster) is not resumed on a GPU."""
+    from fairdp.engine import checkpointing
+    from tests.test_methods_contract import Killed, MemoryCheckpoint, assert_same_pack
+
+    method = get_method(name)
+    grid = method.expand(method.paper_grid(data.name))
+    configs = [grid[0], grid[-1]]
+    auto = TrainSettings(epochs=2, batch_size=256)  # device: CUDA when there is one
+
+    def kill_at_2(report):
+        if report.epoch == 2:
+            raise Killed
+
+    want = method.train_pack(data, configs, seed=0, settings=auto)
+    file = MemoryCheckpoint()
+    with checkpointing(file, every_s=0), pytest.raises(Killed):
+        method.train_pack(data, configs, seed=0, settings=auto, callback=kill_at_2)
+    epochs = []
+    with checkpointing(file, every_s=0):
+        got = method.train_pack(data, configs, seed=0, settings=auto, callback=lambda r: epochs.append(r.epoch))
+    assert epochs == [2]
+    assert_same_pack(got, want)
+
+    on_cpu = MemoryCheckpoint()
+    with monkeypatch.context() as m:
+        m.setattr(torch.cuda, "is_available", lambda: False)
+        with checkpointing(on_cpu, every_s=0), pytest.raises(Killed):
+            method.train_pack(data, configs, seed=0, settings=auto, callback=kill_at_2)
+    epochs = []
+    with checkpointing(on_cpu, every_s=0):
+        got = method.train_pack(data, configs, seed=0, settings=auto, callback=lambda r: epochs.append(r.epoch))
+    assert epochs == [1, 2] and "another pack or setting" in capsys.readouterr().err
+    assert_same_pack(got, want)

@@ -308,8 +308,11 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
     pruning = settings.prune if rungs else None
     t0 = time.perf_counter()
     with claim() as checkpointing:
+        # a checkpoint resumes on the device kind it was saved from: its tensors and random
+        # streams are that device's (a CPU node's pack is not resumed on a GPU node)
         key = identity(configs=configs, config_ids=config_ids, seed=seed, settings=settings, arch=arch, chunk=chunk,
-                       data=(data.name, {n: len(v) for n, v in data.splits.items()}), splits_out=splits_out)
+                       data=(data.name, {n: len(v) for n, v in data.splits.items()}), splits_out=splits_out,
+                       device=device.type)
         saver = Saver(checkpointing, key, {"data": data, "callback": callback})
         # the state a checkpoint holds: finished outcomes (pack positions, PackResult), the chunks
         # in training, which chunk (one after another) and which epoch comes next
