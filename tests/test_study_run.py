@@ -388,6 +388,8 @@ def test_a_run_killed_mid_pack_resumes_the_pack_from_its_checkpoint_with_the_sam
         proc.wait()
     assert [p.name for p in checkpoints.glob("*.ckpt")] and store.pack_files() == [], "killed too late"
     (checkpoints / "0123456789abcdef.ckpt").write_bytes(b"of a pack no longer planned")
+    plan = run_cli(*argv[3:], "--dry-run", env=env)
+    assert "1 packs, 1 of the packs from their checkpoints" in plan.stderr, plan.stderr[-2000:]
     rerun = run_cli(*argv[3:], "--checkpoint-every", "0.001", env=env)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "1 of the packs resume from checkpoints" in rerun.stderr

@@ -168,8 +168,10 @@ def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0, trai
     configs = sum(len(p.configs) for p in packs)
     for line in settings_lines(spec):
         print(line, file=stream, flush=True)
-    print(f"fairdp run {spec.name} --dry-run: {configs} configs to train in {len(packs)} packs, {slots} at a time "
-          f"{where}; {done} already stored in {results}. Nothing was run or written.", file=stream, flush=True)
+    resuming = len(set(store.checkpoint_ids()) & {p.id for p in packs})
+    resuming = f", {resuming} of the packs from their checkpoints" if resuming else ""
+    print(f"fairdp run {spec.name} --dry-run: {configs} configs to train in {len(packs)} packs{resuming}, {slots} at "
+          f"a time {where}; {done} already stored in {results}. Nothing was run or written.", file=stream, flush=True)
     by_method: dict[str, int] = {}
     for p in packs:
         by_method[p.method] = by_method.get(p.method, 0) + len(p.configs)
