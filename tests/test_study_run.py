@@ -365,7 +365,8 @@ def test_sigterm_stops_a_local_run_like_ctrl_c_and_the_rerun_completes(tmp_path)
 def test_a_run_killed_mid_pack_resumes_the_pack_from_its_checkpoint_with_the_same_rows(tmp_path):
     """SIGKILL while a pack trains (after it saved a checkpoint): the rerun continues that pack
     from its checkpoint, says so, stores exactly the rows of a run never killed, and leaves no
-    checkpoint behind. A stale checkpoint (of no planned pack) is deleted."""
+    checkpoint behind. A checkpoint of a stored pack is deleted by the next run; one of a pack
+    it does not plan (another seed's, say) is kept."""
     from fairdp.schema import METRIC_COLUMNS
 
     env = {**env_without_ray(tmp_path), "PYTHONUNBUFFERED": "1"}
@@ -387,14 +388,18 @@ def test_a_run_killed_mid_pack_resumes_the_pack_from_its_checkpoint_with_the_sam
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert [p.name for p in checkpoints.glob("*.ckpt")] and store.pack_files() == [], "killed too late"
-    (checkpoints / "0123456789abcdef.ckpt").write_bytes(b"of a pack no longer planned")
+    unplanned = checkpoints / "0123456789abcdef.ckpt"
+    unplanned.write_bytes(b"of a pack this run does not plan")
     plan = run_cli(*argv[3:], "--dry-run", env=env)
     assert "1 packs, 1 of the packs from their checkpoints" in plan.stderr, plan.stderr[-2000:]
     rerun = run_cli(*argv[3:], "--checkpoint-every", "0.001", env=env)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "1 of the packs resume from checkpoints" in rerun.stderr
     assert re.search(r"resuming after epoch ([1-9]|1[01])\b", rerun.stderr)  # not from the first, nor retrained
-    assert list(checkpoints.iterdir()) == []  # stored packs' and stale checkpoints are gone
+    assert [p.name for p in checkpoints.iterdir()] == [unplanned.name]  # the stored pack's is gone
+    (checkpoints / f"{store.read()[0]['pack_id'].iloc[0]}.ckpt").write_bytes(b"left by a kill after storing")
+    assert run_cli(*argv[3:], env=env).returncode == 0  # nothing to train
+    assert [p.name for p in checkpoints.iterdir()] == [unplanned.name]
     never_killed = run_cli(*argv[3:-3], str(tmp_path / "whole"), "--executor", "local", "--checkpoint-every", "0",
                            env=env)
     assert never_killed.returncode == 0, never_killed.stderr[-2000:]

@@ -206,16 +206,20 @@ def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: b
             f"slot(s) at the reference speed ({where}; Ray start-up not included){lacking}")
 
 
-def _announce_checkpoints(spec: StudySpec, store: ResultStore, packs, stream) -> None:
-    """Say which packs resume from a checkpoint; delete those of packs this run will not train
-    (their configs are stored, or the study was re-planned), which nothing can resume."""
-    saved = store.checkpoint_ids()
-    planned = {p.id for p in packs}
-    resuming = [pid for pid in saved if pid in planned]
-    stale = [pid for pid in saved if pid not in planned]
-    if stale and store.is_local:  # under the run's lock: no other run is training them
-        for pid in stale:
+def _drop_finished_checkpoints(store: ResultStore, stored) -> None:
+    """Delete the checkpoints of packs whose rows are stored with status ok (left by a run
+    killed between storing a pack and deleting its checkpoint): nothing resumes them. Those
+    of packs this run does not plan are kept: a run of other seeds may."""
+    if not len(stored) or not store.is_local:  # locally under the run's lock: nobody is training them
+        return
+    done = set(stored.loc[stored["status"] == "ok", "pack_id"])
+    for pid in store.checkpoint_ids():
+        if pid in done:
             store.checkpoint(pid).drop()
+
+
+def _announce_checkpoints(spec: StudySpec, store: ResultStore, packs, stream) -> None:
+    resuming = set(store.checkpoint_ids()) & {p.id for p in packs}
     if resuming:
         print(f"fairdp run {spec.name}: {len(resuming)} of the packs resume from checkpoints in "
               f"{store.root}/{CHECKPOINTS}", file=stream, flush=True)
@@ -234,6 +238,7 @@ def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, n
     check_compatible(spec, stored, results)
     check_same_training(ctx, stored, results, [m.name for m in spec.methods])
     store.remove_temporaries()
+    _drop_finished_checkpoints(store, stored)
     record_plan(store, spec)  # before training: an interrupted run's analysis knows what is missing
     for line in settings_lines(spec):
         print(line, file=progress_stream or sys.stderr, flush=True)
