@@ -92,6 +92,18 @@ def test_a_checkpoint_of_another_pack_is_not_resumed(data, uninterrupted, capsys
     assert_same_pack(got, uninterrupted(other)[0])
 
 
+def test_a_checkpoint_trained_on_other_data_of_the_same_shape_is_not_resumed(data, capsys):
+    file = MemoryCheckpoint()
+    with pytest.raises(Killed):
+        _train(data, SETTINGS, file, kill_at=2, seen=[])
+    other = load_dataset("synthetic", rows=1200, features=10, seed=5, label_correlation=1.0)  # same shapes
+    assert {n: len(v) for n, v in other.splits.items()} == {n: len(v) for n, v in data.splits.items()}
+    seen = []
+    got = _train(other, SETTINGS, file, seen=seen)
+    assert seen == [1, 2, 3, 4] and "another pack or setting" in capsys.readouterr().err
+    assert_same_pack(got, _train(other, SETTINGS))
+
+
 def test_an_unreadable_checkpoint_costs_its_epochs_not_the_run(data, uninterrupted, capsys):
     file = MemoryCheckpoint()
     with pytest.raises(Killed):

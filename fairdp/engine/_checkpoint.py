@@ -27,6 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 FORMAT = 1  # bump when what is pickled changes shape
@@ -87,10 +88,23 @@ def claim() -> Iterator[Checkpointing | None]:
 
 def identity(**parts) -> str:
     """What a checkpoint must have been saved by to be resumed: the pack's configs and their
-    ids, seed, settings, architecture, data, and the torch that pickled its random streams."""
+    ids, seed, settings, architecture, data (``data_fingerprint``), device kind, and the torch
+    that pickled its random streams."""
     text = json.dumps({**{k: repr(v) for k, v in parts.items()}, "format": FORMAT, "torch": torch.__version__},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def data_fingerprint(data) -> str:
+    """A digest of a dataset's labels, groups, splits and a strided sample of its feature rows:
+    a checkpoint trained on other data (another encoding, sensitive attribute or split seed
+    of the same dataset) is not resumed, and hashing stays milliseconds for large datasets."""
+    h = hashlib.sha256(data.name.encode())
+    stride = max(1, len(data.X) // 4096)
+    for array in (data.X[::stride], data.y, data.s, *(data.splits[n] for n in sorted(data.splits))):
+        h.update(str(array.shape).encode())
+        h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
 
 
 class _Pickler(pickle.Pickler):

@@ -36,7 +36,7 @@ from torch import nn
 from fairdp import _rng
 from fairdp.data import Dataset
 from fairdp.engine._arch import Architecture
-from fairdp.engine._checkpoint import Saver, claim, identity
+from fairdp.engine._checkpoint import Saver, claim, data_fingerprint, identity
 from fairdp.engine._losses import per_config_accuracy
 from fairdp.engine._memory import config_chunk
 from fairdp.engine._prune import Pruning, configs_to_stop, valid_gaps
@@ -311,8 +311,8 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
         # a checkpoint resumes on the device kind it was saved from: its tensors and random
         # streams are that device's (a CPU node's pack is not resumed on a GPU node)
         key = identity(configs=configs, config_ids=config_ids, seed=seed, settings=settings, arch=arch, chunk=chunk,
-                       data=(data.name, {n: len(v) for n, v in data.splits.items()}), splits_out=splits_out,
-                       device=device.type)
+                       data=data_fingerprint(data), splits_out=splits_out,
+                       device=device.type) if checkpointing is not None else ""
         saver = Saver(checkpointing, key, {"data": data, "callback": callback})
         # the state a checkpoint holds: finished outcomes (pack positions, PackResult), the chunks
         # in training, which chunk (one after another) and which epoch comes next
