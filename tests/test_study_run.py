@@ -131,8 +131,9 @@ def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run
 
 
 def test_rerun_into_results_of_another_length_is_refused(tmp_path):
+    # the store's semantics, the same under both executors: the local one spares Ray's start-up
     study = _write_study(tmp_path / "tiny.yaml", methods={"unconstrained": {}}, seeds=[0])
-    run_study(load_spec(study), str(tmp_path / "r"), num_cpus=1, progress_stream=open(os.devnull, "w"))
+    run_study(load_spec(study), str(tmp_path / "r"), executor="local", progress_stream=open(os.devnull, "w"))
     proc = run_cli("run", str(study), "--results", str(tmp_path / "r"), "--epochs", "3")
     assert proc.returncode == 2 and "epochs" in proc.stderr and "--results" in proc.stderr
     # another learning rate for a stored method would mix two protocols in one table
@@ -153,7 +154,7 @@ def test_rerun_into_results_of_another_length_is_refused(tmp_path):
     rows["probe"] = json.dumps(old)
     rows.to_parquet(part)
     more_seeds = _write_study(tmp_path / "more.yaml", methods={"unconstrained": {}}, seeds=[0, 1])
-    proc = run_cli("run", str(more_seeds), "--results", str(tmp_path / "r"))
+    proc = run_cli("run", str(more_seeds), "--results", str(tmp_path / "r"), "--executor", "local")
     assert proc.returncode == 0 and "1 configs already stored" in proc.stderr, proc.stderr[-2000:]
 
 
@@ -243,12 +244,12 @@ def test_repair_moves_a_corrupt_file_aside_and_reruns_its_configs(tmp_path):
     study = _write_study(tmp_path / "tiny.yaml", seeds=[0], methods={"federate": {"grid": {"eps": [1, 10], "lam": [1.0]}}},
                          pack_size=1)
     results = tmp_path / "r"
-    run_study(load_spec(study), str(results), num_cpus=1, progress_stream=open(os.devnull, "w"))
+    run_study(load_spec(study), str(results), executor="local", progress_stream=open(os.devnull, "w"))
     victim = sorted(results.rglob("part-*.parquet"))[0]
     victim.write_bytes(victim.read_bytes()[:100])
     refused = run_cli("run", str(study), "--results", str(results))
     assert refused.returncode == 2 and victim.name in refused.stderr and "--repair" in refused.stderr
-    fixed = run_cli("run", str(study), "--results", str(results), "--repair")
+    fixed = run_cli("run", str(study), "--results", str(results), "--repair", "--executor", "local")
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     df, corrupt = ResultStore(results).read()
     assert corrupt == [] and len(df) == 2 and not df.duplicated(KEY).any()
