@@ -81,27 +81,21 @@ def test_a_killed_pack_resumes_where_it_stopped(data, uninterrupted, settings, k
 
 
 
-def test_a_checkpoint_of_another_pack_is_not_resumed(data, uninterrupted, capsys):
+@pytest.mark.parametrize("other", ["setting", "data"])
+def test_a_checkpoint_of_another_setting_or_of_other_data_is_not_resumed(data, other, capsys):
     file = MemoryCheckpoint()
     with pytest.raises(Killed):
         _train(data, SETTINGS, file, kill_at=2, seen=[])
-    other = dataclasses.replace(SETTINGS, lr=2e-3)  # another setting: another pack
+    if other == "setting":
+        other_data, other_settings = data, dataclasses.replace(SETTINGS, lr=2e-3)
+    else:  # of the same name and shapes
+        other_data, other_settings = load_dataset("synthetic", rows=1200, features=10, seed=5,
+                                                  label_correlation=1.0), SETTINGS
+        assert {n: len(v) for n, v in other_data.splits.items()} == {n: len(v) for n, v in data.splits.items()}
     seen = []
-    got = _train(data, other, file, seen=seen)
+    got = _train(other_data, other_settings, file, seen=seen)
     assert seen == [1, 2, 3, 4] and "another pack or setting" in capsys.readouterr().err
-    assert_same_pack(got, uninterrupted(other)[0])
-
-
-def test_a_checkpoint_trained_on_other_data_of_the_same_shape_is_not_resumed(data, capsys):
-    file = MemoryCheckpoint()
-    with pytest.raises(Killed):
-        _train(data, SETTINGS, file, kill_at=2, seen=[])
-    other = load_dataset("synthetic", rows=1200, features=10, seed=5, label_correlation=1.0)  # same shapes
-    assert {n: len(v) for n, v in other.splits.items()} == {n: len(v) for n, v in data.splits.items()}
-    seen = []
-    got = _train(other, SETTINGS, file, seen=seen)
-    assert seen == [1, 2, 3, 4] and "another pack or setting" in capsys.readouterr().err
-    assert_same_pack(got, _train(other, SETTINGS))
+    assert_same_pack(got, _train(other_data, other_settings))
 
 
 def test_an_unreadable_checkpoint_costs_its_epochs_not_the_run(data, uninterrupted, capsys):

@@ -324,6 +324,12 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
         state = state or {"pieces": [], "runs": [], "chunk": 0, "epoch": 0}
         resumed_s = state.get("elapsed_s", 0.0)  # spent on this pack before the checkpoint
         pieces: list[tuple[np.ndarray, PackResult]] = state["pieces"]
+
+        def save_if_due(runs: list[_ChunkTraining], chunk_index: int, epochs_done: int, done: bool) -> None:
+            if saver.due(done):
+                saver.save({"pieces": pieces, "runs": runs, "chunk": chunk_index, "epoch": epochs_done,
+                            "elapsed_s": time.perf_counter() - t0 + resumed_s})
+
         with matmul_precision(resolve_precision(settings, device), device):
             starts = range(0, k, chunk)
 
@@ -341,10 +347,7 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
                         run, first = start(i), 0
                     for epoch in range(first, settings.epochs):
                         run.train_epoch(epoch)
-                        last = epoch + 1 == settings.epochs and c == len(starts) - 1
-                        if saver.due(last):
-                            saver.save({"pieces": pieces, "runs": [run], "chunk": c, "epoch": epoch + 1,
-                                        "elapsed_s": time.perf_counter() - t0 + resumed_s})
+                        save_if_due([run], c, epoch + 1, done=epoch + 1 == settings.epochs and c == len(starts) - 1)
                     pieces.append(run.finish())
             else:
                 runs = state["runs"] or [start(i) for i in starts]
@@ -354,9 +357,7 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
                             run.train_epoch(epoch)
                     if epoch + 1 in rungs:
                         pieces += _prune_rung([r for r in runs if r.active], pruning, epoch + 1)
-                    if saver.due(epoch + 1 == settings.epochs):
-                        saver.save({"pieces": pieces, "runs": runs, "chunk": 0, "epoch": epoch + 1,
-                                    "elapsed_s": time.perf_counter() - t0 + resumed_s})
+                    save_if_due(runs, 0, epoch + 1, done=epoch + 1 == settings.epochs)
                 pieces += [run.finish() for run in runs if run.active]
     if len(pieces) == 1:  # one chunk, nothing stopped early: its result, model included
         return dataclasses.replace(pieces[0][1], resumed_s=resumed_s)

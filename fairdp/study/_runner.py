@@ -168,7 +168,7 @@ def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0, trai
     configs = sum(len(p.configs) for p in packs)
     for line in settings_lines(spec):
         print(line, file=stream, flush=True)
-    resuming = len(set(store.checkpoint_ids()) & {p.id for p in packs})
+    resuming = len(_resuming(store, packs))
     resuming = f", {resuming} of the packs from their checkpoints" if resuming else ""
     print(f"fairdp run {spec.name} --dry-run: {configs} configs to train in {len(packs)} packs{resuming}, {slots} at "
           f"a time {where}; {done} already stored in {results}. Nothing was run or written.", file=stream, flush=True)
@@ -218,8 +218,13 @@ def _drop_finished_checkpoints(store: ResultStore, stored) -> None:
             store.checkpoint(pid).drop()
 
 
+def _resuming(store: ResultStore, packs) -> set[str]:
+    """The planned packs that have a checkpoint to resume from."""
+    return set(store.checkpoint_ids()) & {p.id for p in packs}
+
+
 def _announce_checkpoints(spec: StudySpec, store: ResultStore, packs, stream) -> None:
-    resuming = set(store.checkpoint_ids()) & {p.id for p in packs}
+    resuming = _resuming(store, packs)
     if resuming:
         print(f"fairdp run {spec.name}: {len(resuming)} of the packs resume from checkpoints in "
               f"{store.root}/{CHECKPOINTS}", file=stream, flush=True)

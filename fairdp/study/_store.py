@@ -117,11 +117,17 @@ class ResultStore:
                              f"the fairdp command that wrote it") from None
 
     def _write(self, table: pa.Table, final: str) -> str:
-        if not self.is_local:  # an object store's single PUT is already all or nothing
-            pq.write_table(table, final, filesystem=self.fs)
+        return self.put(final, lambda path: pq.write_table(table, path, filesystem=self.fs))
+
+    def put(self, final: str, write) -> str:
+        """``write(path)`` a file that appears at ``final`` all at once: on an object store its
+        single PUT already is; locally it is written under a hidden ``.tmp-`` name (which
+        ``remove_temporaries`` deletes if the writer is killed) and renamed."""
+        if not self.is_local:
+            write(final)
             return final
         with atomic_path(final, prefix=f".tmp-{final.rsplit('/', 1)[1]}.") as tmp:
-            pq.write_table(table, tmp)
+            write(str(tmp))
         return final
 
     def check_writable(self) -> None:
@@ -229,14 +235,12 @@ class StoredCheckpoint(CheckpointFile):
             return f.read()
 
     def write(self, blob: bytes) -> None:
-        directory, name = self.path.rsplit("/", 1)
-        self.store.fs.create_dir(directory, recursive=True)
-        if not self.store.is_local:  # an object store's single PUT is already all or nothing
-            with self.store.fs.open_output_stream(self.path) as f:
+        def write(path: str) -> None:
+            with self.store.fs.open_output_stream(path) as f:
                 f.write(blob)
-            return
-        with atomic_path(self.path, prefix=f".tmp-{name}.") as tmp:  # remove_temporaries deletes a killed one
-            tmp.write_bytes(blob)
+
+        self.store.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
+        self.store.put(self.path, write)
 
     def drop(self) -> None:
         if self.store.fs.get_file_info(self.path).type == pafs.FileType.File:
