@@ -41,8 +41,14 @@ def test_every_method_trains_on_cuda_with_the_cpus_guarantee(name, data):
     for split in ("valid", "test"):
         assert gpu.predictions[split].shape == cpu.predictions[split].shape
         assert np.isfinite(gpu.representations[split]).all()
-    acc = (gpu.predictions["test"] == data.split("test").y).mean(1)
-    assert (acc > 0.5).all() or name == "random"
+    # The device changes rounding and the random streams, not what a config learns: without
+    # privacy noise accuracies agree within ~3 standard errors of a 300-row test split. A
+    # private config's accuracy depends on its noise draw (PF-LD's most private config: 65%
+    # on CUDA, 83% on the CPU), and at eps 0.01 it is at chance on either device.
+    y = data.split("test").y
+    acc_gpu, acc_cpu = (gpu.predictions["test"] == y).mean(1), (cpu.predictions["test"] == y).mean(1)
+    public = ~np.isfinite([eps for eps, _ in cpu.privacy])
+    assert np.abs(acc_gpu - acc_cpu)[public].max(initial=0) < 0.12, (acc_gpu, acc_cpu)
 
 
 def test_a_cuda_pack_is_bitwise_reproducible_and_agrees_with_alone_after_one_epoch(data):
@@ -76,6 +82,29 @@ def test_probes_on_cuda_match_the_cpu(data):
     assert abs(leakage(z[:2000], s[:2000], z[2000:], s[2000:], gpu)
                - leakage(z[:2000], s[:2000], z[2000:], s[2000:], cpu)) < 2.0
     assert abs(mdl(z, s, gpu) - mdl(z, s, cpu)) < 0.05 * mdl(z, s, cpu)
+
+
+def test_graph_replayed_probes_give_what_eager_probes_give(monkeypatch):
+    """On CUDA a probe's minibatch steps are replayed from a captured graph; the eager steps
+    are the reference. A replay that read a stale minibatch, skipped the optimiser or
+    double-counted the loss would move the probe far more than the tolerance."""
+    from fairdp.metrics import FEDERATE_PROBE
+    from fairdp.metrics import _probes as probes
+
+    rng = np.random.default_rng(3)
+    s = (rng.random(3000) < 0.4).astype(np.int64)
+    z = rng.normal(size=(6, 3000, 24)).astype(np.float32)
+    z[:, s == 1, :4] += np.linspace(0.1, 0.8, 6)[:, None, None].astype(np.float32)
+    settings = dataclasses.replace(FEDERATE_PROBE, max_epochs=40, device="cuda")
+
+    def both():
+        return (leakage(z[:, :1000], s[:1000], z[:, 1000:], s[1000:], settings), mdl(z, s, settings))
+
+    graphed = both()
+    monkeypatch.setattr(probes, "CUDA_GRAPHS", False)
+    eager = both()
+    np.testing.assert_allclose(graphed[0], eager[0], atol=0.3)
+    np.testing.assert_allclose(graphed[1], eager[1], rtol=2e-3)
 
 
 def test_the_memory_estimate_bounds_what_a_pack_allocates():

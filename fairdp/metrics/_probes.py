@@ -42,6 +42,7 @@ from fairdp.errors import InputError
 
 MDL_BLOCKS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.25, 12.5, 25.0, 50.0, 100.0)  # percent of the probing set
 MIN_EARLY_STOPPING_ROWS = 50  # below this a 10% held-out set is a handful of rows: stop on training loss
+CUDA_GRAPHS = True  # replay probe steps from a captured graph on CUDA (see _Steps); False: eager
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,10 @@ class _PackedProbe:
 
 
 def _adam(params, settings: ProbeSettings, old: torch.optim.Adam | None = None, old_params=None, idx=None):
-    """Adam over ``params``; with ``old``, carry over its per-config state for configs ``idx``."""
-    opt = torch.optim.Adam(params, lr=settings.step_size, betas=(0.9, 0.999), eps=1e-8)
+    """Adam over ``params``; with ``old``, carry over its per-config state for configs ``idx``.
+    On CUDA it is capturable (its step count lives on the device) so that a graph can replay it."""
+    opt = torch.optim.Adam(params, lr=settings.step_size, betas=(0.9, 0.999), eps=1e-8,
+                           capturable=params[0].is_cuda)
     if old is not None:
         for p_old, p_new in zip(old_params, params):
             state = old.state.get(p_old)
@@ -188,6 +191,58 @@ def _flush_denormals():
     finally:
         if supported:
             torch.set_flush_denormal(False)
+
+
+class _Steps:
+    """Minibatch steps of a pack of probes, each adding its per-config loss x rows to ``loss_sum``.
+
+    A step is ~50 kernels on (K, 200, D) slices, each far too small to fill a GPU, so on CUDA
+    launching them one by one bounds the probe (the GPU was ~20% busy). There, after
+    ``WARMUP`` eager steps on a side stream (lazy set-up must not happen during capture),
+    the step is captured once as a CUDA graph and replayed for every full minibatch: the
+    same kernels on the same buffers, one launch. A shorter last minibatch runs eagerly.
+    """
+
+    WARMUP = 3
+
+    def __init__(self, probe: _PackedProbe, opt: torch.optim.Adam, X: torch.Tensor, y: torch.Tensor,
+                 alpha: float, batch_size: int):
+        self.probe, self.opt, self.X, self.y, self.alpha = probe, opt, X, y, alpha
+        self.loss_sum = torch.zeros(X.shape[0], dtype=torch.float64, device=X.device)
+        self.cuda = X.is_cuda and CUDA_GRAPHS
+        self.graph: torch.cuda.CUDAGraph | None = None
+        if self.cuda:
+            self.batch_size, self.warmup = batch_size, self.WARMUP
+            self.idx = torch.zeros(batch_size, dtype=torch.long, device=X.device)
+            self.side = torch.cuda.Stream(X.device)
+
+    def _step(self, idx: torch.Tensor) -> None:
+        loss = (per_config_cross_entropy(self.probe(self.X[:, idx]), self.y[idx])
+                + 0.5 * self.alpha * self.probe.l2() / len(idx))
+        self.opt.zero_grad(set_to_none=True)
+        loss.sum().backward()
+        self.opt.step()
+        self.loss_sum += loss.detach().double() * len(idx)
+
+    def __call__(self, idx: torch.Tensor) -> None:
+        if not self.cuda or len(idx) != self.batch_size:
+            self._step(idx)
+        elif self.graph is not None:
+            self.idx.copy_(idx)
+            self.graph.replay()
+        elif self.warmup > 0:
+            self.warmup -= 1
+            self.side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.side):
+                self._step(idx)
+            torch.cuda.current_stream().wait_stream(self.side)
+        else:
+            self.opt.zero_grad(set_to_none=True)  # backward allocates the grads in the graph's pool
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self._step(self.idx)
+            self.idx.copy_(idx)
+            self.graph.replay()  # capturing records the step without running it
 
 
 def _fit_torch(X: torch.Tensor, y: torch.Tensor, n_classes: int, settings: ProbeSettings) -> _PackedProbe:
@@ -228,16 +283,13 @@ def _train_probes(X: torch.Tensor, y: torch.Tensor, n_classes: int, settings: Pr
     order = torch.Generator().manual_seed(settings.seed)
     m = len(fit_idx)
     bs = min(settings.batch_size, m)
+    steps = _Steps(probe, opt, X, y, settings.alpha, bs)
     for epoch in range(settings.max_epochs):
         perm = fit_idx[torch.randperm(m, generator=order).to(X.device)]
-        epoch_loss = torch.zeros(len(active), dtype=torch.float64)
+        steps.loss_sum.zero_()
         for start in range(0, m, bs):
-            idx = perm[start:start + bs]
-            loss = per_config_cross_entropy(probe(X[:, idx]), y[idx]) + 0.5 * settings.alpha * probe.l2() / len(idx)
-            opt.zero_grad(set_to_none=True)
-            loss.sum().backward()
-            opt.step()
-            epoch_loss += loss.detach().double().cpu() * len(idx)
+            steps(perm[start:start + bs])
+        epoch_loss = steps.loss_sum.cpu()  # the epoch's one host sync
         with torch.no_grad():
             if early:  # sklearn: stale unless held-out accuracy beats the best by tol
                 score = (probe(X_val).argmax(-1) == y_val).double().mean(1).cpu()
@@ -264,6 +316,7 @@ def _train_probes(X: torch.Tensor, y: torch.Tensor, n_classes: int, settings: Pr
             probe = probe.select(keep_dev)
             opt = _adam(probe.parameters(), settings, opt, old_params, keep_dev)
             X = X[keep_dev]
+            steps = _Steps(probe, opt, X, y, settings.alpha, bs)
             if early:
                 X_val = X_val[keep_dev]
                 kept = [p[keep_dev] for p in kept]
@@ -363,7 +416,8 @@ def online_code(repr, s, settings: ProbeSettings | None = None, n_groups: int | 
         # Sender and receiver both hold every representation (only labels are sent), so the
         # scaling may use all rows; fitting it on a 4-row prefix would blow test rows up.
         (Xt,) = _standardize(Xt)
-        X = Xt.cpu().numpy()
+        if settings.backend == "sklearn":
+            X = Xt.cpu().numpy()
     settings = replace(settings, standardize=False)
     for b, (start, stop) in enumerate(zip(ends[:-1], ends[1:]), start=1):
         if len(np.unique(s[:start])) < 2:
