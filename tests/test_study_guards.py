@@ -281,6 +281,27 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     assert not results.exists()
 
 
+def test_a_local_dry_run_on_a_gpu_plans_one_pack_per_methods_seed_and_says_why(tmp_path, monkeypatch):
+    import io
+
+    import torch
+
+    from fairdp.study import run_study
+    from fairdp.study._spec import parse_spec
+
+    grid = {"eps": [8, 9, 10, 11, 12, 13], "lam": [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5]}  # 48 configs
+    spec = parse_spec({**STUDY, "seeds": [0, 1], "methods": {"federate": {"grid": grid}}})
+    plans = {}
+    for gpu in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda gpu=gpu: gpu)
+        out = io.StringIO()
+        run_study(spec, str(tmp_path / "r"), executor="local", dry_run=True, progress_stream=out)
+        plans[gpu] = out.getvalue()
+    assert "96 configs to train in 4 packs" in plans[False] and "one big pack per GPU" not in plans[False]
+    assert "96 configs to train in 2 packs" in plans[True] and "one big pack per GPU fills it" in plans[True]
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("resources,named", [({"gpus_per_trial": 1}, "1 GPUs"), ({"cpus_per_trial": 64}, "64 CPUs")])
 def test_a_trial_no_node_can_hold_is_refused_instead_of_waiting_forever(tmp_path, resources, named):
     if "gpus_per_trial" in resources:

@@ -9,8 +9,9 @@ import pytest
 
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, parse_spec, plan_packs, read_results, study_columns
-from fairdp.study._plan import auto_pack_size
+from fairdp.study._plan import auto_pack_size, run_configs
 from fairdp.study._store import pack_id
+from fairdp.study._tune import slots_for
 
 SPEC = parse_spec({
     "name": "store-test", "dataset": {"name": "synthetic", "rows": 400}, "seeds": [0, 1],
@@ -137,6 +138,36 @@ def test_file_uri_and_several_locations_read_together(tmp_path):
 ])
 def test_auto_pack_size(configs, groups, slots, expected):
     assert auto_pack_size(configs, groups, slots) == expected
+
+
+GRID_150 = {"name": "gpu-plan", "dataset": "adult", "seeds": [0, 1],
+            "methods": {"federate": {"grid": {"eps": list(range(8, 18)), "lam": {"start": 0.1, "stop": 3.0, "step": 0.2}}},
+                        "unconstrained": {}}}
+
+
+@pytest.mark.parametrize("gpu,packs_per_seed", [(False, 5), (True, 1)])
+def test_on_a_gpu_each_methods_seed_is_one_pack(gpu, packs_per_seed):
+    """A 150-config grid: five packs of 30 per seed on CPUs (the cap bounds a kill's loss),
+    one pack of 150 on a GPU, where one batched model fills the device; one slot either way."""
+    spec = parse_spec(GRID_150)
+    packs, _ = plan_packs(spec, pd.DataFrame(), slots=1, gpu=gpu)
+    federate = [p for p in packs if p.method == "federate"]
+    assert len(federate) == 2 * packs_per_seed
+    assert sorted(c for p in federate for c in p.config_ids) == sorted(
+        c for seed in (0, 1) for c in run_configs(spec, spec.methods[0], seed)[1])
+
+
+@pytest.mark.parametrize("cpus,gpus,cpus_per_trial,gpus_per_trial,slots", [
+    (16, 1, 1, 0, 16),     # CPU trials: the CPUs decide
+    (16, 1, 1, 1, 1),      # one GPU, whole-GPU trials: one at a time however many CPUs
+    (16, 1, 1, 0.25, 4),   # fractions share it
+    (16, 1, 1, 0.1, 10),   # 1 / 0.1 is 10 despite floating point
+    (16, 4, 4, 0.5, 4),    # the CPUs bound it first
+    (16, 0, 1, 1, 1),      # no GPU: check_trial_fits refuses the study; never 0 slots
+])
+def test_slots_count_gpus_for_gpu_trials(cpus, gpus, cpus_per_trial, gpus_per_trial, slots):
+    spec = parse_spec({**GRID_150, "resources": {"cpus_per_trial": cpus_per_trial, "gpus_per_trial": gpus_per_trial}})
+    assert slots_for(spec, cpus, gpus) == slots
 
 
 def test_an_object_store_gets_whole_files_resume_and_repair_too(tmp_path):

@@ -15,7 +15,7 @@ import pandas as pd
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.privacy import TrialCount
-from fairdp.study._spec import DEFAULT_PACK_CAP, MethodPlan, StudySpec
+from fairdp.study._spec import DEFAULT_PACK_CAP, GPU_PACK_CAP, MethodPlan, StudySpec
 from fairdp.study._store import ResultStore, pack_id
 
 
@@ -55,8 +55,9 @@ def auto_pack_size(n_configs: int, n_groups: int, slots: int, cap: int = DEFAULT
     return max(1, math.ceil(n_configs / per_group))
 
 
-def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1) -> tuple[list[Pack], int]:
-    """Packs still to run, and how many configs are already stored.
+def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1, gpu: bool = False) -> tuple[list[Pack], int]:
+    """Packs still to run, and how many configs are already stored; on a GPU (``gpu``) packs
+    are capped at ``GPU_PACK_CAP`` configs instead of ``DEFAULT_PACK_CAP``.
 
     A config is done when a row with status 'ok' exists for its (method, seed, config_id).
     A stored pack whose rows are errors is planned again with exactly its configs, so that
@@ -87,7 +88,8 @@ def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1) -> tuple[l
                 if retry:
                     packs.append(Pack(m, s, tuple(by_id[c] for c in retry), tuple(retry)))
                     todo = [c for c in todo if c not in set(retry)]
-        size = spec.pack_size or auto_pack_size(len(ids), len(groups), slots)
+        size = spec.pack_size or auto_pack_size(len(ids), len(groups), slots,
+                                                GPU_PACK_CAP if gpu else DEFAULT_PACK_CAP)
         for start in range(0, len(todo), size):
             chunk = todo[start:start + size]
             packs.append(Pack(plan.name, seed, tuple(by_id[c] for c in chunk), tuple(chunk)))

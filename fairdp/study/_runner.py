@@ -26,7 +26,7 @@ from fairdp.study._plan import check_compatible, plan_packs, record_plan
 from fairdp.study._progress import Progress, duration
 from fairdp.study._ray import ray_session, resolve_address
 from fairdp.study._signals import sigterm_as_ctrl_c
-from fairdp.study._spec import StudySpec
+from fairdp.study._spec import GPU_PACK_CAP, StudySpec
 from fairdp.study._store import CHECKPOINTS, ResultStore, corrupt_error
 from fairdp.study._trial import StudyContext, check_same_training, load_study_data
 from fairdp.study._tune import (
@@ -152,6 +152,20 @@ def said_if_slow(text: str, stream, after_s: float = SLOW_S):
         timer.cancel()
 
 
+def packs_train_on_gpu(spec: StudySpec, executor: str) -> bool:
+    """Whether the study's packs will train on a GPU: a Ray trial gets one only if it asks
+    (``gpus_per_trial``); a local run trains where ``train.device`` says, CUDA if present."""
+    if executor == "ray":
+        return spec.resources.gpus_per_trial > 0
+    import torch
+
+    return (spec.train.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+
+
+GPU_PLAN_LINE = ("  on a GPU each method's seed is one pack (up to {cap} configs; the memory rule trains a pack "
+                 "that does not fit in chunks): one big pack per GPU fills it, many small ones queue kernel launches")
+
+
 def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0, train_rows) -> RunSummary:
     """Print the plan (configs, packs, slots, estimated time) without training, writing or starting Ray."""
     stream = stream or sys.stderr
@@ -159,12 +173,14 @@ def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0, trai
     if executor == "local":
         slots, where = 1, "in this process (--executor local)"
     elif resolve_address(address) is None:
-        cpus = machine_resources(num_cpus)["CPU"]
-        slots = slots_for(spec, cpus)
+        have = machine_resources(num_cpus)
+        cpus = have["CPU"]
+        slots = slots_for(spec, cpus, have["GPU"])
         where = f"on embedded Ray ({cpus} CPUs, {spec.resources.cpus_per_trial:g} per trial)"
     else:
         slots, where = 1, f"on {resolve_address(address)} (slots are asked of the cluster when it runs)"
-    packs, done = plan_packs(spec, stored, slots)
+    gpu = packs_train_on_gpu(spec, executor)
+    packs, done = plan_packs(spec, stored, slots, gpu)
     configs = sum(len(p.configs) for p in packs)
     for line in settings_lines(spec):
         print(line, file=stream, flush=True)
@@ -177,6 +193,8 @@ def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0, trai
         by_method[p.method] = by_method.get(p.method, 0) + len(p.configs)
     for name, n in by_method.items():
         print(f"  {name}: {n} configs", file=stream, flush=True)
+    if gpu and spec.pack_size is None:
+        print(GPU_PLAN_LINE.format(cap=GPU_PACK_CAP), file=stream, flush=True)
     if packs:
         print(estimate_line(spec, packs, slots, train_rows, remote=resolve_address(address) is not None
                             and executor == "ray"), file=stream, flush=True)
@@ -262,7 +280,7 @@ def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, n
         if executor == "ray" and not embedded:
             check_trial_fits(spec, cluster_nodes(), f"the cluster at {resolve_address(address)}")
         slots = worker_slots(spec) if executor == "ray" else 1
-        packs, done = plan_packs(spec, stored, slots)
+        packs, done = plan_packs(spec, stored, slots, packs_train_on_gpu(spec, executor))
         configs = sum(len(p.configs) for p in packs)
         epochs = spec.train.epochs
         pending: dict[str, float] = {}

@@ -32,6 +32,10 @@ from fairdp.schema import NOTION_GAP, OBJECTIVES, SELECTION_FAIRNESS
 
 SAMPLERS = ("nsga2", "tpe")
 DEFAULT_PACK_CAP = 32
+# On a GPU a (method, seed) group of up to this many configs is one pack: one batched model
+# fills the GPU where small packs queue kernel launches (the memory rule splits a pack that
+# does not fit into chunks), and a checkpoint bounds what a kill loses.
+GPU_PACK_CAP = 1024
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

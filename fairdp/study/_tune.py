@@ -8,6 +8,7 @@ pay for it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import tempfile
@@ -125,16 +126,21 @@ def cluster_nodes() -> list[dict]:
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
 
 
-def slots_for(spec: StudySpec, cpus: float) -> int:
-    """Trials ``cpus`` CPUs run at once (at least one)."""
-    return max(1, int(cpus // spec.resources.cpus_per_trial))
+def slots_for(spec: StudySpec, cpus: float, gpus: float = 0.0) -> int:
+    """Trials ``cpus`` CPUs and ``gpus`` GPUs run at once (at least one): a GPU trial is
+    bounded by the GPUs too (16 CPUs and one GPU run one ``gpus_per_trial: 1`` trial at a time)."""
+    slots = int(cpus // spec.resources.cpus_per_trial)
+    if spec.resources.gpus_per_trial > 0:
+        slots = min(slots, math.floor(gpus / spec.resources.gpus_per_trial + 1e-9))
+    return max(1, slots)
 
 
 def worker_slots(spec: StudySpec) -> int:
     """Trials the connected Ray cluster runs at once (at least one)."""
     import ray
 
-    return slots_for(spec, ray.cluster_resources().get("CPU", 1))
+    have = ray.cluster_resources()
+    return slots_for(spec, have.get("CPU", 1), have.get("GPU", 0))
 
 
 def machine_resources(num_cpus: int | None = None) -> dict:
