@@ -84,6 +84,30 @@ def test_probes_on_cuda_match_the_cpu(data):
     assert abs(mdl(z, s, gpu) - mdl(z, s, cpu)) < 0.05 * mdl(z, s, cpu)
 
 
+def test_privatising_a_cuda_batch_never_waits_for_the_device():
+    """FEDERATE's and DPNR's mechanisms run at every training step: a host sync there (a
+    data-dependent branch, a tensor eps checked with a mask) stalls the GPU's queue each step.
+    The engine checks eps once per pack (check_eps) and privatises with eps_checked."""
+    from fairdp import _rng
+    from fairdp.privacy import check_eps, l1_normalize, laplace_privatize, minmax_privatize
+
+    h = torch.randn(4, 256, 32, device="cuda")
+    h[0, 0] = 0  # a zero row: the uniform row without looking for it
+    eps = torch.tensor([1.0, 2.0, 4.0, 8.0], device="cuda").view(4, 1, 1)
+    check_eps(eps)
+    gens = _rng.make_generators([1, 2, 3, 4], torch.device("cuda"))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        normalised = l1_normalize(h)
+        laplace_privatize(h, eps, gens, eps_checked=True)
+        minmax_privatize(h, eps, gens, eps_checked=True)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.allclose(normalised[0, 0], torch.full((32,), 1 / 32, device="cuda"))
+    assert torch.allclose(normalised.abs().sum(-1), torch.ones(4, 256, device="cuda"))
+
+
 def test_graph_replayed_probes_give_what_eager_probes_give(monkeypatch):
     """On CUDA a probe's minibatch steps are replayed from a captured graph; the eager steps
     are the reference. A replay that read a stale minibatch, skipped the optimiser or

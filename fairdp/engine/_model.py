@@ -67,9 +67,10 @@ class PackedModel(nn.Module):
         # fp32 (or the run's float64), never autocast's bf16, whose rounding would change both.
         with full_precision(h.device):
             h = h.float() if h.dtype == torch.bfloat16 else h
+            # eps was checked once for the pack (RepresentationStep), not at every step
             if self.spec.privatizer == "laplace":
-                return laplace_privatize(h, eps, generator=noise_generators)
-            return minmax_privatize(h, eps, generator=noise_generators)
+                return laplace_privatize(h, eps, generator=noise_generators, eps_checked=True)
+            return minmax_privatize(h, eps, generator=noise_generators, eps_checked=True)
 
 
 def layer_shapes(spec: ModelSpec, arch: Architecture, d_in: int, n_classes: int, n_groups: int):

@@ -17,6 +17,7 @@ from fairdp.engine import (
     pairwise_difference_loss,
     per_config_cross_entropy,
 )
+from fairdp.privacy import check_eps
 
 
 class RepresentationStep(PackStep):
@@ -35,6 +36,8 @@ class RepresentationStep(PackStep):
         self.model = PackedModel(spec, ctx.arch, data.n_features, data.n_classes, data.n_groups,
                                  ctx.generators("init"), device=ctx.device, dtype=ctx.dtype)
         self.eps = ctx.per_config("eps").reshape(ctx.k, 1, 1) if spec.privatizer != "none" else None
+        if self.eps is not None:
+            check_eps(self.eps)  # once per pack: every step privatises with eps_checked
         self.lam = ctx.per_config("lam") if spec.adversaries else None
         self.lam_ort = ctx.per_config("lam_ort") if spec.orthogonality else None
         self.lam_epoch = None

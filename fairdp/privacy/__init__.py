@@ -22,6 +22,7 @@ from fairdp.privacy._accounting import (
 )
 from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee
 from fairdp.privacy._mechanisms import (
+    check_eps,
     l1_normalize,
     laplace_privatize,
     minmax_normalize,
@@ -61,6 +62,7 @@ __all__ = [
     "event_to_json",
     "repeat_and_select_epsilon",
     "trial_count_from_dict",
+    "check_eps",
     "l1_normalize",
     "laplace_privatize",
     "minmax_normalize",

@@ -86,12 +86,23 @@ def l1_normalize(h: torch.Tensor) -> torch.Tensor:
     norm = torch.linalg.vector_norm(h, ord=1, dim=-1, keepdim=True)
     zero = norm == 0
     out = h / torch.where(zero, 1.0, norm)
-    if zero.any():  # rare; checked on the (..., 1) norms so the common case costs no extra pass
+    # Zero rows are rare: on a CPU they are looked for on the (..., 1) norms so the common case
+    # costs no extra pass; on a GPU looking would make the host wait for the device at every
+    # training step, and the pass costs less than that.
+    if h.device.type != "cpu" or zero.any():
         out = torch.where(zero, 1.0 / h.shape[-1], out)
     return out
 
 
-def laplace_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = None) -> torch.Tensor:
+def check_eps(eps: Eps) -> None:
+    """InputError unless eps (a number, or every entry of a tensor) is finite and > 0. For a
+    tensor on a GPU this waits for the device: the engine checks a pack's eps once, then
+    privatises with ``eps_checked=True``."""
+    _check_positive("eps", eps)
+
+
+def laplace_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = None, *,
+                      eps_checked: bool = False) -> torch.Tensor:
     """FEDERATE eq. 3: ``l1_normalize(h)`` plus i.i.d. Laplace(2/eps) noise per entry.
 
     eps-LDP per row: an L1-normalised row has L1 sensitivity 2 (see :func:`l1_normalize`
@@ -99,9 +110,11 @@ def laplace_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = No
     output keeps. ``eps`` is a positive float or a tensor broadcastable to ``h`` (the
     engine passes shape (K, 1, 1) for per-config budgets). ``generator`` is None, one
     generator, or a list of K generators, one per leading slice of ``h``. Differentiable
-    in ``h``; the noise is additive and independent of ``h``.
+    in ``h``; the noise is additive and independent of ``h``. ``eps_checked``: the caller
+    has passed ``eps`` through :func:`check_eps` already.
     """
-    _check_positive("eps", eps)
+    if not eps_checked:
+        check_eps(eps)
     return _add_laplace(l1_normalize(h), 2.0 / eps, generator)
 
 
@@ -116,7 +129,8 @@ def minmax_normalize(h: torch.Tensor) -> torch.Tensor:
     return (h - low) / torch.where(span > 0, span, 1)
 
 
-def minmax_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = None) -> torch.Tensor:
+def minmax_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = None, *,
+                     eps_checked: bool = False) -> torch.Tensor:
     """DPNR/CAPE as published: ``minmax_normalize(h)`` plus i.i.d. Laplace(1/eps) per entry.
 
     The published analysis is wrong: it takes the L1 sensitivity of a min-max-normalised
@@ -127,7 +141,8 @@ def minmax_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = Non
     Arguments and shapes as in :func:`laplace_privatize`; the noise is per entry, not one
     scalar per example as in DPNR's code.
     """
-    _check_positive("eps", eps)
+    if not eps_checked:
+        check_eps(eps)
     return _add_laplace(minmax_normalize(h), 1.0 / eps, generator)
 
 
