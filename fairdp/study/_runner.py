@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from fairdp.engine import describe_architecture
+from fairdp.engine import describe_architecture, resolve_device
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.study._estimate import (
@@ -157,9 +157,7 @@ def packs_train_on_gpu(spec: StudySpec, executor: str) -> bool:
     (``gpus_per_trial``); a local run trains where ``train.device`` says, CUDA if present."""
     if executor == "ray":
         return spec.resources.gpus_per_trial > 0
-    import torch
-
-    return (spec.train.device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+    return resolve_device(spec.train.device).type == "cuda"
 
 
 GPU_PLAN_LINE = ("  on a GPU each method's seed is one pack (up to {cap} configs; the memory rule trains a pack "
@@ -203,10 +201,7 @@ def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0, trai
 
 def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: bool = False) -> str:
     """The dry run's time estimate from the reference figures, saying what they are."""
-    import torch
-
     costs = study_unit_costs(spec, train_rows)
-    device = spec.train.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if not costs:
         return "  estimate: none (no reference figures; benchmarks/bench_costs.py --write measures them)"
     fixed = pack_fixed(study_methods(spec), train_rows)
@@ -214,7 +209,7 @@ def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: b
     missing = sorted({m for m, _ in work} - set(costs))
     lacking = f"; {', '.join(missing)} not included (no figure)" if missing else ""
     where = describe_reference()
-    if device.startswith("cuda"):
+    if resolve_device(spec.train.device).type == "cuda":
         return (f"  estimate: none for a GPU run; the reference figures are from a {where}. A CPU run "
                 f"would take about {duration(makespan(work, costs, slots, fixed))} of training{lacking}")
     if remote:
