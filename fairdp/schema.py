@@ -42,7 +42,8 @@ OBJECTIVES = (
 
 # (name, type); types are pyarrow's names: "string", "int64", "float64", "timestamp[ms, UTC]".
 # architecture and probe are JSON objects (the effective Architecture, ProbeSettings.protocol());
-# optimizer, lr and architecture are null for a method without gradient training or network;
+# optimizer, lr, batch_size and architecture are null for a method without gradient training or
+# network (lr and batch_size are each row's own where its method's grid sweeps them);
 # precision is what a neural pack computed in (float32, tf32, bf16 or float64), null otherwise.
 IDENTITY_COLUMNS = (("study", "string"), ("dataset", "string"), ("method", "string"), ("seed", "int64"),
                     ("config_id", "string"))
@@ -62,7 +63,7 @@ RELEASE_COLUMNS = ((PRIVACY_EVENT, "string"), (TUNING, "string"))
 # result sets written before pruning existed.
 PROVENANCE_COLUMNS = (
     ("best_epoch", "int64"), ("pruned_at", "int64"), ("epochs", "int64"), ("optimizer", "string"),
-    ("lr", "float64"), ("precision", "string"),
+    ("lr", "float64"), ("batch_size", "int64"), ("precision", "string"),
     ("architecture", "string"), ("probe", "string"), ("duration_s", "float64"), ("pack_id", "string"),
     ("pack_size", "int64"), ("pack_duration_s", "float64"), ("status", "string"), ("error", "string"),
     ("fairdp_version", "string"), ("node", "string"), ("finished_at", "timestamp[ms, UTC]"),

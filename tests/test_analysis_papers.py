@@ -126,3 +126,37 @@ def test_fairdp_report_compare_puts_table3_beside_the_demo(tmp_path):
                   "--compare", "table9")
     assert_input_error(bad, "--compare")
     assert not (tmp_path / "bad").exists()
+
+
+def test_pfld_bounds_measures_each_notions_noise_from_the_group_shares():
+    """PF-LD's primal sensitivity is proportional to 1/share_0 + 1/share_1 of a constraint's
+    population set; eo splits each group by label. Computed here from the counts a row stores."""
+    import json
+
+    from fairdp.analysis._papers import pfld_bounds
+
+    # (group, y, y_pred) counts: group 0 holds 300 rows (30 with y = 1), group 1 700 (200 with y = 1)
+    conf = [[[250, 20], [10, 20]], [[450, 50], [60, 140]]]
+    df = pd.DataFrame([{"method": "pfld", "test_confusion": json.dumps(conf)}])
+    agg = pd.DataFrame([
+        {"method": "fld", "fairness_notion": nt, "eps": float("nan"), "test_accuracy_mean": 80.0,
+         "test_notion_gap_mean": gap} for nt, gap in (("dp", 2.0), ("eo", 9.0), ("ap", 3.0))]
+        + [{"method": "dpsgd", "fairness_notion": "eo", "eps": 1.0, "test_accuracy_mean": 84.0,
+            "test_notion_gap_mean": 12.5}])
+    out = pfld_bounds(df, agg).set_index("Notion")
+    dp = 1 / 0.3 + 1 / 0.7
+    eo = max(1 / 0.27 + 1 / 0.5, 1 / 0.03 + 1 / 0.2)  # label 0: 270 and 500 rows; label 1: 30 and 200
+    assert out.loc["eo", "PF-LD noise vs dp"] == f"{eo / dp:.1f}x"
+    assert out.loc["eo", "Smallest group share (%)"] == "3.0"
+    assert out.loc["eo", "F-LD violation"] == "9.0" and out.loc["eo", "DP-SGD violation (ε 1)"] == "12.5"
+    assert out.loc["dp", "M violation (ε 1)"] == "-"  # not run
+
+
+def test_a_failing_claim_names_the_groups_where_it_fails():
+    paper = get_paper("pfld-adult")
+    agg = pd.DataFrame([
+        {"method": m, "fairness_notion": nt, "eps": 1.0, "test_notion_gap_mean": gap, "test_accuracy_mean": 80.0}
+        for m, nt, gap in (("pfld", "dp", 2.0), ("dpsgd", "dp", 10.0), ("pfld", "eo", 12.0), ("dpsgd", "eo", 8.0))])
+    claims = check_claims(agg, paper, ("fairness_notion", "eps"))
+    below = claims[claims["claim"] == "pfld test_notion_gap below dpsgd's"].set_index("where")["fairdp"]
+    assert below["fairness_notion dp, eps 1.0"] is True and below["fairness_notion eo, eps 1.0"] is False

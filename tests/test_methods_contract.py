@@ -336,8 +336,8 @@ def test_a_stored_privacy_event_is_the_guarantee_the_row_reports(name, data, pac
             k, p = event.num_buckets, event.noise_parameter
             assert relation == "replace_one" and k == data.n_groups
             assert math.log((1 - p + p / k) / (p / k)) == pytest.approx(eps, rel=1e-9)
-        else:
-            assert relation == "add_or_remove_one"
+        else:  # DP-SGD protects a record, PF-LD one record's attribute (Definition 1)
+            assert relation == {"pfld": "replace_attribute"}.get(name, "add_or_remove_one")
             assert composed_epsilon([event], relation, delta) == pytest.approx(eps, rel=1e-12)
 
 

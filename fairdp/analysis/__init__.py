@@ -37,6 +37,7 @@ from fairdp.analysis._plots import (
     plot_rt_sweep,
     plot_violation_accuracy_by_eps,
 )
+from fairdp.analysis._predictions import positive_rates
 from fairdp.analysis._report import write_report
 from fairdp.analysis._rows import FAIRNESS_METRICS
 from fairdp.analysis._search_progress import (
@@ -94,6 +95,7 @@ __all__ = [
     "figure_violation_accuracy_by_eps",
     "plot_rt_sweep",
     "per_notion",
+    "positive_rates",
     "privacy_accuracy_by_eps",
     "render_table",
     "rt_sweep",

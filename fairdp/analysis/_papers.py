@@ -12,6 +12,7 @@ and, where the paper prints numbers, on the paper's.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from importlib import resources
@@ -48,6 +49,7 @@ class PaperReference:
     # metrics whose published values are another quantity than fairdp's of the same name:
     # shown beside fairdp's, judged by the claims' orderings only, with the reason in the caption
     other_scale: tuple[tuple[str, str], ...] = ()
+    lagrangian: bool = False  # PF-LD's claims: add what bounds PF-LD per notion (``pfld_bounds``)
 
 
 _FEDERATE_CLAIMS = (
@@ -93,10 +95,10 @@ PAPERS = {
         (_FEDERATE_MDL,)),
     "pfld-adult": PaperReference(
         "pfld-adult", "PF-LD (Tran et al. 2021), Figures 1-2: Adult (Income), 10 repeats", None, "notion_gap",
-        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE),
+        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE, lagrangian=True),
     "pfld-compas": PaperReference(
         "pfld-compas", "PF-LD (Tran et al. 2021), Figures 1-2: COMPAS, 10 repeats", None, "notion_gap",
-        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE),
+        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE, lagrangian=True),
 }
 
 
@@ -223,15 +225,70 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
         summary = []
         for (claim, source), grp in claims.groupby(["claim", "source"], sort=False):
             known = grp["fairdp"].dropna()
+            failing = grp[grp["fairdp"] == False]  # noqa: E712 - None means not run
             summary.append({
                 "Claim": claim, "Source": source,
                 "Paper": {True: "holds", False: "fails", None: "not printed"}[_verdict(grp["paper"])],
                 "fairdp": ("not run" if not len(known) else
                            ("holds" if known.all() else "fails") if len(known) == 1 else
                            f"holds in {int(known.sum())} of {len(known)} groups"),
+                "Fails where": "; ".join(w or "-" for w in failing["where"]) if len(failing) else "-",
             })
         tables.append(pd.DataFrame(summary))
+    if paper.lagrangian:
+        text.append("The last table says what bounds PF-LD per notion, from the same rows: F-LD (the same "
+                    "constraints without privacy) is its ceiling, and its primal noise grows with 1 / share_0 + "
+                    "1 / share_1 of the constraint's smallest population set (equalized odds splits each group "
+                    "by label).")
+        tables.append(pfld_bounds(df, agg))
     return " ".join(text), tables
+
+
+def pfld_bounds(df: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
+    """What bounds PF-LD per fairness notion, measured on the study's rows: F-LD's test accuracy
+    and violation (the same constraints without privacy: PF-LD's ceiling), DP-SGD's and M's
+    violation at eps = 1 (what the claims compare with), the smallest share of the training
+    population a constraint's group holds (from the test split's counts, drawn from the same
+    distribution), and PF-LD's primal noise for that notion relative to dp's: the sensitivity
+    Delta_p = C_p lambda (1 / n_0 + 1 / n_1) / q of the worst population set, proportional to
+    1 / share_0 + 1 / share_1."""
+    from fairdp.analysis._predictions import TEST_CONFUSION
+
+    conf = next((c for c in df.get(TEST_CONFUSION, pd.Series(dtype=object)) if isinstance(c, str) and c), None)
+    counts = np.asarray(json.loads(conf), dtype=np.float64) if conf is not None else None  # (G, y, y_pred)
+    shares: dict[str, list[tuple[float, float]]] = {}
+    if counts is not None and counts.shape[0] == 2 and counts.shape[1] == 2:
+        total = counts.sum()
+        by_group = counts.sum(axis=(1, 2)) / total
+        by_label = counts.sum(axis=2).T / total  # (y, group)
+        shares = {"dp": [tuple(by_group)], "ap": [tuple(by_group)], "eo": [tuple(row) for row in by_label]}
+
+    def scale(notion: str) -> float:
+        return max(1 / a + 1 / b for a, b in shares[notion]) if notion in shares else math.nan
+
+    def violation(method: str, notion: str, eps: float | None) -> str:
+        rows = agg[(agg["method"] == method) & (agg["fairness_notion"] == notion)] if "fairness_notion" in agg \
+            else agg.iloc[:0]
+        if eps is not None and "eps" in rows:
+            rows = rows[np.isclose(pd.to_numeric(rows["eps"], errors="coerce"), eps)]
+        col = "test_notion_gap_mean"
+        return f"{float(rows[col].iloc[0]):.1f}" if len(rows) == 1 and col in rows else "-"
+
+    out = []
+    for notion in ("dp", "eo", "ap"):
+        fld = agg[(agg["method"] == "fld") & (agg.get("fairness_notion") == notion)] if "fairness_notion" in agg \
+            else agg.iloc[:0]
+        out.append({
+            "Notion": notion,
+            "F-LD accuracy": f"{float(fld['test_accuracy_mean'].iloc[0]):.1f}" if len(fld) == 1 else "-",
+            "F-LD violation": violation("fld", notion, None),
+            "DP-SGD violation (ε 1)": violation("dpsgd", notion, 1.0),
+            "M violation (ε 1)": violation("private_reductions", notion, 1.0),
+            "Smallest group share (%)": (f"{100 * min(min(p) for p in shares[notion]):.1f}" if notion in shares
+                                         else "-"),
+            "PF-LD noise vs dp": f"{scale(notion) / scale('dp'):.1f}x" if notion in shares else "-",
+        })
+    return pd.DataFrame(out)
 
 
 def _verdict(values: pd.Series) -> bool | None:

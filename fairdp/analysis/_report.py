@@ -14,6 +14,7 @@ import base64
 import datetime as _dt
 import html
 import json
+import math
 import os
 import warnings
 from collections.abc import Iterable, Sequence
@@ -43,6 +44,7 @@ from fairdp.analysis._plots import (
     plot_rt_sweep,
     plot_violation_accuracy_by_eps,
 )
+from fairdp.analysis._predictions import CONSTANT_RATE, positive_rates
 from fairdp.analysis._release import has_release_events, release_summary, released_guarantees
 from fairdp.analysis._rows import RUN_KEYS, as_frame, check_by, check_fairness, check_rt, eps_scope
 from fairdp.analysis._search_progress import search_progress
@@ -105,6 +107,20 @@ def _eps_table(by_eps: pd.DataFrame, decimals: int) -> pd.DataFrame:
     if "eps_formal_max" in by_eps.columns:
         out["formal ε (max)"] = [mean_std(v, np.nan, 2) for v in by_eps["eps_formal_max"]]
     return out
+
+
+def _rates_table(rates: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    def pm(m: float, sd: float) -> str:
+        return f"{m:.1f}" + (f" ± {sd:.1f}" if math.isfinite(sd) else "")
+
+    return pd.DataFrame({
+        "Dataset": rates["dataset"], "Method": rates["method"],
+        **{k: [("-" if pd.isna(v) else f"{v:g}" if isinstance(v, float) else str(v)) for v in rates[k]] for k in by},
+        "Seeds": rates["n_seeds"],
+        "Positive rate": [pm(m, sd) for m, sd in zip(rates["positive_rate_mean"], rates["positive_rate_std"])],
+        "Labels' rate": [f"{v:.1f}" for v in rates["label_rate"]],
+        "Constant": [f"{c} of {n}" for c, n in zip(rates["constant"], rates["n_seeds"])],
+    })
 
 
 def _metric_title(metric: str, fairness: str) -> str:
@@ -382,6 +398,16 @@ def write_report(
             "number of trials and selects a best-of, rt = 0). Not covered: local guarantees per representation, "
             "the validation rows the selection reads in the clear, and releasing several picks; largest over seeds.",
             [("display", display_strings(release_summary(released, by)))],
+        ))
+    rates = positive_rates(selected, by)
+    if len(rates):
+        sections.append((
+            "Positive rate of the selected models",
+            "Per (dataset, method" + per + ") the percent of test rows the selected models predict positive (class "
+            "1), mean ± std over seeds, beside the labels' own rate; 'constant' counts the seeds whose model "
+            f"predicts one class for all but {CONSTANT_RATE:g}% of the rows, whose fairness gaps are then 0 for "
+            "that reason alone.",
+            [("display", _rates_table(rates, by))],
         ))
     if ci is not None and (agg["n_seeds"] >= 2).any():
         sections.append((

@@ -120,12 +120,22 @@ RELEASED_GUARANTEE_COLUMNS = ("eps_released", "delta_released", "trained", "rele
 _DERIVED_COLUMNS = ("rt", *(f"{split}_{NOTION_GAP}" for split in ("valid", "test")), *RELEASED_GUARANTEE_COLUMNS)
 
 
+SWEPT_SETTINGS = ("lr", "batch_size")
+"""Training settings a grid may sweep per config; result columns, shown as hyperparameters
+where they vary within a method."""
+
+
 def hyperparameter_columns(df: pd.DataFrame) -> list[str]:
     """The hyperparameter columns of result rows, in order: every column that is neither a
     fixed result column (``fairdp.schema``) nor added by an analysis, and that is set for
-    some row. A plugin method's hyperparameters are found without knowing the plugin."""
-    return [c for c in df.columns
-            if c not in FIXED_COLUMNS and c not in _DERIVED_COLUMNS and df[c].notna().any()]
+    some row, then the training settings (``lr``, ``batch_size``) that take more than one
+    value within some method. A plugin method's hyperparameters are found without knowing
+    the plugin."""
+    own = [c for c in df.columns
+           if c not in FIXED_COLUMNS and c not in _DERIVED_COLUMNS and df[c].notna().any()]
+    swept = [c for c in SWEPT_SETTINGS
+             if c in df.columns and "method" in df.columns and len(df) and df.groupby("method")[c].nunique().max() > 1]
+    return own + swept
 
 
 EPS_AXIS = {

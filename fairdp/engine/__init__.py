@@ -13,7 +13,7 @@ from fairdp.engine._arch import (
     describe_architecture,
     preset_for,
 )
-from fairdp.engine._checkpoint import CheckpointFile, checkpointing
+from fairdp.engine._checkpoint import CheckpointFile, checkpointing, without_checkpoints
 from fairdp.engine._loop import (
     EVAL_CHUNK,
     Batch,
@@ -24,6 +24,7 @@ from fairdp.engine._loop import (
     PackStep,
     SplitTensors,
     fit_pack,
+    merge_results,
 )
 from fairdp.engine._losses import (
     difference_loss,
@@ -97,10 +98,12 @@ __all__ = [
     "lambda_schedule",
     "layer_shapes",
     "matmul_precision",
+    "merge_results",
     "per_config_accuracy",
     "per_config_cross_entropy",
     "preset_for",
     "resolve_device",
+    "without_checkpoints",
     "resolve_precision",
     "stream_seed",
 ]

@@ -86,6 +86,14 @@ def claim() -> Iterator[Checkpointing | None]:
         _ACTIVE.reset(token)
 
 
+@contextlib.contextmanager
+def without_checkpoints() -> Iterator[None]:
+    """Train the block's packs without saving checkpoints (one checkpoint file holds one pack:
+    a caller that trains several in a row, e.g. one per training setting, opts out)."""
+    with claim():
+        yield
+
+
 def identity(**parts) -> str:
     """What a checkpoint must have been saved by to be resumed: the pack's configs and their
     ids, seed, settings, architecture, data (``data_fingerprint``), device kind, and the torch

@@ -378,6 +378,19 @@ def _prune_rung(runs: list[_ChunkTraining], pruning: Pruning, rung: int) -> list
     return out
 
 
+def merge_results(pieces: list[tuple[list[int], PackResult]], configs: list[dict]) -> PackResult:
+    """One result, in the order of ``configs``, from packs trained separately: each piece is
+    (positions in ``configs``, its result). Durations add up (the packs ran one after another)."""
+    parts = [part for _, part in pieces]
+    splits_out = tuple(parts[0].predictions)
+    pruned = any(p.pruned_at is not None for p in parts)
+    if pruned:  # a piece trained without pruning stopped no config
+        pieces = [(i, p if p.pruned_at is not None else dataclasses.replace(p, pruned_at=np.zeros(len(i), np.int64)))
+                  for i, p in pieces]
+    return _assemble([(np.asarray(i), p) for i, p in pieces], list(configs), splits_out,
+                     sum(p.duration_s for p in parts), pruned, sum(p.resumed_s for p in parts))
+
+
 def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], splits_out: tuple[str, ...],
               duration_s: float, pruned: bool, resumed_s: float) -> PackResult:
     """One result in pack order from outcomes of pieces of the pack (chunks, pruned configs)."""

@@ -37,8 +37,9 @@ def forward_traced(layers: Sequence[PackedLinear], x: torch.Tensor):
 
 @torch.no_grad()
 def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight: torch.Tensor,
-                          clip: torch.Tensor, noise_std: torch.Tensor, generators) -> np.ndarray:
-    """Add -sum_z weight[k, z] * clip(g_z, clip[k]) + N(0, noise_std[k]^2) to every ``.grad``.
+                          clip: torch.Tensor, noise_std: torch.Tensor | None, generators) -> np.ndarray:
+    """Add -sum_z weight[k, z] * clip(g_z, clip[k]) + N(0, noise_std[k]^2) to every ``.grad``
+    (no noise, and no draw, when ``noise_std`` is None).
 
     ``inputs`` and ``deltas`` are, per layer, its input (K, B, in) and the gradient of
     sum_z f_z w.r.t. its output (K, B, out), so g_z is row z's gradient of f_z for config
@@ -62,12 +63,17 @@ def _add_clipped(layers, inputs, deltas, weight, clip, noise_std, generators) ->
     coef = (weight * factor).unsqueeze(-1)  # (K, B, 1)
     # one draw per config for all parameter entries: per-parameter draws cost a dispatch each
     sizes = [n for layer in layers for n in (layer.weight[0].numel(), layer.bias[0].numel())]
-    noise = _rng.normal((sum(sizes),), generators, device=coef.device, dtype=coef.dtype) * noise_std.unsqueeze(1)
-    chunks = iter(noise.split(sizes, dim=1))
+    chunks = None
+    if noise_std is not None:
+        noise = _rng.normal((sum(sizes),), generators, device=coef.device, dtype=coef.dtype) * noise_std.unsqueeze(1)
+        chunks = iter(noise.split(sizes, dim=1))
     for layer, a, d in zip(layers, inputs, deltas):
         cd = coef * d
         for param, g in ((layer.weight, torch.bmm(a.transpose(1, 2), cd)), (layer.bias, cd.sum(dim=1, keepdim=True))):
-            param.grad += next(chunks).view_as(g) - g
+            if chunks is not None:
+                param.grad += next(chunks).view_as(g) - g
+            else:
+                param.grad -= g
     weighted = weight != 0  # (K, B)
     exceeded = ((norms > clip.unsqueeze(1)) & weighted).sum(1)
     return torch.stack([exceeded, weighted.sum(1)]).cpu().numpy()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-STREAMS = ("init", "dropout", "noise", "eval_noise", "predict")
+STREAMS = ("init", "dropout", "noise", "eval_noise", "predict", "sample")
 
 
 def config_id(method: str, params: dict) -> str:

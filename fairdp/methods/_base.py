@@ -23,7 +23,9 @@ from fairdp.engine import (
     config_id,
     fit_pack,
     layer_shapes,
+    merge_results,
     preset_for,
+    without_checkpoints,
 )
 from fairdp.errors import InputError
 from fairdp.methods._representation import RepresentationStep
@@ -74,6 +76,15 @@ class HyperParam:
 
 EPS = HyperParam("eps", low=0.0, low_open=True, doc="privacy budget of the Laplace layer")
 LAM = HyperParam("lam", low=0.0, doc="adversarial weight lambda")
+
+# Training settings a grid may sweep for a method trained by gradient: the learning rate (the
+# primal step of Tran et al.'s Algorithm 1) and the minibatch size. Unlike a hyperparameter, a
+# config that does not name one trains at the study's value (``train.batch_size``, the method's
+# learning rate), so grids that leave them out keep their configs and ids. Rows store the value
+# each config trained at in the ``lr`` and ``batch_size`` columns.
+LR = HyperParam("lr", low=0.0, low_open=True, doc="learning rate (Tran et al.'s primal step alpha)")
+BATCH_SIZE = HyperParam("batch_size", low=1, integer=True, doc="minibatch size")
+SETTING_PARAMS = (LR, BATCH_SIZE)
 
 
 def arange_grid(start: float, stop: float, step: float) -> list[float]:
@@ -157,26 +168,54 @@ class Method(ABC):
         """Validate ``configs``, train them as one pack, and return the outputs with each
         config's guarantee from ``privacy`` and its ``dp_event`` as JSON. ``config_ids`` key
         the configs' random streams (default: their hyperparameters' hash); a study that draws
-        one config twice gives each draw its own id, hence fresh randomness."""
+        one config twice gives each draw its own id, hence fresh randomness. Configs that name
+        other training settings (``lr``, ``batch_size``) than the others train as separate
+        packs, one per setting, and come back in the order given."""
         self.check_dataset(data)
         configs = [self.validate_config(c) for c in configs]
         config_ids = list(config_ids) if config_ids is not None else [self.config_id(c) for c in configs]
         if len(config_ids) != len(configs):
             raise ValueError(f"{len(config_ids)} config_ids for {len(configs)} configs")
-        settings = self.effective_settings(settings)
         arch = arch or self.default_architecture(data.name)
-        run = RunInfo.of(data, settings, self.representation_dim(data, arch))
-        privacy = tuple(self._checked(self.privacy(c, run)) for c in configs)
-        events = tuple(self.event_json(c, run) for c in configs)
-        result = self.fit(data, configs, config_ids, seed, settings, arch, callback)
+        per_config = [self.config_settings(c, settings) for c in configs]
+        privacy = tuple(self._checked(self.privacy(c, RunInfo.of(data, s, self.representation_dim(data, arch))))
+                        for c, s in zip(configs, per_config))
+        events = tuple(self.event_json(c, RunInfo.of(data, s, self.representation_dim(data, arch)))
+                       for c, s in zip(configs, per_config))
+        groups: dict[TrainSettings, list[int]] = {}
+        for i, s in enumerate(per_config):
+            groups.setdefault(s, []).append(i)
+        if len(groups) == 1:
+            result = self.fit(data, configs, config_ids, seed, per_config[0], arch, callback)
+        else:  # a study's planner gives each pack one setting; packs of several train without checkpoints
+            with without_checkpoints():
+                result = merge_results([(index, self.fit(data, [configs[i] for i in index],
+                                                         [config_ids[i] for i in index], seed, s, arch, callback))
+                                        for s, index in groups.items()], configs)
         return dataclasses.replace(result, privacy=privacy, privacy_events=events)
+
+    @property
+    def setting_params(self) -> tuple[HyperParam, ...]:
+        """The training settings a grid may sweep for this method (``SETTING_PARAMS`` if it
+        trains by gradient, else none)."""
+        return SETTING_PARAMS if self.optimizer is not None else ()
+
+    def config_settings(self, config: dict, settings: TrainSettings) -> TrainSettings:
+        """The settings ``config`` trains at: ``settings`` with the method's learning rate
+        (``effective_settings``), and the config's own ``lr`` and ``batch_size`` where it names them."""
+        settings = self.effective_settings(settings)
+        changes = {p.name: config[p.name] for p in self.setting_params if p.name in config}
+        return dataclasses.replace(settings, **changes) if changes else settings
 
     def grid_events(self, data: Dataset, configs: list[dict], settings: TrainSettings,
                     arch: Architecture | None = None) -> list[str | None]:
         """``event_json`` of each of ``configs`` as ``train_pack`` would record it."""
-        settings = self.effective_settings(settings)
-        run = RunInfo.of(data, settings, self.representation_dim(data, arch or self.default_architecture(data.name)))
-        return [self.event_json(self.validate_config(c), run) for c in configs]
+        dim = self.representation_dim(data, arch or self.default_architecture(data.name))
+        out = []
+        for c in configs:
+            c = self.validate_config(c)
+            out.append(self.event_json(c, RunInfo.of(data, self.config_settings(c, settings), dim)))
+        return out
 
     def event_json(self, config: dict, run: RunInfo) -> str | None:
         """``dp_event`` of ``config`` as JSON with this method's neighbouring relation, or None."""
@@ -206,19 +245,21 @@ class Method(ABC):
 
     def validate_config(self, config: dict, path: str = "config") -> dict:
         known = {h.name: h for h in self.hyperparams}
+        settings = {h.name: h for h in self.setting_params}
         if not isinstance(config, dict):
             raise InputError(f"{path}: must be a mapping of hyperparameters, got {type(config).__name__}")
         for key in config:
-            if key not in known:
+            if key not in known and key not in settings:
                 raise InputError(f"{path}.{key}: '{self.name}' has no hyperparameter '{key}'; "
-                                 f"it has: {', '.join(known) or 'none'}")
+                                 f"it has: {', '.join([*known, *settings]) or 'none'}")
         missing = [k for k in known if k not in config]
         if missing:
             raise InputError(f"{path}.{missing[0]}: '{self.name}' needs a value for '{missing[0]}'")
-        return {k: known[k].validate(v, f"{path}.{k}") for k, v in config.items()}
+        return {k: (known.get(k) or settings[k]).validate(v, f"{path}.{k}") for k, v in config.items()}
 
     def expand(self, grid: dict[str, list]) -> list[dict]:
-        keys = [h.name for h in self.hyperparams]
+        """The product of ``grid``'s lists: every hyperparameter, and the training settings it names."""
+        keys = [h.name for h in self.hyperparams] + [h.name for h in self.setting_params if h.name in grid]
         return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
     def config_id(self, config: dict) -> str:

@@ -9,26 +9,57 @@ E_{z in D_P_i}[h(z)] = E_{z in D_G_i}[h(z)], over soft predictions p(x) = P(y_ha
 - ``ap`` (accuracy parity): h = the per-row cross-entropy loss; P_a = all rows, G_a = group a.
 
 Binary labels only, as in the paper: the constraints are written for y in {0, 1}, so a
-dataset with more classes is rejected with a clear error. Any number of groups.
+dataset with more classes is rejected with a clear error.
 
-F-LD (Algorithm 1): minibatch primal steps on J + lambda^T |mu(B_P) - mu(B_G)|, then a dual
-ascent step lambda += s |mu(D_P) - mu(D_G)| on the whole training set after each epoch,
-multipliers kept in [0, lambda_max].
+F-LD (Algorithm 1, ``LagrangianStep``, any number of groups): minibatch primal steps on
+J + lambda^T |mu(B_P) - mu(B_G)|, i.e. lambda_i sign_i (grad mu(B_P_i) - grad mu(B_G_i)) with the
+sign of the batch violation, then a dual ascent step lambda += s |mu(D_P) - mu(D_G)| on the
+whole training set after each epoch, multipliers kept in [0, lambda_max].
 
-PF-LD: the primal group term uses per-sample gradients of h clipped to C_p (eq. 8,
-population terms unclipped) plus Gaussian noise N(0, sigma_p^2 Delta_p^2),
-Delta_p = 2 C_p lambda_max / (min_i |B_G_i| - 1) (Theorem 1); the dual step clips h to C_d
-and adds N(0, sigma_d^2 Delta_d^2), Delta_d = sqrt(2) C_d / (min_i |D_G_i| - 1) (Theorem 2).
-Eq. 8 writes the group term as lambda^T |grad mu(B_P) - clipped grad mu(B_G)|; we take the
-gradient of lambda_i |mu(B_P_i) - mu(B_G_i)|, i.e. lambda_i sign_i (grad mu(B_P_i) - clipped
-grad mu(B_G_i)) with the sign of the batch violation, which is what the Lagrangian's
-subgradient is. A batch in which some group has fewer than two rows takes no group term
-(Theorem 1's bound needs two) and no noise; the accountant still charges the step.
-Per-sample gradient norms and clipped sums come from per-layer inputs and errors (ghost
-norms, ``fairdp.engine.add_clipped_gradients``), never a Python loop over rows.
-All K configs of a pack train together in the engine's loop (``LagrangianStep``): stacked
-parameters, per-config lambda, clipping bounds and noise scales; noise from each config's
-own stream.
+PF-LD (``PrivateLagrangianStep``) protects the sensitive attribute A under Definition 1's
+adjacency: one record's attribute changes, its features and label (public) do not. The
+paper's eq. 8 and Theorems 1-2 leave three things that depend on A unprotected, each of
+which changes the released update by more than the sensitivity the accountant is told:
+
+1. the sign of each batch violation multiplies the unclipped population gradient, and one
+   record can flip it (an unbounded change);
+2. the group means divide by the group sizes |B_G_i|, and Delta_p itself uses
+   min |B_G_i|: both change with one record's attribute (a data-dependent noise scale);
+3. under Definition 1 a changed attribute moves the record out of one group and into
+   another: two group means change at once, not one (Theorem 1 bounds one).
+
+fairdp's PF-LD therefore computes the same Lagrangian gradient from released quantities
+only, for a binary attribute (groups 0 and 1; refused otherwise, see ``check_dataset``):
+
+* Dual step (once per epoch but the last; eq. 10): per population set P (all rows for dp and
+  ap, each label's rows for eo) the clipped sum S_1 = sum over P of group 1's clip(h, C_d) is
+  released with N(0, (sigma_d H)^2) noise, H = min(C_d, 1) for dp and eo (h is a probability,
+  so clipping at C_d > 1 would only add noise) and C_d for ap; the first dual step also
+  releases each P's group-1 count with N(0, sigma_d^2). One record's attribute moves one S_1
+  by at most H and one count by 1: Gaussian mechanisms of multiplier sigma_d. Group 0's
+  sum and count are P's (public) minus group 1's, so each signed violation
+  v_a = mu(D_P) - S_a / n_a is post-processing; lambda_a += s |v_a| and the sign of v_a are
+  what the primal steps use (point 1).
+* Primal step: the group term -sum_a lambda_a sign_a (1 / n_a) sum_{z in G_a} clip(grad h(z), C_p)
+  is split into a public part over all of P, -lambda_0 sign_0 / n_0 * sum_{z in P} clip(grad h),
+  estimated on the minibatch (n / |B| times its sum), and a private part over group 1,
+  -kappa sum_{z in G_1} clip(grad h(z)) with kappa = (lambda_1 sign_1 / n_1 - lambda_0 sign_0 / n_0) / q,
+  summed over a Poisson sample of the training rows at rate q = |B| / n, drawn afresh for every
+  step from the config's own stream and independently of the minibatch (so the public terms,
+  which depend on which rows the minibatch holds, reveal nothing about who was sampled). The
+  normalisers n_a are the released counts (point 2). A record contributes kappa clip(grad h)
+  to the private part if its attribute is 1 and nothing if it is 0: changing it is adding or
+  removing one clipped vector of norm <= Delta_p = C_p max_P |kappa| (point 3), computed from
+  released values only. Gaussian noise N(0, (sigma_p Delta_p)^2) on every parameter makes the
+  step exactly the Poisson-sampled Gaussian mechanism of eq. 11 (Lemma 1), with no assumption
+  on how the minibatches are drawn.
+
+Loss and population terms are the paper's: computed on the minibatch, unclipped. With no
+noise, clipping bounds nobody reaches and one minibatch per epoch (|B| = n, q = 1), PF-LD's
+update is F-LD's (tested). Per-sample gradient norms and clipped sums come from per-layer
+inputs and errors (ghost norms, ``fairdp.engine.add_clipped_gradients``). All K configs of a
+pack train together: stacked parameters, per-config multipliers, clipping bounds, noise
+scales and Poisson samples, each from the config's own streams.
 """
 
 from __future__ import annotations
@@ -49,6 +80,7 @@ from fairdp.engine import (
     add_clipped_gradients,
     forward_traced,
 )
+from fairdp.errors import InputError
 from fairdp.methods._base import NeuralMethod
 
 NOTIONS = ("dp", "eo", "ap")
@@ -56,7 +88,8 @@ LAMBDA_MAX = 1.0    # multipliers' cap (Algorithm 1, line 6); Delta_p grows with
 DUAL_STEP = 1.0     # dual ascent step size s
 # Algorithm 1's primal step is plain gradient descent, theta -= alpha * grad (with Adam the
 # PF-LD noise would dominate the second-moment estimate and stall the public loss's signal).
-# Tran et al. give no alpha; 0.1 is fairdp's choice, the default of fld, pfld and dpsgd.
+# Tran et al. give no alpha; 0.1 is fairdp's default for fld, pfld and dpsgd, and the PF-LD
+# studies select it on validation from a grid (studies/pfld_adult.yaml says why).
 PRIMAL_STEP = 0.1
 # The paper's classifier: a network with two hidden layers (Tran et al., Experimental Analysis).
 ARCHITECTURE = Architecture(encoder=(64, 64), classifier=(), adversary=(), dropout=0.0)
@@ -133,33 +166,25 @@ def _means(h: torch.Tensor, masks: torch.Tensor) -> torch.Tensor:
 
 
 def h_all(logits: torch.Tensor, y: torch.Tensor, is_ap: torch.Tensor) -> torch.Tensor:
-    """h(z) of each config's notion for every row (K, B): the row's loss for ap, P(y_hat = 1) otherwise."""
+    """h(z) of each config's notion for every row (K, B): the row's loss for ap, P(y_hat = 1)
+    otherwise. ``y`` holds the rows' labels, shared (B,) or per config (K, B)."""
     k = logits.shape[0]
-    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.repeat(k), reduction="none")
+    labels = y.reshape(-1) if y.dim() == 2 else y.repeat(k)
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels, reduction="none")
     return torch.where(is_ap.unsqueeze(1), ce.view(k, -1), torch.softmax(logits, dim=-1)[..., 1])
 
 
 class LagrangianStep(ClassifierSGDStep):
-    """F-LD (``private=False``) or PF-LD for a chunk of configs; each config has
-    ``fairness_notion`` and, for PF-LD, ``clip_primal`` and ``clip_dual``, with the noise
-    multipliers (sigma_p, sigma_d) of each config in ``sigmas``."""
+    """F-LD (Algorithm 1) for a chunk of configs; each config has its ``fairness_notion``."""
 
-    def __init__(self, ctx: PackContext, *, private: bool, sigmas: list[tuple[float, float]] | None = None):
+    def __init__(self, ctx: PackContext):
         super().__init__(ctx)
         data, device, dtype = ctx.data, ctx.device, ctx.dtype
-        self.private, self.n_groups = private, data.n_groups
+        self.n_groups = data.n_groups
         notions = [c["fairness_notion"] for c in ctx.configs]
         self.by_notion = {nt: [i for i, c in enumerate(notions) if c == nt] for nt in sorted(set(notions))}
-        self.is_ap = torch.tensor([nt == "ap" for nt in notions], device=device)
         self.lam = {nt: torch.zeros(len(idx), 2 * data.n_groups if nt == "eo" else data.n_groups,
                                     device=device, dtype=dtype) for nt, idx in self.by_notion.items()}
-        self.noise = ctx.generators("noise")
-        if private:
-            if sigmas is None or len(sigmas) != ctx.k:
-                raise ValueError("PF-LD needs one (sigma_primal, sigma_dual) per config")
-            self.c_p, self.c_d = ctx.per_config("clip_primal"), ctx.per_config("clip_dual")
-            self.sig_p = torch.tensor([sp for sp, _ in sigmas], device=device, dtype=dtype)
-            self.sig_d = torch.tensor([sd for _, sd in sigmas], device=device, dtype=dtype)
 
     def slice_state(self, index):
         super().slice_state(index)
@@ -169,66 +194,186 @@ class LagrangianStep(ClassifierSGDStep):
         self.lam = {nt: self.lam[nt][rows[nt]] for nt in rows if rows[nt]}
         notions = [c["fairness_notion"] for c in self.ctx.configs]
         self.by_notion = {nt: [i for i, c in enumerate(notions) if c == nt] for nt in sorted(set(notions))}
-        self.is_ap, self.noise = self.is_ap[index], self.ctx.generators("noise")
-        if self.private:
-            self.c_p, self.c_d, self.sig_p, self.sig_d = (t[index] for t in (self.c_p, self.c_d, self.sig_p, self.sig_d))
 
     def update(self, batch: Batch, optimizer) -> None:
-        k, dtype = self.ctx.k, self.ctx.dtype
+        k = self.ctx.k
         xb, yb, sb = batch.x, batch.y, batch.s
-        if self.private:  # one forward serves the loss and the per-row errors of h
-            logits, inputs, outputs = forward_traced(self.layers(), xb)
-        else:
-            logits = self.model(xb)
+        logits = self.model(xb)
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, 2), yb.repeat(k), reduction="none").view(k, -1).mean(1)
-        group_weight = torch.zeros(k, len(yb), device=xb.device, dtype=dtype)  # d(term)/d h(z) for group rows
-        min_group = torch.zeros(k, device=xb.device, dtype=dtype)
         for nt, cfg in self.by_notion.items():
             pop, grp = constraint_masks(nt, yb, sb, self.n_groups)
             h = _h(nt, logits[cfg], yb)
             mu_p, mu_g = _means(h, pop), _means(h, grp)
             sign = torch.sign(mu_p - mu_g).detach()
-            sizes = grp.sum(dim=1)
-            if int(sizes.min()) < 2:
-                continue  # Theorem 1 needs every group in the batch twice: no group term here
-            weight = self.lam[nt] * sign  # (K_nt, I)
-            if not self.private:
-                loss[cfg] = loss[cfg] + (weight * (mu_p - mu_g)).sum(1)
-            else:  # population terms by autograd; group terms from clipped per-sample gradients
-                loss[cfg] = loss[cfg] + (weight * mu_p).sum(1)
-                group_weight[cfg] += (weight / sizes.to(dtype)) @ grp.to(dtype)
-                min_group[cfg] = sizes.min().to(dtype)
+            if int(grp.sum(dim=1).min()) < 2:
+                continue  # a group (nearly) absent from the batch: no estimate of its mean
+            loss[cfg] = loss[cfg] + (self.lam[nt] * sign * (mu_p - mu_g)).sum(1)
         optimizer.zero_grad(set_to_none=True)
-        if self.private:
-            deltas = torch.autograd.grad(h_all(logits, yb, self.is_ap).sum(), outputs, retain_graph=True)
         loss.sum().backward()
-        if self.private:
-            active = min_group >= 2
-            delta_p = torch.where(active, 2 * self.c_p * LAMBDA_MAX / (min_group - 1).clamp_min(1), 0.0)
-            # the group term enters the loss with a minus sign: -sum_z group_weight * clip(g_z)
-            self.clip_counts += add_clipped_gradients(self.layers(), inputs, deltas, group_weight, self.c_p,
-                                                      self.sig_p * delta_p, self.noise)
         optimizer.step()
 
     @torch.no_grad()
     def end_epoch(self, epoch: int) -> None:
-        """Dual ascent on the whole training set (Algorithm 1 lines 5-6, eq. 10)."""
+        """Dual ascent on the whole training set (Algorithm 1 lines 5-6)."""
         train = self.ctx.split("train")
         logits = self.model(train.X)
         for nt, cfg in self.by_notion.items():
             pop, grp = constraint_masks(nt, train.y, train.s, self.n_groups)
-            h = _h(nt, logits[cfg], train.y)
-            if self.private:
-                cd = self.c_d[cfg].unsqueeze(1)
-                h_clip = h / torch.clamp(h.abs() / cd, min=1.0)
-                violation = (_means(h, pop) - _means(h_clip, grp)).abs()
-                delta_d = math.sqrt(2) * self.c_d[cfg] / (grp.sum(dim=1).min().to(h.dtype) - 1)
-                g = _rng.normal((violation.shape[1],), [self.noise[i] for i in cfg], device=h.device, dtype=h.dtype)
-                violation = violation + g * (self.sig_d[cfg] * delta_d).unsqueeze(1)
-            else:
-                violation = (_means(h, pop) - _means(h, grp)).abs()
+            violation = (_means(_h(nt, logits[cfg], train.y), pop) - _means(_h(nt, logits[cfg], train.y), grp)).abs()
             self.lam[nt] = (self.lam[nt] + DUAL_STEP * violation).clamp(0.0, LAMBDA_MAX)
 
+
+def check_binary_attribute(data, method: str, path: str | None = None) -> None:
+    """PF-LD's attribute-level guarantee is proven for two groups (see the module docstring)."""
+    if data.n_groups != 2:
+        raise InputError(f"{path or 'methods.' + method}: '{method}' protects a binary sensitive attribute "
+                         f"(its privacy proof splits the group term into a public part and group 1's); "
+                         f"'{data.name}' has {data.n_groups} groups: choose a binary attribute, or use "
+                         f"dpsgd or private_reductions")
+
+
+class PrivateLagrangianStep(ClassifierSGDStep):
+    """PF-LD for a chunk of configs (see the module docstring for the mechanism and its proof).
+
+    Each config has ``fairness_notion``, ``clip_primal`` (C_p) and ``clip_dual`` (C_d); ``sigmas``
+    holds each config's noise multipliers (sigma_p, sigma_d). State per config, over two
+    population slots (eo: label 0 and label 1; dp and ap: slot 0 is every row, slot 1 is empty)
+    and two groups: the multipliers ``lam`` and signs ``sign`` (K, 2, 2), the released group-1
+    counts ``count1`` (K, 2), NaN until the first dual step. ``released`` is the last dual step's
+    output (noisy group-1 sums, then counts, per slot: (K, 4)).
+    """
+
+    per_config_attributes = ("is_ap", "is_eo", "c_p", "h_bound", "sig_p", "sig_d", "lam", "sign", "count1",
+                             "released")
+
+    def __init__(self, ctx: PackContext, sigmas: list[tuple[float, float]]):
+        super().__init__(ctx)
+        data, device, dtype = ctx.data, ctx.device, ctx.dtype
+        check_binary_attribute(data, "pfld")
+        if len(sigmas) != ctx.k:
+            raise ValueError("PF-LD needs one (sigma_primal, sigma_dual) per config")
+        notions = [c["fairness_notion"] for c in ctx.configs]
+        self.is_ap = torch.tensor([nt == "ap" for nt in notions], device=device)
+        self.is_eo = torch.tensor([nt == "eo" for nt in notions], device=device)
+        self.c_p = ctx.per_config("clip_primal")
+        # h is a probability for dp and eo: a clip above 1 clips nothing, so the bound is 1
+        self.h_bound = torch.where(self.is_ap, ctx.per_config("clip_dual"), ctx.per_config("clip_dual").clamp(max=1.0))
+        self.sig_p = torch.tensor([sp for sp, _ in sigmas], device=device, dtype=dtype)
+        self.sig_d = torch.tensor([sd for _, sd in sigmas], device=device, dtype=dtype)
+        self.lam = torch.zeros(ctx.k, 2, 2, device=device, dtype=dtype)
+        self.sign = torch.zeros(ctx.k, 2, 2, device=device, dtype=dtype)
+        self.count1 = torch.full((ctx.k, 2), math.nan, device=device, dtype=dtype)
+        self.released = torch.zeros(ctx.k, 4, device=device, dtype=dtype)  # (S_1 per slot, count per slot)
+        train = ctx.split("train")
+        self.n = len(train.y)
+        self.q = min(ctx.settings.batch_size, self.n) / self.n
+
+    def _slots(self, y: torch.Tensor) -> torch.Tensor:
+        """(K, B) population slot of each row for each config (y is (B,) or (K, B))."""
+        y = y if y.dim() == 2 else y.expand(self.ctx.k, -1)
+        return torch.where(self.is_eo.unsqueeze(1), y, torch.zeros_like(y))
+
+    def _population_sizes(self) -> torch.Tensor:
+        """(K, 2) rows of each population slot in the training set (public: labels only)."""
+        y = self.ctx.split("train").y
+        n1 = float((y == 1).sum())
+        eo = torch.tensor([self.n - n1, n1], device=self.lam.device, dtype=self.lam.dtype)
+        other = torch.tensor([float(self.n), 0.0], device=self.lam.device, dtype=self.lam.dtype)
+        return torch.where(self.is_eo.unsqueeze(1), eo, other)
+
+    def _normalisers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(n_0, n_1) per config and slot from the released counts (1 where none yet)."""
+        sizes = self._population_sizes()
+        n1 = torch.nan_to_num(self.count1, nan=1.0)
+        n1 = torch.minimum(n1.clamp(min=1.0), (sizes - 1).clamp(min=1.0))
+        return (sizes - n1).clamp(min=1.0), n1
+
+    def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rho, kappa), (K, 2) each: the public part's weight of a minibatch row of each slot
+        (before the n / |B| estimate) and the private part's weight of a sampled group-1 row."""
+        n0, n1 = self._normalisers()
+        w0 = self.lam[..., 0] * self.sign[..., 0] / n0
+        w1 = self.lam[..., 1] * self.sign[..., 1] / n1
+        return w0, (w1 - w0) / self.q
+
+    def primal_sensitivity(self) -> torch.Tensor:
+        """Delta_p per config: the largest norm one record's private contribution can have."""
+        return self.c_p * self.coefficients()[1].abs().amax(dim=1)
+
+    def poisson_sample(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(index (K, M), valid (K, M)): each config's Poisson sample of group-1 training rows
+        at rate q, padded to the longest. Every row draws its coin, whatever its group, so the
+        sample does not depend on the attributes beyond whom it keeps."""
+        train = self.ctx.split("train")
+        coins = _rng.bernoulli_mask((self.n,), self.q, self.ctx.generators("sample"), device=self.lam.device)
+        keep = coins & (train.s == 1).unsqueeze(0)
+        counts = keep.sum(dim=1)
+        m = max(int(counts.max()), 1)
+        # stable order of the kept rows first, then padding; sort puts True (1) before False (0)
+        order = torch.sort(keep.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :m]
+        valid = torch.arange(m, device=keep.device).unsqueeze(0) < counts.unsqueeze(1)
+        return order, valid
+
+    def update(self, batch: Batch, optimizer) -> None:
+        k, dtype = self.ctx.k, self.ctx.dtype
+        xb, yb = batch.x, batch.y  # the minibatch's attributes are never read
+        logits, inputs, outputs = forward_traced(self.layers(), xb)
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, 2), yb.repeat(k), reduction="none").view(k, -1).mean(1)
+        h = h_all(logits, yb, self.is_ap)
+        slots = self._slots(yb)
+        onehot = torch.nn.functional.one_hot(slots, 2).to(dtype)  # (K, B, 2)
+        in_slot = onehot.sum(dim=1).clamp(min=1.0)  # (K, 2) rows of each slot in the batch
+        # population terms, by autograd: sum_a lambda_a sign_a mu(B_P)
+        pop_weight = ((self.lam * self.sign).sum(dim=2) / in_slot)  # (K, 2)
+        loss = loss + (h * (onehot @ pop_weight.unsqueeze(2)).squeeze(2)).sum(1)
+        rho, kappa = self.coefficients()
+        optimizer.zero_grad(set_to_none=True)
+        deltas = torch.autograd.grad(h.sum(), outputs, retain_graph=True)
+        loss.sum().backward()
+        # public part of the group term: every minibatch row, an estimate of the sum over P
+        public_weight = (onehot @ rho.unsqueeze(2)).squeeze(2) * (self.n / len(yb))
+        self.clip_counts += add_clipped_gradients(self.layers(), inputs, deltas, public_weight, self.c_p, None, None)
+        # private part: group 1's rows of a fresh Poisson sample, clipped, plus the noise
+        index, valid = self.poisson_sample()
+        train = self.ctx.split("train")
+        x_priv, y_priv = train.X[index], train.y[index]
+        logits_p, inputs_p, outputs_p = forward_traced(self.layers(), x_priv)
+        deltas_p = torch.autograd.grad(h_all(logits_p, y_priv, self.is_ap).sum(), outputs_p)
+        slot_p = torch.nn.functional.one_hot(self._slots(y_priv), 2).to(dtype)
+        private_weight = (slot_p @ kappa.unsqueeze(2)).squeeze(2) * valid.to(dtype)
+        noise_std = self.sig_p * self.primal_sensitivity()
+        self.clip_counts += add_clipped_gradients(self.layers(), inputs_p, deltas_p,
+                                                  private_weight, self.c_p, noise_std, self.ctx.generators("noise"))
+        optimizer.step()
+
+    @torch.no_grad()
+    def end_epoch(self, epoch: int) -> None:
+        """The private dual step (eq. 10), after every epoch but the last (whose multipliers
+        no step would use): release each slot's clipped group-1 sum (and, the first time, its
+        group-1 count), then update the multipliers and signs from the released values."""
+        if epoch + 1 >= self.ctx.settings.epochs:
+            return
+        train = self.ctx.split("train")
+        h = h_all(self.model(train.X), train.y, self.is_ap)  # (K, n), >= 0
+        h_clip = torch.minimum(h, self.h_bound.unsqueeze(1))
+        slots = torch.nn.functional.one_hot(self._slots(train.y), 2).to(h.dtype)  # (K, n, 2)
+        group1 = (train.s == 1).to(h.dtype).view(1, -1, 1)
+        sums_p = (h_clip.unsqueeze(2) * slots).sum(1)            # (K, 2) public: sum over P of clip(h)
+        means_p = (h.unsqueeze(2) * slots).sum(1) / slots.sum(1).clamp(min=1.0)  # mu(D_P), unclipped
+        sums_1 = (h_clip.unsqueeze(2) * slots * group1).sum(1)   # private
+        noise = _rng.normal((4,), self.ctx.generators("noise"), device=h.device, dtype=h.dtype)
+        released_sums = sums_1 + noise[:, :2] * (self.sig_d * self.h_bound).unsqueeze(1)
+        if torch.isnan(self.count1).all():  # the first dual step also releases the counts
+            counts_1 = (slots * group1).sum(1)
+            self.count1 = counts_1 + noise[:, 2:] * self.sig_d.unsqueeze(1)
+        self.released = torch.cat([released_sums, self.count1], dim=1)
+        n0, n1 = self._normalisers()
+        violation = torch.stack([means_p - (sums_p - released_sums) / n0, means_p - released_sums / n1], dim=2)
+        live = (self._population_sizes() > 0).to(h.dtype).unsqueeze(2)  # slot 1 of dp and ap holds no rows
+        self.lam = ((self.lam + DUAL_STEP * violation.abs()).clamp(0.0, LAMBDA_MAX)) * live
+        self.sign = torch.sign(violation) * live
+
     def diagnostics(self) -> dict:
-        return self.clipped_fraction() if self.private else {}
+        return self.clipped_fraction()

@@ -18,4 +18,4 @@ class FLD(TranMethod):
         return {"fairness_notion": list(NOTIONS)}
 
     def make_step(self, ctx):
-        return LagrangianStep(ctx, private=False)
+        return LagrangianStep(ctx)

@@ -4,11 +4,14 @@ A config names its target privacy ``eps`` (delta = 1e-5, the paper's), and clipp
 ``clip_primal`` (C_p) and ``clip_dual`` (C_d); the noise multipliers are calibrated to the
 target by the RDP accountant for the run's batch size, training-set size and epochs
 (``fairdp.privacy.calibrate_pfld_sigmas``), and each row reports the accountant's
-``eps_formal`` for the multipliers the run used.
+``eps_formal`` for the multipliers the run used. The guarantee is for Definition 1's
+adjacency, one record's (binary) sensitive attribute changed, which the mechanism turns into
+adding or removing one record's clipped contribution (``fairdp.methods._lagrangian``): rows
+store it as the relation ``replace_attribute``.
 """
 
 from fairdp.methods._base import EPS, HyperParam, RunInfo
-from fairdp.methods._lagrangian import LagrangianStep, TranMethod
+from fairdp.methods._lagrangian import PrivateLagrangianStep, TranMethod, check_binary_attribute
 from fairdp.methods._registry import register_method
 from fairdp.methods.fld import NOTION
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_pfld_sigmas, pfld_epsilon, pfld_event
@@ -22,12 +25,17 @@ class PFLD(TranMethod):
     name = "pfld"
     privacy_scope = "central"
     binary_only = True
+    neighbour_relation = "replace_attribute"
     hyperparams = (NOTION, EPS, CLIP_PRIMAL, CLIP_DUAL)
 
     def paper_grid(self, dataset):
         # Tran et al. Figures 2-3: eps swept at C_p in {.., 10, 20, ..}, C_d = 5.
         return {"fairness_notion": ["dp", "eo", "ap"], "eps": [0.1, 0.5, 1.0, 2.0, 5.0, 10.0],
                 "clip_primal": [1.0, 5.0, 10.0, 20.0, 50.0], "clip_dual": [5.0]}
+
+    def check_dataset(self, data, path=None):
+        super().check_dataset(data, path)
+        check_binary_attribute(data, self.name, path)
 
     def noise_multipliers(self, config: dict, run: RunInfo) -> tuple[float, float]:
         """(sigma_p, sigma_d) calibrated so that the run is (eps, 1e-5)-DP (Theorem 3)."""
@@ -43,4 +51,4 @@ class PFLD(TranMethod):
 
     def make_step(self, ctx):
         run = RunInfo.of(ctx.data, ctx.settings, ctx.arch.representation_dim)
-        return LagrangianStep(ctx, private=True, sigmas=[self.noise_multipliers(c, run) for c in ctx.configs])
+        return PrivateLagrangianStep(ctx, [self.noise_multipliers(c, run) for c in ctx.configs])

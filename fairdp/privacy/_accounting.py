@@ -1,15 +1,20 @@
-"""RDP accounting of PF-LD (Tran, Fioretto & Van Hentenryck 2021, "Privacy Analysis").
+"""RDP accounting of PF-LD (Tran, Fioretto & Van Hentenryck 2021, "Privacy Analysis") and DP-SGD.
 
-PF-LD releases two noisy quantities per epoch, and both are accounted here with Google's
+PF-LD releases two noisy quantities, and both are accounted here with Google's
 ``dp-accounting`` (``dp_accounting.rdp.RdpAccountant``), not with hand-written RDP:
 
-* primal step, eq. (8), once per mini-batch: Gaussian noise N(0, sigma_p^2 Delta_p^2) on a
-  sum whose sensitivity is Delta_p (Theorem 1), on a batch of rate q = |B| / n. Lemma 1
-  makes it a sampled Gaussian (SG) mechanism, eq. (11), i.e. a ``PoissonSampledDpEvent``
-  of a ``GaussianDpEvent``;
-* dual step, eq. (10), once per epoch: Gaussian noise N(0, sigma_d^2 Delta_d^2) on the
-  constraint violations of sensitivity Delta_d (Theorem 2), over all of D: an SG mechanism
-  with q = 1 (Lemma 2), i.e. a plain ``GaussianDpEvent``.
+* primal step, eq. (8), once per mini-batch: the private part of the group term, a sum over a
+  Poisson sample (rate q = |B| / n) of one clipped vector per group-1 record, plus Gaussian
+  noise of std sigma_p Delta_p, Delta_p the largest norm of one record's vector. Lemma 1's
+  sampled Gaussian (SG) mechanism, eq. (11), exactly: a ``PoissonSampledDpEvent`` of a
+  ``GaussianDpEvent(sigma_p)``;
+* dual step, eq. (10), over all of D: clipped group sums (and, once, group counts) with
+  Gaussian noise of std sigma_d times their sensitivity: a plain ``GaussianDpEvent(sigma_d)``
+  (Lemma 2's q = 1). Run after every epoch but the last, plus the one count release: T events.
+
+How fairdp's PF-LD makes these the mechanisms it releases (the sign of the violation, the
+group sizes and the two groups a changed attribute touches, which the paper's eq. 8 leaves
+data-dependent) is in ``fairdp.methods._lagrangian``.
 
 Noise multiplier. The accountant wants std / sensitivity. Eqs. (8) and (10) add std
 sigma_p * Delta_p (sigma_d * Delta_d) to a quantity of sensitivity Delta_p (Delta_d), so
@@ -20,19 +25,21 @@ is consistent with it. Clipping bounds (C_p, C_d) therefore do not enter the acc
 Step count. Algorithm 1 runs one primal update per mini-batch of each of the T epochs, the
 last partial batch included (as ``fairdp.engine`` iterates ``range(0, n, batch_size)``):
 T * ceil(n / |B|) primal steps. This is >= ceil(T n / |B|), Theorem 3's count, so the
-guarantee holds under either reading. Like the paper (eq. 11) and TF-Privacy's
-``compute_dp_sgd_privacy``, the SG analysis assumes Poisson sampling at rate q; shuffled
-fixed-size batches are covered only heuristically, exactly as in the paper.
+guarantee holds under either reading. PF-LD draws its private sample by Poisson sampling, so
+eq. (11) is its exact analysis. DP-SGD, like TF-Privacy's ``compute_dp_sgd_privacy``, is
+accounted as Poisson sampling while it trains on the engine's shuffled fixed-size batches:
+covered only heuristically there.
 
 Composition and conversion. Theorem 3 adds the RDP curves of T ceil(n/|B|) primal and T
 dual steps (one ``ComposedDpEvent``). The accountant converts RDP to (eps, delta) with
 Canonne-Kamath-Steinke 2020, Prop. 12, which is never larger than the Mironov 2017 Prop. 3
 conversion quoted under Theorem 3 at any order, so our eps is at most the paper's.
 
-Adjacency. Definition 1 changes one person's sensitive attribute (a replacement), yet
-Lemmas 1-2 apply eq. (11), the add/remove-one SG bound, with the replacement
-sensitivities Delta_p, Delta_d. We account the lemmas as stated (``ADD_OR_REMOVE_ONE``);
-any gap in that step is the paper's, not the accountant's.
+Adjacency. PF-LD: Definition 1, one record's sensitive attribute replaced. The mechanism makes
+that change add or remove one record's bounded contribution, so the SG bound for adding or
+removing a record applies; dp-accounting names this relation ``REPLACE_SPECIAL`` (the record
+replaced by a "special" one that contributes nothing: here, the reference group), and rows
+store it as ``replace_attribute``. DP-SGD: add or remove one whole record.
 
 Why dp-accounting rather than opacus: both ship the Mironov-Talwar-Zhang 2019 SG bound of
 eq. (11), and opacus could take the dual step as a q = 1 step, but dp-accounting states
@@ -119,10 +126,11 @@ def quiet_accountant():
         absl_logging.set_verbosity(verbosity)
 
 
-def _epsilon(events: list[dp_accounting.DpEvent], delta: float) -> float:
+def _epsilon(events: list[dp_accounting.DpEvent], delta: float,
+             relation: dp_accounting.NeighboringRelation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE) -> float:
     """eps at ``delta`` of the RDP composition of ``events`` (Mironov 2017, Prop. 1)."""
     with quiet_accountant():
-        accountant = RdpAccountant()
+        accountant = RdpAccountant(neighboring_relation=relation)
         accountant.compose(dp_accounting.ComposedDpEvent(events))
         return float(accountant.get_epsilon(delta))
 
@@ -160,11 +168,12 @@ def pfld_epsilon(
 
     Theorem 3: RDP composition of ``epochs * ceil(n / batch_size)`` primal steps (Lemma 1,
     sampled Gaussian, q = batch_size / n, multiplier ``sigma_primal``) and ``epochs`` dual
-    steps (Lemma 2, Gaussian, multiplier ``sigma_dual``); see the module docstring for why
+    releases (Lemma 2, Gaussian, multiplier ``sigma_dual``); see the module docstring for why
     the multipliers are sigma_p, sigma_d and for the step count. A sigma of 0 or ``None``
     means that step adds no noise, so the run is not private and eps is inf.
     """
-    return _epsilon([pfld_event(sigma_primal, sigma_dual, batch_size, n, epochs)], _check_delta(delta))
+    return _epsilon([pfld_event(sigma_primal, sigma_dual, batch_size, n, epochs)], _check_delta(delta),
+                    dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
 
 
 def pfld_event(sigma_primal: float | None, sigma_dual: float | None, batch_size: int, n: int,

@@ -17,8 +17,9 @@ Two bounds, both through Google's ``dp-accounting`` RDP accountant:
   public ``RepeatAndSelectDpEvent`` is composed as is.
 
 Events are stored with each result row as JSON (``event_to_json``), with the neighbouring
-relation the method's guarantee is stated under (PF-LD and DP-SGD: add/remove one, as
-their lemmas; randomized response on an attribute: replace one).
+relation the method's guarantee is stated under (DP-SGD: add/remove one record; PF-LD: one
+record's attribute replaced, ``replace_attribute``; randomized response on an attribute:
+replace one).
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
 from fairdp.privacy._accounting import _check_delta, quiet_accountant
 
 NeighborRel = dp_accounting.NeighboringRelation
-RELATIONS = {"add_or_remove_one": NeighborRel.ADD_OR_REMOVE_ONE, "replace_one": NeighborRel.REPLACE_ONE}
+# "replace_attribute": one record's sensitive attribute changes (Tran et al.'s Definition 1) in a
+# mechanism built so that the change adds or removes one bounded contribution (fairdp's PF-LD):
+# accounted as dp-accounting's REPLACE_SPECIAL, the relation whose Poisson-sampled Gaussian bound
+# is the add/remove one, with each step's multiplier taken against that contribution's bound.
+RELATIONS = {"add_or_remove_one": NeighborRel.ADD_OR_REMOVE_ONE, "replace_one": NeighborRel.REPLACE_ONE,
+             "replace_attribute": NeighborRel.REPLACE_SPECIAL}
 ORDERS = np.asarray(rdp_module.DEFAULT_RDP_ORDERS, dtype=np.float64)
 
 COUNTS = ("poisson", "truncated_negative_binomial")

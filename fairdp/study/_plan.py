@@ -90,10 +90,20 @@ def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1, gpu: bool 
                     todo = [c for c in todo if c not in set(retry)]
         size = spec.pack_size or auto_pack_size(len(ids), len(groups), slots,
                                                 GPU_PACK_CAP if gpu else DEFAULT_PACK_CAP)
-        for start in range(0, len(todo), size):
-            chunk = todo[start:start + size]
-            packs.append(Pack(plan.name, seed, tuple(by_id[c] for c in chunk), tuple(chunk)))
+        # configs that sweep a training setting (lr, batch_size) train apart: one pack, one setting
+        by_setting: dict[tuple, list[str]] = {}
+        for cid in todo:
+            by_setting.setdefault(setting_key(by_id[cid]), []).append(cid)
+        for part in by_setting.values():
+            for start in range(0, len(part), size):
+                chunk = part[start:start + size]
+                packs.append(Pack(plan.name, seed, tuple(by_id[c] for c in chunk), tuple(chunk)))
     return hand_out_order(packs), done
+
+
+def setting_key(config: dict) -> tuple:
+    """The training settings a config names (``lr``, ``batch_size``), what packs are split by."""
+    return tuple(config.get(k) for k in ("lr", "batch_size"))
 
 
 def run_configs(spec: StudySpec, plan: MethodPlan, seed: int) -> tuple[list[dict], list[str]]:

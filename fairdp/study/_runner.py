@@ -80,6 +80,10 @@ def settings_lines(spec: StudySpec, methods=None) -> list[str]:
     for name in names:
         ms = spec.method_settings[name]
         how = f"{ms.optimizer} lr {ms.lr:g}" if ms.optimizer else "no gradient training"
+        plan = next(m for m in spec.methods if m.name == name) if name in {m.name for m in spec.methods} else None
+        if plan is not None and ms.swept:
+            swept = {k: sorted({c[k] for c in plan.configs}) for k in ms.swept}
+            how = f"{ms.optimizer} " + ", ".join(f"{k} {{{', '.join(f'{v:g}' for v in vs)}}}" for k, vs in swept.items())
         spec_of = getattr(get_method(name), "spec", None)
         arch = (describe_architecture(ms.architecture, spec_of.adversaries if spec_of else 0)
                 if ms.architecture else "no network")

@@ -47,6 +47,7 @@ class MethodSettings:
     optimizer: str | None
     lr: float | None
     architecture: Architecture | None
+    swept: tuple[str, ...] = ()  # the training settings (lr, batch_size) its grid sweeps per config
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,7 @@ def _selection(value, methods: tuple[MethodPlan, ...]) -> tuple[str, float, tupl
     if not isinstance(by, list):
         raise InputError(f"selection.by: must be a list of hyperparameter names, got {by!r}")
     declared = {h.name for m in methods for h in get_method(m.name).hyperparams}
+    declared |= {key for m in methods for key in ("lr", "batch_size") if any(key in c for c in m.configs)}
     for i, key in enumerate(by):
         if key not in declared:
             raise InputError(f"selection.by[{i}]: {key!r} is no hyperparameter of the study's methods; they have: "
@@ -355,6 +357,8 @@ def _methods(value, dataset: str, train: TrainSettings, study_arch) -> tuple[Met
         method = get_method(name)
         body = _mapping(body or {}, path, optional=("grid", "architecture", "train"))
         grid = _grid(method, body.get("grid") or {}, f"{path}.grid", dataset)
+        if "lr" in grid and "lr" in (body.get("train") or {}):
+            raise InputError(f"{path}.train.lr: the grid sweeps lr ({path}.grid.lr); give it in one place")
         count = math.prod(len(v) for v in grid.values())
         if count > MAX_CONFIGS_PER_METHOD:  # checked before expanding: a 10^6 grid takes minutes and GBs
             raise InputError(f"{path}.grid: {count:,} configs, above fairdp's limit of {MAX_CONFIGS_PER_METHOD:,} "
@@ -363,20 +367,26 @@ def _methods(value, dataset: str, train: TrainSettings, study_arch) -> tuple[Met
         ids = [method.config_id(c) for c in configs]
         if len(set(ids)) != len(ids):
             raise InputError(f"{path}.grid: repeated values give the same config twice")
-        plans.append(MethodPlan(name, configs, _method_settings(method, dataset, train, study_arch, body, path)))
+        settings = _method_settings(method, dataset, train, study_arch, body, path)
+        swept = tuple(h.name for h in method.setting_params if h.name in grid)
+        plans.append(MethodPlan(name, configs, dataclasses.replace(settings, swept=swept)))
     return tuple(plans)
 
 
 def _grid(method: Method, grid, path: str, dataset: str) -> dict[str, list]:
+    """The method's grid: every hyperparameter (the paper's values where the study gives none),
+    and the training settings (``lr``, ``batch_size``) the study sweeps."""
     grid = _mapping(grid, path, optional=None)
     params = {h.name: h for h in method.hyperparams}
+    settings = {h.name: h for h in method.setting_params}
     for key in grid:
-        if key not in params:
+        if key not in params and key not in settings:
+            known = [*params, *settings]
             raise InputError(f"{path}.{key}: '{method.name}' has no hyperparameter '{key}'; "
-                             f"it has: {', '.join(params) or 'none'}")
+                             f"it has: {', '.join(known) or 'none'}")
     paper = method.paper_grid(dataset)
     out = {}
-    for key, hp in params.items():
+    for key, hp in {**params, **{k: v for k, v in settings.items() if k in grid}}.items():
         if key not in grid:
             out[key] = list(paper[key])
             continue

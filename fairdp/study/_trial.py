@@ -104,9 +104,13 @@ def base_row(ctx: StudyContext, pack: Pack, i: int) -> dict:
            "config_id": pack.config_ids[i], "epochs": ctx.train.epochs, "pack_id": pack.id,
            "pack_size": len(pack.configs), "fairdp_version": __version__, "node": _node(),
            "finished_at": datetime.now(timezone.utc)}
-    for h in get_method(pack.method).hyperparams:
+    method = get_method(pack.method)
+    for h in method.hyperparams:
         row[h.name] = h.to_column(config[h.name])
     row.update(training_provenance(ctx, pack.method))
+    for h in method.setting_params:  # a setting the grid sweeps: the config's own value
+        if h.name in config:
+            row[h.name] = config[h.name]
     return row
 
 
@@ -117,6 +121,7 @@ def training_provenance(ctx: StudyContext, method_name: str) -> dict:
     train, arch = ctx.training(method_name)
     arch = arch or (method.default_architecture(ctx.dataset) if method.uses_architecture else None)
     return {"optimizer": method.optimizer, "lr": method.effective_settings(train).lr,
+            "batch_size": train.batch_size if method.optimizer is not None else None,
             "architecture": json.dumps(arch.to_dict()) if arch is not None else None,
             "probe": json.dumps(ctx.probe.protocol()) if (ctx.leakage or ctx.mdl) else None}
 
@@ -129,15 +134,17 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
     ok = stored[stored["status"] == "ok"]
     for name in methods:
         rows = ok[ok["method"] == name]
+        ms = ctx.method_settings.get(name)
+        swept = ms.swept if ms is not None else ()
         for key, want in training_provenance(ctx, name).items():
-            if key not in rows.columns:
+            if key not in rows.columns or key in swept:  # a swept setting is part of each config
                 continue
             have = rows[key].dropna()
             if key == "probe" and want is not None:
                 # as settings, so that keys recorded since (alpha, max_epochs, ...) read as their
                 # defaults in older rows, which were probed with those defaults
                 have = have.map(lambda p: json.dumps(ProbeSettings.from_protocol(p).protocol()))
-            if key == "lr" and want is not None:
+            if key in ("lr", "batch_size") and want is not None:
                 differs = have[(have.astype(float) - want).abs() > 1e-12 * want]
             else:
                 differs = have[have != want]

@@ -1,0 +1,40 @@
+"""The selected models' positive rate, from the counts each row stores, against the predictions."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairdp.analysis import positive_rates
+from fairdp.analysis._predictions import positive_rate
+from fairdp.metrics._fairness import confusion
+
+
+@pytest.mark.parametrize("p", [0.0, 0.004, 0.3, 0.999, 1.0])
+def test_positive_rate_from_counts_is_the_rate_of_the_predictions(p):
+    rng = np.random.default_rng(0)
+    y, s = rng.integers(0, 2, 5000), rng.integers(0, 3, 5000)
+    y_pred = (rng.random(5000) < p).astype(int)
+    rate, label = positive_rate(json.dumps(confusion(y, y_pred, s, n_classes=2, n_groups=3).tolist()))
+    assert rate == pytest.approx(100 * y_pred.mean()) and label == pytest.approx(100 * y.mean())
+
+
+def test_positive_rates_counts_constant_models_per_group_of_seeds():
+    rng = np.random.default_rng(1)
+    y, s = rng.integers(0, 2, 1000), rng.integers(0, 2, 1000)
+    rows = []
+    for seed, y_pred in enumerate((np.zeros(1000, int), y.copy(), (rng.random(1000) < 0.995).astype(int))):
+        rows.append({"dataset": "d", "method": "m", "seed": seed, "status": "ok", "eps": 1.0,
+                     "test_confusion": json.dumps(confusion(y, y_pred, s, n_classes=2, n_groups=2).tolist())})
+    rows.append({"dataset": "d", "method": "m", "seed": 3, "status": "ok", "eps": 1.0, "test_confusion": None})
+    out = positive_rates(pd.DataFrame(rows), by=["eps"])
+    assert len(out) == 1
+    r = out.iloc[0]
+    assert r["n_seeds"] == 3 and r["constant"] == 2  # all negative; 99.5% positive
+    assert r["label_rate"] == pytest.approx(100 * y.mean())
+
+
+def test_a_task_of_more_than_two_classes_has_no_positive_rate():
+    conf = np.ones((2, 3, 3), dtype=int).tolist()
+    assert all(np.isnan(positive_rate(json.dumps(conf))))
