@@ -41,12 +41,13 @@ def current_umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike, prefix: str | None = None) -> Iterator[Path]:
+def atomic_path(target: str | os.PathLike, prefix: str | None = None, private: bool = False) -> Iterator[Path]:
     """Yield a hidden temporary path beside ``target``; on success it replaces ``target``.
 
     Readers never see a partial file: the temporary name starts with a dot (``prefix``,
     default ``.<name>.``) and is synced to disk and moved into place with ``os.replace``
-    only after the block completes; on error it is removed.
+    only after the block completes; on error it is removed. A ``private`` file is readable
+    by its owner only (0600), whatever the umask; others get the umask's mode.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -57,9 +58,9 @@ def atomic_path(target: str | os.PathLike, prefix: str | None = None) -> Iterato
         yield tmp_path
         with open(tmp_path, "rb+") as f:  # on disk before the rename makes it visible
             os.fsync(f.fileno())
-        # mkstemp creates 0600; a results file gets the mode any other new file would get
-        # (colleagues on a shared filesystem read results under the usual umask 022)
-        os.chmod(tmp_path, 0o666 & ~current_umask())
+        # mkstemp creates 0600; another file gets the mode any new file would get
+        if not private:
+            os.chmod(tmp_path, 0o666 & ~current_umask())
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():

@@ -202,35 +202,70 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_search(args) -> int:
-    from fairdp.study import load_spec, search_study
+    import dataclasses
 
-    spec = load_spec(args.study)
-    summary = search_study(spec, args.results, args.address, trials=args.trials, mode=args.mode)
+    from fairdp.study import load_spec, search_study, with_overrides
+
+    spec = with_overrides(load_spec(args.study), None, args.epochs)
+    if spec.search is None:
+        raise InputError(f"{args.study}: search: the study has no search block")
+    seeds = _seed_list(args.seeds) or [spec.search.seed]
+    with_overrides(spec, seeds)  # the run's checks of --seeds
+    status = 0
+    for seed in seeds:  # one search, one Optuna study, per seed
+        one = dataclasses.replace(spec, search=dataclasses.replace(spec.search, seed=seed))
+        summary = search_study(one, args.results, args.address, trials=args.trials, mode=args.mode,
+                               executor=args.executor, dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every,
+                               repair=args.repair)
+        if not args.dry_run:
+            _print_search(one, summary)
+    return status
+
+
+def _print_search(spec, summary) -> None:
     search = spec.search
-    print(f"\n{spec.name}: {summary.trials_run} trials run ({summary.mode}), {summary.trials_total} in the "
-          f"study; {summary.wall_s:.0f} s; rows in {summary.results}, Optuna journal {summary.journal}\n")
+    answered = f", {summary.answered} answered from stored rows" if summary.answered else ""
+    print(f"\n{spec.name} (seed {summary.seed}): {summary.trials_run} trials run ({summary.mode}){answered}, "
+          f"{summary.trials_total} in the study; {summary.wall_s:.0f} s; rows in {summary.results}, Optuna journal "
+          f"{summary.journal}\n")
     print(f"Pareto front of {search.method} over "
           + ", ".join(f"{k} ({v})" for k, v in search.objectives.items())
           + (f", feasible under {'; '.join(map(str, search.constraints))}" if search.constraints else "")
           + f": {len(summary.front)} configs\n")
+    if search.constraints and (not len(summary.front) or any(summary.excluded.values())):
+        print("rows each constraint makes infeasible (of " + f"{summary.rows}): "
+              + "; ".join(f"{c}: {n}" for c, n in summary.excluded.items())
+              + ("; no row meets them all: loosen a constraint or search further" if not len(summary.front) else "")
+              + "\n")
     cols = [c for c in summary.front.columns if c not in ("method", "seed", "feasible")]
-    _print_table(tuple(cols), [tuple(_fmt(v) for v in row) for row in summary.front[cols].itertuples(index=False)])
+    if cols:
+        _print_table(tuple(cols), [tuple(_fmt(v) for v in row) for row in summary.front[cols].itertuples(index=False)])
     if len(summary.history):
         print("\nnormalised hypervolume of the feasible front (reference: each objective's worst value)\n")
         _print_table(("trials", "feasible", "front", "hypervolume"),
                      [(r.trials, r.feasible_trials, r.front_size, f"{r.hypervolume:.4f}")
                       for r in summary.history.itertuples(index=False)])
-    return 0
 
 
 def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _load_rows(dirs: list[str]):
+def _load_rows(dirs: list[str], pool: bool = False):
+    """The rows of ``dirs``; rows of several studies only with ``pool`` (a selection would
+    otherwise mix, say, a grid's and a search's configs into one run without notice)."""
     from fairdp.study import read_results
 
-    return read_results(*dirs)
+    df = read_results(*dirs)
+    studies = sorted(df["study"].dropna().astype(str).unique()) if "study" in df.columns else []
+    if len(studies) > 1:
+        if not pool:
+            raise InputError(f"{', '.join(dirs)}: rows of {len(studies)} studies ({', '.join(studies)}), whose configs "
+                             f"would be pooled into one selection per seed; pass --pool to do that on purpose, or "
+                             f"analyze each study alone")
+        print(f"fairdp: pooling the rows of studies {', '.join(studies)} into one selection per (dataset, method, "
+              f"seed)", file=sys.stderr)
+    return df
 
 
 def _cmd_analyze(args) -> int:
@@ -245,9 +280,11 @@ def _cmd_analyze(args) -> int:
     )
     from fairdp.analysis._intervals import check_level, seed_intervals, selected_with_intervals
     from fairdp.analysis._release import has_release_events, released_guarantees
+    from fairdp.analysis._rows import check_rt
 
+    check_rt(args.rt, "--rt")
     level = check_level(args.ci, "--ci") if args.ci is not None else None
-    df = _load_rows(args.dirs)
+    df = _load_rows(args.dirs, args.pool)
     whole = _completeness(df, args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -321,7 +358,9 @@ def _cmd_report(args) -> int:
     from fairdp.analysis import write_report
     from fairdp.analysis._intervals import check_level
     from fairdp.analysis._papers import get_paper
+    from fairdp.analysis._rows import check_rt
 
+    check_rt(args.rt, "--rt")
     rts = _rt_list(args.rts) if args.rts else (0, 0.5, 1, 2, 3, 5)
     if not args.no_ci:
         check_level(args.ci, "--ci")
@@ -331,7 +370,7 @@ def _cmd_report(args) -> int:
         raise InputError(f"-o: {reason}")
     for name in args.compare or ():
         get_paper(name)  # an unknown name is refused before anything is read or written
-    df = _load_rows(args.dirs)
+    df = _load_rows(args.dirs, args.pool)
     whole = _completeness(df, args.dirs)
     history, grid = _search_histories(args.dirs, args.compare_grid)
     with warnings.catch_warnings(record=True) as caught:
@@ -357,7 +396,7 @@ def _search_histories(dirs: list[str], grid_dirs: list[str] | None):
     if not grid_dirs:
         return history, None
     if history is None:
-        raise InputError(f"--compare-grid: no search hypervolume history (<DIR>.hypervolume-<method>.parquet) "
+        raise InputError(f"--compare-grid: no search hypervolume history (<DIR>.hypervolume-<method>-seed<s>.parquet) "
                          f"beside {', '.join(dirs)}; give a search's results directory as DIR")
     return history, _load_rows(grid_dirs)
 
@@ -439,7 +478,19 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--address", help="Ray cluster to use; default RAY_ADDRESS, else embedded Ray on 127.0.0.1")
     srch.add_argument("--mode", choices=("packed", "per-config"),
                       help="packed: a sampler generation trains as packs (NSGA-II default); per-config: "
-                      "Ray Tune's OptunaSearch, one config per trial (TPE default)")
+                      "one config at a time (TPE default)")
+    srch.add_argument("--seeds", help="comma-separated search seeds instead of the spec's, e.g. 0,1: one search "
+                      "(one Optuna study) per seed")
+    srch.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
+    srch.add_argument("--dry-run", action="store_true",
+                      help="print the plan (trials, generations, slots) and exit: no training, no Ray, nothing written")
+    srch.add_argument("--executor", choices=("ray", "local"), default="ray",
+                      help="ray (default): packs as Ray Tune trials, embedded or on --address; local: in this "
+                           "process, without Ray (same store, same resume)")
+    srch.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
+                      help="a pack in training saves its state this often (default 600; 0: never)")
+    srch.add_argument("--repair", action="store_true",
+                      help="move corrupt or foreign result files aside (hidden .corrupt-* names)")
     srch.set_defaults(func=_cmd_search)
     ana = sub.add_parser("analyze", help="relaxation-threshold selection, mean ± std over seeds, as a table")
     ana.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")
@@ -457,6 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "seeds; with --selected, a bootstrap over each selected row's test examples")
     ana.add_argument("--draws", type=_draws, default=1000,
                      help="bootstrap resamples per row for --ci --selected (default 1000)")
+    ana.add_argument("--pool", action="store_true",
+                     help="rows of several studies (e.g. a grid and a search) selected together, one selection per "
+                          "seed over all their configs; refused without it")
     ana.set_defaults(func=_cmd_analyze)
     rep = sub.add_parser("report", help="tables, figures and a Markdown/HTML report of results")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")
@@ -473,6 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--compare", action="append", metavar="PAPER_TABLE",
                      help="put a paper's published values and claims beside the study's: "
                           "federate-table3, pfld-adult or pfld-compas (repeatable)")
+    rep.add_argument("--pool", action="store_true",
+                     help="rows of several studies selected together (refused without it); the report names them")
     rep.add_argument("--compare-grid", action="append", metavar="GRID_DIR",
                      help="a grid study's results: the search progress section sets each search's hypervolume "
                      "per generation against the grid front's (same dataset, method, seed, epochs); repeatable")

@@ -19,3 +19,34 @@ def last_line(text: str, fallback: str, limit: int = 500) -> str:
     what went wrong), stripped and cut to ``limit`` characters; ``fallback`` if it has none."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     return (lines[-1] if lines else fallback)[:limit]
+
+
+class DiskFull(RunAborted):
+    """A results file could not be written for lack of space: the run stops at once (every
+    pack after it would fail the same way), keeping what is stored, and the same command
+    resumes once there is room."""
+
+    def __init__(self, path: str, needed: int | None, free: int | None):
+        self.path, self.needed, self.free = path, needed, free
+        need = f"needs about {_size(needed)}" if needed else "needs more"
+        have = f", {_size(free)} free" if free is not None else ""
+        super().__init__(f"{path}: no space left on the device ({need}{have}); the packs that finished are "
+                         f"stored: free some space and run the same command to resume")
+
+    def __reduce__(self):  # crosses process boundaries (Ray) with its fields
+        return DiskFull, (self.path, self.needed, self.free)
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} bytes"
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """ENOSPC, as the OS or pyarrow (which words it in its own message) reports it."""
+    import errno
+
+    return getattr(error, "errno", None) == errno.ENOSPC or "no space left on device" in str(error).lower()

@@ -44,7 +44,10 @@ OBJECTIVES = (
 # architecture and probe are JSON objects (the effective Architecture, ProbeSettings.protocol());
 # optimizer, lr, batch_size and architecture are null for a method without gradient training or
 # network (lr and batch_size are each row's own where its method's grid sweeps them);
-# precision is what a neural pack computed in (float32, tf32, bf16 or float64), null otherwise.
+# precision is what a neural pack computed in (float32, tf32, bf16 or float64), null otherwise;
+# protocol is every other study setting that changes what a row means (JSON: the dataset, its
+# options and a fingerprint of its data, the training settings, which probes ran), compared
+# when a run resumes into stored rows.
 IDENTITY_COLUMNS = (("study", "string"), ("dataset", "string"), ("method", "string"), ("seed", "int64"),
                     ("config_id", "string"))
 # Per (group, y, y_pred) counts of the test split, JSON: every accuracy and fairness metric is
@@ -64,7 +67,8 @@ RELEASE_COLUMNS = ((PRIVACY_EVENT, "string"), (TUNING, "string"))
 PROVENANCE_COLUMNS = (
     ("best_epoch", "int64"), ("pruned_at", "int64"), ("epochs", "int64"), ("optimizer", "string"),
     ("lr", "float64"), ("batch_size", "int64"), ("precision", "string"),
-    ("architecture", "string"), ("probe", "string"), ("duration_s", "float64"), ("pack_id", "string"),
+    ("architecture", "string"), ("probe", "string"), ("protocol", "string"), ("duration_s", "float64"),
+    ("pack_id", "string"),
     ("pack_size", "int64"), ("pack_duration_s", "float64"), ("status", "string"), ("error", "string"),
     ("fairdp_version", "string"), ("node", "string"), ("finished_at", "timestamp[ms, UTC]"),
 )

@@ -27,21 +27,22 @@ def fresh_data_dir(tmp_path_factory):
         os.environ["FAIRDP_DATA_DIR"] = old
 
 
-_NO_RAY = """import sys
-class _NoRay:
+_REFUSE = """import sys
+class _Refuse:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("ray", "optuna"):
-            raise ModuleNotFoundError(f"No module named {name!r}")
-sys.meta_path.insert(0, _NoRay())
+        if name.split(".")[0] in {modules!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}")
+sys.meta_path.insert(0, _Refuse())
 """
 
 
-def env_without_ray(tmp_path: Path) -> dict:
-    """The environment of a Python that cannot import Ray or Optuna (a ``sitecustomize``
-    that refuses them): what a GPU box without Ray, or a resume that must not start Ray, sees."""
-    folder = tmp_path / "noray"
+def env_without_ray(tmp_path: Path, modules: tuple[str, ...] = ("ray", "optuna")) -> dict:
+    """The environment of a Python that cannot import ``modules`` (default Ray and Optuna: a
+    ``sitecustomize`` that refuses them): what a GPU box without Ray, or a resume that must not
+    start Ray, sees."""
+    folder = tmp_path / ("no-" + "-".join(modules))
     folder.mkdir(exist_ok=True)
-    (folder / "sitecustomize.py").write_text(_NO_RAY)
+    (folder / "sitecustomize.py").write_text(_REFUSE.format(modules=tuple(modules)))
     return {"PYTHONPATH": os.pathsep.join([str(folder), str(REPO)])}
 
 

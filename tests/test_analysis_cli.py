@@ -195,3 +195,24 @@ def test_the_report_says_which_differences_the_intervals_support(stored, tmp_pat
     assert "95% t-interval of the mean" in md
     assert main(["report", *dirs, "-o", str(tmp_path / "plain"), "--no-ci"]) == 0
     assert "Differences the intervals support" not in (tmp_path / "plain/report.md").read_text()
+
+
+def test_rows_of_two_studies_are_pooled_only_when_asked_and_the_report_names_them(tmp_path, capsys):
+    """A grid and a search of one method are two studies: selecting over both at once mixes
+    their configs into one run, so it takes --pool, which says so and names them."""
+    df = synthetic_results()
+    dirs = []
+    for name in ("grid", "search"):
+        part = df[df["dataset"] == "adult"].assign(study=name)
+        store = ResultStore(tmp_path / name)
+        for (method, seed), rows in part.groupby(["method", "seed"]):
+            store.write_pack(rows.to_dict("records"), "adult", method, int(seed), f"p{method}{seed}")
+        dirs.append(str(tmp_path / name))
+    assert main(["analyze", *dirs]) == 2
+    err = capsys.readouterr().err
+    assert "2 studies (grid, search)" in err and "--pool" in err and err.count("\n") == 1
+    assert main(["analyze", *dirs, "--pool"]) == 0
+    assert "pooling the rows of studies grid, search" in capsys.readouterr().err
+    assert main(["report", *dirs, "-o", str(tmp_path / "rep"), "--pool", "--no-ci"]) == 0
+    assert "Rows of the studies grid, search, pooled" in (tmp_path / "rep" / "report.md").read_text()
+    assert main(["analyze", dirs[0]]) == 0  # one study alone needs nothing

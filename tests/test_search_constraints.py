@@ -152,7 +152,7 @@ def _journal_study(results):
     from optuna.storages.journal import JournalFileBackend
 
     storage = JournalStorage(JournalFileBackend(str(results / "_optuna.journal")))
-    return optuna.load_study(study_name="constrained-noise", storage=storage)
+    return optuna.load_study(study_name="constrained-noise-seed0", storage=storage)
 
 
 @pytest.fixture(scope="module", params=[("nsga2", "packed"), pytest.param(("tpe", "per-config"), marks=pytest.mark.slow)],
@@ -173,22 +173,23 @@ def test_a_constrained_search_stores_infeasible_rows_and_fronts_only_feasible_on
     rows, _ = ResultStore(results).read()
     # infeasible trials train and are stored like any other
     assert (rows["eps_formal"] > BOUND).any() and (rows["eps_formal"] <= BOUND).any(), rows["eps_formal"]
-    # Optuna got each trial's violation (Trial.set_constraint: the 'constraints:<name>' system
-    # attr that both samplers and best_trials read); <= 0 is feasible
+    # Optuna got each trial's violation (the trial's 'constraints' system attr, a list: what
+    # both samplers, best_trials and optuna-dashboard read); <= 0 is feasible
     searched = _journal_study(results)
     complete = [t for t in searched.trials if t.state.name == "COMPLETE"]
     assert len(complete) == 8
     by_id = rows.set_index("config_id")
     for t in complete:
         eps = by_id.loc[t.user_attrs["config_id"], "eps_formal"]
-        assert t.constraints == pytest.approx({f"eps_formal <= {BOUND:g}": eps - BOUND})
-        assert t.system_attrs[f"constraints:eps_formal <= {BOUND:g}"] == pytest.approx(eps - BOUND)
+        assert list(t.constraints.values()) == pytest.approx([eps - BOUND])
+        assert t.system_attrs["constraints"] == pytest.approx([eps - BOUND])
+        assert t.user_attrs["constraint_names"] == [f"eps_formal <= {BOUND:g}"]
     # the front: feasible rows only, the same trials as Optuna's best_trials (feasible by its rule)
-    front = pd.read_parquet(f"{results}.pareto-noise.parquet")
+    front = pd.read_parquet(f"{results}.pareto-noise-seed0.parquet")
     assert len(front) and front["feasible"].all() and (front["eps_formal"] <= BOUND).all()
     assert set(front["config_id"]) == {t.user_attrs["config_id"] for t in searched.best_trials}
     # one hypervolume per generation of 4 trials, never decreasing, self-describing
-    history = pd.read_parquet(f"{results}.hypervolume-noise.parquet")
+    history = pd.read_parquet(f"{results}.hypervolume-noise-seed0.parquet")
     assert history["trials"].tolist() == [4, 8]
     assert (history["hypervolume"].diff().dropna() >= 0).all() and history["hypervolume"].iloc[-1] > 0
     assert json.loads(history["constraints"].iloc[0]) == [f"eps_formal <= {BOUND:g}"]
@@ -211,7 +212,7 @@ def test_the_report_draws_the_history_against_a_grid_of_the_same_method(searched
     assert "## Search progress" in md and "figures/hypervolume_history.png" in md
     assert (out / "figures" / "hypervolume_history.png").stat().st_size > 0
     # the ratio in the report is search_vs_grid over the files
-    history = pd.read_parquet(f"{results}.hypervolume-noise.parquet")
+    history = pd.read_parquet(f"{results}.hypervolume-noise-seed0.parquet")
     grid_rows, _ = ResultStore(grid).read()
     expected = search_vs_grid(history, grid_rows, OBJ, [f"eps_formal <= {BOUND:g}"])
     assert expected["grid_configs"].iloc[0] == 5 and expected["ratio"].notna().all()

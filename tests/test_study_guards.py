@@ -140,14 +140,24 @@ def test_two_concurrent_runs_do_the_work_once(tmp_path):
 
 
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
-def test_results_files_honour_the_umask(tmp_path, umask, mode):
+def test_written_files_honour_the_umask_and_results_files_are_private(tmp_path, umask, mode):
+    """Reports and figures get the umask's mode; result rows, side tables and checkpoints, which
+    hold the seed every noise draw follows from (the guarantees assume it secret), are 0600."""
     old = os.umask(umask)
     try:
-        with atomic_path(tmp_path / "f.parquet") as tmp:
+        with atomic_path(tmp_path / "f.png") as tmp:
             tmp.write_bytes(b"x")
+        store = ResultStore(tmp_path / "r")
+        rows = [{"study": "s", "dataset": "d", "method": "unconstrained", "seed": 0, "config_id": "c", "status": "ok"}]
+        pack = store.write_pack(rows, "d", "unconstrained", 0, "p")
+        side = store.write_side_table(pd.DataFrame({"a": [1]}), "plan.parquet")
+        checkpoint = store.checkpoint("p")
+        checkpoint.write(b"state")
     finally:
         os.umask(old)
-    assert (tmp_path / "f.parquet").stat().st_mode & 0o777 == mode
+    assert (tmp_path / "f.png").stat().st_mode & 0o777 == mode
+    for path in (pack, side, checkpoint.path):
+        assert os.stat(path).st_mode & 0o777 == 0o600, path
 
 
 @pytest.mark.parametrize("error", [PermissionError(13, "Permission denied"),

@@ -278,7 +278,7 @@ def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
     # every epoch reports its config-epochs to Tune (results without the searcher's metrics)
     proc = run_cli("search", str(study), "--results", str(results), "--mode", mode, env={"FAIRDP_UNITS_EVERY_S": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    front = pd.read_parquet(f"{results}.pareto-federate.parquet")
+    front = pd.read_parquet(f"{results}.pareto-federate-seed3.parquet")
     rows, _ = ResultStore(results).read()
     assert len(rows) == len(set(rows["config_id"])) <= 8 and len(rows) >= 6
     assert 1 <= len(front) <= len(rows)
@@ -293,7 +293,7 @@ def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    stored = optuna.load_study(study_name="tiny-search-federate",
+    stored = optuna.load_study(study_name="tiny-search-federate-seed3",
                                storage=JournalStorage(JournalFileBackend(str(results / "_optuna.journal"))))
     assert len(stored.trials) == 8
     # optuna-dashboard: objective names, and each trial tagged with the row it trained
@@ -458,7 +458,7 @@ def test_a_search_resumes_from_its_journal_without_retraining(tmp_path):
     from optuna.storages.journal import JournalFileBackend
 
     journal = JournalStorage(JournalFileBackend(str(results / "_optuna.journal")))
-    trials = optuna.load_study(study_name="resume-search-noise", storage=journal).trials
+    trials = optuna.load_study(study_name="resume-search-noise-seed1", storage=journal).trials
     assert len(trials) == 8 and all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
 
 
@@ -483,7 +483,7 @@ def test_four_parquet_readers_read_exactly_the_rows_of_a_directory_a_run_search_
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert main(["report", str(results), "-o", str(results / "_report")]) == 0
     assert main(["report", str(results), "-o", str(results / "report")]) == 2  # readers would read it
-    assert (results / "_optuna.journal").exists() and (tmp_path / "r.pareto-noise.parquet").exists()
+    assert (results / "_optuna.journal").exists() and (tmp_path / "r.pareto-noise-seed0.parquet").exists()
     rows, _ = ResultStore(results).read()
     assert len(rows) == 3
     key = sorted(rows["config_id"])
@@ -498,7 +498,7 @@ def test_four_parquet_readers_read_exactly_the_rows_of_a_directory_a_run_search_
     from optuna.storages.journal import JournalFileBackend
 
     journal = JournalStorage(JournalFileBackend(str(results / "_optuna.journal")))
-    searched = optuna.load_study(study_name="readers-noise", storage=journal)
+    searched = optuna.load_study(study_name="readers-noise-seed0", storage=journal)
     assert searched.metric_names == ["valid_accuracy", "valid_tpr_gap"]
     noise_ids = set(rows.loc[rows["method"] == "noise", "config_id"])
     assert {t.user_attrs["config_id"] for t in searched.trials} == noise_ids

@@ -296,7 +296,7 @@ def write_report(
     cells whose interval overlaps the column's best method's, the selected configs add a
     bootstrap interval over their test examples, and a section tabulates which pairwise
     differences between methods the intervals support. ``search_history`` (stacked
-    ``<results>.hypervolume-<method>.parquet`` tables) adds a search-progress section: the
+    ``<results>.hypervolume-<method>-seed<s>.parquet`` tables) adds a search-progress section: the
     hypervolume of each search's feasible front per generation, and, with ``grid`` (a grid
     study's rows), the grid front's hypervolume and the ratio (``search_progress``). Returns
     the written paths: figures first, then table.csv, report.md, report.html. ``compare``
@@ -366,9 +366,12 @@ def write_report(
     own = " (each notion's own violation: DP-gap for dp, EO-gap for eo, AP-gap for ap; methods without a " \
           "notion repeated under each)" if fairness == NOTION_GAP else ""
     sections: list[tuple[str, str, list[tuple[str, pd.DataFrame | str]]]] = []
+    studies = sorted(ok["study"].dropna().astype(str).unique()) if "study" in ok.columns else []
+    pooled = (f"Rows of the studies {', '.join(studies)}, pooled: each selection below chooses among the configs of "
+              f"all of them. ") if len(studies) > 1 else ""
     sections.append((
         f"Test results at RT = {rt:g}",
-        f"Per (dataset, method, seed{per}) the config with the lowest validation {label}{own} among those "
+        pooled + f"Per (dataset, method, seed{per}) the config with the lowest validation {label}{own} among those "
         f"within RT = {rt:g} accuracy points of the best validation accuracy (FEDERATE sec. 5.1), "
         "then mean ± sample std (ddof=1) over seeds of its test metrics (FEDERATE Table 1 layout)"
         + (f", [the {ci:g}% t-interval of the mean over seeds]; ≈ marks a method whose interval overlaps the "

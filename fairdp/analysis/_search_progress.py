@@ -125,7 +125,7 @@ SEARCH_KEYS = ("dataset", "method", "seed")
 
 
 def search_progress(histories: pd.DataFrame, grid_rows: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Hypervolume histories of searches (stacked ``<results>.hypervolume-<method>.parquet``
+    """Hypervolume histories of searches (stacked ``<results>.hypervolume-<method>-seed<s>.parquet``
     tables), each against the grid rows of its dataset, method and seed when ``grid_rows``
     are given (``search_vs_grid``, under the objectives and constraints the history records).
 

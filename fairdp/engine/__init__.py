@@ -13,7 +13,12 @@ from fairdp.engine._arch import (
     describe_architecture,
     preset_for,
 )
-from fairdp.engine._checkpoint import CheckpointFile, checkpointing, without_checkpoints
+from fairdp.engine._checkpoint import (
+    CheckpointFile,
+    checkpointing,
+    data_fingerprint,
+    without_checkpoints,
+)
 from fairdp.engine._loop import (
     EVAL_CHUNK,
     Batch,
@@ -85,6 +90,7 @@ __all__ = [
     "checkpointing",
     "config_chunk",
     "config_id",
+    "data_fingerprint",
     "configs_to_stop",
     "cuda_config_chunk",
     "describe_architecture",

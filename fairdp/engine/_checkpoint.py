@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fairdp.errors import DiskFull
+
 FORMAT = 1  # bump when what is pickled changes shape
 # at the end of training a pack saves if it trained this long since its last save: a pack of
 # seconds (on a GPU) is cheaper to retrain than to write
@@ -191,6 +193,8 @@ class Saver:
         file = self.checkpointing.file
         try:
             file.write(dumps(self.key, state, self.external))
+        except DiskFull:
+            raise  # the pack's rows could not be stored either: stop now
         except Exception as e:  # noqa: BLE001
             print(f"fairdp: {file.name}: cannot save a checkpoint ({type(e).__name__}: {e}); this pack trains on "
                   f"without them", file=sys.stderr, flush=True)

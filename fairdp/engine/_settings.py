@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,17 +32,22 @@ class TrainSettings:
     at 1e-3, CAPE's at 1e-4, ...); a number is used by every method that trains by gradient.
     """
 
-    epochs: int = 30
-    batch_size: int = 2000
-    lr: float | None = None
+    # Each field's ``protocol`` metadata says whether it changes what a result row means (a
+    # study's rows store and compare it on resume, ``fairdp.study.study_protocol``): True (the
+    # default, so a new setting is compared unless said otherwise), "column" (stored and
+    # compared as a row column of its own), or False (where or how fast it computes, not what).
+    epochs: int = field(default=30, metadata={"protocol": "column"})
+    batch_size: int = field(default=2000, metadata={"protocol": "column"})
+    lr: float | None = field(default=None, metadata={"protocol": "column"})
     gamma: float = 10.0  # Ganin & Lempitsky; FEDERATE's public code uses 7
-    device: str | None = None  # None: CUDA when available, else CPU
+    device: str | None = field(default=None, metadata={"protocol": False})  # None: CUDA when available, else CPU
     dtype: str = "float32"
-    precision: str | None = None  # None: tf32 on CUDA, float32 elsewhere (see PRECISIONS)
+    # None: tf32 on CUDA, float32 elsewhere (see PRECISIONS); compared by the rows' precision
+    precision: str | None = field(default=None, metadata={"protocol": "column"})
     # Configs computed together inside a pack; None picks by device (see engine.config_chunk).
-    config_chunk: int | None = None
+    config_chunk: int | None = field(default=None, metadata={"protocol": False})
     # The part of a GPU this run may fill (a Ray trial's fractional GPU); bounds CUDA chunks.
-    gpu_share: float = 1.0
+    gpu_share: float = field(default=1.0, metadata={"protocol": False})
     # Multi-objective pruning inside packs (a study's ``prune:``); None, the default, trains
     # every config for every epoch, as the papers' protocols do.
     prune: Pruning | None = None

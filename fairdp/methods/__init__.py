@@ -16,7 +16,16 @@ from fairdp.methods import (  # noqa: F401  (each module registers its method)
     reductions,
     unconstrained,
 )
-from fairdp.methods._base import EPS, LAM, HyperParam, Method, NeuralMethod, RunInfo, arange_grid
+from fairdp.methods._base import (
+    EPS,
+    LAM,
+    HyperParam,
+    Method,
+    NeuralMethod,
+    RunInfo,
+    arange_grid,
+    range_count,
+)
 from fairdp.methods._plugins import load_plugins, resolve_plugin
 from fairdp.methods._registry import (
     ENTRY_POINT_GROUP,
@@ -37,6 +46,7 @@ __all__ = [
     "RepresentationStep",
     "RunInfo",
     "arange_grid",
+    "range_count",
     "builtin_method_names",
     "get_method",
     "load_plugins",

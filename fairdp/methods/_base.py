@@ -87,10 +87,14 @@ BATCH_SIZE = HyperParam("batch_size", low=1, integer=True, doc="minibatch size")
 SETTING_PARAMS = (LR, BATCH_SIZE)
 
 
+def range_count(start: float, stop: float, step: float) -> int:
+    """How many values ``arange_grid(start, stop, step)`` has, without making them."""
+    return int(math.floor((stop - start) / step + 1e-9)) + 1
+
+
 def arange_grid(start: float, stop: float, step: float) -> list[float]:
     """start, start+step, ... up to stop (inclusive within rounding), rounded to avoid 0.30000000000000004."""
-    n = int(math.floor((stop - start) / step + 1e-9)) + 1
-    return [round(start + i * step, 10) for i in range(n)]
+    return [round(start + i * step, 10) for i in range(range_count(start, stop, step))]
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,9 @@ def load_plugins(plugins: Sequence[str], base_dir: str | Path | None = None, key
             _LOADED[target] = _import(target, where)
         except InputError:
             raise
+        except SystemExit as e:  # a plugin that exits on import would end fairdp silently, exit 0
+            raise InputError(f"{where}: {target}: called sys.exit({e.code!r}) while being imported; a plugin "
+                             f"must only define and register methods") from None
         except Exception as e:  # noqa: BLE001 - the plugin's own error, as one line
             raise InputError(f"{where}: {target}: {type(e).__name__}: {' '.join(str(e).split())}") from None
     return resolved

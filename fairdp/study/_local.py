@@ -8,7 +8,7 @@ would; a Ctrl-C stops after the pack in flight, leaving the rest to the next run
 
 from __future__ import annotations
 
-from fairdp.errors import last_line
+from fairdp.errors import DiskFull, last_line
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
 from fairdp.study._spec import StudySpec
@@ -27,7 +27,7 @@ def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, pro
             for attempt in range(spec.resources.max_failures + 1):
                 try:
                     run_pack(ctx, pack, lambda epoch, key=key: progress.advance(key, epoch.configs))
-                except KeyboardInterrupt:
+                except (KeyboardInterrupt, DiskFull):
                     raise
                 except Exception as exc:  # noqa: BLE001 - a failing pack becomes error rows, as under Tune
                     if attempt < spec.resources.max_failures:

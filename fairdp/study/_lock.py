@@ -22,6 +22,8 @@ from pathlib import Path
 from fairdp.errors import InputError
 
 LOCK_NAME = ".fairdp.lock"
+WORKERS_DIR = ".fairdp-workers"  # <host>-<pid> of each process training a pack of the lock's run
+WORKER_WAIT_S = 120.0
 
 
 def alive(pid: int) -> bool:
@@ -62,6 +64,7 @@ def results_lock(location: str, command: str, stream=None):
             if host == me["host"] and isinstance(pid, int) and not alive(pid):
                 print(f"fairdp: {location}: taking over the lock of fairdp {owner.get('command', '')} "
                       f"(pid {pid}), which no longer runs", file=stream or sys.stderr, flush=True)
+                wait_for_workers(root, stream)  # its workers could still store a pack
                 path.unlink(missing_ok=True)
                 continue
             if host == me["host"]:
@@ -79,3 +82,78 @@ def results_lock(location: str, command: str, stream=None):
     finally:
         if (_owner(path) or {}).get("pid") == me["pid"]:
             path.unlink(missing_ok=True)
+
+
+def _worker_files(root: Path) -> list[Path]:
+    folder = root / WORKERS_DIR
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+@contextlib.contextmanager
+def registered_worker(location: str):
+    """Mark this process, for the block, as training a pack into the local results
+    ``location``: a run that takes over the lock of a killed run waits for such processes."""
+    folder = Path(location) / WORKERS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    mark = folder / f"{socket.gethostname()}-{os.getpid()}"
+    mark.touch()
+    try:
+        yield
+    finally:
+        mark.unlink(missing_ok=True)
+
+
+def wait_for_workers(root: Path, stream=None, timeout_s: float = WORKER_WAIT_S) -> None:
+    """Wait until no process of this host registered as a worker of ``root`` runs (a killed
+    run's Ray workers stop within a second of their driver, ``watch_driver``); marks of
+    processes that are gone are removed. InputError if some still run after ``timeout_s``."""
+    host = socket.gethostname()
+    deadline, said = time.monotonic() + timeout_s, False
+    while True:
+        running = []
+        for mark in _worker_files(root):
+            mark_host, _, pid = mark.name.rpartition("-")
+            if mark_host != host or not pid.isdigit():
+                continue  # another host's worker cannot be checked from here
+            if alive(int(pid)):
+                running.append(int(pid))
+            else:
+                mark.unlink(missing_ok=True)
+        if not running:
+            return
+        if time.monotonic() > deadline:
+            raise InputError(f"{root}: processes {', '.join(map(str, running))} of a killed fairdp run still train "
+                             f"into it after {timeout_s:g} s; wait for them to stop, or pass another --results")
+        if not said:
+            print(f"fairdp: {root}: waiting for {len(running)} worker process(es) of the killed run to stop",
+                  file=stream or sys.stderr, flush=True)
+            said = True
+        time.sleep(0.2)
+
+
+_WATCHING: set[int] = set()
+DRIVER_GONE_EXIT = 70
+
+
+def exit_if_driver_gone(host: str, pid: int) -> None:
+    """In a worker process of this ``host``: exit at once if the driver ``pid`` is gone."""
+    if host == socket.gethostname() and not alive(pid):
+        os._exit(DRIVER_GONE_EXIT)
+
+
+def watch_driver(host: str, pid: int, every_s: float = 0.25) -> None:
+    """In a worker process: exit at once when the driver ``pid`` of this ``host`` is gone, so
+    that a killed run stores nothing after its kill (Ray's workers outlive a SIGKILLed driver
+    by seconds). Started once per process and driver; a worker of another host does nothing."""
+    if host != socket.gethostname() or pid in _WATCHING:
+        return
+    _WATCHING.add(pid)
+
+    def watch() -> None:
+        while alive(pid):
+            time.sleep(every_s)
+        os._exit(DRIVER_GONE_EXIT)  # no cleanup: the driver that owned this work is gone
+
+    import threading
+
+    threading.Thread(target=watch, name=f"fairdp-watch-driver-{pid}", daemon=True).start()

@@ -30,14 +30,20 @@ def journal_path(store: ResultStore) -> str:
     return journal
 
 
+CONSTRAINTS_ATTR = "constraints"  # Optuna's system attr of a trial's constraint values, a list
+
+
 def set_constraints(trial, row: dict, search: SearchSpec) -> None:
     """The violation of each of the search's constraints by ``row`` (<= 0: satisfied) on the
-    Optuna trial that trained it, before it is told. Optuna 5 deprecates the samplers'
-    ``constraints_func`` for this: both NSGA-II (constrained domination) and TPE (feasible
-    trials first in its good/bad split) read ``trial.constraints``, as ``Study.best_trials``
-    does to keep feasible trials only. Stored as system attrs ``constraints:<constraint>``."""
-    for c in search.constraints:
-        trial.set_constraint(str(c), c.violation(row.get(c.metric)))
+    Optuna trial that trained it, before it is told, as the list in the trial's system attr
+    ``constraints``: what optuna-dashboard shows and what Optuna's ``trial.constraints`` reads
+    (NSGA-II's constrained domination, TPE's feasible-first split and ``Study.best_trials``).
+    Their names go to the user attr ``constraint_names``, in the same order."""
+    if not search.constraints:
+        return
+    values = [float(c.violation(row.get(c.metric))) for c in search.constraints]
+    trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_ATTR, values)  # Optuna's key since v3
+    trial.set_user_attr("constraint_names", [str(c) for c in search.constraints])
 
 
 def sampler(search: SearchSpec):
@@ -107,6 +113,23 @@ def open_study(search: SearchSpec, study_name: str, journal: str, stream=None):
         if t.params:
             study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
     return study, storage
+
+
+def read_complete_trials(journal: str, study_name: str) -> int:
+    """Complete trials of ``study_name`` in ``journal``, read without writing (0 when there is
+    none): what a dry run reports."""
+    if not os.path.isfile(journal):
+        return 0
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=JournalStorage(JournalFileBackend(journal)))
+    except Exception:  # noqa: BLE001 - no such study in the journal
+        return 0
+    return complete_trials(study)
 
 
 def complete_trials(study) -> int:

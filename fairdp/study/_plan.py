@@ -6,17 +6,19 @@ import hashlib
 import itertools
 import json
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.privacy import TrialCount
 from fairdp.study._spec import DEFAULT_PACK_CAP, GPU_PACK_CAP, MethodPlan, StudySpec
-from fairdp.study._store import ResultStore, pack_id
+from fairdp.study._store import CorruptSideTable, ResultStore, foreign_reason, pack_id
 
 
 @dataclass(frozen=True)
@@ -184,13 +186,21 @@ def plan_table(spec: StudySpec) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PLAN_COLUMNS).astype({"seed": "int64", "epochs": "int64"})
 
 
-def record_plan(store: ResultStore, spec: StudySpec) -> pd.DataFrame:
+def record_plan(store: ResultStore, spec: StudySpec, repair: bool = False, stream=None) -> pd.DataFrame:
     """Write ``<results>.plan.parquet``: this run's configs added to those earlier runs into
     the same results planned (a ``--seeds 0`` run, then ``--seeds 1``), so an analysis can
     tell the whole study from the part that has finished. A plan left by another study or
-    training length (whose rows are gone: ``check_compatible`` passed) is replaced."""
+    training length (whose rows are gone: ``check_compatible`` passed) is replaced; a corrupt
+    or foreign one is an error, moved aside with ``repair``."""
     plan = plan_table(spec)
-    old = read_plan(store)
+    try:
+        old = read_plan(store)
+    except CorruptSideTable as e:
+        if not repair:
+            raise
+        moved = store.move_aside(e.path)
+        print(f"fairdp run: moved aside {e.path} ({e.reason}) to {moved}", file=stream or sys.stderr, flush=True)
+        old = None
     if old is not None:
         same = (old["study"] == spec.name) & (old["dataset"] == spec.dataset) & (old["epochs"] == spec.train.epochs)
         plan = pd.concat([old[same][PLAN_COLUMNS], plan], ignore_index=True)
@@ -199,9 +209,20 @@ def record_plan(store: ResultStore, spec: StudySpec) -> pd.DataFrame:
     return plan
 
 
+PLAN_TYPES = {"study": pa.string(), "dataset": pa.string(), "method": pa.string(), "seed": pa.int64(),
+              "config_id": pa.string(), "epochs": pa.int64()}
+
+
 def read_plan(store: ResultStore) -> pd.DataFrame | None:
-    """The plan beside ``store``'s results, or None when no run wrote one."""
-    return store.read_side_table(PLAN_TABLE)
+    """The plan beside ``store``'s results, or None when no run wrote one; ``CorruptSideTable``
+    (an InputError naming it) when it is unreadable or not a plan."""
+    plan = store.read_side_table(PLAN_TABLE)
+    if plan is None:
+        return None
+    reason = foreign_reason(pa.Schema.from_pandas(plan, preserve_index=False), PLAN_TYPES)
+    if reason:
+        raise CorruptSideTable(store.side_table_path(PLAN_TABLE), reason)
+    return plan
 
 
 def read_plans(*locations) -> pd.DataFrame | None:

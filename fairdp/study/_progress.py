@@ -183,6 +183,8 @@ def replay(trace: dict, model: EtaModel | None = None) -> list[tuple[float, floa
         elif kind == "restart":
             done -= ev.get("units", 0.0)
             model.restart(t, key)
+        elif kind == "answered":
+            done += ev.get("units", 0.0)
         out.append((t, done / total if total else 1.0, model.eta(t)))
     return out
 
@@ -195,13 +197,13 @@ class Progress:
     packs run at once; ``reference`` the methods' reference costs (``_estimate.unit_costs``).
     """
 
-    def __init__(self, label: str, packs: int, configs: int, *, epochs: int = 1, slots: int = 1,
+    def __init__(self, label: str, packs: int | None, configs: int, *, epochs: int = 1, slots: int = 1,
                  pending: dict[str, float] | None = None, reference: dict[str, float] | None = None,
                  pending_packs: dict[str, int] | None = None, stream=None, bar: bool | None = None):
         self.label, self.total_packs = label, packs
         self.total_units = float(configs * max(1, epochs))
         self.epochs = max(1, epochs)
-        self.packs = self.failures = self.retries = 0
+        self.packs = self.failures = self.retries = self.answered_configs = 0
         self.units = 0.0
         self.t0 = time.monotonic()
         self.stream = stream or sys.stderr
@@ -264,6 +266,21 @@ class Progress:
             self._record(t, "restart", key, units=credited)
             self._show(force=True)
 
+    def answered(self, configs: int) -> None:
+        """``configs`` configs answered without training (a search's repeats of stored configs):
+        their units are done and leave the work still to come."""
+        with self._lock:
+            units = float(configs * self.epochs)
+            t = self._now()
+            self.units = min(self.total_units, self.units + units)
+            for pool in list(self.model.pending):
+                take = min(units, self.model.pending[pool])
+                self.model.pending[pool] -= take
+                units -= take
+            self.answered_configs += configs
+            self._record(t, "answered", "", units=float(configs * self.epochs))
+            self._show(force=True)
+
     def tick(self) -> None:
         with self._lock:
             self._show()
@@ -278,7 +295,9 @@ class Progress:
 
     def packs_text(self) -> str:
         retried = f", {self.retries} retried" if self.retries else ""
-        return f"packs {self.packs}/{self.total_packs} done, {self.failures} failed{retried}"
+        answered = f", {self.answered_configs} configs answered from stored rows" if self.answered_configs else ""
+        total = f"/{self.total_packs}" if self.total_packs is not None else ""
+        return f"packs {self.packs}{total} done, {self.failures} failed{retried}{answered}"
 
     def eta_text(self, t: float | None = None) -> str:
         eta = self.model.eta(self._now() if t is None else t)

@@ -85,18 +85,25 @@ TOKEN_NOTICE = {"ray._private.authentication.authentication_token_setup": ("Toke
 CONNECT_TIMEOUT_S = 5.0
 
 
-def check_reachable(address: str) -> None:
-    """InputError within seconds if nothing answers at ``host:port`` (Ray itself retries for
-    minutes). ``auto`` and ``ray://`` addresses are left to Ray."""
-    if address == "auto" or "://" in address:
+def address_source(address: str | None) -> str:
+    """What named the cluster: the ``--address`` flag or the ``RAY_ADDRESS`` variable."""
+    return "--address" if address else "RAY_ADDRESS"
+
+
+def check_reachable(address: str, source: str = "--address") -> None:
+    """InputError within seconds if ``address`` is not host:port (or auto, ray://host:port), or
+    nothing answers there (Ray itself retries for minutes). ``auto`` is left to Ray; a
+    ``ray://`` address is checked at its host and port."""
+    if address == "auto":
         return
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise InputError(f"--address: expected host:port, auto or ray://host:port, got {address!r}")
+    hostport = address.split("://", 1)[1] if address.startswith("ray://") else address
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or "://" in hostport or " " in host:
+        raise InputError(f"{source}: expected host:port, auto or ray://host:port, got {address!r}")
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as e:
-        raise InputError(f"--address {address}: no Ray cluster answers there ({e.strerror or e}); "
+        raise InputError(f"{source} {address}: no Ray cluster answers there ({e.strerror or e}); "
                          f"is the head running and the port open?") from None
 
 

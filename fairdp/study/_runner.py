@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import socket
 import sys
 import threading
 import time
@@ -24,11 +26,11 @@ from fairdp.study._local import EXECUTORS, run_packs_locally
 from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible, plan_packs, record_plan
 from fairdp.study._progress import Progress, duration
-from fairdp.study._ray import ray_session, resolve_address
+from fairdp.study._ray import address_source, check_reachable, ray_session, resolve_address
 from fairdp.study._signals import sigterm_as_ctrl_c
-from fairdp.study._spec import GPU_PACK_CAP, StudySpec
+from fairdp.study._spec import GPU_PACK_CAP, MAX_SEED, StudySpec
 from fairdp.study._store import CHECKPOINTS, ResultStore, corrupt_error
-from fairdp.study._trial import StudyContext, check_same_training, load_study_data
+from fairdp.study._trial import StudyContext, check_same_training, load_study_data, protocol_json
 from fairdp.study._tune import (
     check_trial_fits,
     cluster_nodes,
@@ -58,8 +60,8 @@ def default_results(spec: StudySpec) -> str:
 def with_overrides(spec: StudySpec, seeds: list[int] | None = None, epochs: int | None = None) -> StudySpec:
     """The spec with ``--seeds`` / ``--epochs`` applied (validated like the file's values)."""
     if seeds is not None:
-        if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-            raise InputError(f"--seeds: needs distinct non-negative integers, got {seeds}")
+        if not seeds or any(s < 0 or s > MAX_SEED for s in seeds) or len(set(seeds)) != len(seeds):
+            raise InputError(f"--seeds: needs distinct integers in [0, 2**63 - 1], got {seeds}")
         spec = dataclasses.replace(spec, seeds=tuple(seeds))
     if epochs is not None:
         if epochs < 1:
@@ -119,13 +121,18 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         raise InputError("--address: a cluster address needs --executor ray; the local executor runs in this process")
     if not checkpoint_every_s >= 0:  # NaN too
         raise InputError(f"--checkpoint-every: must be >= 0 seconds (0: no checkpoints), got {checkpoint_every_s}")
+    if executor == "ray" and resolve_address(address) is not None:  # before anything is written
+        check_reachable(resolve_address(address), address_source(address))
     t0 = time.monotonic()
     # absolute: Ray Tune runs each trial in its own working directory
     results = ResultStore(results or default_results(spec)).location
-    ctx = dataclasses.replace(StudyContext.from_spec(spec, results), checkpoint_every_s=float(checkpoint_every_s))
+    ctx = dataclasses.replace(StudyContext.from_spec(spec, results), checkpoint_every_s=float(checkpoint_every_s),
+                              driver=(socket.gethostname(), os.getpid()) if executor == "ray" else None)
     store = ctx.store()
+    store.probe()
     with said_if_slow(f"fairdp run {spec.name}: loading dataset {spec.dataset}", progress_stream or sys.stderr):
         data = load_study_data(ctx)
+    ctx = dataclasses.replace(ctx, protocol=protocol_json(spec, data))  # with the data's fingerprint
     for plan in spec.methods:
         get_method(plan.name).check_dataset(data)
     store.check_writable()
@@ -261,7 +268,7 @@ def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, n
     check_same_training(ctx, stored, results, [m.name for m in spec.methods])
     store.remove_temporaries()
     _drop_finished_checkpoints(store, stored)
-    record_plan(store, spec)  # before training: an interrupted run's analysis knows what is missing
+    record_plan(store, spec, repair, progress_stream)  # before training: an interrupted run's analysis knows what is missing
     for line in settings_lines(spec):
         print(line, file=progress_stream or sys.stderr, flush=True)
     left, done = plan_packs(spec, stored, 1)

@@ -25,7 +25,7 @@ from fairdp.engine import (
     architecture_from,
 )
 from fairdp.errors import InputError
-from fairdp.methods import Method, arange_grid, get_method, load_plugins, method_names
+from fairdp.methods import Method, arange_grid, get_method, load_plugins, method_names, range_count
 from fairdp.metrics import ProbeSettings
 from fairdp.privacy import COUNTS, TrialCount
 from fairdp.schema import NOTION_GAP, OBJECTIVES, SELECTION_FAIRNESS
@@ -81,28 +81,39 @@ class Resources:
     max_failures: int = 1  # Ray Tune retries of a failed pack
 
 
+def _not_protocol(default=dataclasses.MISSING, *, why: str, **kw):
+    """A StudySpec field that does not change what a row means (``why`` says what it is)."""
+    return field(default=default, metadata={"protocol": False, "why": why}, **kw)
+
+
 @dataclass(frozen=True)
 class StudySpec:
-    name: str
+    # Fields change what a result row means (stored with each row and compared on resume,
+    # ``study_protocol``) unless marked: a new field is compared unless said otherwise.
+    name: str = field(metadata={"protocol": "column"})
     dataset: str
     dataset_options: dict
-    seeds: tuple[int, ...]
-    train: TrainSettings
-    leakage: bool
-    mdl: bool
-    probe: ProbeSettings
-    fairness: str
-    rt: float
-    methods: tuple[MethodPlan, ...]
-    search: SearchSpec | None
-    resources: Resources
-    pack_size: int | None  # None: chosen from the grid and the cluster's CPUs
-    plugins: tuple[str, ...] = ()  # resolved plugin files / modules, imported before the methods
-    method_settings: dict = field(default_factory=dict)  # name -> MethodSettings, the search's method too
-    by: tuple[str, ...] = ()  # report-by keys: selection and aggregation per their values too
-    tuning: TrialCount | None = None  # a random trial count per run (Papernot & Steinke); None: whole grids
-    source: str = ""
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
+    seeds: tuple[int, ...] = _not_protocol(why="which runs, not how")
+    train: TrainSettings = field(default_factory=TrainSettings)
+    leakage: bool = False
+    mdl: bool = False
+    probe: ProbeSettings = field(default=None, metadata={"protocol": "column"})
+    fairness: str = _not_protocol("tpr_gap", why="how rows are selected, not what they are")
+    rt: float = _not_protocol(1.0, why="how rows are selected")
+    methods: tuple[MethodPlan, ...] = _not_protocol((), why="grids: which configs; each method's settings are columns")
+    search: SearchSpec | None = _not_protocol(None, why="compared by the search's own study")
+    resources: Resources = _not_protocol(None, why="where it runs")
+    pack_size: int | None = _not_protocol(None, why="how configs are grouped")  # None: from the grid and CPUs
+    # resolved plugin files / modules, imported before the methods
+    plugins: tuple[str, ...] = _not_protocol((), why="where methods come from; the method is a column")
+    # name -> MethodSettings, the search's method too
+    method_settings: dict = _not_protocol(why="per-method columns (optimizer, lr, architecture)",
+                                          default_factory=dict)
+    by: tuple[str, ...] = _not_protocol((), why="report-by keys")  # selection and aggregation per their values too
+    # a random trial count per run (Papernot & Steinke); None: whole grids
+    tuning: TrialCount | None = field(default=None, metadata={"protocol": "column"})
+    source: str = _not_protocol("", why="the file it was read from")
+    raw: dict = _not_protocol(why="the file's text", default_factory=dict, compare=False, repr=False)
 
     @property
     def n_configs(self) -> int:
@@ -151,6 +162,11 @@ def load_spec(path: str | Path) -> StudySpec:
         raise InputError(f"{path}: not a text file") from None
     except OSError as e:
         raise InputError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if raw is None:
+        raise InputError(f"{path}: empty; a study file is a mapping with at least name, dataset and methods")
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: must be a mapping with at least name, dataset and methods, "
+                         f"got {type(raw).__name__}")
     return parse_spec(raw, source=str(path), base_dir=path.parent)
 
 
@@ -213,10 +229,14 @@ def _dataset(value) -> tuple[str, dict]:
     return name, options
 
 
+MAX_SEED = 2**63 - 1
+"""Seeds are stored as int64 and seed 64-bit generators."""
+
+
 def _seeds(value) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise InputError(f"seeds: must be a non-empty list of integers, got {value!r}")
-    seeds = tuple(_int(v, f"seeds[{i}]", low=0) for i, v in enumerate(value))
+    seeds = tuple(_int(v, f"seeds[{i}]", low=0, high=MAX_SEED) for i, v in enumerate(value))
     if len(set(seeds)) != len(seeds):
         raise InputError(f"seeds: repeated seed in {list(seeds)}")
     return seeds
@@ -397,6 +417,10 @@ def _grid(method: Method, grid, path: str, dataset: str) -> dict[str, list]:
             step = _number(r["step"], f"{path}.{key}.step", low=0.0, low_open=True)
             if stop < start:
                 raise InputError(f"{path}.{key}.stop: must be >= start ({start}), got {stop}")
+            count = range_count(start, stop, step)
+            if count > MAX_CONFIGS_PER_METHOD:  # counted, not expanded: 1e12 values would take hours
+                raise InputError(f"{path}.{key}: {count:,} values, above fairdp's limit of "
+                                 f"{MAX_CONFIGS_PER_METHOD:,} configs per method; a larger step or a search: block")
             values = arange_grid(start, stop, step)
             out[key] = [hp.validate(v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
         elif isinstance(values, list) and values:
@@ -549,9 +573,11 @@ def _number(value, path: str, low: float | None = None, low_open: bool = False) 
     return float(value)
 
 
-def _int(value, path: str, low: int | None = None) -> int:
+def _int(value, path: str, low: int | None = None, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"{path}: must be an integer, got {value!r}")
     if low is not None and value < low:
         raise InputError(f"{path}: must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise InputError(f"{path}: must be <= {high} (2**63 - 1), got {value}")
     return value

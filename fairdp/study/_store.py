@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +27,11 @@ import pyarrow.parquet as pq
 from fairdp import schema
 from fairdp._atomic import atomic_path, unwritable_reason
 from fairdp.engine import CheckpointFile
-from fairdp.errors import InputError
+from fairdp.errors import DiskFull, InputError, is_disk_full
 from fairdp.methods import builtin_method_names, get_method
+
+PROBE_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_ENV = "FAIRDP_STORE_PROBE_TIMEOUT_S"
 
 _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(),
                 "timestamp[ms, UTC]": pa.timestamp("ms", tz="UTC")}
@@ -47,6 +52,15 @@ def arrow_schema(columns) -> pa.Schema:
 def pack_id(method: str, seed: int, config_ids) -> str:
     blob = f"{method}/{seed}/" + ",".join(sorted(config_ids))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class CorruptSideTable(InputError):
+    """A side table beside the results (a plan, a front) that cannot be read or is not fairdp's."""
+
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"{path}: corrupt or foreign ({reason}); `fairdp run --repair` moves it aside (or delete "
+                         f"it and rerun the fairdp command that wrote it)")
 
 
 @dataclass(frozen=True)
@@ -113,21 +127,38 @@ class ResultStore:
         try:
             return pq.read_table(path, filesystem=self.fs).to_pandas()
         except (pa.ArrowException, OSError) as e:
-            raise InputError(f"{path}: corrupt or unreadable ({str(e).splitlines()[0]}); delete it and rerun "
-                             f"the fairdp command that wrote it") from None
+            raise CorruptSideTable(path, str(e).splitlines()[0]) from None
 
     def _write(self, table: pa.Table, final: str) -> str:
-        return self.put(final, lambda path: pq.write_table(table, path, filesystem=self.fs))
+        return self.put(final, lambda path: pq.write_table(table, path, filesystem=self.fs), size=table.nbytes)
 
-    def put(self, final: str, write) -> str:
+    def put(self, final: str, write, size: int | None = None) -> str:
         """``write(path)`` a file that appears at ``final`` all at once: on an object store its
         single PUT already is; locally it is written under a hidden ``.tmp-`` name (which
-        ``remove_temporaries`` deletes if the writer is killed) and renamed."""
+        ``remove_temporaries`` deletes if the writer is killed) and renamed. A full disk is
+        ``DiskFull``, naming the file, about the space it needs (``size``, its expected bytes,
+        else twice what was written) and the space free."""
         if not self.is_local:
             write(final)
             return final
-        with atomic_path(final, prefix=f".tmp-{final.rsplit('/', 1)[1]}.") as tmp:
-            write(str(tmp))
+        try:
+            # private: rows and checkpoints hold the seed, from which every noise draw follows
+            with atomic_path(final, prefix=f".tmp-{final.rsplit('/', 1)[1]}.", private=True) as tmp:
+                try:
+                    write(str(tmp))
+                finally:
+                    written = tmp.stat().st_size if tmp.exists() else None
+        except (OSError, pa.ArrowException) as e:
+            if not is_disk_full(e):
+                raise
+            directory, name = final.rsplit("/", 1)
+            free = shutil.disk_usage(directory).free if os.path.isdir(directory) else None
+            # what a file like it took: the largest sibling of its kind (a Parquet footer alone is
+            # ~15 KB, far above its rows' bytes), else what was asked or written
+            siblings = [e.stat().st_size for e in os.scandir(directory) if e.is_file()
+                        and not e.name.startswith(".") and e.name.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]] \
+                if os.path.isdir(directory) else []
+            raise DiskFull(final, max([size or 0, written or 0, *siblings]) or None, free) from None
         return final
 
     def check_writable(self) -> None:
@@ -139,6 +170,32 @@ class ResultStore:
         reason = unwritable_reason(self.root)
         if reason:
             raise InputError(f"{reason}; pass another --results")
+
+    def probe(self, timeout_s: float | None = None) -> None:
+        """InputError naming the location unless an object store answers within ``timeout_s``
+        (default ``PROBE_TIMEOUT_S``, or ``FAIRDP_STORE_PROBE_TIMEOUT_S``): without credentials
+        or network a client may retry for many minutes, saying nothing. Local paths answer at once."""
+        if self.is_local:
+            return
+        timeout_s = float(os.environ.get(PROBE_TIMEOUT_ENV, PROBE_TIMEOUT_S)) if timeout_s is None else timeout_s
+        outcome: dict = {}
+
+        def ask() -> None:
+            try:
+                outcome["info"] = self.fs.get_file_info(self.root)
+            except Exception as e:  # noqa: BLE001 - any client error is the user's one line
+                outcome["error"] = e
+
+        worker = threading.Thread(target=ask, daemon=True)  # a client stuck retrying is left behind
+        worker.start()
+        worker.join(timeout_s)
+        if worker.is_alive():
+            raise InputError(f"--results {self.location}: the object store did not answer within {timeout_s:g} s "
+                             f"(no credentials, no network, or no such bucket?)")
+        if "error" in outcome:
+            e = outcome["error"]
+            raise InputError(f"--results {self.location}: cannot be reached ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:300]})")
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self) -> bool:
@@ -170,7 +227,12 @@ class ResultStore:
         tables, corrupt = [], []
         for path in self.pack_files():
             try:
-                tables.append(pq.read_table(path, filesystem=self.fs))
+                table = pq.read_table(path, filesystem=self.fs)
+                foreign = foreign_reason(table.schema)
+                if foreign:
+                    corrupt.append(CorruptFile(path, foreign))
+                    continue
+                tables.append(table)
             except (pa.ArrowException, OSError) as e:
                 # healthy but unreadable to this user (pyarrow words EACCES its own way): not
                 # corrupt, and --repair would move a good file aside
@@ -240,18 +302,44 @@ class StoredCheckpoint(CheckpointFile):
                 f.write(blob)
 
         self.store.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
-        self.store.put(self.path, write)
+        self.store.put(self.path, write, size=len(blob))
 
     def drop(self) -> None:
         if self.store.fs.get_file_info(self.path).type == pafs.FileType.File:
             self.store.fs.delete_file(self.path)
 
 
+# What makes a Parquet file a pack file of fairdp's: its identity columns, with these types.
+PACK_KEY_TYPES = {"study": pa.string(), "dataset": pa.string(), "method": pa.string(), "seed": pa.int64(),
+                  "config_id": pa.string(), "status": pa.string()}
+
+
+def foreign_reason(table_schema: pa.Schema, required: dict | None = None) -> str | None:
+    """Why a Parquet file is not one of fairdp's (a column missing or of another type), or None."""
+    for name, kind in (required or PACK_KEY_TYPES).items():
+        if name not in table_schema.names:
+            return f"not a fairdp file: no column '{name}'"
+        have = table_schema.field(name).type
+        if not (_same_kind(have, kind) or pa.types.is_null(have)):
+            return f"not a fairdp file: column '{name}' holds {have}, not {kind}"
+    return None
+
+
+def _same_kind(have: pa.DataType, want: pa.DataType) -> bool:
+    """Strings of any width for a string column, integers of any width for an integer one."""
+    if pa.types.is_string(want):
+        return pa.types.is_string(have) or pa.types.is_large_string(have)
+    if pa.types.is_integer(want):
+        return pa.types.is_integer(have)
+    return have == want
+
+
 def corrupt_error(corrupt: list[CorruptFile]) -> InputError:
-    """The one-line error naming the first unreadable file (and how many more there are)."""
+    """The one-line error naming the first unreadable or foreign file (and how many more there are)."""
     c = corrupt[0]
     more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
-    return InputError(f"{c.path}: corrupt or truncated results file{more} ({c.reason}); "
+    what = "foreign file in the results" if c.reason.startswith("not a fairdp file") else "corrupt or truncated results file"
+    return InputError(f"{c.path}: {what}{more} ({c.reason}); "
                       f"`fairdp run --repair` moves it aside and reruns its configs")
 
 
@@ -264,6 +352,7 @@ def read_results(*locations) -> pd.DataFrame:
             frames.append(_read_rows_file(Path(str(loc))))
             continue
         store = ResultStore(loc)
+        store.probe()
         if not store.exists():
             raise InputError(f"{loc}: no such results directory")
         df, _ = store.read()

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from fairdp import __version__, schema
-from fairdp.engine import Architecture, EpochReport, TrainSettings, checkpointing
+from fairdp.engine import Architecture, EpochReport, TrainSettings, checkpointing, data_fingerprint
 from fairdp.errors import InputError
 from fairdp.methods import get_method, load_plugins
 from fairdp.metrics import ProbeSettings
+from fairdp.study._lock import exit_if_driver_gone, registered_worker, watch_driver
 from fairdp.study._plan import Pack
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, study_columns
@@ -48,9 +49,13 @@ class StudyContext:
     # a pack in training saves a checkpoint this often (seconds; 0: never) to resume from
     # if it is killed; it does not change what the pack computes
     checkpoint_every_s: float = 600.0
+    protocol: str = ""  # study_protocol(spec, data) as JSON, stored in every row
+    driver: tuple[str, int] | None = None  # (host, pid) of the run's driver: its workers die with it
 
     @classmethod
-    def from_spec(cls, spec: StudySpec, results: str) -> StudyContext:
+    def from_spec(cls, spec: StudySpec, results: str, data=None) -> StudyContext:
+        """The context of ``spec``'s packs; with the loaded ``data`` its protocol (stored in every
+        row) includes the data's fingerprint."""
         gpus = spec.resources.gpus_per_trial
         train = dataclasses.replace(spec.train, gpu_share=min(1.0, gpus)) if gpus > 0 else spec.train
         methods = [m.name for m in spec.methods] + ([spec.search.method] if spec.search else [])
@@ -58,7 +63,8 @@ class StudyContext:
                    spec.probe, results, spec.resources.cpus_per_trial, spec.plugins,
                    tuple(study_columns(methods)), dict(spec.method_settings),
                    spec.tuning.to_dict() if spec.tuning is not None else None,
-                   {m.name: m.configs for m in spec.methods} if spec.tuning is not None else {})
+                   {m.name: m.configs for m in spec.methods} if spec.tuning is not None else {},
+                   protocol=protocol_json(spec, data))
 
     def training(self, method: str) -> tuple[TrainSettings, Architecture | None]:
         """The settings and architecture ``method`` trains with in this study (its defaults
@@ -77,6 +83,64 @@ def _load(name: str, options_json: str):
     from fairdp.data import load_dataset
 
     return load_dataset(name, **json.loads(options_json))
+
+
+def _plain(value):
+    """A setting as JSON data: dataclasses as mappings, tuples as lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _protocol_fields(obj) -> dict:
+    """The fields of a settings dataclass whose ``protocol`` metadata is True (the default)."""
+    return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+            if f.metadata.get("protocol", True) is True}
+
+
+def study_protocol(spec: StudySpec, data=None) -> dict:
+    """Every setting of ``spec`` that changes what a result row means and is not a row column
+    of its own, derived from the fields of ``StudySpec`` and ``TrainSettings`` (their
+    ``protocol`` metadata), so a new setting is compared unless it is marked otherwise; with
+    the loaded ``data``, a fingerprint of its labels, groups, splits and features."""
+    out = _protocol_fields(spec)
+    out["train"] = _protocol_fields(spec.train)
+    if data is not None:
+        out["data"] = data_fingerprint(data)
+    return out
+
+
+# protocol keys as a study file spells them
+_SETTING_NAMES = {"dataset_options": "dataset", "leakage": "evaluate.leakage", "mdl": "evaluate.mdl",
+                  "train.prune": "prune"}
+
+
+def _setting_name(key: str) -> str:
+    for prefix, name in _SETTING_NAMES.items():
+        if key == prefix or key.startswith(prefix + "."):
+            return name + key[len(prefix):]
+    return key
+
+
+def protocol_json(spec: StudySpec, data=None) -> str:
+    return json.dumps(study_protocol(spec, data), sort_keys=True, separators=(",", ":"))
+
+
+def protocol_difference(have: dict, want: dict, path: str = "") -> tuple[str, object, object] | None:
+    """The first setting (dotted path) where two protocols differ, with both values."""
+    for key in sorted(set(have) | set(want)):
+        a, b, where = have.get(key), want.get(key), f"{path}.{key}" if path else key
+        if isinstance(a, dict) and isinstance(b, dict):
+            found = protocol_difference(a, b, where)
+            if found:
+                return found
+        elif a != b:
+            return where, a, b
+    return None
 
 
 def load_study_data(ctx: StudyContext):
@@ -103,7 +167,7 @@ def base_row(ctx: StudyContext, pack: Pack, i: int) -> dict:
     row = {"study": ctx.study, "dataset": ctx.dataset, "method": pack.method, "seed": pack.seed,
            "config_id": pack.config_ids[i], "epochs": ctx.train.epochs, "pack_id": pack.id,
            "pack_size": len(pack.configs), "fairdp_version": __version__, "node": _node(),
-           "finished_at": datetime.now(timezone.utc)}
+           "finished_at": datetime.now(timezone.utc), "protocol": ctx.protocol or None}
     method = get_method(pack.method)
     for h in method.hyperparams:
         row[h.name] = h.to_column(config[h.name])
@@ -152,13 +216,34 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
                 raise InputError(f"{location}: holds {name} runs with {key} {differs.iloc[0]}, this run asks for "
                                  f"{want} (methods.{name}); pass another --results")
     # bf16 rows and full-precision rows in one table would be two protocols; TF32 and
-    # float32 are one request whose effective value depends on the worker's device
-    if ctx.train.precision is not None and "precision" in ok.columns:
+    # float32 are one request whose effective value depends on the worker's device (and no
+    # precision given is never bf16)
+    if "precision" in ok.columns:
         have = ok.loc[ok["method"].isin(list(methods)), "precision"].dropna()
         clash = have[(have == "bf16") != (ctx.train.precision == "bf16")]
         if len(clash):
-            raise InputError(f"{location}: holds runs computed in {clash.iloc[0]}, this run asks for train.precision "
-                             f"{ctx.train.precision}; pass another --results")
+            asked = ctx.train.precision or "not given (tf32 on CUDA, float32 on a CPU)"
+            raise InputError(f"{location}: holds runs computed in {clash.iloc[0]}, this run's train.precision is "
+                             f"{asked}; pass another --results")
+    # every other setting that changes what a row means
+    if ctx.protocol and "protocol" in ok.columns:
+        want = json.loads(ctx.protocol)
+        for text in ok.loc[ok["method"].isin(list(methods)), "protocol"].dropna().unique():
+            have = json.loads(text)
+            # a named setting first: other options also give other data
+            found = protocol_difference({k: v for k, v in have.items() if k != "data"},
+                                        {k: v for k, v in want.items() if k != "data"})
+            found = found or protocol_difference({"data": have.get("data", want.get("data"))},
+                                                 {"data": want.get("data")})
+            if found:
+                key, have, asked = found
+                if key == "data":
+                    raise InputError(f"{location}: holds rows trained on other data than this run's {ctx.dataset} "
+                                     f"(same options, other labels, groups, splits or features: its files or "
+                                     f"loader changed); a table would mix two datasets: pass another --results")
+                raise InputError(f"{location}: holds rows made with {_setting_name(key)} {json.dumps(have)}, this run "
+                                 f"asks for {json.dumps(asked)}; a table would mix two protocols: pass another "
+                                 f"--results")
 
 
 def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], None] | None = None) -> list[dict]:
@@ -227,9 +312,16 @@ def run_pack(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], No
     """Train, evaluate and store one pack; returns its rows. While it trains, the pack saves a
     checkpoint every ``ctx.checkpoint_every_s`` under the results, resumes from one left by
     a run that was killed, and deletes it once its rows are stored."""
-    checkpoint = ctx.store().checkpoint(pack.id)
-    with checkpointing(checkpoint, ctx.checkpoint_every_s) if ctx.checkpoint_every_s > 0 else contextlib.nullcontext():
-        rows = pack_rows(ctx, pack, callback)
-    store_pack(ctx, pack, rows)
-    checkpoint.drop()
+    store = ctx.store()
+    checkpoint = store.checkpoint(pack.id)
+    if ctx.driver is not None:
+        watch_driver(*ctx.driver)
+    with registered_worker(store.root) if ctx.driver is not None and store.is_local else contextlib.nullcontext():
+        with checkpointing(checkpoint, ctx.checkpoint_every_s) if ctx.checkpoint_every_s > 0 else \
+                contextlib.nullcontext():
+            rows = pack_rows(ctx, pack, callback)
+        if ctx.driver is not None:
+            exit_if_driver_gone(*ctx.driver)  # the watch polls; this closes the gap before a store
+        store_pack(ctx, pack, rows)
+        checkpoint.drop()
     return rows

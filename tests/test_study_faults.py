@@ -1,0 +1,319 @@
+"""Nothing silent, nothing half-written (issue 28): a resume that would mix protocols, files in
+the results that are not fairdp's, and bad inputs each refused with one line and exit 2 before
+anything is written."""
+
+import dataclasses
+import os
+import shutil
+import time
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from fairdp.errors import InputError
+from fairdp.study import parse_spec, read_results, run_study
+from fairdp.study._trial import StudyContext, study_protocol
+from tests.conftest import assert_input_error, run_cli
+
+STUDY = {
+    "name": "faults",
+    "dataset": {"name": "synthetic", "rows": 300, "features": 4},
+    "seeds": [0],
+    "train": {"epochs": 1, "batch_size": 100},
+    "evaluate": {"leakage": False, "mdl": False},
+    "methods": {"unconstrained": {}},
+}
+
+
+def _run(raw: dict, results) -> None:
+    with open(os.devnull, "w") as devnull:
+        run_study(parse_spec(raw), str(results), executor="local", progress_stream=devnull)
+
+
+def _with(raw: dict, path: str, value) -> dict:
+    raw = yaml.safe_load(yaml.safe_dump(raw))
+    *parents, last = path.split(".")
+    node = raw
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return raw
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """A results directory holding the base study's seed-0 rows (and one with bf16 rows)."""
+    root = tmp_path_factory.mktemp("stored")
+    _run(STUDY, root / "base")
+    _run(_with(STUDY, "train.precision", "bf16"), root / "bf16")
+    return root
+
+
+@pytest.mark.parametrize("path, value, named", [
+    ("train.batch_size", 50, "batch_size 100"),
+    ("train.gamma", 7.0, "train.gamma 10.0"),
+    ("train.dtype", "float64", 'train.dtype "float32"'),
+    ("dataset.rows", 400, "dataset.rows 300"),
+    ("dataset.leakage", 0.9, "dataset.leakage null"),
+    ("evaluate.leakage", True, "evaluate.leakage false"),
+])
+def test_resuming_with_a_setting_that_changes_what_a_row_means_is_refused_naming_it(stored, tmp_path, path, value,
+                                                                                     named):
+    results = tmp_path / "r"
+    shutil.copytree(stored / "base", results)
+    raw = _with(_with(STUDY, path, value), "seeds", [0, 1])
+    with pytest.raises(InputError, match=named.replace("(", r"\(")) as info:
+        _run(raw, results)
+    assert "pass another --results" in str(info.value)
+    assert len(read_results(str(results))) == 1  # nothing trained into the table
+
+
+def test_adding_pruning_alone_is_refused(stored, tmp_path):
+    raw = _with(_with(STUDY, "train.epochs", 2), "seeds", [0])
+    _run(raw, tmp_path / "r")
+    raw["prune"] = {"rungs": [1], "keep": 0.5}
+    raw["seeds"] = [0, 1]
+    with pytest.raises(InputError, match="prune null"):
+        _run(raw, tmp_path / "r")
+
+
+def test_leaving_out_the_precision_over_bf16_rows_is_refused(stored, tmp_path):
+    shutil.copytree(stored / "bf16", tmp_path / "r")
+    with pytest.raises(InputError, match="computed in bf16.*precision is not given"):
+        _run(_with(STUDY, "seeds", [0, 1]), tmp_path / "r")
+
+
+def test_the_protocol_is_every_field_not_marked_otherwise():
+    """Derived from the settings' dataclass fields, not a hand list: a field is compared unless
+    its ``protocol`` metadata says it is a column of its own or does not change a row."""
+    from fairdp.engine import TrainSettings
+    from fairdp.study import StudySpec
+
+    spec = parse_spec(STUDY)
+    proto = study_protocol(spec)
+    for f in dataclasses.fields(StudySpec):
+        assert (f.name in proto) == (f.metadata.get("protocol", True) is True), f.name
+        assert f.metadata.get("protocol", True) in (True, False, "column"), f.name
+    for f in dataclasses.fields(TrainSettings):
+        assert (f.name in proto["train"]) == (f.metadata.get("protocol", True) is True), f.name
+    # each row stores it, with the data's fingerprint
+    ctx = StudyContext.from_spec(spec, "r")
+    assert '"train"' in ctx.protocol and '"data"' not in ctx.protocol
+
+
+# -- files in the results that are not fairdp's ------------------------------------------------
+
+def _foreign_pack(results):
+    folder = results / "synthetic" / "unconstrained"
+    pq.write_table(pa.table({"a": [1, 2], "b": ["x", "y"]}), folder / "part-s0-foreign.parquet")
+    return folder / "part-s0-foreign.parquet"
+
+
+def _string_seed(results):
+    path = next((results / "synthetic" / "unconstrained").glob("part-*.parquet"))
+    table = pq.read_table(path)
+    table = table.set_column(table.schema.get_field_index("seed"), "seed", table["seed"].cast(pa.string()))
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize("make, reason", [(_foreign_pack, "no column 'study'"),
+                                          (_string_seed, "column 'seed' holds string")])
+def test_a_foreign_or_retyped_pack_file_is_named_and_repair_moves_it_aside(stored, tmp_path, make, reason):
+    results = tmp_path / "r"
+    shutil.copytree(stored / "base", results)
+    bad = make(results)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(STUDY))
+    for cmd in (["run", str(study), "--results", str(results), "--executor", "local"], ["analyze", str(results)]):
+        line = assert_input_error(run_cli(*cmd), str(bad), reason)
+        assert "--repair" in line
+    repaired = run_cli("run", str(study), "--results", str(results), "--executor", "local", "--repair")
+    assert repaired.returncode == 0, repaired.stderr[-2000:]
+    assert list(bad.parent.glob(f".corrupt-*-{bad.name}"))  # moved aside beside it
+    rows = read_results(str(results))
+    assert len(rows) == 1 and rows["seed"].dtype == "int64"  # its config trained again
+
+
+def test_a_foreign_plan_file_is_named_and_repair_moves_it_aside(stored, tmp_path):
+    results = tmp_path / "r"
+    shutil.copytree(stored / "base", results)
+    plan = tmp_path / "r.plan.parquet"
+    shutil.copy(stored / "base.plan.parquet", tmp_path / "kept.plan.parquet")
+    pd.DataFrame({"x": [1]}).to_parquet(plan)
+    assert_input_error(run_cli("analyze", str(results)), str(plan), "no column 'study'")
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(STUDY))
+    assert_input_error(run_cli("run", str(study), "--results", str(results), "--executor", "local"), str(plan))
+    repaired = run_cli("run", str(study), "--results", str(results), "--executor", "local", "--repair")
+    assert repaired.returncode == 0 and "moved aside" in repaired.stderr
+    assert list(pd.read_parquet(plan).columns)[:3] == ["study", "dataset", "method"]  # a new plan
+
+
+# -- bad inputs, refused before anything is written ---------------------------------------------
+
+def _cli_run(tmp_path, raw=None, *extra, env=None, text=None):
+    study = tmp_path / "study.yaml"
+    study.write_text(text if text is not None else yaml.safe_dump(raw or STUDY))
+    return run_cli("run", str(study), "--results", str(tmp_path / "out"), *extra, env=env), study
+
+
+def test_a_seed_beyond_int64_is_refused_and_nothing_written(tmp_path):
+    proc, _ = _cli_run(tmp_path, _with(STUDY, "seeds", [2**70]))
+    assert_input_error(proc, "seeds[0]", "2**63 - 1")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("address, env, named", [
+    ("not an address", None, "--address: expected host:port"),
+    ("127.0.0.1:1", None, "--address 127.0.0.1:1: no Ray cluster answers"),
+    (None, {"RAY_ADDRESS": "127.0.0.1:9"}, "RAY_ADDRESS 127.0.0.1:9: no Ray cluster answers"),
+])
+def test_a_bad_cluster_address_is_one_line_before_anything_is_written(tmp_path, address, env, named):
+    proc, _ = _cli_run(tmp_path, None, *(["--address", address] if address else []), env=env)
+    assert_input_error(proc, named)
+    assert proc.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_huge_range_is_counted_not_expanded(tmp_path):
+    raw = {**STUDY, "methods": {"federate": {"grid": {"eps": {"start": 1, "stop": 1e12, "step": 1}, "lam": [1]}}}}
+    t = time.monotonic()
+    proc, _ = _cli_run(tmp_path, raw)
+    assert_input_error(proc, "methods.federate.grid.eps", "1,000,000,000,000 values")
+    assert time.monotonic() - t < 30
+
+
+def test_an_object_store_that_does_not_answer_is_one_line_within_the_probe_time(tmp_path):
+    t = time.monotonic()
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(STUDY))
+    proc = run_cli("run", str(study), "--results", "gs://nonexistent-bucket/r",
+                   env={"FAIRDP_STORE_PROBE_TIMEOUT_S": "2"})
+    assert_input_error(proc, "gs://nonexistent-bucket/r")
+    assert time.monotonic() - t < 40
+
+
+def test_a_plugin_that_exits_on_import_is_an_error_not_a_silent_success(tmp_path):
+    plugin = tmp_path / "bye.py"
+    plugin.write_text("import sys\nsys.exit(0)\n")
+    proc, _ = _cli_run(tmp_path, {**STUDY, "plugins": [str(plugin)]})
+    assert_input_error(proc, "plugins[0]", "sys.exit(0)")
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_a_negative_rt_names_the_flag(stored, tmp_path, command):
+    extra = ["-o", str(tmp_path / "rep")] if command == "report" else []
+    assert_input_error(run_cli(command, str(stored / "base"), "--rt", "-1", *extra), "--rt")
+
+
+@pytest.mark.parametrize("text, named", [("", "empty"), ("[1, 2]\n", "got list")])
+def test_an_empty_or_listed_study_file_is_named(tmp_path, text, named):
+    proc, study = _cli_run(tmp_path, text=text)
+    assert_input_error(proc, str(study), named)
+
+
+# -- faults ----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 48 KB tmpfs (root only): room for the plan and about two pack files."""
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+DISK_STUDY = {**STUDY, "seeds": [0, 1, 2], "pack_size": 1}
+
+
+def _disk_full_then_resume(tmp_path, small_disk, *executor):
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(DISK_STUDY))
+    results = small_disk / "r"
+    proc = run_cli("run", str(study), "--results", str(results), *executor)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    errors = [ln for ln in proc.stderr.splitlines() if not ln.startswith("fairdp run ")]
+    assert len(errors) == 3 and errors[-1].startswith("fairdp: error: "), proc.stderr  # two settings lines, one error
+    assert "no space left on the device" in errors[-1] and " KB, " in errors[-1] and str(results) in errors[-1]
+    kept = read_results(str(results))
+    assert 0 < len(kept) < 3
+    moved = tmp_path / "kept"
+    shutil.copytree(results, moved)  # room: the results move to a larger disk
+    again = run_cli("run", str(study), "--results", str(moved), *executor)
+    assert again.returncode == 0, again.stderr[-2000:]
+    rows = read_results(str(moved))
+    assert len(rows) == 3 and not rows.duplicated(["seed", "config_id"]).any()
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_the_space_and_a_rerun_completes(tmp_path, small_disk):
+    _disk_full_then_resume(tmp_path, small_disk, "--executor", "local")
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_ray_is_one_line_too(tmp_path, small_disk):
+    _disk_full_then_resume(tmp_path, small_disk)
+
+
+@pytest.mark.slow
+def test_a_sigkilled_drivers_workers_store_nothing_after_the_kill_and_a_rerun_waits_for_them(tmp_path):
+    """SIGKILL to the driver alone (Ray's workers are not in its process group): its workers
+    exit within a quarter second (they watch the driver) and check it just before storing, so no
+    pack file appears after the kill (without the watch, two were stored 0.2 and 0.6 s after it);
+    a run started at once takes the lock only when they are gone and completes the study."""
+    import signal
+    import subprocess
+    import sys
+
+    from fairdp.study import ResultStore
+    from fairdp.study._lock import WORKERS_DIR
+    from tests.conftest import REPO
+
+    # many packs of about a second each: at the kill, a worker is always close to storing one
+    raw = {**STUDY, "seeds": list(range(40)), "pack_size": 1, "train": {"epochs": 8, "batch_size": 50},
+           "dataset": {"name": "synthetic", "rows": 2000, "features": 8}}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(raw))
+    results = tmp_path / "r"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    store = ResultStore(results)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and len(store.pack_files()) < 4:
+            assert proc.poll() is None
+            time.sleep(0.05)
+        assert list((results / WORKERS_DIR).glob("*")), "no worker training at the kill"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # the driver alone
+        killed = time.time()
+        proc.wait()
+    time.sleep(6)
+    # a worker checks its driver just before storing: a store can only overlap the kill itself
+    late = [round(os.path.getmtime(p) - killed, 3) for p in store.pack_files() if os.path.getmtime(p) > killed + 0.1]
+    assert late == [], late
+    rerun = run_cli("run", str(study), "--results", str(results))
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    rows = read_results(str(results))
+    assert len(rows) == 40 and not rows.duplicated(["seed", "config_id"]).any()
+    os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
