@@ -1,1 +1,51 @@
+"""fairdp: hyperparameter studies of fair and differentially private learning.
+
+The names a notebook needs are here, imported on first use so that ``import fairdp`` stays
+fast (torch, pandas and Ray load only when a name that needs them is touched)::
+
+    import fairdp
+    spec = fairdp.load_spec("studies/demo.yaml")
+    fairdp.run_study(spec, executor="local")
+    rows = fairdp.read_results("results/demo")
+    selected = fairdp.select_by_rt(rows, rt=1.0)
+
+Subpackages hold the rest: ``fairdp.study`` (specs, runs, search, the store),
+``fairdp.analysis`` (selection, aggregation, fronts, plots, reports), ``fairdp.methods``
+(the registry), ``fairdp.engine`` (packed training; ``fairdp.engine.contract`` is what a
+method implements), ``fairdp.privacy`` (mechanisms and accounting), ``fairdp.data``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
 __version__ = "0.1.0"
+
+# name -> the public module that defines it
+_EXPORTS = {
+    "load_spec": "fairdp.study",
+    "run_study": "fairdp.study",
+    "search_study": "fairdp.study",
+    "read_results": "fairdp.study",
+    "select_by_rt": "fairdp.analysis",
+    "aggregate_seeds": "fairdp.analysis",
+    "pareto_front": "fairdp.analysis",
+    "write_report": "fairdp.analysis",
+    "load_dataset": "fairdp.data",
+    "Method": "fairdp.methods",
+    "register_method": "fairdp.methods",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # once: later lookups skip this function
+        return value
+    raise AttributeError(f"module 'fairdp' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

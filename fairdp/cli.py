@@ -183,10 +183,10 @@ def _seed_list(text: str | None) -> list[int] | None:
 
 
 def _cmd_run(args) -> int:
-    from fairdp.study import load_spec, run_study, with_overrides
+    from fairdp.study import DEFAULT_EXECUTOR, load_spec, run_study, with_overrides
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
-    summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor,
+    summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor or DEFAULT_EXECUTOR,
                         dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every)
     if args.dry_run:
         return 0
@@ -204,7 +204,7 @@ def _cmd_run(args) -> int:
 def _cmd_search(args) -> int:
     import dataclasses
 
-    from fairdp.study import load_spec, search_study, with_overrides
+    from fairdp.study import DEFAULT_EXECUTOR, load_spec, search_study, with_overrides
 
     spec = with_overrides(load_spec(args.study), None, args.epochs)
     if spec.search is None:
@@ -215,7 +215,7 @@ def _cmd_search(args) -> int:
     for seed in seeds:  # one search, one Optuna study, per seed
         one = dataclasses.replace(spec, search=dataclasses.replace(spec.search, seed=seed))
         summary = search_study(one, args.results, args.address, trials=args.trials, mode=args.mode,
-                               executor=args.executor, dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every,
+                               executor=args.executor or DEFAULT_EXECUTOR, dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every,
                                repair=args.repair)
         if not args.dry_run:
             _print_search(one, summary)
@@ -273,14 +273,17 @@ def _cmd_analyze(args) -> int:
 
     from fairdp.analysis import (
         aggregate_seeds,
+        check_level,
+        check_rt,
         format_table,
+        has_release_events,
+        released_guarantees,
         render_table,
+        seed_intervals,
         select_by_rt,
         selected_configs,
+        selected_with_intervals,
     )
-    from fairdp.analysis._intervals import check_level, seed_intervals, selected_with_intervals
-    from fairdp.analysis._release import has_release_events, released_guarantees
-    from fairdp.analysis._rows import check_rt
 
     check_rt(args.rt, "--rt")
     level = check_level(args.ci, "--ci") if args.ci is not None else None
@@ -338,7 +341,7 @@ def _check_report_outside_results(output: str, dirs: list[str]) -> None:
     polars and duckdb readers of the directory would otherwise read its files as rows."""
     from pathlib import Path
 
-    from fairdp.study._store import ResultStore
+    from fairdp.study import ResultStore
 
     out = Path(output).resolve()
     for d in dirs:
@@ -355,10 +358,7 @@ def _cmd_report(args) -> int:
     import warnings
 
     from fairdp._atomic import unwritable_reason
-    from fairdp.analysis import write_report
-    from fairdp.analysis._intervals import check_level
-    from fairdp.analysis._papers import get_paper
-    from fairdp.analysis._rows import check_rt
+    from fairdp.analysis import check_level, check_rt, get_paper, write_report
 
     check_rt(args.rt, "--rt")
     rts = _rt_list(args.rts) if args.rts else (0, 0.5, 1, 2, 3, 5)
@@ -390,7 +390,7 @@ def _cmd_report(args) -> int:
 def _search_histories(dirs: list[str], grid_dirs: list[str] | None):
     """The hypervolume histories a search wrote beside ``dirs`` (None when there is none),
     and the rows of ``--compare-grid`` directories (None when not given)."""
-    from fairdp.study._search import read_hypervolume_histories
+    from fairdp.study import read_hypervolume_histories
 
     history = read_hypervolume_histories(*dirs)
     if not grid_dirs:
@@ -452,6 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--seed", type=int, default=0, help="seed of the mechanism's noise (default 0)")
     aud.add_argument("--json", action="store_true", help="one JSON object")
     aud.set_defaults(func=_cmd_audit)
+    chk = sub.add_parser("check-method", help="run fairdp's method contract on the methods a plugin registers")
+    chk.add_argument("module", metavar="MODULE", help="a plugin: a .py file or an importable module name")
+    chk.add_argument("-x", "--first-failure", action="store_true", help="stop at the first failing check")
+    chk.set_defaults(func=_cmd_check_method)
     run = sub.add_parser("run", help="run every (method, config, seed) of a study on Ray Tune")
     run.add_argument("study", metavar="STUDY.yaml")
     run.add_argument("--results", metavar="DIR", help="results location: a directory or a URI "
@@ -462,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
     run.add_argument("--dry-run", action="store_true",
                      help="print the plan (configs, packs, slots) and exit: no training, no Ray, nothing written")
-    run.add_argument("--executor", choices=("ray", "local"), default="ray",
+    run.add_argument("--executor", metavar="NAME",
                      help="ray (default): packs as Ray Tune trials, embedded or on --address; local: packs one "
                           "after another in this process, without Ray (same store, same resume)")
     run.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
@@ -484,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
     srch.add_argument("--dry-run", action="store_true",
                       help="print the plan (trials, generations, slots) and exit: no training, no Ray, nothing written")
-    srch.add_argument("--executor", choices=("ray", "local"), default="ray",
+    srch.add_argument("--executor", metavar="NAME",
                       help="ray (default): packs as Ray Tune trials, embedded or on --address; local: in this "
                            "process, without Ray (same store, same resume)")
     srch.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
@@ -534,6 +538,30 @@ def build_parser() -> argparse.ArgumentParser:
                      "per generation against the grid front's (same dataset, method, seed, epochs); repeatable")
     rep.set_defaults(func=_cmd_report)
     return p
+
+
+def _cmd_check_method(args) -> int:
+    """Run the method contract (``fairdp.testing.method_contract``) on the methods a plugin
+    registers, with pytest, one line per check: 0 if every check passes, 1 if one fails."""
+    import importlib.util
+    import os
+    import subprocess
+
+    from fairdp.methods import load_plugins, method_names
+
+    if importlib.util.find_spec("pytest") is None:
+        raise InputError("check-method: needs pytest (pip install pytest)")
+    before = set(method_names())
+    plugin = load_plugins([args.module], key="MODULE")[0]  # a module that does not import: exit 2 here
+    added = [n for n in method_names() if n not in before]
+    if not added:
+        raise InputError(f"MODULE {args.module}: registers no method (call fairdp.methods.register_method in it)")
+    print(f"fairdp check-method: checking {', '.join(added)} from {plugin}", file=sys.stderr, flush=True)
+    env = {**os.environ, "FAIRDP_CHECK_PLUGINS": plugin, "FAIRDP_CHECK_ONLY_PLUGINS": "1"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "fairdp.testing.method_contract", "-v",
+                           "--no-header", "-p", "no:cacheprovider", *(["-x"] if args.first_failure else [])],
+                          env=env)
+    return 0 if done.returncode == 0 else 1
 
 
 def main(argv: list[str] | None = None) -> int:

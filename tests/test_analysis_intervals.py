@@ -17,7 +17,7 @@ from fairdp.analysis._intervals import (
     t_halfwidth,
 )
 from fairdp.errors import InputError
-from fairdp.metrics._fairness import confusion
+from fairdp.fairness import confusion
 
 
 def _row(y, y_pred, s, **extra):

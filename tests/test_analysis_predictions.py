@@ -8,7 +8,7 @@ import pytest
 
 from fairdp.analysis import positive_rates
 from fairdp.analysis._predictions import positive_rate
-from fairdp.metrics._fairness import confusion
+from fairdp.fairness import confusion
 
 
 @pytest.mark.parametrize("p", [0.0, 0.004, 0.3, 0.999, 1.0])

@@ -25,8 +25,7 @@ from fairdp.engine._prune import valid_gaps
 from fairdp.errors import InputError
 from fairdp.methods import get_method, load_plugins, method_names
 from fairdp.methods._representation import RepresentationStep
-from fairdp.study import ResultStore, parse_spec, read_results
-from fairdp.study._runner import with_overrides
+from fairdp.study import ResultStore, parse_spec, read_results, with_overrides
 from tests.conftest import REPO, assert_input_error, run_cli
 
 load_plugins([str(REPO / "examples" / "gap_reg.py")])  # the plugin's step is pruned like the built-ins

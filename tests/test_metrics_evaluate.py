@@ -50,7 +50,7 @@ def test_probes_can_be_switched_off(data):
 
 
 def test_every_fairness_metric_of_the_vocabulary_is_computed():
-    from fairdp.metrics._fairness import SCORES  # what evaluate_pack scores each split with
+    from fairdp.fairness import SCORES  # what evaluate_pack scores each split with
     from fairdp.schema import FAIRNESS_COLUMNS, FAIRNESS_METRICS
 
     assert tuple(SCORES) == ("accuracy", *FAIRNESS_METRICS)

@@ -16,7 +16,7 @@ from fairlearn.metrics import (
 from sklearn.metrics import accuracy_score, f1_score
 
 from fairdp.errors import InputError
-from fairdp.metrics._fairness import (
+from fairdp.fairness import (
     accuracy,
     ap_gap,
     dp_gap,
@@ -213,7 +213,7 @@ def test_bad_input_names_the_argument(kwargs, name):
 @pytest.mark.parametrize(("n_classes", "n_groups"), TASKS)
 def test_scores_from_stored_confusion_counts_equal_the_metrics(name, n_classes, n_groups):
     """A row's stored confusion counts re-score to exactly its metrics (what bootstrap intervals rely on)."""
-    from fairdp.metrics._fairness import confusion, scores_from_confusion
+    from fairdp.fairness import confusion, scores_from_confusion
 
     y, y_pred, s = _random(n_classes, n_groups, 7, k=5)
     kw = {"n_classes": n_classes, "n_groups": n_groups}

@@ -187,7 +187,7 @@ def test_a_trial_reports_its_config_epochs_to_tune_between_epochs(monkeypatch):
 def test_a_slow_step_says_what_it_is_and_a_fast_one_stays_quiet():
     import time
 
-    from fairdp.study._runner import said_if_slow
+    from fairdp.study._prepare import said_if_slow
 
     out = io.StringIO()
     with said_if_slow("loading dataset x", out, after_s=0.05):

@@ -95,8 +95,8 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
 
 def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run, tmp_path):
     """``--executor local`` on a Python that cannot import Ray (or Optuna): the same rows as
-    the Ray run, byte for byte in every metric; an interrupted study resumes without
-    duplicates; a pack that keeps failing becomes error rows, as under Tune."""
+    the Ray run, byte for byte in every metric, and a study run seed by seed resumes without
+    duplicates (retries, Ctrl-C and progress of every executor: test_executor_contract.py)."""
     study, ray_proc, ray_results = tiny_run
     env = env_without_ray(tmp_path)
     results = tmp_path / "local"
@@ -122,12 +122,6 @@ def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run
     part = run_cli("analyze", str(results), env=env)
     assert part.returncode == 0 and "| federate |" in part.stdout
     assert "partial: 11 of 14 planned configs finished; unfinished: federate seed 0 (3 of 6 configs" in part.stderr
-    failing = _write_study(tmp_path / "fail.yaml", seeds=[0], methods={"unconstrained": {}},
-                           train={"epochs": 1, "device": "cuda:0"}, resources={"max_failures": 1})
-    proc = run_cli("run", str(failing), "--results", str(tmp_path / "f"), "--executor", "local", env=env)
-    assert proc.returncode == 1 and "1 failed, 1 retried" in proc.stderr
-    df, _ = ResultStore(tmp_path / "f").read()
-    assert len(df) == 1 and df["status"].iloc[0] == "error" and "cuda" in df["error"].iloc[0].lower()
 
 
 def test_rerun_into_results_of_another_length_is_refused(tmp_path):
@@ -300,24 +294,6 @@ def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
     assert stored.metric_names == list(objectives)
     complete = [t for t in stored.trials if t.state.name == "COMPLETE"]
     assert complete and {t.user_attrs.get("config_id") for t in complete} <= set(rows["config_id"])
-
-
-def test_a_pack_that_keeps_failing_is_stored_as_errors_and_retried_in_place(tmp_path):
-    """A worker-side failure (here: a CUDA device on a machine without one; the driver does
-    not refuse it, since on a cluster the workers may have GPUs it lacks) is retried
-    ``max_failures`` times, then stored as error rows that the next run retries."""
-    study = _write_study(tmp_path / "fail.yaml", seeds=[0], methods={"unconstrained": {}},
-                         train={"epochs": 1, "device": "cuda:0"}, resources={"max_failures": 1})
-    results = tmp_path / "r"
-    first = run_cli("run", str(study), "--results", str(results))
-    assert first.returncode == 1, first.stderr[-2000:]
-    assert "1 failed, 1 retried" in first.stderr
-    df, _ = ResultStore(results).read()
-    assert len(df) == 1 and df["status"].iloc[0] == "error" and "cuda" in df["error"].iloc[0].lower()
-    second = run_cli("run", str(study), "--results", str(results))
-    assert second.returncode == 1
-    df2, _ = ResultStore(results).read()
-    assert len(df2) == 1 and len(list(results.rglob("part-*.parquet"))) == 1  # replaced, not added
 
 
 def test_a_method_that_cannot_train_on_the_dataset_is_refused_before_ray(tmp_path, capsys):

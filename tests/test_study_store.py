@@ -1,14 +1,10 @@
-"""The Parquet store and resume planning: whole files, one copy per pack, corrupt files named."""
+"""Resume planning: packs cut from the backlog (the store itself: test_store_contract.py)."""
 
-import os
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from fairdp.errors import InputError
-from fairdp.study import ResultStore, parse_spec, plan_packs, read_results, study_columns
+from fairdp.study import parse_spec, plan_packs, read_results
 from fairdp.study._plan import auto_pack_size, run_configs
 from fairdp.study._store import pack_id
 from fairdp.study._tune import slots_for
@@ -49,84 +45,8 @@ def test_every_method_starts_in_the_first_round_largest_packs_first():
     assert order[4:] == [("federate", 3)] * 2
 
 
-def test_a_rewritten_pack_replaces_its_file_and_readers_skip_hidden_files(tmp_path):
-    store = ResultStore(tmp_path / "r")
-    packs, _ = plan_packs(SPEC, pd.DataFrame())
-    _store_all(store, packs)
-    (tmp_path / "r/synthetic/federate/.tmp-killed-part-x.parquet").write_bytes(b"PAR1 half a file")
-    store.write_pack(_rows(packs[0], acc=90.0), "synthetic", packs[0].method, packs[0].seed, packs[0].id)
-    df, corrupt = store.read()
-    assert corrupt == [] and len(df) == SPEC.n_configs
-    assert not df.duplicated(["method", "seed", "config_id"]).any()
-    mine = df["config_id"].isin(packs[0].config_ids) & (df["seed"] == packs[0].seed) & (df["method"] == packs[0].method)
-    assert (df.loc[mine, "valid_accuracy"] == 90.0).all() and (df.loc[~mine, "valid_accuracy"] == 80.0).all()
-    assert list(df.columns) == [name for name, _ in study_columns()]
-    assert store.remove_temporaries() == 1
-
-
-def test_resume_skips_stored_configs_and_retries_error_packs_with_their_own_file(tmp_path):
-    store = ResultStore(tmp_path / "r")
-    packs, _ = plan_packs(SPEC, pd.DataFrame())
-    _store_all(store, packs[:2])
-    _store_all(store, packs[2:3], status="error")
-    stored, _ = store.read()
-    again, done = plan_packs(SPEC, stored)
-    assert done == sum(len(p.configs) for p in packs[:2])
-    assert packs[2] in again  # same configs, so the same file name: the retry replaces it
-    keys = [(p.method, p.seed, c) for p in again for c in p.config_ids]
-    assert len(keys) == len(set(keys)) == SPEC.n_configs - done
-    _store_all(store, again)
-    final, _ = store.read()
-    assert len(final) == SPEC.n_configs and (final["status"] == "ok").all()
-
-
 def test_pack_ids_ignore_config_order():
     assert pack_id("m", 0, ["b", "a"]) == pack_id("m", 0, ["a", "b"]) != pack_id("m", 1, ["a", "b"])
-
-
-def test_schemas_are_unified_across_files(tmp_path):
-    store = ResultStore(tmp_path / "r")
-    packs, _ = plan_packs(SPEC, pd.DataFrame())
-    _store_all(store, packs[1:])
-    old = pa.table({"study": [SPEC.name], "dataset": ["synthetic"], "method": ["federate"], "seed": [0],
-                    "config_id": [packs[0].config_ids[0]], "status": ["ok"], "valid_accuracy": [70.0]})
-    path = store.pack_path("synthetic", "federate", 0, "oldformat")
-    pq.write_table(old, path)
-    df, _ = store.read()
-    assert len(df) == SPEC.n_configs - len(packs[0].configs) + 1
-    assert df["test_accuracy"].isna().sum() >= 1
-
-
-def test_a_truncated_file_is_named_and_repair_moves_it_aside(tmp_path):
-    store = ResultStore(tmp_path / "r")
-    packs, _ = plan_packs(SPEC, pd.DataFrame())
-    _store_all(store, packs)
-    victim = store.pack_path("synthetic", packs[0].method, packs[0].seed, packs[0].id)
-    data = open(victim, "rb").read()
-    with open(victim, "wb") as f:
-        f.write(data[: len(data) // 2])
-    with pytest.raises(InputError, match=os.path.basename(victim)):
-        store.read()
-    _, corrupt = store.read(on_corrupt="collect")
-    assert [c.path for c in corrupt] == [victim]
-    moved = store.move_aside(victim)
-    assert os.path.basename(moved).startswith(".corrupt-") and not os.path.exists(victim)
-    df, corrupt = store.read()
-    assert corrupt == [] and len(df) == SPEC.n_configs - len(packs[0].configs)
-    again, _ = plan_packs(SPEC, df)
-    assert [set(p.config_ids) for p in again] == [set(packs[0].config_ids)]
-
-
-def test_file_uri_and_several_locations_read_together(tmp_path):
-    a, b = ResultStore(f"file://{tmp_path}/a"), ResultStore(str(tmp_path / "b"))
-    packs, _ = plan_packs(SPEC, pd.DataFrame())
-    _store_all(a, packs[:2])
-    _store_all(b, packs[2:])
-    assert os.path.isdir(tmp_path / "a/synthetic/federate")
-    df = read_results(f"file://{tmp_path}/a", tmp_path / "b")
-    assert len(df) == SPEC.n_configs
-    with pytest.raises(InputError, match="no such results"):
-        read_results(tmp_path / "missing")
 
 
 @pytest.mark.parametrize("configs,groups,slots,expected", [
@@ -170,33 +90,6 @@ def test_slots_count_gpus_for_gpu_trials(cpus, gpus, cpus_per_trial, gpus_per_tr
     assert slots_for(spec, cpus, gpus) == slots
 
 
-def test_an_object_store_gets_whole_files_resume_and_repair_too(tmp_path):
-    """The non-local path (what s3:// and gs:// take), on an in-process object store:
-    fsspec's memory filesystem behind pyarrow's PyFileSystem."""
-    fsspec = pytest.importorskip("fsspec")
-    from pyarrow.fs import FSSpecHandler, PyFileSystem
-
-    memory = fsspec.filesystem("memory")
-    memory.store.clear()
-    store = ResultStore("bucket/study", filesystem=PyFileSystem(FSSpecHandler(memory)))
-    assert not store.is_local and not store.exists()
-    packs, _ = plan_packs(SPEC, pd.DataFrame())
-    _store_all(store, packs[:3])
-    _store_all(store, packs[:1])  # a retried pack overwrites its object
-    df, _ = store.read()
-    assert len(df) == sum(len(p.configs) for p in packs[:3]) and not df.duplicated(["method", "seed", "config_id"]).any()
-    assert not [k for k in memory.store if "/." in k]  # no temporaries on an object store
-    again, done = plan_packs(SPEC, df)
-    assert done == len(df) and sum(len(p.configs) for p in again) == SPEC.n_configs - done
-    victim = store.pack_files()[0]
-    memory.pipe_file(victim, b"not parquet")
-    with pytest.raises(InputError, match="corrupt"):
-        store.read()
-    store.move_aside(store.read(on_corrupt="collect")[1][0].path)
-    assert len(store.read()[0]) == len(df) - len(packs[0].configs)
-    memory.store.clear()
-
-
 def test_a_study_runs_into_a_file_uri(tmp_path, monkeypatch):
     import io
 
@@ -216,17 +109,3 @@ def test_a_study_runs_into_a_file_uri(tmp_path, monkeypatch):
     assert list(cwd.iterdir()) == []
 
 
-def test_a_column_the_study_does_not_declare_is_refused_not_dropped(tmp_path):
-    """A value with no column (e.g. a hyperparameter of a method the study's columns were not
-    built from) must not vanish from the row silently."""
-    store = ResultStore(tmp_path / "r")
-    packs, _ = plan_packs(SPEC, pd.DataFrame())
-    rows = _rows(packs[0])
-    rows[0]["lam_undeclared"] = 0.5
-    with pytest.raises(ValueError, match="lam_undeclared"):
-        store.write_pack(rows, "synthetic", packs[0].method, packs[0].seed, packs[0].id)
-    assert store.pack_files() == []
-    extended = ResultStore(tmp_path / "r", columns=[*study_columns(), ("lam_undeclared", "float64")])
-    extended.write_pack(rows, "synthetic", packs[0].method, packs[0].seed, packs[0].id)
-    df, _ = extended.read()
-    assert df["lam_undeclared"].tolist()[0] == 0.5

@@ -1,6 +1,6 @@
 """Analysis of result rows: RT selection, seed aggregation, binning, Pareto fronts; tables, plots, report.
 
-Pure functions over pandas DataFrames of result rows (DESIGN.md results table); only rows
+Pure functions over pandas DataFrames of result rows (docs/results-schema.md); only rows
 with status "ok" count. The plot and report writers are the only functions that write
 files, and only into the path or folder they are given.
 """
@@ -8,9 +8,12 @@ files, and only into the path or folder they are given.
 from fairdp.analysis._completeness import Completeness, completeness, summarise
 from fairdp.analysis._intervals import (
     bootstrap_intervals,
+    check_level,
     seed_intervals,
+    selected_with_intervals,
     supported_differences,
 )
+from fairdp.analysis._papers import get_paper
 from fairdp.analysis._pareto import (
     constrained_select,
     dto_minmax_select,
@@ -19,27 +22,9 @@ from fairdp.analysis._pareto import (
     pareto_front,
     select_per_run,
 )
-from fairdp.analysis._plots import (
-    default_direction,
-    figure_fairness_accuracy_bins,
-    figure_hypervolume_history,
-    figure_leakage_vs_eps,
-    figure_pareto_fronts,
-    figure_privacy_accuracy,
-    figure_rt_sweep,
-    figure_violation_accuracy_by_eps,
-    legend_labels,
-    plot_fairness_accuracy_bins,
-    plot_hypervolume_history,
-    plot_leakage_vs_eps,
-    plot_pareto_fronts,
-    plot_privacy_accuracy,
-    plot_rt_sweep,
-    plot_violation_accuracy_by_eps,
-)
 from fairdp.analysis._predictions import positive_rates
-from fairdp.analysis._report import write_report
-from fairdp.analysis._rows import FAIRNESS_METRICS
+from fairdp.analysis._release import has_release_events, released_guarantees
+from fairdp.analysis._rows import FAIRNESS_METRICS, check_rt
 from fairdp.analysis._search_progress import (
     hypervolume_history,
     normalised_hypervolume,
@@ -63,6 +48,12 @@ __all__ = [
     "completeness",
     "summarise",
     "bootstrap_intervals",
+    "check_level",
+    "check_rt",
+    "get_paper",
+    "has_release_events",
+    "released_guarantees",
+    "selected_with_intervals",
     "seed_intervals",
     "supported_differences",
     "FAIRNESS_METRICS",
@@ -106,3 +97,19 @@ __all__ = [
     "violation_accuracy_by_eps",
     "write_report",
 ]
+
+# Figures are matplotlib's: imported on first use, so that selecting and aggregating rows
+# loads without it.
+_PLOTS = ("default_direction", "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep", "figure_violation_accuracy_by_eps", "legend_labels", "plot_fairness_accuracy_bins", "plot_hypervolume_history", "plot_leakage_vs_eps", "plot_pareto_fronts", "plot_privacy_accuracy", "plot_rt_sweep", "plot_violation_accuracy_by_eps")
+
+
+def __getattr__(name: str):
+    if name in _PLOTS:
+        from fairdp.analysis import _plots  # matplotlib: only when a figure is drawn
+
+        return getattr(_plots, name)
+    if name == "write_report":
+        from fairdp.analysis import _report  # draws figures: matplotlib
+
+        return _report.write_report
+    raise AttributeError(f"module 'fairdp.analysis' has no attribute {name!r}")

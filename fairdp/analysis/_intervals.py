@@ -21,7 +21,7 @@ import pandas as pd
 from fairdp.analysis._rows import as_frame, check_fairness, require_columns
 from fairdp.analysis._tables import enough_decimals, interval_text
 from fairdp.errors import InputError
-from fairdp.metrics._fairness import SCORES, scores_from_confusion
+from fairdp.fairness import SCORES, scores_from_confusion
 from fairdp.schema import TEST_CONFUSION
 
 BOOTSTRAP_METRICS = tuple(f"test_{name}" for name in SCORES)

@@ -20,6 +20,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from fairdp.analysis._predictions import TEST_CONFUSION
+from fairdp.analysis._select import aggregate_seeds, select_by_rt
 from fairdp.errors import InputError
 
 
@@ -194,7 +196,6 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
     """The report's comparison with ``paper``: a caption (with the cells that differ by more
     than the spread) and display tables of numbers and claims, from ``df``'s rows selected
     and aggregated as the paper reports (its RT, fairness and by keys)."""
-    from fairdp.analysis._select import aggregate_seeds, select_by_rt
 
     by = [k for k in paper.by if k in df.columns]
     agg = aggregate_seeds(select_by_rt(df, paper.rt, paper.fairness, by), fairness=paper.fairness, by=by)
@@ -252,7 +253,6 @@ def pfld_bounds(df: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     distribution), and PF-LD's primal noise for that notion relative to dp's: the sensitivity
     Delta_p = C_p lambda (1 / n_0 + 1 / n_1) / q of the worst population set, proportional to
     1 / share_0 + 1 / share_1."""
-    from fairdp.analysis._predictions import TEST_CONFUSION
 
     conf = next((c for c in df.get(TEST_CONFUSION, pd.Series(dtype=object)) if isinstance(c, str) and c), None)
     counts = np.asarray(json.loads(conf), dtype=np.float64) if conf is not None else None  # (G, y, y_pred)

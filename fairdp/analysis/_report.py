@@ -69,7 +69,6 @@ from fairdp.analysis._tables import (
     sweep_tables,
 )
 from fairdp.errors import InputError
-from fairdp.metrics import ProbeSettings
 from fairdp.schema import NOTION_GAP
 
 FIGURES = {
@@ -164,6 +163,8 @@ def _probe_sentence(ok: pd.DataFrame) -> str:
     if not (has_leak or has_mdl):
         return "No leakage or MDL probe was run."
     stored = ok["probe"].dropna().unique() if "probe" in ok.columns else []
+    from fairdp.metrics import ProbeSettings  # torch and scikit-learn: only when rows carry a probe
+
     protocols = sorted({ProbeSettings.from_protocol(p).describe() for p in stored})
     if not protocols:
         probe = "a probe whose settings these rows do not record (written before fairdp stored them)"

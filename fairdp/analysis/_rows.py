@@ -148,7 +148,9 @@ EPS_AXIS = {
 def eps_scope(method: str) -> str | None:
     """"local", "central" or None: what ``method``'s eps protects (its registry entry's
     ``privacy_scope``; a label like "pfld [dp]" is looked up by its method name)."""
-    from fairdp.methods import get_method
+    from fairdp.methods import (
+        get_method,  # the registry loads torch: only when a label needs a scope
+    )
 
     try:
         return get_method(str(method).split(" [", 1)[0]).privacy_scope

@@ -1,7 +1,7 @@
 """Model selection and cross-seed aggregation over result rows (FEDERATE sec. 5.1 and 5.2).
 
 Every function takes a DataFrame of result rows (one row per dataset, method, seed and
-config; see the results table in DESIGN.md) and returns a new DataFrame; nothing here reads
+config; see docs/results-schema.md) and returns a new DataFrame; nothing here reads
 or writes files. Only rows with ``status == "ok"`` count (all rows when there is no status
 column). A *run* is one (dataset, method, seed): the unit in which the papers select a
 configuration before averaging over seeds.

@@ -5,6 +5,7 @@ from fairdp.data._cache import data_dir
 from fairdp.data._dataset import SPLITS, Dataset, Split
 from fairdp.data._fetch import fetch
 from fairdp.data._registry import dataset_names, get_entry, load_dataset
+from fairdp.data._registry import register as register_dataset
 from fairdp.data._splits import stratified_split
 
 __all__ = [
@@ -16,5 +17,6 @@ __all__ = [
     "fetch",
     "get_entry",
     "load_dataset",
+    "register_dataset",
     "stratified_split",
 ]

@@ -19,18 +19,7 @@ from fairdp.engine._checkpoint import (
     data_fingerprint,
     without_checkpoints,
 )
-from fairdp.engine._loop import (
-    EVAL_CHUNK,
-    Batch,
-    BestEpochs,
-    EpochReport,
-    PackContext,
-    PackResult,
-    PackStep,
-    SplitTensors,
-    fit_pack,
-    merge_results,
-)
+from fairdp.engine._loop import EVAL_CHUNK, BestEpochs, fit_pack, merge_results
 from fairdp.engine._losses import (
     difference_loss,
     lambda_schedule,
@@ -58,6 +47,14 @@ from fairdp.engine._settings import (
     matmul_precision,
     resolve_device,
     resolve_precision,
+)
+from fairdp.engine.contract import (
+    Batch,
+    EpochReport,
+    PackContext,
+    PackResult,
+    PackStep,
+    SplitTensors,
 )
 
 __all__ = [

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairdp.errors import InputError
+from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.schema import NOTION_GAP, NOTION_METRICS, SELECTION_FAIRNESS
 
 DEFAULT_KEEP = 0.25
@@ -89,8 +90,6 @@ def configs_to_stop(accuracy: np.ndarray, gap: np.ndarray, pruning: Pruning) -> 
 def valid_gaps(predictions: np.ndarray, data, configs: list[dict], fairness: str) -> np.ndarray:
     """The selection gap (percent) on the valid split of each config's predictions (K, n);
     for ``notion_gap``, each config's violation of its own ``fairness_notion``."""
-    # imported here: fairdp.metrics imports the engine (PackResult)
-    from fairdp.metrics._fairness import confusion, scores_from_confusion
 
     part = data.split("valid")
     k = predictions.shape[0]

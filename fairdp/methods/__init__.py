@@ -1,4 +1,4 @@
-"""Methods, one module each, registered under DESIGN.md's names; plugins register the same way."""
+"""Methods, one module each, registered under their papers' names; plugins register the same way."""
 
 from fairdp.methods import (  # noqa: F401  (each module registers its method)
     adversarial,

@@ -76,6 +76,8 @@ class HyperParam:
 
 EPS = HyperParam("eps", low=0.0, low_open=True, doc="privacy budget of the Laplace layer")
 LAM = HyperParam("lam", low=0.0, doc="adversarial weight lambda")
+# DP-SGD and PF-LD: the eps their noise is calibrated to, by the RDP accountant at delta 1e-5
+TARGET_EPS = HyperParam("eps", low=0.0, low_open=True, doc="target eps of the RDP accountant (delta 1e-5)")
 
 # Training settings a grid may sweep for a method trained by gradient: the learning rate (the
 # primal step of Tran et al.'s Algorithm 1) and the minibatch size. Unlike a hyperparameter, a

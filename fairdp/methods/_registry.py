@@ -1,4 +1,4 @@
-"""Method registry (names as DESIGN.md): one module per method registers one instance.
+"""Method registry: one module per method registers one instance.
 
 Methods from outside the package register the same way: a study's ``plugins:`` imports
 their modules (``fairdp.methods.load_plugins``), and installed packages declare them in the

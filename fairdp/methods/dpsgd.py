@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from fairdp.engine import PackedModel, add_clipped_gradients, forward_traced
-from fairdp.methods._base import EPS, HyperParam, RunInfo
+from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
 from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod
 from fairdp.methods._registry import register_method
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon, dpsgd_event
@@ -29,7 +29,7 @@ CLIP = HyperParam("clip_primal", low=0.0, low_open=True, doc="C, per-row gradien
 class DPSGD(TranMethod):
     name = "dpsgd"
     privacy_scope = "central"
-    hyperparams = (EPS, CLIP)
+    hyperparams = (TARGET_EPS, CLIP)
 
     def paper_grid(self, dataset):
         # the eps sweep of Tran et al. Figure 2, at their C_p grid's ends and middle

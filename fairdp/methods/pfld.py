@@ -10,7 +10,7 @@ adding or removing one record's clipped contribution (``fairdp.methods._lagrangi
 store it as the relation ``replace_attribute``.
 """
 
-from fairdp.methods._base import EPS, HyperParam, RunInfo
+from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
 from fairdp.methods._lagrangian import PrivateLagrangianStep, TranMethod, check_binary_attribute
 from fairdp.methods._registry import register_method
 from fairdp.methods.fld import NOTION
@@ -26,7 +26,7 @@ class PFLD(TranMethod):
     privacy_scope = "central"
     binary_only = True
     neighbour_relation = "replace_attribute"
-    hyperparams = (NOTION, EPS, CLIP_PRIMAL, CLIP_DUAL)
+    hyperparams = (NOTION, TARGET_EPS, CLIP_PRIMAL, CLIP_DUAL)
 
     def paper_grid(self, dataset):
         # Tran et al. Figures 2-3: eps swept at C_p in {.., 10, 20, ..}, C_d = 5.

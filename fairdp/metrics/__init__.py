@@ -1,7 +1,6 @@
 """Metrics: fairness gaps (percent), Leakage and MDL probes, and a pack's result columns."""
 
-from fairdp.metrics._evaluate import evaluate_pack
-from fairdp.metrics._fairness import (
+from fairdp.fairness import (
     accuracy,
     ap_gap,
     dp_gap,
@@ -11,6 +10,7 @@ from fairdp.metrics._fairness import (
     macro_f1,
     tpr_gap,
 )
+from fairdp.metrics._evaluate import evaluate_pack
 from fairdp.metrics._probes import (
     FEDERATE_PROBE,
     MDL_BLOCKS,

@@ -10,7 +10,7 @@ import numpy as np
 from fairdp import schema
 from fairdp.data import Dataset
 from fairdp.engine import PackResult
-from fairdp.metrics._fairness import confusion, scores_from_confusion
+from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.metrics._probes import ProbeSettings, leakage, mdl, uniform_codelength
 
 

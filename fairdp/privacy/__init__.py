@@ -21,16 +21,6 @@ from fairdp.privacy._accounting import (
     pfld_event,
 )
 from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee
-from fairdp.privacy._mechanisms import (
-    check_eps,
-    l1_normalize,
-    laplace_privatize,
-    minmax_normalize,
-    minmax_privatize,
-    minmax_true_epsilon,
-    word_dropout,
-    word_dropout_epsilon,
-)
 from fairdp.privacy._release import (
     COUNTS,
     TrialCount,
@@ -71,3 +61,16 @@ __all__ = [
     "word_dropout",
     "word_dropout_epsilon",
 ]
+
+# The mechanisms are torch code: imported on first use, so that accounting (what the analysis
+# of stored rows needs) loads without torch.
+_MECHANISMS = ("check_eps", "l1_normalize", "laplace_privatize", "minmax_normalize", "minmax_privatize",
+               "minmax_true_epsilon", "word_dropout", "word_dropout_epsilon")
+
+
+def __getattr__(name: str):
+    if name in _MECHANISMS:
+        from fairdp.privacy import _mechanisms  # torch: only when a mechanism is used
+
+        return getattr(_mechanisms, name)
+    raise AttributeError(f"module 'fairdp.privacy' has no attribute {name!r}")

@@ -61,7 +61,7 @@ class GenerationPlanner:
         self.exhausted = False  # a generation found only stored configs
 
     def complete(self) -> int:
-        from fairdp.study._optuna import complete_trials
+        from fairdp.study._optuna import complete_trials  # optuna: only once a search runs
 
         return complete_trials(self.study)
 

@@ -9,12 +9,12 @@ would; a Ctrl-C stops after the pack in flight, leaving the rest to the next run
 from __future__ import annotations
 
 from fairdp.errors import DiskFull, last_line
+from fairdp.study._generations import GenerationPlanner
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
+from fairdp.study._signals import sigterm_as_ctrl_c
 from fairdp.study._spec import StudySpec
 from fairdp.study._trial import StudyContext, error_rows, run_pack, store_pack
-
-EXECUTORS = ("ray", "local")
 
 
 def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
@@ -43,3 +43,42 @@ def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, pro
         except KeyboardInterrupt:
             return failed, len(packs) - done
     return failed, 0
+
+
+def run_search_locally(ctx, spec: StudySpec, planner: GenerationPlanner, mode: str, progress: Progress) -> bool:
+    """The search's generations trained in this process, one pack per generation; True if a
+    Ctrl-C stopped it (the trials it left running are asked again on resume)."""
+    search = spec.search
+    size = search.population if mode == "packed" else 1
+    n = 0
+    with progress, sigterm_as_ctrl_c():
+        try:
+            while True:
+                gen = planner.next_generation(size)
+                if gen.answered or gen.shared:
+                    progress.answered(gen.answered + gen.shared)
+                if not gen.groups:
+                    return False
+                key, n = f"generation-{n}", n + 1
+                pack = Pack(search.method, search.seed, tuple(gen.configs), tuple(gen.config_ids))
+                progress.start_pack(key, search.method, len(pack.configs))
+                for attempt in range(spec.resources.max_failures + 1):
+                    try:
+                        rows = run_pack(ctx, pack, lambda epoch, key=key: progress.advance(key, epoch.configs))
+                    except (KeyboardInterrupt, DiskFull):
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - a failing pack becomes error rows, as in a run
+                        if attempt < spec.resources.max_failures:
+                            progress.retry_pack(key)
+                            continue
+                        store_pack(ctx, pack, error_rows(ctx, pack, f"{type(exc).__name__}: "
+                                                                    f"{last_line(str(exc), type(exc).__name__)}"))
+                        rows = None
+                        progress.fail_pack(key)
+                    else:
+                        progress.finish_pack(key)
+                    break
+                for i, group in enumerate(gen.groups):
+                    planner.tell_group(group, rows[i] if rows else None)
+        except KeyboardInterrupt:
+            return True

@@ -57,50 +57,83 @@ def auto_pack_size(n_configs: int, n_groups: int, slots: int, cap: int = DEFAULT
     return max(1, math.ceil(n_configs / per_group))
 
 
-def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1, gpu: bool = False) -> tuple[list[Pack], int]:
-    """Packs still to run, and how many configs are already stored; on a GPU (``gpu``) packs
-    are capped at ``GPU_PACK_CAP`` configs instead of ``DEFAULT_PACK_CAP``.
+@dataclass
+class Backlog:
+    """What a study still has to train, per (method, seed), computed once from the stored rows.
 
-    A config is done when a row with status 'ok' exists for its (method, seed, config_id).
-    A stored pack whose rows are errors is planned again with exactly its configs, so that
-    its new file replaces the old one; the remaining configs are chunked afresh.
+    A config is done when a row with status 'ok' exists for its (method, seed, config_id). A
+    stored pack whose rows are errors is retried with exactly its configs (``retries``), so its
+    new file replaces the old one; the remaining configs (``left``) are cut into packs afresh
+    by ``packs`` for the executor's slots. ``plan`` is every config the spec trains, stored or
+    not (what ``record_plan`` writes beside the results).
     """
-    ok, errored = set(), {}
-    if len(stored):
-        good = stored[stored["status"] == "ok"]
-        ok = set(zip(good["method"], good["seed"].astype(int), good["config_id"]))
-        bad = stored[stored["status"] != "ok"]
-        for (method, seed, pid), grp in bad.groupby(["method", "seed", "pack_id"]):
-            errored[(method, int(seed), pid)] = set(grp["config_id"])
-    packs, done = [], 0
-    groups = [(plan, seed) for plan in spec.methods for seed in spec.seeds]
-    for plan, seed in groups:
-        configs, ids = run_configs(spec, plan, seed)
-        by_id = dict(zip(ids, configs))
-        todo = []
-        for cid in ids:
-            if (plan.name, seed, cid) in ok:
-                done += 1
-            else:
-                todo.append(cid)
-        # error packs first, with their exact composition
-        for (m, s, _pid), cids in errored.items():
-            if m == plan.name and s == seed:
-                retry = [c for c in ids if c in cids and c in todo]
-                if retry:
-                    packs.append(Pack(m, s, tuple(by_id[c] for c in retry), tuple(retry)))
-                    todo = [c for c in todo if c not in set(retry)]
-        size = spec.pack_size or auto_pack_size(len(ids), len(groups), slots,
-                                                GPU_PACK_CAP if gpu else DEFAULT_PACK_CAP)
-        # configs that sweep a training setting (lr, batch_size) train apart: one pack, one setting
-        by_setting: dict[tuple, list[str]] = {}
-        for cid in todo:
-            by_setting.setdefault(setting_key(by_id[cid]), []).append(cid)
-        for part in by_setting.values():
-            for start in range(0, len(part), size):
-                chunk = part[start:start + size]
-                packs.append(Pack(plan.name, seed, tuple(by_id[c] for c in chunk), tuple(chunk)))
-    return hand_out_order(packs), done
+
+    spec: StudySpec
+    configs: dict[tuple[str, int], dict[str, dict]]     # (method, seed) -> config_id -> config, in grid order
+    left: dict[tuple[str, int], list[str]]              # (method, seed) -> config ids to train afresh
+    retries: list[tuple[str, int, tuple[str, ...]]]     # (method, seed, config ids) of error packs
+    done: int                                           # configs already stored with status ok
+
+    @classmethod
+    def from_stored(cls, spec: StudySpec, stored: pd.DataFrame) -> Backlog:
+        ok, errored = set(), {}
+        if len(stored):
+            good = stored[stored["status"] == "ok"]
+            ok = set(zip(good["method"], good["seed"].astype(int), good["config_id"]))
+            bad = stored[stored["status"] != "ok"]
+            for (method, seed, pid), grp in bad.groupby(["method", "seed", "pack_id"]):
+                errored[(method, int(seed), pid)] = set(grp["config_id"])
+        configs, left, retries, done = {}, {}, [], 0
+        for plan in spec.methods:
+            for seed in spec.seeds:
+                grid, ids = run_configs(spec, plan, seed)
+                configs[(plan.name, seed)] = dict(zip(ids, grid))
+                todo = [cid for cid in ids if (plan.name, seed, cid) not in ok]
+                done += len(ids) - len(todo)
+                for (m, s, _pid), cids in errored.items():  # error packs first, with their exact composition
+                    if m == plan.name and s == seed:
+                        retry = [c for c in ids if c in cids and c in todo]
+                        if retry:
+                            retries.append((m, s, tuple(retry)))
+                            todo = [c for c in todo if c not in set(retry)]
+                left[(plan.name, seed)] = todo
+        return cls(spec, configs, left, retries, done)
+
+    @property
+    def remaining(self) -> int:
+        """Configs still to train."""
+        return sum(map(len, self.left.values())) + sum(len(c) for _, _, c in self.retries)
+
+    def plan(self) -> pd.DataFrame:
+        """Every config the spec trains, one row per (method, seed, config_id), stored or not."""
+        rows = [(self.spec.name, self.spec.dataset, method, seed, cid, self.spec.train.epochs)
+                for (method, seed), by_id in self.configs.items() for cid in by_id]
+        return pd.DataFrame(rows, columns=PLAN_COLUMNS).astype({"seed": "int64", "epochs": "int64"})
+
+    def packs(self, slots: int = 1, gpu: bool = False) -> list[Pack]:
+        """The backlog cut into packs for ``slots`` workers; on a GPU (``gpu``) packs are capped at
+        ``GPU_PACK_CAP`` configs instead of ``DEFAULT_PACK_CAP``. Configs that sweep a training
+        setting (lr, batch_size) train apart: one pack, one setting."""
+        packs = [Pack(m, s, tuple(self.configs[(m, s)][c] for c in cids), cids) for m, s, cids in self.retries]
+        groups = len(self.configs)
+        for (method, seed), todo in self.left.items():
+            by_id = self.configs[(method, seed)]
+            size = self.spec.pack_size or auto_pack_size(len(by_id), groups, slots,
+                                                         GPU_PACK_CAP if gpu else DEFAULT_PACK_CAP)
+            by_setting: dict[tuple, list[str]] = {}
+            for cid in todo:
+                by_setting.setdefault(setting_key(by_id[cid]), []).append(cid)
+            for part in by_setting.values():
+                for start in range(0, len(part), size):
+                    chunk = part[start:start + size]
+                    packs.append(Pack(method, seed, tuple(by_id[c] for c in chunk), tuple(chunk)))
+        return hand_out_order(packs)
+
+
+def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1, gpu: bool = False) -> tuple[list[Pack], int]:
+    """Packs still to run and how many configs are already stored: ``Backlog.packs`` in one call."""
+    backlog = Backlog.from_stored(spec, stored)
+    return backlog.packs(slots, gpu), backlog.done
 
 
 def setting_key(config: dict) -> tuple:
@@ -181,18 +214,18 @@ PLAN_COLUMNS = ["study", "dataset", "method", "seed", "config_id", "epochs"]
 
 def plan_table(spec: StudySpec) -> pd.DataFrame:
     """Every config ``spec`` trains, one row per (method, seed, config_id), stored or not."""
-    rows = [(spec.name, spec.dataset, plan.name, seed, cid, spec.train.epochs)
-            for plan in spec.methods for seed in spec.seeds for cid in run_configs(spec, plan, seed)[1]]
-    return pd.DataFrame(rows, columns=PLAN_COLUMNS).astype({"seed": "int64", "epochs": "int64"})
+    return Backlog.from_stored(spec, pd.DataFrame()).plan()
 
 
-def record_plan(store: ResultStore, spec: StudySpec, repair: bool = False, stream=None) -> pd.DataFrame:
+def record_plan(store: ResultStore, spec: StudySpec, repair: bool = False, stream=None,
+                plan: pd.DataFrame | None = None) -> pd.DataFrame:
     """Write ``<results>.plan.parquet``: this run's configs added to those earlier runs into
     the same results planned (a ``--seeds 0`` run, then ``--seeds 1``), so an analysis can
     tell the whole study from the part that has finished. A plan left by another study or
     training length (whose rows are gone: ``check_compatible`` passed) is replaced; a corrupt
-    or foreign one is an error, moved aside with ``repair``."""
-    plan = plan_table(spec)
+    or foreign one is an error, moved aside with ``repair``. ``plan``: ``Backlog.plan()`` when
+    the caller has one (the spec's configs are then not expanded again)."""
+    plan = plan_table(spec) if plan is None else plan
     try:
         old = read_plan(store)
     except CorruptSideTable as e:

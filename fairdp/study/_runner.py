@@ -1,20 +1,14 @@
-"""Run a study: check everything before Ray starts, plan the packs still to run, and hand them
-to the Ray Tune driver."""
+"""Run a study: prepare (check everything before a file is written), read the backlog of what
+is left once from the stored rows, cut it into packs for the executor's slots, run them."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import socket
-import sys
-import threading
 import time
 from dataclasses import dataclass
 
-from fairdp.engine import describe_architecture, resolve_device
+from fairdp.engine import resolve_device
 from fairdp.errors import InputError
-from fairdp.methods import get_method
 from fairdp.study._estimate import (
     describe_reference,
     makespan,
@@ -22,23 +16,15 @@ from fairdp.study._estimate import (
     study_methods,
     study_unit_costs,
 )
-from fairdp.study._local import EXECUTORS, run_packs_locally
-from fairdp.study._lock import results_lock
-from fairdp.study._plan import check_compatible, plan_packs, record_plan
+from fairdp.study._executors import DEFAULT_EXECUTOR, make_executor
+from fairdp.study._plan import Backlog, Pack, record_plan
+from fairdp.study._prepare import Prepared, default_results, prepare, settings_lines
 from fairdp.study._progress import Progress, duration
-from fairdp.study._ray import address_source, check_reachable, ray_session, resolve_address
 from fairdp.study._signals import sigterm_as_ctrl_c
 from fairdp.study._spec import GPU_PACK_CAP, MAX_SEED, StudySpec
-from fairdp.study._store import CHECKPOINTS, ResultStore, corrupt_error
-from fairdp.study._trial import StudyContext, check_same_training, load_study_data, protocol_json
-from fairdp.study._tune import (
-    check_trial_fits,
-    cluster_nodes,
-    machine_resources,
-    run_packs,
-    slots_for,
-    worker_slots,
-)
+from fairdp.study._store import CHECKPOINTS, ResultStore
+
+__all__ = ["RunSummary", "default_results", "run_study", "with_overrides"]
 
 
 @dataclass
@@ -53,8 +39,42 @@ class RunSummary:
     unfinished_packs: int = 0  # packs a Ctrl-C stopped before they ran or finished
 
 
-def default_results(spec: StudySpec) -> str:
-    return f"results/{spec.name}"
+def run_study(spec: StudySpec, results: str | None = None, address: str | None = None, *, repair: bool = False,
+              progress_stream=None, num_cpus: int | None = None, executor: str = DEFAULT_EXECUTOR,
+              dry_run: bool = False, checkpoint_every_s: float = 600.0) -> RunSummary:
+    """Run every (method, config, seed) of ``spec`` not already stored under ``results``.
+
+    ``executor`` "ray" (the default, and the only one for clusters) runs packs as Ray Tune
+    trials; "local" runs them one after another in this process, without Ray, into the same
+    store with the same resume semantics. Everything that can be checked is checked before
+    Ray starts or a file is written (``prepare``). Each pack in training saves a checkpoint
+    every ``checkpoint_every_s`` seconds (0: never); a rerun after a kill resumes from there.
+    """
+    t0 = time.monotonic()
+    prep = prepare(spec, results, make_executor(executor, address, num_cpus), "run", [m.name for m in spec.methods],
+                   progress_stream, checkpoint_every_s)
+    if dry_run:
+        return _dry_run(prep, t0)
+    with prep.lock():
+        stored, repaired = prep.read_stored(repair)
+        backlog = Backlog.from_stored(spec, stored)
+        _drop_finished_checkpoints(prep.store, stored)
+        record_plan(prep.store, spec, repair, prep.stream, backlog.plan())  # an interrupted run's analysis knows what is missing
+        for line in settings_lines(spec):
+            print(line, file=prep.stream, flush=True)
+        summary = RunSummary(prep.results, 0, 0, backlog.done, 0, 0.0, repaired)
+        if not backlog.remaining:  # nothing left: no Ray to start
+            prep.say(f"all {backlog.done} configs already stored in {prep.results}; nothing to run")
+        else:
+            with prep.executor.session(spec, prep.say):
+                slots = prep.executor.slots(spec)
+                packs = backlog.packs(slots, prep.executor.trains_on_gpu(spec))
+                progress = _progress(prep, packs, min(slots, len(packs)), backlog.done)
+                with progress, sigterm_as_ctrl_c():
+                    failed, unfinished = prep.executor.run(prep.ctx, packs, spec, progress)
+            summary = dataclasses.replace(summary, packs=len(packs), configs=sum(len(p.configs) for p in packs),
+                                          failed_packs=failed, unfinished_packs=unfinished)
+    return dataclasses.replace(summary, wall_s=time.monotonic() - t0)
 
 
 def with_overrides(spec: StudySpec, seeds: list[int] | None = None, epochs: int | None = None) -> StudySpec:
@@ -70,133 +90,47 @@ def with_overrides(spec: StudySpec, seeds: list[int] | None = None, epochs: int 
     return spec
 
 
-def settings_lines(spec: StudySpec, methods=None) -> list[str]:
-    """What each method of the study trains with, printed once when a run starts."""
-    names = list(methods or (m.name for m in spec.methods))
-    probes = [k for k, on in (("leakage", spec.leakage), ("MDL", spec.mdl)) if on]
-    precision = spec.train.precision or "tf32 on CUDA, float32 on a CPU"
-    lines = [f"fairdp {spec.name}: {spec.train.epochs} epochs, batch {spec.train.batch_size}, dtype "
-             f"{spec.train.dtype}, precision {precision}; " + (f"{' and '.join(probes)} by {spec.probe.describe()}" if probes
-                                       else "no leakage or MDL probe")]
-    width = max(len(n) for n in names)
-    for name in names:
-        ms = spec.method_settings[name]
-        how = f"{ms.optimizer} lr {ms.lr:g}" if ms.optimizer else "no gradient training"
-        plan = next(m for m in spec.methods if m.name == name) if name in {m.name for m in spec.methods} else None
-        if plan is not None and ms.swept:
-            swept = {k: sorted({c[k] for c in plan.configs}) for k in ms.swept}
-            how = f"{ms.optimizer} " + ", ".join(f"{k} {{{', '.join(f'{v:g}' for v in vs)}}}" for k, vs in swept.items())
-        spec_of = getattr(get_method(name), "spec", None)
-        arch = (describe_architecture(ms.architecture, spec_of.adversaries if spec_of else 0)
-                if ms.architecture else "no network")
-        lines.append(f"  {name.ljust(width)}  {how}; {arch}")
-    prune = spec.train.prune
-    if prune is not None:
-        lines.append(f"  pruning inside packs after epochs {', '.join(map(str, prune.rungs))}: configs dominated by "
-                     f"{prune.margin:g} points on valid accuracy and valid {prune.fairness} stop, at least "
-                     f"{prune.keep:g} of a pack continue")
-    return lines
-
-
-def run_study(spec: StudySpec, results: str | None = None, address: str | None = None, *, repair: bool = False,
-              progress_stream=None, num_cpus: int | None = None, executor: str = "ray",
-              dry_run: bool = False, checkpoint_every_s: float = 600.0) -> RunSummary:
-    """Run every (method, config, seed) of ``spec`` not already stored under ``results``.
-
-    ``executor`` "ray" (the default, and the only one for clusters) runs packs as Ray Tune
-    trials; "local" runs them one after another in this process, without Ray, into the
-    same store with the same resume semantics.
-
-    Everything that can be checked is checked before Ray starts or a file is written: the
-    spec (already validated), the dataset (loaded here, so a missing file is named), the
-    results location (corrupt files are an error unless ``repair``), and that stored rows
-    come from the same study, dataset and epochs.
-
-    Each pack in training saves a checkpoint every ``checkpoint_every_s`` seconds (0: never)
-    under the results; a rerun after the run was killed resumes those packs from there.
-    """
-    if executor not in EXECUTORS:
-        raise InputError(f"--executor: must be one of {', '.join(EXECUTORS)}, got {executor!r}")
-    if executor == "local" and address is not None:
-        raise InputError("--address: a cluster address needs --executor ray; the local executor runs in this process")
-    if not checkpoint_every_s >= 0:  # NaN too
-        raise InputError(f"--checkpoint-every: must be >= 0 seconds (0: no checkpoints), got {checkpoint_every_s}")
-    if executor == "ray" and resolve_address(address) is not None:  # before anything is written
-        check_reachable(resolve_address(address), address_source(address))
-    t0 = time.monotonic()
-    # absolute: Ray Tune runs each trial in its own working directory
-    results = ResultStore(results or default_results(spec)).location
-    ctx = dataclasses.replace(StudyContext.from_spec(spec, results), checkpoint_every_s=float(checkpoint_every_s),
-                              driver=(socket.gethostname(), os.getpid()) if executor == "ray" else None)
-    store = ctx.store()
-    store.probe()
-    with said_if_slow(f"fairdp run {spec.name}: loading dataset {spec.dataset}", progress_stream or sys.stderr):
-        data = load_study_data(ctx)
-    ctx = dataclasses.replace(ctx, protocol=protocol_json(spec, data))  # with the data's fingerprint
-    for plan in spec.methods:
-        get_method(plan.name).check_dataset(data)
-    store.check_writable()
-    if executor == "ray" and resolve_address(address) is None:  # embedded: the machine's own resources, before Ray
-        check_trial_fits(spec, [machine_resources(num_cpus)], "this machine")
-    if dry_run:
-        return _dry_run(spec, store, results, address, executor, progress_stream, num_cpus, t0, len(data.splits["train"]))
-    lock = results_lock(store.root, "run", progress_stream) if store.is_local else contextlib.nullcontext()
-    with lock:
-        return _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0,
-                             len(data.splits["train"]))
-
-
-SLOW_S = 1.0  # a step that takes longer says what it is doing
-
-
-@contextlib.contextmanager
-def said_if_slow(text: str, stream, after_s: float = SLOW_S):
-    """Print ``text`` if the block is still running after ``after_s`` seconds: a slow step
-    says what it is, a fast one (or one that fails at once, whose error is then the only
-    line) stays quiet."""
-    timer = threading.Timer(after_s, lambda: print(text, file=stream, flush=True))
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
-
-
-def packs_train_on_gpu(spec: StudySpec, executor: str) -> bool:
-    """Whether the study's packs will train on a GPU: a Ray trial gets one only if it asks
-    (``gpus_per_trial``); a local run trains where ``train.device`` says, CUDA if present."""
-    if executor == "ray":
-        return spec.resources.gpus_per_trial > 0
-    return resolve_device(spec.train.device).type == "cuda"
+def _progress(prep: Prepared, packs: list[Pack], slots: int, done: int) -> Progress:
+    """The run's progress over ``packs`` on ``slots``, after the lines that say what it will train."""
+    spec, epochs = prep.spec, prep.spec.train.epochs
+    configs = sum(len(p.configs) for p in packs)
+    pending: dict[str, float] = {}
+    pending_packs: dict[str, int] = {}
+    for p in packs:
+        pending[p.method] = pending.get(p.method, 0.0) + len(p.configs) * epochs
+        pending_packs[p.method] = pending_packs.get(p.method, 0) + 1
+    progress = Progress(f"run {spec.name}", len(packs), configs, epochs=epochs, slots=slots, pending=pending,
+                        pending_packs=pending_packs, reference=study_unit_costs(spec, prep.train_rows, probes=False),
+                        stream=prep.stream)
+    prep.say(f"{configs} configs to train in {len(packs)} packs, {slots} at a time; {configs * epochs:,} config-epochs")
+    if done:
+        prep.say(f"{done} configs already stored in {prep.results}, skipped")
+    resuming = _resuming(prep.store, packs)
+    if resuming:
+        prep.say(f"{len(resuming)} of the packs resume from checkpoints in {prep.store.root}/{CHECKPOINTS}")
+    return progress
 
 
 GPU_PLAN_LINE = ("  on a GPU each method's seed is one pack (up to {cap} configs; the memory rule trains a pack "
                  "that does not fit in chunks): one big pack per GPU fills it, many small ones queue kernel launches")
 
 
-def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0, train_rows) -> RunSummary:
+def _dry_run(prep: Prepared, t0: float) -> RunSummary:
     """Print the plan (configs, packs, slots, estimated time) without training, writing or starting Ray."""
-    stream = stream or sys.stderr
-    stored, _ = store.read(on_corrupt="collect")
-    if executor == "local":
-        slots, where = 1, "in this process (--executor local)"
-    elif resolve_address(address) is None:
-        have = machine_resources(num_cpus)
-        cpus = have["CPU"]
-        slots = slots_for(spec, cpus, have["GPU"])
-        where = f"on embedded Ray ({cpus} CPUs, {spec.resources.cpus_per_trial:g} per trial)"
-    else:
-        slots, where = 1, f"on {resolve_address(address)} (slots are asked of the cluster when it runs)"
-    gpu = packs_train_on_gpu(spec, executor)
-    packs, done = plan_packs(spec, stored, slots, gpu)
+    spec, stream, executor = prep.spec, prep.stream, prep.executor
+    stored, _ = prep.store.read(on_corrupt="collect")
+    slots = executor.planned_slots(spec)
+    gpu = executor.trains_on_gpu(spec)
+    backlog = Backlog.from_stored(spec, stored)
+    packs = backlog.packs(slots, gpu)
     configs = sum(len(p.configs) for p in packs)
     for line in settings_lines(spec):
         print(line, file=stream, flush=True)
-    resuming = len(_resuming(store, packs))
+    resuming = len(_resuming(prep.store, packs))
     resuming = f", {resuming} of the packs from their checkpoints" if resuming else ""
     print(f"fairdp run {spec.name} --dry-run: {configs} configs to train in {len(packs)} packs{resuming}, {slots} at "
-          f"a time {where}; {done} already stored in {results}. Nothing was run or written.", file=stream, flush=True)
+          f"a time {executor.describe(spec)}; {backlog.done} already stored in {prep.results}. Nothing was run or "
+          f"written.", file=stream, flush=True)
     by_method: dict[str, int] = {}
     for p in packs:
         by_method[p.method] = by_method.get(p.method, 0) + len(p.configs)
@@ -205,9 +139,8 @@ def _dry_run(spec, store, results, address, executor, stream, num_cpus, t0, trai
     if gpu and spec.pack_size is None:
         print(GPU_PLAN_LINE.format(cap=GPU_PACK_CAP), file=stream, flush=True)
     if packs:
-        print(estimate_line(spec, packs, slots, train_rows, remote=resolve_address(address) is not None
-                            and executor == "ray"), file=stream, flush=True)
-    return RunSummary(results, len(packs), configs, done, 0, time.monotonic() - t0, [], 0)
+        print(estimate_line(spec, packs, slots, prep.train_rows, remote=executor.remote), file=stream, flush=True)
+    return RunSummary(prep.results, len(packs), configs, backlog.done, 0, time.monotonic() - t0, [], 0)
 
 
 def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: bool = False) -> str:
@@ -245,65 +178,3 @@ def _drop_finished_checkpoints(store: ResultStore, stored) -> None:
 def _resuming(store: ResultStore, packs) -> set[str]:
     """The planned packs that have a checkpoint to resume from."""
     return set(store.checkpoint_ids()) & {p.id for p in packs}
-
-
-def _announce_checkpoints(spec: StudySpec, store: ResultStore, packs, stream) -> None:
-    resuming = _resuming(store, packs)
-    if resuming:
-        print(f"fairdp run {spec.name}: {len(resuming)} of the packs resume from checkpoints in "
-              f"{store.root}/{CHECKPOINTS}", file=stream, flush=True)
-
-
-def _run_unlocked(spec, ctx, store, results, address, repair, progress_stream, num_cpus, executor, t0,
-                  train_rows) -> RunSummary:
-    stored, corrupt = store.read(on_corrupt="collect")
-    repaired = []
-    if corrupt:
-        if not repair:
-            raise corrupt_error(corrupt)
-        for c in corrupt:
-            repaired.append(store.move_aside(c.path))
-            print(f"fairdp run: moved aside {c.path} ({c.reason})", file=progress_stream or sys.stderr)
-    check_compatible(spec, stored, results)
-    check_same_training(ctx, stored, results, [m.name for m in spec.methods])
-    store.remove_temporaries()
-    _drop_finished_checkpoints(store, stored)
-    record_plan(store, spec, repair, progress_stream)  # before training: an interrupted run's analysis knows what is missing
-    for line in settings_lines(spec):
-        print(line, file=progress_stream or sys.stderr, flush=True)
-    left, done = plan_packs(spec, stored, 1)
-    if not left:  # nothing left to run: no Ray to start
-        print(f"fairdp run {spec.name}: all {done} configs already stored in {results}; nothing to run",
-              file=progress_stream or sys.stderr, flush=True)
-        return RunSummary(results, 0, 0, done, 0, time.monotonic() - t0, repaired, 0)
-    embedded = executor == "ray" and resolve_address(address) is None
-    if executor == "ray":
-        what = "starting an embedded Ray on 127.0.0.1" if embedded else \
-            f"connecting to the Ray cluster at {resolve_address(address)}"
-        print(f"fairdp run {spec.name}: {what}", file=progress_stream or sys.stderr, flush=True)
-    session = ray_session(address, num_cpus=num_cpus) if executor == "ray" else contextlib.nullcontext()
-    with session:
-        if executor == "ray" and not embedded:
-            check_trial_fits(spec, cluster_nodes(), f"the cluster at {resolve_address(address)}")
-        slots = worker_slots(spec) if executor == "ray" else 1
-        packs, done = plan_packs(spec, stored, slots, packs_train_on_gpu(spec, executor))
-        configs = sum(len(p.configs) for p in packs)
-        epochs = spec.train.epochs
-        pending: dict[str, float] = {}
-        pending_packs: dict[str, int] = {}
-        for p in packs:
-            pending[p.method] = pending.get(p.method, 0.0) + len(p.configs) * epochs
-            pending_packs[p.method] = pending_packs.get(p.method, 0) + 1
-        progress = Progress(f"run {spec.name}", len(packs), configs, epochs=epochs, slots=min(slots, len(packs)),
-                            pending=pending, pending_packs=pending_packs,
-                            reference=study_unit_costs(spec, train_rows, probes=False), stream=progress_stream)
-        print(f"fairdp run {spec.name}: {configs} configs to train in {len(packs)} packs, {min(slots, len(packs))} "
-              f"at a time; {configs * epochs:,} config-epochs", file=progress.stream, flush=True)
-        if done:
-            print(f"fairdp run {spec.name}: {done} configs already stored in {results}, skipped",
-                  file=progress.stream, flush=True)
-        _announce_checkpoints(spec, store, packs, progress.stream)
-        execute = run_packs if executor == "ray" else run_packs_locally
-        with progress, sigterm_as_ctrl_c():
-            failed, unfinished = execute(ctx, packs, spec, progress)
-    return RunSummary(results, len(packs), configs, done, failed, time.monotonic() - t0, repaired, unfinished)

@@ -1,4 +1,4 @@
-"""Study specs (YAML, DESIGN.md's format): load, validate every key with its path, expand grids.
+"""Study specs (YAML; docs/study-spec.md): load, validate every key with its path, expand grids.
 
 Validation happens before anything runs: unknown keys, wrong types and out-of-range values
 are ``InputError``s whose message starts with the key path, e.g.
@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from fairdp.constraints import Constraint, parse_constraints
+from fairdp.data import dataset_names, get_entry
 from fairdp.engine import (
     DEFAULT_KEEP,
     DEFAULT_MARGIN,
@@ -212,8 +213,6 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
 # -- sections ---------------------------------------------------------------------------------
 
 def _dataset(value) -> tuple[str, dict]:
-    from fairdp.data import dataset_names, get_entry
-
     if isinstance(value, str):
         name, options = value, {}
     else:

@@ -216,7 +216,7 @@ class ResultStore:
             if any(p.startswith((".", "_")) for p in parts):
                 continue
             if parts[-1].startswith("part-") and parts[-1].endswith(".parquet") and len(parts) == 3:
-                out.append(info.path)
+                out.append(f"{self.root}/{rel}")  # named as pack_path names it, whatever the filesystem says
         return sorted(out)
 
     def read(self, *, on_corrupt: str = "raise") -> tuple[pd.DataFrame, list[CorruptFile]]:

@@ -15,13 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import torch
+
 from fairdp import __version__, schema
+from fairdp.data import load_dataset
 from fairdp.engine import Architecture, EpochReport, TrainSettings, checkpointing, data_fingerprint
 from fairdp.errors import InputError
 from fairdp.methods import get_method, load_plugins
-from fairdp.metrics import ProbeSettings
+from fairdp.metrics import ProbeSettings, evaluate_pack
+from fairdp.privacy import trial_count_from_dict
 from fairdp.study._lock import exit_if_driver_gone, registered_worker, watch_driver
-from fairdp.study._plan import Pack
+from fairdp.study._plan import Pack, tuning_draws
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, study_columns
 
@@ -80,7 +84,6 @@ class StudyContext:
 
 @functools.lru_cache(maxsize=4)
 def _load(name: str, options_json: str):
-    from fairdp.data import load_dataset
 
     return load_dataset(name, **json.loads(options_json))
 
@@ -248,10 +251,6 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
 
 def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], None] | None = None) -> list[dict]:
     """Train a pack, compute its metric columns and return its rows (status 'ok')."""
-    import torch
-
-    from fairdp.metrics import evaluate_pack
-
     load_plugins(ctx.plugins)
     torch.set_num_threads(max(1, int(ctx.cpus_per_trial)))
     data = load_study_data(ctx)
@@ -281,8 +280,6 @@ def tuning_record(ctx: StudyContext, pack: Pack, data) -> str:
     """JSON of what a tuned run's release bound needs: the count's distribution, how many
     trials the run drew, and the distinct events of the grid a trial draws from (a trial's
     RDP is bounded by their pointwise maximum, not by the drawn configs' alone)."""
-    from fairdp.privacy import trial_count_from_dict
-    from fairdp.study._plan import tuning_draws
 
     method = get_method(pack.method)
     grid = list(ctx.grids[pack.method])

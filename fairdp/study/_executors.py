@@ -1,0 +1,200 @@
+"""Who runs a study's packs: an ``Executor``, chosen by name in ``make_executor``.
+
+``LocalExecutor`` trains packs one after another in this process, without Ray (a GPU box
+that cannot install it, a debugging run); ``RayExecutor`` runs them as Ray Tune trials on an
+embedded single-node Ray or a cluster. Both write the same rows to the same store with the
+same resume semantics, which ``tests/test_executor_contract.py`` checks for every registered
+executor. A third executor is one subclass decorated with ``register_executor``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from fairdp.engine import resolve_device
+from fairdp.errors import InputError
+from fairdp.study._generations import GenerationPlanner
+from fairdp.study._local import run_packs_locally, run_search_locally
+from fairdp.study._plan import Pack
+from fairdp.study._progress import Progress
+from fairdp.study._ray import address_source, check_reachable, ray_session, resolve_address
+from fairdp.study._spec import StudySpec
+from fairdp.study._trial import StudyContext
+from fairdp.study._tune import (
+    check_trial_fits,
+    cluster_nodes,
+    machine_resources,
+    run_packs,
+    slots_for,
+    worker_slots,
+)
+
+
+class Executor(ABC):
+    """Runs packs of a study. ``session`` brackets everything that needs the executor up
+    (a Ray cluster connection); ``slots``, ``run`` and ``run_search`` are called inside it."""
+
+    name: ClassVar[str]
+    remote: bool = False  # packs run on other machines (a dry run's estimate divides by their slots)
+
+    @property
+    def driver(self) -> tuple[str, int] | None:
+        """(host, pid) of the process workers watch, stopping when it is gone; None when the
+        packs run in it."""
+        return None
+
+    @abstractmethod
+    def describe(self, spec: StudySpec) -> str:
+        """Where the packs run, for the dry run's line."""
+
+    def check_fits(self, spec: StudySpec) -> None:  # noqa: B027 - nothing to check by default
+        """InputError, before anything is written, if a trial cannot run here."""
+
+    def session(self, spec: StudySpec, announce) -> contextlib.AbstractContextManager:
+        """The executor up for the duration of a block; ``announce(line)`` says what it starts."""
+        return contextlib.nullcontext()
+
+    @abstractmethod
+    def slots(self, spec: StudySpec) -> int:
+        """Packs that run at once (inside ``session``)."""
+
+    def planned_slots(self, spec: StudySpec) -> int:
+        """``slots`` as a dry run estimates it, without starting anything."""
+        return self.slots(spec)
+
+    @abstractmethod
+    def trains_on_gpu(self, spec: StudySpec) -> bool:
+        """Whether the packs train on a GPU (packs are then cut larger)."""
+
+    @abstractmethod
+    def run(self, ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
+        """Train ``packs`` into ``ctx``'s store: (failed, unfinished) pack counts. A pack that still
+        fails after ``resources.max_failures`` retries is stored as error rows; a Ctrl-C leaves the
+        packs not finished unfinished."""
+
+    @abstractmethod
+    def run_search(self, ctx: StudyContext, spec: StudySpec, planner: GenerationPlanner, mode: str,
+                   progress: Progress, study_name: str, storage) -> bool:
+        """Train the search's generations until ``planner`` has its trials; True if a Ctrl-C
+        stopped it."""
+
+
+EXECUTORS: dict[str, type[Executor]] = {}
+DEFAULT_EXECUTOR = "ray"  # the only one for clusters
+
+
+def register_executor(cls: type[Executor]) -> type[Executor]:
+    EXECUTORS[cls.name] = cls
+    return cls
+
+
+def make_executor(name: str, address: str | None = None, num_cpus: int | None = None) -> Executor:
+    """The executor called ``name`` (``--executor``), checked before anything is written: a
+    cluster address is reachable, and only an executor that can use one is given one."""
+    if name not in EXECUTORS:
+        raise InputError(f"--executor: must be one of {', '.join(EXECUTORS)}, got {name!r}")
+    return EXECUTORS[name](address, num_cpus)
+
+
+@register_executor
+class RayExecutor(Executor):
+    """Packs as Ray Tune trials on an embedded single-node Ray (no address) or a cluster."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None):
+        self.address, self.num_cpus = resolve_address(address), num_cpus
+        self.remote = self.address is not None
+        if self.remote:
+            check_reachable(self.address, address_source(address))
+
+    @property
+    def driver(self) -> tuple[str, int]:
+        return socket.gethostname(), os.getpid()
+
+    def describe(self, spec: StudySpec) -> str:
+        if self.remote:
+            return f"on {self.address} (slots are asked of the cluster when it runs)"
+        cpus = machine_resources(self.num_cpus)["CPU"]
+        return f"on embedded Ray ({cpus} CPUs, {spec.resources.cpus_per_trial:g} per trial)"
+
+    def check_fits(self, spec: StudySpec) -> None:
+        if not self.remote:  # a cluster's nodes are checked once connected (``session``)
+            check_trial_fits(spec, [machine_resources(self.num_cpus)], "this machine")
+
+    @contextlib.contextmanager
+    def session(self, spec: StudySpec, announce):
+        announce(f"connecting to the Ray cluster at {self.address}" if self.remote
+                 else "starting an embedded Ray on 127.0.0.1")
+        with ray_session(self.address, num_cpus=self.num_cpus):
+            if self.remote:
+                check_trial_fits(spec, cluster_nodes(), f"the cluster at {self.address}")
+            yield
+
+    def slots(self, spec: StudySpec) -> int:
+        return worker_slots(spec)
+
+    def planned_slots(self, spec: StudySpec) -> int:
+        if self.remote:
+            return 1
+        have = machine_resources(self.num_cpus)
+        return slots_for(spec, have["CPU"], have["GPU"])
+
+    def trains_on_gpu(self, spec: StudySpec) -> bool:
+        return spec.resources.gpus_per_trial > 0  # a trial gets a GPU only if it asks
+
+    def run(self, ctx, packs, spec, progress):
+        with _own_signal_handlers():
+            return run_packs(ctx, packs, spec, progress)
+
+    def run_search(self, ctx, spec, planner, mode, progress, study_name, storage):
+        # Ray Tune's search modules load only when a search runs
+        from fairdp.study._ray_search import run_search_on_ray
+
+        with _own_signal_handlers():
+            run_search_on_ray(ctx, spec, study_name, storage, planner, mode, progress)
+        return False
+
+
+@contextlib.contextmanager
+def _own_signal_handlers():
+    """Tune installs its own SIGINT handler while it runs and leaves it there: a later local run
+    in the same process (a notebook) would never hear Ctrl-C. Put back what was there."""
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, before)
+
+
+@register_executor
+class LocalExecutor(Executor):
+    """Packs one after another in this process, without Ray."""
+
+    name = "local"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None):
+        if address is not None:
+            raise InputError("--address: a cluster address needs --executor ray; the local executor runs in this process")
+
+    def describe(self, spec: StudySpec) -> str:
+        return "in this process (--executor local)"
+
+    def slots(self, spec: StudySpec) -> int:
+        return 1
+
+    def trains_on_gpu(self, spec: StudySpec) -> bool:
+        return resolve_device(spec.train.device).type == "cuda"  # where train.device says, CUDA if present
+
+    def run(self, ctx, packs, spec, progress):
+        return run_packs_locally(ctx, packs, spec, progress)
+
+    def run_search(self, ctx, spec, planner, mode, progress, study_name, storage):
+        return run_search_locally(ctx, spec, planner, mode, progress)

@@ -1,0 +1,142 @@
+"""What ``fairdp run`` and ``fairdp search`` do before training, in one place.
+
+``prepare`` checks everything that can be checked before a file is written or Ray starts
+(the checkpoint interval, the results location, the dataset, that the methods accept it,
+that the results are writable, that a trial fits the executor) and returns a ``Prepared``;
+under the results' lock, ``Prepared.read_stored`` reads the stored rows once (corrupt files
+an error unless ``repair``) and refuses rows of another study or protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import threading
+from dataclasses import dataclass
+
+import pandas as pd
+
+from fairdp.engine import describe_architecture
+from fairdp.errors import InputError
+from fairdp.methods import get_method
+from fairdp.study._executors import Executor
+from fairdp.study._lock import results_lock
+from fairdp.study._plan import check_compatible
+from fairdp.study._spec import StudySpec
+from fairdp.study._store import ResultStore, corrupt_error
+from fairdp.study._trial import StudyContext, check_same_training, load_study_data, protocol_json
+
+SLOW_S = 1.0  # a step that takes longer says what it is doing
+
+
+@dataclass
+class Prepared:
+    """A checked study, ready to run: its context (with the data's protocol), store, executor."""
+
+    spec: StudySpec
+    command: str                 # "run" or "search": how lines and the lock name it
+    ctx: StudyContext
+    store: ResultStore
+    executor: Executor
+    methods: tuple[str, ...]     # the methods this command trains
+    train_rows: int
+    stream: object
+
+    @property
+    def results(self) -> str:
+        return self.ctx.results
+
+    def say(self, line: str) -> None:
+        print(f"fairdp {self.command} {self.spec.name}: {line}", file=self.stream, flush=True)
+
+    def lock(self) -> contextlib.AbstractContextManager:
+        """The results' lock (a second run into the same results waits or is refused)."""
+        return results_lock(self.store.root, self.command, self.stream) if self.store.is_local \
+            else contextlib.nullcontext()
+
+    def read_stored(self, repair: bool) -> tuple[pd.DataFrame, list[str]]:
+        """The stored rows, and where corrupt files were moved (``repair``); InputError if a
+        file is corrupt without ``repair``, or the rows are another study's or protocol's."""
+        stored, corrupt = self.store.read(on_corrupt="collect")
+        repaired = []
+        if corrupt:
+            if not repair:
+                raise corrupt_error(corrupt)
+            for c in corrupt:
+                repaired.append(self.store.move_aside(c.path))
+                print(f"fairdp {self.command}: moved aside {c.path} ({c.reason})", file=self.stream, flush=True)
+        check_compatible(self.spec, stored, self.results)
+        check_same_training(self.ctx, stored, self.results, list(self.methods))
+        self.store.remove_temporaries()
+        return stored, repaired
+
+
+def prepare(spec: StudySpec, results: str | None, executor: Executor, command: str, methods: list[str],
+            stream=None, checkpoint_every_s: float = 600.0, method_field: str | None = None) -> Prepared:
+    """Check the study against its data, results and executor before anything is written.
+    ``method_field`` names the spec key that chose the methods (``search.method``) in errors."""
+    if not checkpoint_every_s >= 0:  # NaN too
+        raise InputError(f"--checkpoint-every: must be >= 0 seconds (0: no checkpoints), got {checkpoint_every_s}")
+    stream = stream or sys.stderr
+    # absolute: Ray Tune runs each trial in its own working directory
+    location = ResultStore(results or default_results(spec)).location
+    ctx = dataclasses.replace(StudyContext.from_spec(spec, location), checkpoint_every_s=float(checkpoint_every_s),
+                              driver=executor.driver)
+    store = ctx.store()
+    store.probe()
+    with said_if_slow(f"fairdp {command} {spec.name}: loading dataset {spec.dataset}", stream):
+        data = load_study_data(ctx)
+    ctx = dataclasses.replace(ctx, protocol=protocol_json(spec, data))  # with the data's fingerprint
+    for name in methods:
+        method = get_method(name)
+        method.check_dataset(data, method_field) if method_field else method.check_dataset(data)
+    store.check_writable()
+    executor.check_fits(spec)
+    return Prepared(spec, command, ctx, store, executor, tuple(methods), len(data.splits["train"]), stream)
+
+
+def default_results(spec: StudySpec) -> str:
+    return f"results/{spec.name}"
+
+
+@contextlib.contextmanager
+def said_if_slow(text: str, stream, after_s: float = SLOW_S):
+    """Print ``text`` if the block is still running after ``after_s`` seconds: a slow step
+    says what it is, a fast one (or one that fails at once, whose error is then the only
+    line) stays quiet."""
+    timer = threading.Timer(after_s, lambda: print(text, file=stream, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def settings_lines(spec: StudySpec, methods=None) -> list[str]:
+    """What each method of the study trains with, printed once when a run starts."""
+    names = list(methods or (m.name for m in spec.methods))
+    probes = [k for k, on in (("leakage", spec.leakage), ("MDL", spec.mdl)) if on]
+    precision = spec.train.precision or "tf32 on CUDA, float32 on a CPU"
+    lines = [f"fairdp {spec.name}: {spec.train.epochs} epochs, batch {spec.train.batch_size}, dtype "
+             f"{spec.train.dtype}, precision {precision}; " + (f"{' and '.join(probes)} by {spec.probe.describe()}" if probes
+                                       else "no leakage or MDL probe")]
+    width = max(len(n) for n in names)
+    for name in names:
+        ms = spec.method_settings[name]
+        how = f"{ms.optimizer} lr {ms.lr:g}" if ms.optimizer else "no gradient training"
+        plan = next(m for m in spec.methods if m.name == name) if name in {m.name for m in spec.methods} else None
+        if plan is not None and ms.swept:
+            swept = {k: sorted({c[k] for c in plan.configs}) for k in ms.swept}
+            how = f"{ms.optimizer} " + ", ".join(f"{k} {{{', '.join(f'{v:g}' for v in vs)}}}" for k, vs in swept.items())
+        spec_of = getattr(get_method(name), "spec", None)
+        arch = (describe_architecture(ms.architecture, spec_of.adversaries if spec_of else 0)
+                if ms.architecture else "no network")
+        lines.append(f"  {name.ljust(width)}  {how}; {arch}")
+    prune = spec.train.prune
+    if prune is not None:
+        lines.append(f"  pruning inside packs after epochs {', '.join(map(str, prune.rungs))}: configs dominated by "
+                     f"{prune.margin:g} points on valid accuracy and valid {prune.fairness} stop, at least "
+                     f"{prune.keep:g} of a pack continue")
+    return lines

@@ -1,0 +1,273 @@
+"""The method contract: the checks every registered method passes, fairdp's own and a plugin's.
+
+Run on fairdp's methods by ``tests/test_methods_contract.py`` (which adds the privacy checks
+against independent computations, per method), and on a plugin's by ``fairdp check-method
+MODULE``, which runs this module with pytest on the methods MODULE registers:
+
+(a) a config trained in a pack gives what it gives alone (float64), a pack reproduces bit for
+    bit, and a pack killed mid-training resumes from its checkpoint bit for bit;
+(b) its rows go through evaluate_pack into a ResultStore and read back with every declared
+    hyperparameter as a column and the privacy hook's guarantee;
+(c) a method that reports a finite eps says what it protects (``privacy_scope``);
+(d) the optimiser and learning rate it declares are the ones its step builds, and bad configs
+    are refused with a one-line error naming the key.
+
+``FAIRDP_CHECK_PLUGINS`` (paths or module names, separated by ``os.pathsep``) are loaded before
+the methods are listed; with ``FAIRDP_CHECK_ONLY_PLUGINS=1`` only the methods they register are
+checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from fairdp.data import load_dataset
+from fairdp.engine import CheckpointFile, PackContext, TrainSettings, checkpointing
+from fairdp.errors import InputError
+from fairdp.methods import NeuralMethod, RunInfo, get_method, load_plugins, method_names
+from fairdp.metrics import ProbeSettings
+from fairdp.study import Pack, ResultStore, StudyContext, run_pack, study_columns
+
+PLUGINS_ENV = "FAIRDP_CHECK_PLUGINS"
+ONLY_PLUGINS_ENV = "FAIRDP_CHECK_ONLY_PLUGINS"
+
+
+def _checked() -> tuple[tuple[str, ...], list[str]]:
+    """(the plugins loaded, the methods to check)."""
+    before = set(method_names())
+    plugins = tuple(load_plugins([p for p in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if p],
+                                 key=PLUGINS_ENV))
+    if os.environ.get(ONLY_PLUGINS_ENV) == "1":
+        return plugins, [n for n in method_names() if n not in before]
+    return plugins, method_names()
+
+
+PLUGINS, CHECKED = _checked()  # registered before parametrizing
+DATA_OPTIONS = {"rows": 1500, "features": 12, "seed": 1}
+SETTINGS = TrainSettings(epochs=2, batch_size=256, dtype="float64")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_dataset("synthetic", **DATA_OPTIONS)
+
+
+def configs_of(name: str, data) -> list[dict]:
+    """Three configs spread over the method's paper grid (fewer if the grid is smaller)."""
+    method = get_method(name)
+    grid = method.expand(method.paper_grid(data.name))
+    return [grid[i] for i in sorted({0, len(grid) // 2, len(grid) - 1})]
+
+
+@pytest.fixture(scope="module")
+def packs(data):
+    """Each method's pack of ``configs_of``, trained once as one chunk in float64."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            configs = configs_of(name, data)
+            settings = TrainSettings(epochs=2, batch_size=256, dtype="float64", config_chunk=len(configs))
+            cache[name] = get_method(name).train_pack(data, configs, seed=0, settings=settings)
+        return cache[name]
+
+    return get
+
+
+# -- (a) packing is an execution detail ------------------------------------------------------
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_a_pack_gives_each_config_what_it_gives_alone(name, data, packs):
+    method = get_method(name)
+    configs = configs_of(name, data)
+    packed = packs(name)
+    k = len(configs)
+    dim = method.representation_dim(data)
+    again = method.train_pack(data, configs, seed=0, settings=TrainSettings(epochs=2, batch_size=256,
+                                                                              dtype="float64", config_chunk=k))
+    for split in ("valid", "test"):
+        n = len(data.splits[split])
+        preds, reps = packed.predictions[split], packed.representations[split]
+        assert preds.shape == (k, n) and preds.min() >= 0 and preds.max() < data.n_classes
+        assert reps.shape == (k, n, dim) and np.isfinite(reps).all()
+        np.testing.assert_array_equal(preds, again.predictions[split])  # same seed, same pack: bitwise
+        np.testing.assert_array_equal(reps, again.representations[split])
+    assert packed.best_epoch.shape == (k,)
+    if packed.valid_accuracy_history.shape[1]:  # trained by epochs: the kept epoch is one of them
+        assert ((packed.best_epoch >= 1) & (packed.best_epoch <= 2)).all()
+    # Pack and alone agree to rounding after one epoch; later, rounding that training amplifies
+    # can move them apart (a different best epoch by epoch 30, measured on CPU and CUDA alike),
+    # which test_engine's statistical test covers.
+    one_epoch = dataclasses.replace(SETTINGS, epochs=1)
+    packed_once = method.train_pack(data, configs, seed=0, settings=one_epoch)
+    for i, cfg in enumerate(configs):
+        alone = method.train_pack(data, [cfg], seed=0, settings=one_epoch)
+        assert packed_once.best_epoch[i] == alone.best_epoch[0]
+        np.testing.assert_allclose(packed_once.valid_accuracy_history[i], alone.valid_accuracy_history[0])
+        np.testing.assert_array_equal(packed_once.predictions["test"][i], alone.predictions["test"][0])
+        np.testing.assert_allclose(packed_once.representations["test"][i], alone.representations["test"][0],
+                                   rtol=1e-9, atol=1e-9)
+        assert packed_once.privacy[i] == alone.privacy[0]
+
+
+class MemoryCheckpoint(CheckpointFile):
+    """A checkpoint file in memory; counts its writes."""
+
+    name = "memory"
+
+    def __init__(self):
+        self.blob, self.writes = None, 0
+
+    def read(self):
+        return self.blob
+
+    def write(self, blob):
+        self.blob, self.writes = blob, self.writes + 1
+
+    def drop(self):
+        self.blob = None
+
+
+class Killed(Exception):
+    pass
+
+
+def assert_same_pack(got, want):
+    """Two PackResults equal bit for bit in everything a row is made from."""
+    np.testing.assert_array_equal(got.best_epoch, want.best_epoch)
+    np.testing.assert_array_equal(got.valid_accuracy_history, want.valid_accuracy_history)
+    for split in want.predictions:
+        np.testing.assert_array_equal(got.predictions[split], want.predictions[split])
+        np.testing.assert_array_equal(got.representations[split], want.representations[split])
+    assert sorted(got.diagnostics) == sorted(want.diagnostics)
+    for key in want.diagnostics:
+        np.testing.assert_array_equal(got.diagnostics[key], want.diagnostics[key])
+    assert got.privacy == want.privacy and got.privacy_events == want.privacy_events
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_a_pack_killed_mid_training_resumes_from_its_checkpoint_bit_for_bit(name, data, packs):
+    """A run killed after epoch 1 (of 2) and started again continues from the saved epoch and
+    computes exactly what the uninterrupted pack did: same streams, moments, best epochs."""
+    method = get_method(name)
+    configs = configs_of(name, data)
+    settings = TrainSettings(epochs=2, batch_size=256, dtype="float64", config_chunk=len(configs))
+    file = MemoryCheckpoint()
+    seen = []
+
+    def kill_at_epoch_2(report):
+        seen.append(report.epoch)
+        if report.epoch == 2:
+            raise Killed
+
+    killed = False
+    with checkpointing(file, every_s=0):
+        try:
+            method.train_pack(data, configs, seed=0, settings=settings, callback=kill_at_epoch_2)
+        except Killed:
+            killed = True
+    if not seen:
+        assert file.writes == 0 and not killed
+        pytest.skip(f"{name} does not train by epochs: nothing to checkpoint")
+    assert killed and file.writes == 1  # saved after epoch 1, killed in epoch 2
+    resumed_epochs = []
+    with checkpointing(file, every_s=0):
+        resumed = method.train_pack(data, configs, seed=0, settings=settings,
+                                    callback=lambda r: resumed_epochs.append(r.epoch))
+    assert resumed_epochs == [2]  # epoch 1 came from the checkpoint
+    assert resumed.resumed_s > 0
+    assert_same_pack(resumed, packs(name))
+
+
+# -- (b) rows, with every declared hyperparameter, through the store --------------------------
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_rows_reach_the_store_with_every_hyperparameter_as_a_column(name, data, tmp_path):
+    method = get_method(name)
+    configs = configs_of(name, data)
+    ctx = StudyContext(study="contract", dataset="synthetic", dataset_options=DATA_OPTIONS,
+                       train=TrainSettings(epochs=2, batch_size=256), leakage=True, mdl=False,
+                       probe=ProbeSettings(max_epochs=5), results=str(tmp_path), cpus_per_trial=1,
+                       plugins=PLUGINS, columns=tuple(study_columns([name])))
+    pack = Pack(name, 0, tuple(configs), tuple(method.config_id(c) for c in configs))
+    rows = run_pack(ctx, pack)
+    df, corrupt = ResultStore(tmp_path).read()
+    assert corrupt == [] and len(df) == len(configs) == len(rows)
+    assert (df["status"] == "ok").all() and (df["method"] == name).all()
+    df = df.set_index("config_id").loc[list(pack.config_ids)]
+    for h in method.hyperparams:
+        assert h.name in df.columns, h.name
+        stored = df[h.name].tolist()
+        assert stored == [h.to_column(c[h.name]) for c in configs], (h.name, stored)
+    for col in ("valid_accuracy", "test_accuracy", "valid_dp_gap", "leakage"):
+        assert df[col].between(0, 100).all(), col
+    # the rows' guarantee is the hook's, for the run's shape
+    run = RunInfo.of(data, ctx.train, method.representation_dim(data))
+    for (eps, delta), cfg in zip(df[["eps_formal", "delta"]].itertuples(index=False), configs):
+        assert (eps, delta) == tuple(method.privacy(cfg, run))
+
+
+# -- the optimiser a method declares is the one its step builds --------------------------------
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_the_declared_optimizer_and_learning_rate_are_the_ones_used(name, data):
+    method = get_method(name)
+    if not isinstance(method, NeuralMethod):
+        assert method.optimizer is None and method.effective_settings(SETTINGS).lr is None
+        return
+    expected = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[method.optimizer]
+    for lr, want in ((None, method.default_lr), (0.0123, 0.0123)):
+        settings = method.effective_settings(TrainSettings(epochs=1, batch_size=256, lr=lr))
+        ctx = PackContext(data, configs_of(name, data)[:1], ["x"], 0, settings,
+                          method.default_architecture(data.name), torch.device("cpu"))
+        opt = method.make_step(ctx).optimizer()
+        assert type(opt) is expected and opt.param_groups[0]["lr"] == want
+
+
+# -- (d) bad configs --------------------------------------------------------------------------
+
+def _bad_values(h):
+    if h.choices is not None:
+        return ["not-a-choice"]
+    bad = ["text", math.nan]
+    if h.low is not None:
+        bad.append(h.low if h.low_open else h.low - 1)
+    if h.high is not None:
+        bad.append(h.high + 1)
+    if h.integer:
+        bad.append((h.low or 0) + 1.5)
+    return bad
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_bad_configs_are_refused_naming_the_key(name, data):
+    method = get_method(name)
+    good = configs_of(name, data)[0]
+    cases = [({**good, "no_such_key": 1.0}, "config.no_such_key")]
+    for h in method.hyperparams:
+        cases.append(({k: v for k, v in good.items() if k != h.name}, f"config.{h.name}"))
+        cases += [({**good, h.name: v}, f"config.{h.name}") for v in _bad_values(h)]
+    for config, key in cases:
+        with pytest.raises(InputError) as err:
+            method.train_pack(data, [config], seed=0, settings=SETTINGS)
+        message = str(err.value)
+        assert message.startswith(key + ":") and "\n" not in message, (config, message)
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_a_private_method_says_what_its_eps_protects(name, data, packs):
+    """One (eps, delta) per config; a finite eps is local (pure eps-LDP, delta 0) or central, so
+    that figures never mix the two unlabelled."""
+    method = get_method(name)
+    result = packs(name)
+    assert len(result.privacy) == len(result.configs)
+    private = any(math.isfinite(eps) for eps, _ in result.privacy)
+    assert (method.privacy_scope in ("local", "central")) if private else method.privacy_scope is None
+    if method.privacy_scope == "local":
+        assert all(delta == 0.0 for _, delta in result.privacy)

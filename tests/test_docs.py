@@ -1,0 +1,379 @@
+"""The documentation site (docs/, mkdocs.yml), the README and the quickstart notebook.
+
+- the site builds with ``mkdocs build --strict`` (every link and anchor resolves, every
+  mkdocstrings object renders, the hook's tables describe every column);
+- docs/study-spec.md documents exactly the keys the study parser accepts: the accepted keys
+  are read from the parser itself, by giving it an unknown key in each section and reading
+  the keys its error lists ("allowed here: ..."), so a key added to or dropped from the parser
+  fails here until the page follows;
+- the results schema page lists every column of ``fairdp.schema``;
+- examples/quickstart.ipynb runs (with this interpreter as its kernel) and draws its figure;
+- README.md stays short, and no Markdown file links to or cites a file the repository lacks.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+README_MAX_LINES = 200
+
+
+# -- the site ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+def test_site_builds_strict(site):
+    for page in ("index.html", "study-spec/index.html", "results-schema/index.html", "methods/index.html",
+                 "architecture/index.html", "extending/index.html", "api/index.html", "api/analysis/index.html",
+                 "api/methods/index.html", "api/contract/index.html"):
+        assert (site / page).is_file(), page
+    # the API pages rendered their objects (mkdocstrings gives each an anchor with its path)
+    # the API pages rendered their objects: mkdocstrings gives each an anchor with its path,
+    # the defining module's for a name exported lazily (fairdp.analysis.write_report is
+    # fairdp.analysis._report.write_report)
+    import fairdp
+    import fairdp.analysis
+
+    def rendered(page: str, module: str, name: str) -> bool:
+        return re.search(rf'id="{re.escape(module)}(\._\w+)?\.{re.escape(name)}"', (site / page).read_text()) is not None
+
+    for name, module in fairdp._EXPORTS.items():
+        assert rendered("api/index.html", module, name), f"fairdp.{name} is not rendered in docs/api/index.md"
+    for name in fairdp.analysis.__all__:
+        assert rendered("api/analysis/index.html", "fairdp.analysis", name), \
+            f"fairdp.analysis.{name} is not rendered in docs/api/analysis.md"
+    for name in ("Method", "NeuralMethod", "HyperParam", "register_method"):
+        assert rendered("api/methods/index.html", "fairdp.methods", name), name
+    for name in ("PackStep", "PackContext", "Batch", "PackResult", "EpochReport"):
+        assert rendered("api/contract/index.html", "fairdp.engine.contract", name), name
+
+
+def test_results_schema_page_lists_every_column(site):
+    from fairdp import schema
+    from fairdp.methods import builtin_method_names, get_method
+
+    html = (site / "results-schema/index.html").read_text()
+    assert "fairdp:results-schema" not in html, "the hook did not replace its marker"
+    for name in schema.FIXED_COLUMNS:
+        assert f"<code>{name}</code>" in html, f"results schema page lacks column {name!r}"
+    for name, kind in schema.result_columns([]):
+        assert re.search(rf"<code>{re.escape(name)}</code></td>\s*<td><code>{re.escape(kind)}</code>", html), \
+            f"column {name!r} is not listed with its type {kind!r}"
+    hyperparams = {h.name for m in builtin_method_names() for h in get_method(m).hyperparams}
+    for name in hyperparams:
+        assert f"<code>{name}</code>" in html, f"results schema page lacks hyperparameter column {name!r}"
+
+
+def test_methods_page_names_every_method(site):
+    from fairdp.methods import builtin_method_names
+
+    text = (DOCS / "methods.md").read_text()
+    papers = _table_after(text, "## Papers")
+    assert {row[0] for row in papers} == {f"`{m}`" for m in builtin_method_names()}
+    html = (site / "methods/index.html").read_text()
+    for name in builtin_method_names():
+        assert f"<code>{name}</code>" in html
+
+
+def test_methods_page_shows_the_example_plugin_as_it_is():
+    """The plugin example on docs/methods.md is examples/gap_reg.py's code, ``per_config_attributes`` included."""
+    example = (REPO / "examples/gap_reg.py").read_text()
+    code = example[example.index("import torch"):].strip()
+    blocks = re.findall(r"```python\n(.*?)```", (DOCS / "methods.md").read_text(), re.S)
+    assert any(b.strip() == code for b in blocks), "docs/methods.md's plugin example differs from examples/gap_reg.py"
+    assert "per_config_attributes" in code
+
+
+# -- the study spec page against the parser ------------------------------------------------------
+
+def _tables(text: str) -> list[list[list[str]]]:
+    """Markdown tables of ``text``: each a list of rows (header first, separator dropped) of cells."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def _table_after(text: str, heading: str) -> list[list[str]]:
+    """Data rows of the first table after ``heading``."""
+    return _tables(text[text.index(heading):])[0][1:]
+
+
+def _documented_keys() -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+    """key path -> its row, from every table of docs/study-spec.md; and, from the table of
+    dataset options, option -> the datasets it lists."""
+    keys, datasets = {}, {}
+    for table in _tables((DOCS / "study-spec.md").read_text()):
+        header, rows = table[0], table[1:]
+        assert header[0] == "key", f"a study-spec table whose first column is not 'key': {header}"
+        for row in rows:
+            m = re.fullmatch(r"`([^`]+)`", row[0])
+            assert m, f"study-spec row whose key is not one backticked path: {row[0]!r}"
+            assert m.group(1) not in keys, f"{m.group(1)} documented twice"
+            keys[m.group(1)] = row
+            if header[1] == "datasets":
+                datasets[m.group(1)] = set(re.findall(r"`([^`]+)`", row[1]))
+    return keys, datasets
+
+
+B = "zz_not_a_key"
+_BASE = {"name": "t", "dataset": "synthetic", "methods": {"federate": {}},
+         "evaluate": {"leakage": True, "mdl": True}}
+_SEARCH = {"method": "federate", "objectives": {"valid_accuracy": "max"},
+           "space": {"eps": {"low": 1, "high": 2}, "lam": {"choices": [0.5]}}}
+# Sections whose keys are names the study chooses (a method, a hyperparameter, an objective):
+# the page documents each as one placeholder row.
+_OPEN = {"methods.<method>", "methods.<method>.grid.<hyperparameter>", "search.space.<hyperparameter>",
+         "search.objectives.<objective>", "search.fixed.<hyperparameter>"}
+# Top-level keys whose value is not a mapping of fixed keys (their own rows say what they take).
+_LEAVES = {"name", "description", "seeds", "pack_size", "plugins", "methods", "dataset"}
+
+
+def _error(raw) -> str:
+    from fairdp.errors import InputError
+    from fairdp.study import parse_spec
+
+    try:
+        parse_spec(copy.deepcopy(raw))
+    except InputError as e:
+        return str(e)
+    raise AssertionError(f"the parser accepted an unknown key: {raw}")
+
+
+def _listed(raw, pattern: str = r"allowed here: (.*)$") -> set[str]:
+    """The keys the parser's error for ``raw`` lists as accepted."""
+    message = _error(raw)
+    m = re.search(pattern, message)
+    assert m, f"the parser's error no longer lists the accepted keys: {message!r}"
+    return set(m.group(1).split(", "))
+
+
+def _accepted_keys() -> tuple[set[str], dict[str, set[str]]]:
+    """Every key path the study parser accepts (placeholders for chosen names), and each
+    dataset option's datasets."""
+    from fairdp.data import dataset_names
+
+    top = _listed({**_BASE, B: 1})
+    keys = set(top)
+    sections = {
+        "train": lambda k: {**_BASE, "train": {k: 1}},
+        "evaluate": lambda k: {**_BASE, "evaluate": {k: 1}},
+        "selection": lambda k: {**_BASE, "selection": {k: 1}},
+        "resources": lambda k: {**_BASE, "resources": {k: 1}},
+        "search": lambda k: {**_BASE, "search": {**_SEARCH, k: 1}},
+        "tuning": lambda k: {**_BASE, "tuning": {"count": "poisson", "mean": 2, k: 1}},
+        "prune": lambda k: {**_BASE, "prune": {"rungs": [1], k: 1}},
+        "evaluate.probe": lambda k: {**_BASE, "evaluate": {"probe": {k: 1}}},
+        "methods.<method>": lambda k: {**_BASE, "methods": {"federate": {k: 1}}},
+        "methods.<method>.train": lambda k: {**_BASE, "methods": {"federate": {"train": {k: 1}}}},
+        "methods.<method>.grid.<hyperparameter>":
+            lambda k: {**_BASE, "methods": {"federate": {"grid": {"lam": {"start": 0, "stop": 1, "step": 1, k: 1}}}}},
+        "search.space.<hyperparameter>": lambda k: {**_BASE, "search": {
+            **_SEARCH, "space": {"eps": {"low": 1, "high": 2, k: 1}, "lam": {"choices": [0.5]}}}},
+    }
+    mappings = {s for s in sections if "." not in s} | {"architecture"}
+    new = top - _LEAVES - mappings
+    assert not new, (f"the parser accepts top-level keys {sorted(new)} that this test does not know: add them to "
+                     f"_LEAVES or sections in tests/test_docs.py, and document them in docs/study-spec.md")
+    for path, raw in sections.items():
+        keys |= {f"{path}.{k}" for k in _listed(raw(B))}
+    # a search.space entry is a range or a choice: the choice's keys
+    keys |= {f"search.space.<hyperparameter>.{k}" for k in _listed(
+        {**_BASE, "search": {**_SEARCH, "space": {"eps": {"low": 1, "high": 2}, "lam": {"choices": [0.5], B: 1}}}})}
+    arch = _listed({**_BASE, "architecture": {B: 1}}, r"fields: (.*)$")
+    assert _listed({**_BASE, "methods": {"federate": {"architecture": {B: 1}}}}, r"fields: (.*)$") == arch
+    keys |= {f"architecture.{k}" for k in arch}
+    options: dict[str, set[str]] = {}
+    for name in dataset_names():
+        for option in _listed({**_BASE, "dataset": {"name": name, B: 1}}, r"it has: (.*)$") - {"none"}:
+            options.setdefault(f"dataset.{option}", set()).add(name)
+    keys |= {"dataset.name", *options, *_OPEN}
+    return keys, options
+
+
+def test_study_spec_documents_exactly_the_keys_the_parser_accepts():
+    documented, doc_datasets = _documented_keys()
+    accepted, datasets = _accepted_keys()
+    missing = accepted - set(documented)
+    assert not missing, f"the study parser accepts keys docs/study-spec.md lacks: {sorted(missing)}"
+    extra = set(documented) - accepted
+    assert not extra, f"docs/study-spec.md documents keys the study parser refuses: {sorted(extra)}"
+    for option, names in datasets.items():
+        assert doc_datasets.get(option) == names, (f"docs/study-spec.md: {option} is an option of {sorted(names)}, "
+                                                   f"the page says {sorted(doc_datasets.get(option, ()))}")
+
+
+def test_study_spec_lists_the_parsers_choices():
+    """Where a key takes one of a fixed set of names, its row names every one of them."""
+    from fairdp import schema
+    from fairdp.data import dataset_names
+    from fairdp.engine import PRECISIONS
+    from fairdp.privacy import COUNTS
+    from fairdp.study import _spec
+
+    documented, _ = _documented_keys()
+    choices = {"search.objectives.<objective>": schema.OBJECTIVES, "selection.fairness": schema.SELECTION_FAIRNESS,
+               "dataset.name": dataset_names(), "train.precision": PRECISIONS, "tuning.count": COUNTS,
+               "search.sampler": _spec.SAMPLERS}
+    for key, names in choices.items():
+        row = " ".join(documented[key][1:])
+        for name in names:
+            assert f"`{name}`" in row, f"docs/study-spec.md: the row of {key} does not name {name!r}"
+
+
+def test_study_spec_example_is_a_valid_study():
+    from fairdp.study._spec import parse_spec, read_study_yaml
+
+    text = (DOCS / "study-spec.md").read_text()
+    example = re.search(r"## A complete example\n.*?```yaml\n(.*?)```", text, re.S).group(1)
+    spec = parse_spec(read_study_yaml(example))
+    assert spec.n_configs > 0
+
+
+# -- the notebook --------------------------------------------------------------------------------
+
+def test_quickstart_notebook_runs(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+
+    path = REPO / "examples/quickstart.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    stored = [c for c in nb.cells if c.cell_type == "code"]
+    assert stored and all(not c.outputs and c.execution_count is None for c in stored), \
+        "examples/quickstart.ipynb must be stored without outputs"
+    # a kernel "python3" that is this interpreter, found before any other on JUPYTER_PATH
+    spec_dir = tmp_path / "jupyter/kernels/python3"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (fairdp tests)", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebook's results go under tmp_path
+    nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("image/png" in o.get("data", {}) for o in outputs), "the notebook drew no figure"
+    assert list(tmp_path.glob("fairdp-quickstart-*/pareto_front.png"))
+    assert nb.cells[-1].outputs[0]["text"].strip() == sys.executable
+
+
+# -- README and links ----------------------------------------------------------------------------
+
+def test_readme_is_short():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES})"
+    text = "\n".join(lines)
+    for command in ("make demo", "make test"):
+        assert command in text
+
+
+_SKIP_DIRS = {".git", ".venv", "build", "site", "node_modules", "__pycache__", ".pytest_cache", ".ruff_cache"}
+_FILE_EXTENSIONS = ("py", "md", "yaml", "yml", "json", "toml", "ipynb", "csv", "txt", "cfg", "sh", "parquet")
+
+
+def _markdown_files() -> list[Path]:
+    out = []
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".egg-info")]
+        out += [Path(root) / f for f in files if f.endswith(".md")]
+    return sorted(out)
+
+
+def _without_code_blocks(text: str) -> str:
+    return re.sub(r"^(```|~~~).*?^\1", "", text, flags=re.S | re.M)
+
+
+def _module_path(parts: list[str]) -> Path | None:
+    base = REPO.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _unresolved_name(dotted: str) -> str | None:
+    """Why ``fairdp.x.y`` does not name a module of the repository or a name one defines; None if it does."""
+    parts = dotted.split(".")
+    module = None
+    for i in range(1, len(parts) + 1):
+        found = _module_path(parts[:i])
+        if found is None:
+            break
+        module = found
+    else:
+        return None  # every part is a module
+    name = parts[i - 1]
+    if module is None:
+        return f"{dotted}: no module {parts[0]}"
+    if not re.search(rf"\b{re.escape(name)}\b", module.read_text()):
+        return f"{dotted}: {module.relative_to(REPO)} has no name {name!r}"
+    return None
+
+
+def test_markdown_cites_only_files_that_exist():
+    """Links resolve, and backticked repository paths (``fairdp/...``, ``tests/...``) and
+    dotted module names (``fairdp.engine.fit_pack``) name what the repository has."""
+    top_dirs = {p.name for p in REPO.iterdir() if p.is_dir() and p.name not in _SKIP_DIRS}
+    problems = []
+    files = _markdown_files()
+    assert REPO / "README.md" in files and DOCS / "index.md" in files
+    for md in files:
+        where = md.relative_to(REPO)
+        text = md.read_text()
+        if "DESIGN.md" in text:
+            problems.append(f"{where}: cites DESIGN.md, which is not in the repository")
+        prose = _without_code_blocks(text)
+        for target in re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", prose):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue  # a URL, or an anchor on the same page (mkdocs --strict checks those)
+            if not (md.parent / target.split("#")[0]).exists():
+                problems.append(f"{where}: link to {target}, which does not exist")
+        for code in re.findall(r"`([^`\n]+)`", prose):
+            token = re.sub(r"\(.*\)$", "", code.strip())
+            if re.fullmatch(r"fairdp(\.[A-Za-z_]\w*)+", token):
+                why = _unresolved_name(token)
+                if why:
+                    problems.append(f"{where}: `{code}`: {why}")
+                continue
+            if not re.fullmatch(r"[\w.\-/]+", token):
+                continue  # placeholders, globs, commands: not one path
+            first = token.split("/")[0]
+            is_path = ("/" in token and first in top_dirs) or re.fullmatch(r"[A-Z][A-Z_]*\.md", token)
+            if is_path and re.search(rf"\.({'|'.join(_FILE_EXTENSIONS)})$", token) and not (REPO / token).exists():
+                problems.append(f"{where}: cites {token}, which is not in the repository")
+            elif is_path and token.endswith("/") and not (REPO / token).is_dir() and not _generated(token):
+                problems.append(f"{where}: cites directory {token}, which is not in the repository")
+    assert not problems, "\n".join(problems)
+
+
+def _generated(path: str) -> bool:
+    """A path that fairdp's commands write (results of a run), git-ignored rather than shipped."""
+    proc = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO, capture_output=True)
+    return proc.returncode == 0

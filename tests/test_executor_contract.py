@@ -1,0 +1,158 @@
+"""The executor contract, run over every registered executor (``fairdp.study.EXECUTORS``): the
+same rows whoever runs the packs, resume without loss or duplicates, a failing pack retried
+then stored as error rows that the next run replaces, Ctrl-C keeping what finished, and
+progress events in order. A new executor is one class registered by name; this suite is what
+it must pass. The Ray cases share one embedded Ray (``run_study`` uses a Ray this process
+started)."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+from fairdp.study import EXECUTORS, ResultStore, parse_spec, run_study
+from fairdp.study import _runner as runner
+
+KEY = ["method", "seed", "config_id"]
+METRICS = ["best_epoch", "valid_accuracy", "test_accuracy", "test_tpr_gap", "valid_dp_gap", "eps_formal"]
+
+
+def _spec(**overrides):
+    spec = {
+        "name": "contract", "dataset": {"name": "synthetic", "rows": 1000, "features": 8}, "seeds": [0, 1],
+        "train": {"epochs": 2, "batch_size": 250}, "evaluate": {"leakage": False, "mdl": False},
+        "methods": {"unconstrained": {}, "federate": {"grid": {"eps": [1, 10], "lam": [0.5, 1.0]}}}, "pack_size": 2,
+    }
+    spec.update(overrides)
+    return parse_spec(spec)
+
+
+@pytest.fixture(scope="module")
+def embedded_ray():
+    from fairdp.study import keep_ray_on_loopback
+
+    keep_ray_on_loopback()
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(params=list(EXECUTORS))
+def executor(request):
+    if request.param == "ray":
+        request.getfixturevalue("embedded_ray")
+    return request.param
+
+
+def _run(spec, results, executor, **kw):
+    return run_study(spec, str(results), executor=executor, progress_stream=io.StringIO(), **kw)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The study's rows as the local executor stores them."""
+    results = tmp_path_factory.mktemp("reference") / "r"
+    _run(_spec(), results, "local")
+    return ResultStore(results).read()[0]
+
+
+def test_every_config_once_with_the_same_numbers_as_any_other_executor(executor, reference, tmp_path):
+    summary = _run(_spec(), tmp_path / "r", executor)
+    df, corrupt = ResultStore(tmp_path / "r").read()
+    assert corrupt == [] and summary.failed_packs == 0 and summary.configs == len(df) == 10
+    assert not df.duplicated(KEY).any() and (df["status"] == "ok").all()
+    pd.testing.assert_frame_equal(df.sort_values(KEY)[KEY + METRICS].reset_index(drop=True),
+                                  reference.sort_values(KEY)[KEY + METRICS].reset_index(drop=True))
+
+
+def test_a_resumed_study_trains_only_what_is_missing(executor, tmp_path):
+    first = _run(_spec(seeds=[1]), tmp_path / "r", executor)
+    whole = _run(_spec(), tmp_path / "r", executor)
+    again = _run(_spec(), tmp_path / "r", executor)
+    assert (first.configs, whole.already_stored, whole.configs) == (5, 5, 5)
+    assert (again.packs, again.already_stored) == (0, 10)
+    df, _ = ResultStore(tmp_path / "r").read()
+    assert len(df) == 10 and not df.duplicated(KEY).any()
+
+
+def test_a_pack_that_keeps_failing_is_retried_then_stored_as_error_rows_the_next_run_replaces(executor, tmp_path):
+    """A worker-side failure (a CUDA device on a machine without one: the driver does not
+    refuse it, since a cluster's workers may have GPUs it lacks)."""
+    spec = _spec(seeds=[0], methods={"unconstrained": {}}, train={"epochs": 1, "device": "cuda:0"},
+                 resources={"max_failures": 1})
+    out = io.StringIO()
+    first = run_study(spec, str(tmp_path / "r"), executor=executor, progress_stream=out)
+    assert first.failed_packs == 1 and "1 retried" in out.getvalue()
+    df, _ = ResultStore(tmp_path / "r").read()
+    assert len(df) == 1 and df["status"].iloc[0] == "error" and "cuda" in df["error"].iloc[0].lower()
+    second = _run(spec, tmp_path / "r", executor)
+    assert second.failed_packs == 1 and second.already_stored == 0
+    assert len(ResultStore(tmp_path / "r").pack_files()) == 1  # replaced, not added
+
+
+def test_ctrl_c_keeps_the_finished_packs_and_the_rerun_completes(executor, tmp_path):
+    spec = _spec(seeds=[0, 1, 2], pack_size=1, train={"epochs": 4, "batch_size": 250})
+    store = ResultStore(tmp_path / "r")
+
+    def interrupt_after_first_pack():
+        deadline = time.monotonic() + 120
+        while not store.pack_files() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_after_first_pack, daemon=True).start()
+    try:
+        summary = _run(spec, tmp_path / "r", executor)
+    except KeyboardInterrupt:  # a Ctrl-C between packs is the caller's to report
+        summary = None
+    stored, _ = store.read()
+    assert 0 < len(stored) < 15 and set(stored["status"]) == {"ok"}
+    if summary is not None:
+        assert summary.unfinished_packs > 0
+    rerun = _run(spec, tmp_path / "r", executor)
+    after, _ = store.read()
+    assert rerun.already_stored == len(stored) and len(after) == 15 and not after.duplicated(KEY).any()
+
+
+class RecordedProgress(runner.Progress):
+    """A Progress that keeps every event it hears."""
+
+    events: list[tuple[str, str]] = []
+
+    def start_pack(self, key, method, configs):
+        RecordedProgress.events.append(("start", key))
+        super().start_pack(key, method, configs)
+
+    def advance(self, key, units):
+        RecordedProgress.events.append(("advance", key))
+        super().advance(key, units)
+
+    def finish_pack(self, key):
+        RecordedProgress.events.append(("finish", key))
+        super().finish_pack(key)
+
+    def fail_pack(self, key):
+        RecordedProgress.events.append(("fail", key))
+        super().fail_pack(key)
+
+
+def test_progress_hears_each_pack_start_advance_then_finish(executor, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "Progress", RecordedProgress)
+    monkeypatch.setenv("FAIRDP_UNITS_EVERY_S", "0")  # every epoch reports, as long packs do every 2 s
+    RecordedProgress.events = []
+    summary = _run(_spec(), tmp_path / "r", executor)
+    by_pack: dict[str, list[str]] = {}
+    for kind, key in RecordedProgress.events:
+        by_pack.setdefault(key, []).append(kind)
+    assert len(by_pack) == summary.packs
+    for kinds in by_pack.values():
+        assert kinds[0] == "start" and kinds[-1] == "finish" and kinds.count("finish") == 1
+        assert set(kinds[1:-1]) <= {"advance"}
