@@ -158,7 +158,7 @@ def test_a_cuda_pack_resumes_from_its_checkpoint_bit_for_bit_and_a_cpu_one_is_no
     """CUDA tensors and CUDA random streams survive the pickle; a checkpoint saved where the
     device resolved to the CPU (a CPU node of a mixed cluster) is not resumed on a GPU."""
     from fairdp.engine import checkpointing
-    from tests.test_methods_contract import Killed, MemoryCheckpoint, assert_same_pack
+    from fairdp.testing.method_contract import Killed, MemoryCheckpoint, assert_same_pack
 
     method = get_method(name)
     grid = method.expand(method.paper_grid(data.name))

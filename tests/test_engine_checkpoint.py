@@ -11,7 +11,7 @@ import pytest
 from fairdp.data import load_dataset
 from fairdp.engine import Pruning, TrainSettings, _checkpoint, checkpointing
 from fairdp.methods import get_method
-from tests.test_methods_contract import Killed, MemoryCheckpoint, assert_same_pack
+from fairdp.testing.method_contract import Killed, MemoryCheckpoint, assert_same_pack
 
 SETTINGS = TrainSettings(epochs=4, batch_size=200, device="cpu", dtype="float64")
 CONFIGS = [{"eps": e, "lam": lam} for e in (1.0, 8.0) for lam in (0.1, 1.0)]

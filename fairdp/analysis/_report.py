@@ -10,9 +10,7 @@ sees a half-written file. Figures that a previous report wrote but this one cann
 
 from __future__ import annotations
 
-import base64
 import datetime as _dt
-import html
 import json
 import math
 import os
@@ -46,6 +44,7 @@ from fairdp.analysis._plots import (
 )
 from fairdp.analysis._predictions import CONSTANT_RATE, positive_rates
 from fairdp.analysis._release import has_release_events, release_summary, released_guarantees
+from fairdp.analysis._render import Document, HtmlRenderer, MarkdownRenderer
 from fairdp.analysis._rows import RUN_KEYS, as_frame, check_by, check_fairness, check_rt, eps_scope
 from fairdp.analysis._search_progress import search_progress
 from fairdp.analysis._select import (
@@ -63,8 +62,6 @@ from fairdp.analysis._tables import (
     by_cell,
     display_strings,
     format_table,
-    html_table,
-    markdown_table,
     mean_std,
     sweep_tables,
 )
@@ -362,7 +359,6 @@ def write_report(
         agg = seed_intervals(agg, ci)
         ci_cols = [c[: -len("_mean")] for c in agg.columns if c.endswith("_mean")]
         marks = {m: not_distinguishable(agg, m, default_direction(m), group) for m in ci_cols}
-    table = format_table(agg, "md", fairness, by=by, marks=marks)
     per = "".join(f", {k}" for k in by)
     own = " (each notion's own violation: DP-gap for dp, EO-gap for eo, AP-gap for ap; methods without a " \
           "notion repeated under each)" if fairness == NOTION_GAP else ""
@@ -462,58 +458,8 @@ def write_report(
                if completeness is not None and completeness.is_partial else None)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
-    md = [f"# fairdp report\n\n_Generated {stamp}._\n"]
-    md += ["| | |\n|:--|:--|"] + [f"| {k} | {v} |" for k, v in overview] + [""]
-    if partial:
-        md.append(f"**Not the whole study.** {partial}\n")
-    for title, text, items in sections:
-        md.append(f"\n## {title}\n\n{text}\n")
-        for kind, item in items:
-            if kind == "figure":
-                if figures.get(item) is not None:
-                    md.append(f"![{FIGURES[item]}](figures/{item}.png)\n")
-            elif kind == "table":
-                md.append(table if item is agg else format_table(item, "md", fairness, by=by))
-            elif kind == "subtable":
-                md.append(f"**{item[0]}**\n\n{markdown_table(item[1])}")
-            else:
-                md.append(markdown_table(item))
-    if notes:
-        md.append("\n## Notes\n")
-        md += [f"- {n}" for n in notes]
-    md_text = "\n".join(md).rstrip() + "\n"
-
-    body = [f"<h1>fairdp report</h1>\n<p><em>Generated {html.escape(stamp)}.</em></p>",
-            "<table class=\"meta\">" + "".join(
-                f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in overview) + "</table>"]
-    if partial:
-        body.append(f"<p><strong>Not the whole study.</strong> {html.escape(partial)}</p>")
-    for title, text, items in sections:
-        body.append(f"<h2>{html.escape(title)}</h2>\n<p>{html.escape(text)}</p>")
-        for kind, item in items:
-            if kind == "figure":
-                path = figures.get(item)
-                if path is not None:
-                    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-                    body.append(f'<figure><img alt="{html.escape(FIGURES[item])}" '
-                                f'src="data:image/png;base64,{data}">'
-                                f"<figcaption>{html.escape(FIGURES[item])}</figcaption></figure>")
-            elif kind == "table":
-                body.append(format_table(item, "html", fairness, by=by, marks=marks if item is agg else None))
-            elif kind == "subtable":
-                body.append(f"<h3>{html.escape(item[0])}</h3>\n{html_table(item[1])}")
-            else:
-                body.append(html_table(item))
-    if notes:
-        body.append("<h2>Notes</h2>\n<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
-    html_text = (
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>fairdp report</title>\n"
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-        "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .6em}"
-        "td{text-align:right}td:first-child,td:nth-child(2){text-align:left}"
-        "img{max-width:100%}figcaption{font-size:.9em;color:#555}</style>\n</head>\n<body>\n"
-        + "\n".join(body) + "\n</body>\n</html>\n"
-    )
+    doc = Document(stamp, overview, partial, sections, notes, figures, FIGURES, fairness, tuple(by), agg, marks)
+    md_text, html_text = MarkdownRenderer().render(doc), HtmlRenderer().render(doc)
 
     written = [p for p in figures.values() if p is not None]
     written.append(_atomic_write(out / "table.csv", format_table(agg, "csv", fairness, by=by).encode()))

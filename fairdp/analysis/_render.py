@@ -1,0 +1,127 @@
+"""A report's document rendered as Markdown or as self-contained HTML.
+
+``write_report`` (``_report``) computes what a report says, format-free: a ``Document`` of
+sections, each a title, a caption and items (a figure, the main table, a subtable, a display
+table). A ``Renderer`` says how each kind of item looks in one format; ``render`` walks the
+document once for either.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from fairdp.analysis._tables import format_table, html_table, markdown_table
+
+Item = tuple[str, object]  # (kind, payload): "figure" name, "table" frame, "subtable" (title, frame), "display" frame
+
+
+@dataclass
+class Document:
+    stamp: str
+    overview: list[tuple[str, str]]
+    partial: str | None
+    sections: list[tuple[str, str, list[Item]]]
+    notes: list[str]
+    figures: dict[str, Path | None]       # name -> the PNG drawn, None where it could not be
+    captions: dict[str, str]              # figure name -> its caption
+    fairness: str
+    by: tuple[str, ...] = ()
+    main: pd.DataFrame | None = None      # the table the marks belong to
+    marks: dict | None = field(default=None)
+
+
+class Renderer:
+    format: str
+
+    def render(self, doc: Document) -> str:
+        parts = self.head(doc)
+        for title, text, items in doc.sections:
+            parts.append(self.section(title, text))
+            for kind, item in items:
+                if kind == "figure":
+                    if doc.figures.get(item) is not None:
+                        parts.append(self.figure(item, doc.figures[item], doc.captions[item]))
+                elif kind == "table":
+                    main = item is doc.main
+                    parts.append(format_table(item, self.format, doc.fairness, by=doc.by,
+                                              marks=doc.marks if main else None))
+                elif kind == "subtable":
+                    parts.append(self.subtable(*item))
+                else:
+                    parts.append(self.display(item))
+        if doc.notes:
+            parts.append(self.notes(doc.notes))
+        return self.wrap(parts)
+
+
+class MarkdownRenderer(Renderer):
+    format = "md"
+
+    def head(self, doc):
+        parts = [f"# fairdp report\n\n_Generated {doc.stamp}._\n", "| | |\n|:--|:--|",
+                 *(f"| {k} | {v} |" for k, v in doc.overview), ""]
+        if doc.partial:
+            parts.append(f"**Not the whole study.** {doc.partial}\n")
+        return parts
+
+    def section(self, title, text):
+        return f"\n## {title}\n\n{text}\n"
+
+    def figure(self, name, path, caption):
+        return f"![{caption}](figures/{name}.png)\n"
+
+    def subtable(self, title, table):
+        return f"**{title}**\n\n{markdown_table(table)}"
+
+    def display(self, table):
+        return markdown_table(table)
+
+    def notes(self, notes):
+        return "\n## Notes\n\n" + "\n".join(f"- {n}" for n in notes)
+
+    def wrap(self, parts):
+        return "\n".join(parts).rstrip() + "\n"
+
+
+class HtmlRenderer(Renderer):
+    """One file: figures embedded as base64 PNG data URIs."""
+
+    format = "html"
+    STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .6em}"
+             "td{text-align:right}td:first-child,td:nth-child(2){text-align:left}"
+             "img{max-width:100%}figcaption{font-size:.9em;color:#555}")
+
+    def head(self, doc):
+        parts = [f"<h1>fairdp report</h1>\n<p><em>Generated {html.escape(doc.stamp)}.</em></p>",
+                 "<table class=\"meta\">" + "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                                                    for k, v in doc.overview) + "</table>"]
+        if doc.partial:
+            parts.append(f"<p><strong>Not the whole study.</strong> {html.escape(doc.partial)}</p>")
+        return parts
+
+    def section(self, title, text):
+        return f"<h2>{html.escape(title)}</h2>\n<p>{html.escape(text)}</p>"
+
+    def figure(self, name, path, caption):
+        data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+        return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+    def subtable(self, title, table):
+        return f"<h3>{html.escape(title)}</h3>\n{html_table(table)}"
+
+    def display(self, table):
+        return html_table(table)
+
+    def notes(self, notes):
+        return "<h2>Notes</h2>\n<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
+
+    def wrap(self, parts):
+        return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>fairdp report</title>\n"
+                f"<style>{self.STYLE}</style>\n</head>\n<body>\n" + "\n".join(parts) + "\n</body>\n</html>\n")
