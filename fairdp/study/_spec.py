@@ -166,7 +166,7 @@ def load_spec(path: str | Path) -> StudySpec:
     if raw is None:
         raise InputError(f"{path}: empty; a study file is a mapping with at least name, dataset and methods")
     if not isinstance(raw, dict):
-        raise InputError(f"{path}: must be a mapping with at least name, dataset and methods, "
+        raise InputError(f"{path}: a study file must be a mapping with at least name, dataset and methods, "
                          f"got {type(raw).__name__}")
     return parse_spec(raw, source=str(path), base_dir=path.parent)
 
