@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fairdp-installed
 
-.PHONY: setup demo test test-slow test-cuda lint clean-venv
+.PHONY: setup test-tools demo test test-slow test-cuda lint clean-venv
 
 setup: $(STAMP)
 
@@ -21,7 +21,15 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m fairdp run studies/demo.yaml
 
-test: $(STAMP)
+# Debian's dieharder, the random-number battery tests/test_rng.py runs on the engine's streams;
+# installed where apt-get can as root, else those tests skip and say so.
+test-tools:
+	@command -v dieharder >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq dieharder >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq dieharder >/dev/null 2>&1; }; }; } || \
+	  echo "dieharder not installed (apt-get install dieharder): tests/test_rng.py's battery will skip"
+
+test: $(STAMP) test-tools
 	$(PY) -m pytest -q -m "not slow"
 
 test-slow: $(STAMP)

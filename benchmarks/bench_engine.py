@@ -2,7 +2,7 @@
 measured matmul peak, packing and precision ratios.
 
     .venv/bin/python benchmarks/bench_engine.py [--device cpu|cuda] [--epochs 2] [--packs 8,150]
-                                               [--twitter] [--json out.json]
+                                               [--rounds 3] [--bf16] [--json out.json]
 
 FEDERATE on real Adult with its D.3 architecture (85 features, encoder 300-300, adversary
 300-300-2, batch 2000). Measured in one process on one device:
@@ -13,8 +13,10 @@ FEDERATE on real Adult with its D.3 architecture (85 features, encoder 300-300, 
 - a plain PyTorch loop of the same model (nn.Linear, nn.Dropout, Adam; one config) as the
   reference for "a packed config costs no more than the plain loop";
 - fairdp packs of K configs (one batched model, and the engine's default chunking) in
-  float32 and in bf16 autocast, each as seconds per config-epoch, its ratio to the plain
-  loop and its share of the fp32 peak.
+  float32 (and bf16 autocast where the device has native bf16 matmuls, or with --bf16), each
+  as seconds per config-epoch, its ratio to the plain loop and its share of the fp32 peak.
+Shared machines drift: each of --rounds rounds times the plain loop and then every variant,
+and a variant's ratio is the median over rounds of its time / that round's plain loop.
 On a CPU the threads are torch's default unless --threads says otherwise.
 """
 
@@ -31,7 +33,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from fairdp.data import load_dataset
-from fairdp.engine import TrainSettings
+from fairdp.engine import TrainSettings, native_bf16
 from fairdp.methods import get_method
 
 
@@ -131,21 +133,25 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--packs", default="8", help="pack sizes K (comma-separated)")
     ap.add_argument("--threads", type=int, help="torch threads on a CPU (default: torch's)")
-    ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 runs")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median ratio)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also time bf16 where the device has no native bf16 matmuls (emulated: very slow)")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    peaks = {"fp32": matmul_peak_gflops(device), "bf16": matmul_peak_gflops(device, torch.bfloat16)}
+    bf16 = args.bf16 or native_bf16(device)
+    peaks = {"fp32": matmul_peak_gflops(device)}
+    if bf16:
+        peaks["bf16"] = matmul_peak_gflops(device, torch.bfloat16, n=4096 if native_bf16(device) else 1024, reps=2)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         peaks["tf32"] = matmul_peak_gflops(device)
         torch.backends.cuda.matmul.allow_tf32 = False
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"device: {where}; matmul peaks (4096^3): "
-          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items())
-          + f"; bf16 / fp32 peak = {peaks['bf16'] / peaks['fp32']:.2f}x")
+    print(f"device: {where}; native bf16 matmuls: {'yes' if native_bf16(device) else 'no'}; matmul peaks: "
+          + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
 
     data = load_dataset("adult")
     method = get_method("federate")
@@ -156,29 +162,39 @@ def main() -> None:
     with counter:
         plain_federate(data, 1, device)  # also the warm-up
     plain_flops = counter.get_total_flops()
-    plain = plain_federate(data, args.epochs, device)
-    print(f"FEDERATE Adult, {args.epochs} epochs: fairdp {flops / 1e9:.1f} GFLOP per config-epoch (training, "
-          f"validation, the final valid + test pass); the plain loop {plain_flops / 1e9:.1f} GFLOP per epoch in "
-          f"{plain:.3f} s = {plain_flops / plain / 1e9:.0f} GFLOP/s ({plain_flops / plain / 1e9 / peaks['fp32']:.0%} "
-          f"of the fp32 peak)\n")
     method.train_pack(data, grid[:1], seed=0, settings=replace(base, epochs=1))  # warm-up
-    precisions = ["float32"] + ([] if args.no_bf16 else ["bf16"])
+    precisions = ["float32"] + (["bf16"] if bf16 else [])
     if device.type == "cuda":
         precisions.insert(1, "tf32")
+    variants = [(k, chunk, precision) for k in [1, *(int(v) for v in args.packs.split(","))]
+                for chunk in ((None,) if k == 1 else (k, None)) for precision in precisions]
+    plains, times = [], {v: [] for v in variants}
+    for r in range(args.rounds):
+        plains.append(plain_federate(data, args.epochs, device))
+        for k, chunk, precision in variants:
+            settings = replace(base, config_chunk=chunk, precision=precision)
+            times[(k, chunk, precision)].append(per_config_epoch(method, data, grid[:k], settings))
+        print(f"round {r + 1} of {args.rounds}: plain loop {plains[-1]:.3f} s per epoch", flush=True)
+    plain = float(np.median(plains))
+    print(f"FEDERATE Adult, {args.epochs} epochs: fairdp {flops / 1e9:.1f} GFLOP per config-epoch (training, "
+          f"validation, the final valid + test pass); the plain loop {plain_flops / 1e9:.1f} GFLOP per epoch in "
+          f"{plain:.3f} s (median of {args.rounds}) = {plain_flops / plain / 1e9:.0f} GFLOP/s "
+          f"({plain_flops / plain / 1e9 / peaks['fp32']:.0%} of the fp32 peak)\n")
     rows = []
-    for k in [1, *(int(v) for v in args.packs.split(","))]:
-        for chunk in ((None,) if k == 1 else (k, None)):
-            for precision in precisions:
-                settings = replace(base, config_chunk=chunk, precision=precision)
-                per = per_config_epoch(method, data, grid[:k], settings)
-                rows.append({"K": k, "chunk": "all" if chunk else "auto", "precision": precision,
-                             "per_config_epoch_s": per, "vs_plain": per / plain, "gflops": flops / per / 1e9,
-                             "fp32_peak_share": flops / per / 1e9 / peaks["fp32"]})
-    print("| K | chunking | precision | s per config-epoch | / plain loop | GFLOP/s | share of fp32 peak |")
+    for (k, chunk, precision), ts in times.items():
+        per = float(np.median(ts))
+        ratios = np.array(ts) / np.array(plains)
+        rows.append({"K": k, "chunk": "all" if chunk else "auto", "precision": precision,
+                     "per_config_epoch_s": per, "vs_plain": float(np.median(ratios)),
+                     "vs_plain_range": [float(ratios.min()), float(ratios.max())],
+                     "gflops": flops / per / 1e9, "fp32_peak_share": flops / per / 1e9 / peaks["fp32"]})
+    print("| K | chunking | precision | s per config-epoch | / plain loop (median, range over rounds) | GFLOP/s "
+          "| share of fp32 peak |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['K']} | {r['chunk']} | {r['precision']} | {r['per_config_epoch_s']:.3f} | {r['vs_plain']:.2f}x | "
-              f"{r['gflops']:.0f} | {r['fp32_peak_share']:.0%} |")
+        lo, hi = r["vs_plain_range"]
+        print(f"| {r['K']} | {r['chunk']} | {r['precision']} | {r['per_config_epoch_s']:.3f} | {r['vs_plain']:.2f}x "
+              f"({lo:.2f}-{hi:.2f}) | {r['gflops']:.0f} | {r['fp32_peak_share']:.0%} |")
     fp32 = {(r["K"], r["chunk"]): r["per_config_epoch_s"] for r in rows if r["precision"] == "float32"}
     for r in rows:
         if r["precision"] != "float32":

@@ -1,23 +1,269 @@
 """Per-configuration random streams for packed training.
 
 The engine trains K configurations at once, as tensors with a leading config axis K.
-Each configuration draws its noise from its own ``torch.Generator``, and slice k of a
-packed draw is filled from generator k alone with exactly the call a single draw makes.
-So training configuration k inside a pack consumes the same random numbers, and gives the
-same result, as training it alone: packing is an execution detail, never a change of run.
+Slice k of a packed draw comes from configuration k's own stream alone, so training
+configuration k inside a pack consumes the same random numbers, and gives the same result,
+as training it alone: packing is an execution detail, never a change of run.
 
-``generators`` is accepted in three forms throughout: ``None`` (the global generator),
-one ``torch.Generator`` (one draw of ``shape``), or a list/tuple of K generators (a draw
-of ``(K, *shape)`` whose slice k comes from generator k).
+The engine's streams are ``PackStream``s: counter-based (Philox4x64-10, ``fairdp._philox``),
+config k's draw d being a pure function of (its key, d), where the key is hashed from
+(seed, config id, stream name). A (K, ...) draw is therefore one computation for the whole
+pack: one vectorised pass per config in NumPy's C Philox on a CPU, one batched tensor
+computation on a GPU, with the same numbers on both.
+
+``generators`` is accepted in four forms throughout: ``None`` (the global generator), one
+``torch.Generator`` (one draw of ``shape``), a ``PackStream`` of K configs, or a list/tuple
+of K ``torch.Generator`` (each a draw of ``(K, *shape)`` whose slice k comes from config k).
 """
 
 from __future__ import annotations
 
+import hashlib
+import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import torch
 
-Generators = torch.Generator | Sequence[torch.Generator] | None
+from fairdp import _philox
+
+
+class _Counters:
+    """The draw counters a stream and its subsets share: on the host, and mirrored on each
+    device that draws, so that a device's draws read and advance them there (no copy to the
+    device, no wait for it). A host-side draw makes the mirrors stale; a device draw advances
+    the host's copy too."""
+
+    def __init__(self, n: int):
+        self.host = np.zeros(n, dtype=np.uint64)
+        self.mirrors: dict[torch.device, torch.Tensor] = {}
+
+    def __getstate__(self):
+        return {"host": self.host, "mirrors": {}}
+
+    def next_on_host(self, rows: np.ndarray) -> np.ndarray:
+        draws = self.host[rows]
+        self.host[rows] = draws + np.uint64(1)
+        self.mirrors.clear()
+        return draws
+
+    def next_on(self, device: torch.device, rows: torch.Tensor, host_rows: np.ndarray) -> torch.Tensor:
+        if device not in self.mirrors:
+            self.mirrors[device] = _philox.as_words(self.host, device)
+        mirror = self.mirrors[device]
+        draws = mirror[rows]
+        mirror[rows] = draws + 1
+        self.host[host_rows] += np.uint64(1)
+        return draws
+
+
+class PackStream:
+    """K configs' streams of one name, counter-based: config k's draw number d is the
+    Philox4x64-10 blocks (1, d, 0, 0), (2, d, 0, 0), ... under key k.
+
+    Each draw advances every config's draw counter by one. ``stream[index]`` is the stream
+    of configs ``index`` sharing these counters, so a subset draws what the whole pack would
+    have drawn for its configs. Pickles with its counters (checkpoints).
+    """
+
+    def __init__(self, keys: np.ndarray, device: torch.device | str = "cpu", *,
+                 _counters: _Counters | None = None, _rows: np.ndarray | None = None):
+        self.keys = np.array(keys, dtype=np.uint64).reshape(-1, 2)  # a writable copy
+        self.device = torch.device(device)
+        self._counters = _Counters(len(self.keys)) if _counters is None else _counters
+        self._rows = np.arange(len(self.keys)) if _rows is None else _rows
+        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # (keys, rows) uploaded once
+
+    def __getstate__(self):
+        return {**self.__dict__, "_on_device": {}}
+
+    @classmethod
+    def from_names(cls, names: Sequence[str], device: torch.device | str = "cpu") -> PackStream:
+        """Keys hashed from one name per config (fairdp: "seed/config id/stream")."""
+        keys = np.frombuffer(b"".join(hashlib.sha256(n.encode()).digest()[:16] for n in names),
+                             dtype="<u8").reshape(-1, 2)
+        return cls(keys, device)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, index) -> PackStream:
+        index = np.atleast_1d(np.arange(len(self))[index])
+        return PackStream(self.keys[index], self.device, _counters=self._counters, _rows=self._rows[index])
+
+    @property
+    def draws(self) -> np.ndarray:
+        """How many draws each config has made."""
+        return self._counters.host[self._rows].copy()
+
+    def _next(self) -> np.ndarray:
+        """The draw numbers of a host-side draw, advancing them."""
+        return self._counters.next_on_host(self._rows)
+
+    def _next_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys, draw numbers) on ``device`` for a draw there, advancing the draw numbers."""
+        if device not in self._on_device:
+            self._on_device[device] = (_philox.as_words(self.keys, device),
+                                       torch.as_tensor(self._rows, dtype=torch.long, device=device))
+        keys, rows = self._on_device[device]
+        return keys, self._counters.next_on(device, rows, self._rows)
+
+    def _device_words(self, device: torch.device, n_words: int) -> torch.Tensor:
+        """The next draw's words on a device: on CUDA replayed from a captured graph (see
+        ``_WordGraphs``), elsewhere (and inside another capture) computed as tensor ops."""
+        keys, draws = self._next_on(device)
+        if device.type == "cuda" and CUDA_GRAPHS and not torch.cuda.is_current_stream_capturing():
+            return _word_graphs(device).words(keys, draws, n_words)
+        return _philox.words(keys, draws, n_words, device)
+
+    def uniform(self, shape: Sequence[int], dtype: torch.dtype = torch.float32,
+                device: torch.device | str | None = None) -> torch.Tensor:
+        """(K, *shape) U[0, 1) values in float32 or float64 (24 or 53 random bits), as NumPy's
+        ``Generator.random`` makes them from the draw's words."""
+        shape, device = tuple(shape), torch.device(device) if device is not None else self.device
+        draw_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        n = _size(shape)
+        if _numpy_path(device):  # Generator.random converts in C as it draws: one pass
+            draws = self._next()
+            out = torch.empty((len(self), *shape), dtype=draw_dtype)
+            np_dtype = np.float64 if draw_dtype == torch.float64 else np.float32
+
+            def fill(k: int, block: int, part: np.ndarray) -> None:
+                bits = np.random.Philox(key=self.keys[k], counter=[block, int(draws[k]), 0, 0])
+                np.random.Generator(bits).random(out=part, dtype=np_dtype)
+
+            _fill_cpu(out.numpy().reshape(len(self), n), 4 if draw_dtype == torch.float64 else 8, fill)
+        else:
+            n_words = n if draw_dtype == torch.float64 else -(-n // 2)
+            w = self._device_words(device, n_words)
+            out = _philox.words_to_uniform(w, n, draw_dtype).reshape(len(self), *shape)
+        return out if out.dtype == dtype else out.to(dtype)
+
+    def words(self, n_words: int, device: torch.device | str | None = None) -> torch.Tensor:
+        """(K, n_words) int64 tensor: the next draw's first ``n_words`` 64-bit words (bit
+        patterns) of every config."""
+        device = torch.device(device) if device is not None else self.device
+        if not _numpy_path(device):
+            return self._device_words(device, n_words)
+        draws = self._next()
+        out = np.empty((len(self), 4 * -(-n_words // 4)), dtype=np.uint64)
+
+        def fill(k: int, block: int, part: np.ndarray) -> None:
+            part[:] = np.random.Philox(key=self.keys[k], counter=[block, int(draws[k]), 0, 0]).random_raw(len(part))
+
+        _fill_cpu(out, 4, fill)
+        return torch.from_numpy(out[:, :n_words].view(np.int64))
+
+    def below(self, shape: Sequence[int], prob: float, device: torch.device | str | None = None) -> torch.Tensor:
+        """(K, *shape) booleans, True with probability ``prob`` rounded to a multiple of 2^-16:
+        each value is one 16-bit lane of the draw's words (a quarter of a word, lowest lane
+        first) compared with round(prob * 2^16). A quarter of ``uniform``'s random bits, for
+        dropout; never for a privacy mechanism, whose probabilities must be exact."""
+        shape = tuple(shape)
+        n, threshold = _size(shape), round(float(prob) * 65536)
+        w = self.words(-(-n // 4), device)
+        if w.device.type == "cpu":  # NumPy has unsigned 16-bit lanes: one comparison pass
+            lanes = w.numpy().view(np.uint16)[:, :n]
+            return torch.from_numpy(lanes < threshold).reshape(len(self), *shape)
+        lanes = torch.stack([(w >> (16 * i)) & 0xFFFF for i in range(4)], dim=-1).reshape(len(self), -1)[:, :n]
+        return (lanes < threshold).reshape(len(self), *shape)
+
+
+# Replay a CUDA draw's ~570 elementwise kernels as one captured graph (``_WordGraphs``);
+# False: eager kernels.
+CUDA_GRAPHS = True
+
+
+class _WordGraphs:
+    """Philox words on one CUDA device replayed from captured graphs, one per (keys, length).
+
+    Eagerly, a draw's Philox rounds are ~570 small kernels whatever K, each a launch the host
+    pays for. Here each (pack keys, words per config) is captured once, after an eager
+    warm-up on a side stream (kernels load outside the capture), into one memory pool shared
+    by the device's draw graphs; a draw copies its draw numbers into the graph's input,
+    replays it and clones the output before anything else can run in that pool. A capture
+    that fails turns graphs off for the process, with a warning: eager draws give the same
+    numbers."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.pool = device, torch.cuda.graph_pool_handle()
+        # (graph, its draw-number input, its output, the keys it reads: held so their memory
+        # is never reused while the graph may replay)
+        self.graphs: dict[tuple[int, int, int], tuple] = {}
+
+    def words(self, keys: torch.Tensor, draws: torch.Tensor, n_words: int) -> torch.Tensor:
+        global CUDA_GRAPHS
+        key = (keys.data_ptr(), len(keys), n_words)
+        if key not in self.graphs:
+            try:
+                self.graphs[key] = self._capture(keys, draws, n_words)
+            except RuntimeError as err:
+                warnings.warn(f"fairdp: CUDA graphs of random draws are off ({err}); drawing eagerly", stacklevel=3)
+                CUDA_GRAPHS = False
+                return _philox.words(keys, draws, n_words, self.device)
+        graph, static_draws, out, _ = self.graphs[key]
+        static_draws.copy_(draws)
+        graph.replay()
+        return out.clone()
+
+    def _capture(self, keys, draws, n_words):
+        static_draws = draws.clone()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            _philox.words(keys, static_draws, n_words, self.device)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = _philox.words(keys, static_draws, n_words, self.device)
+        return graph, static_draws, out, keys
+
+
+_graphs_by_device: dict[torch.device, _WordGraphs] = {}
+
+
+def _word_graphs(device: torch.device) -> _WordGraphs:
+    if device not in _graphs_by_device:
+        _graphs_by_device[device] = _WordGraphs(device)
+    return _graphs_by_device[device]
+
+
+def _numpy_path(device: torch.device) -> bool:
+    """CPU draws run NumPy's Philox in C; other devices compute the same words as tensors."""
+    return device.type == "cpu"
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+# Below this many values a draw is filled in the calling thread: a thread hand-off costs more.
+PARALLEL_MIN_VALUES = 1 << 15
+_pool: ThreadPoolExecutor | None = None
+
+
+def _fill_cpu(out: np.ndarray, per_block: int, fill) -> None:
+    """Fill ``out`` (K, n) by ``fill(k, first block, out[k, part])`` over parts that start on a
+    Philox block (``per_block`` values each), spread over torch's CPU threads. A counter-based
+    stream can be cut anywhere on a block: the parts together are exactly the one fill."""
+    global _pool
+    k, n = out.shape
+    threads = torch.get_num_threads()
+    if threads == 1 or k * n < PARALLEL_MIN_VALUES:
+        for i in range(k):
+            fill(i, 0, out[i])
+        return
+    cuts = max(1, -(-threads // k))  # split each config's row so every thread has work
+    step = -(-n // cuts // per_block) * per_block
+    parts = [(i, lo, out[i, lo:lo + step]) for i in range(k) for lo in range(0, n, step)]
+    if _pool is None or _pool._max_workers != threads:
+        _pool = ThreadPoolExecutor(threads, thread_name_prefix="fairdp-rng")
+    for done in _pool.map(lambda part: fill(part[0], part[1] // per_block, part[2]), parts):
+        del done
+
+
+Generators = torch.Generator | Sequence[torch.Generator] | PackStream | None
 
 
 def make_generators(seeds: Sequence[int], device: torch.device | str) -> list[torch.Generator]:
@@ -30,14 +276,17 @@ def make_generators(seeds: Sequence[int], device: torch.device | str) -> list[to
     return gens
 
 
-def _is_list(generators: Generators) -> bool:
-    return isinstance(generators, (list, tuple))
+def per_config(generators: Generators) -> bool:
+    """Whether ``generators`` gives one stream per config (a draw with a leading K axis)."""
+    return isinstance(generators, (list, tuple, PackStream))
 
 
 def _device_of(generators: Generators, device: torch.device | str | None) -> torch.device:
     if device is not None:
         return torch.device(device)
-    if _is_list(generators):
+    if isinstance(generators, PackStream):
+        return generators.device
+    if per_config(generators):
         return generators[0].device if generators else torch.device("cpu")
     if isinstance(generators, torch.Generator):
         return generators.device
@@ -61,7 +310,10 @@ def uniform(
     """
     shape = tuple(shape)
     dev = _device_of(generators, device)
-    if not _is_list(generators):
+    if isinstance(generators, PackStream):
+        u = generators.uniform(shape, dtype, dev)
+        return u if (low, high) == (0.0, 1.0) else u.mul_(high - low).add_(low)
+    if not per_config(generators):
         return torch.empty(shape, device=dev, dtype=dtype).uniform_(low, high, generator=generators)
     out = torch.empty((len(generators), *shape), device=dev, dtype=dtype)
     for k, gen in enumerate(generators):
@@ -113,21 +365,21 @@ def bernoulli_mask(
     return u < keep_prob
 
 
-def dropout_scale(
-    shape: Sequence[int],
-    keep_prob: float,
-    generators: Generators,
-    *,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> torch.Tensor:
-    """Inverted-dropout multipliers: 1/keep_prob where ``uniform < keep_prob``, else 0.
+def dropout(x: torch.Tensor, keep_prob: float, generators: Generators) -> torch.Tensor:
+    """Inverted dropout of ``x`` (K, *shape) with config k's mask from its own stream: units
+    kept with probability ``keep_prob`` and scaled by 1/keep_prob, the rest zero.
 
-    Same per-generator layout as :func:`uniform`; built in place on the uniform draws (two
-    passes, no further allocation) because dropout sits on the training hot path.
-    """
-    u = uniform(shape, generators, device=device, dtype=dtype)
-    return u.lt_(keep_prob).mul_(1.0 / keep_prob)
+    From a ``PackStream`` the mask is ``PackStream.below``'s 16-bit lanes (keep_prob rounded
+    to a multiple of 2^-16: 0.9 becomes 0.899994) applied with ``torch.where`` (two passes
+    over x, and backward keeps a boolean mask). With torch generators the mask is a float
+    draw in x's dtype (float32 under bf16 autocast, so the stream is the same at every
+    precision)."""
+    if isinstance(generators, PackStream):
+        keep = generators.below(x.shape[1:], keep_prob, x.device)
+        return torch.where(keep, x, 0.0).mul_(1.0 / keep_prob)
+    draw = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    mask = uniform(x.shape[1:], generators, device=x.device, dtype=draw).lt_(keep_prob).mul_(1.0 / keep_prob)
+    return x * mask.to(x.dtype)
 
 
 def normal(
@@ -137,10 +389,22 @@ def normal(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Standard normal draws with the per-generator layout of :func:`uniform`."""
+    """Standard normal draws with the per-generator layout of :func:`uniform`.
+
+    From a ``PackStream`` by Box-Muller on float64 uniforms, whatever ``dtype``: with 53-bit
+    uniforms the largest |z| is about 8.6, so privacy noise is not cut off at float32's 5.8.
+    """
     shape = tuple(shape)
     dev = _device_of(generators, device)
-    if not _is_list(generators):
+    if isinstance(generators, PackStream):
+        n = int(np.prod(shape, dtype=np.int64))
+        half = -(-n // 2)
+        u = generators.uniform((2 * half,), torch.float64, dev)
+        radius = torch.log1p(-u[:, :half]).mul_(-2.0).sqrt_()  # 1 - u in (0, 1]: finite
+        angle = u[:, half:].mul_(2.0 * np.pi)
+        z = torch.cat((radius * torch.cos(angle), radius * torch.sin(angle)), dim=1)[:, :n]
+        return z.reshape(len(generators), *shape).to(dtype)
+    if not per_config(generators):
         return torch.empty(shape, device=dev, dtype=dtype).normal_(generator=generators)
     out = torch.empty((len(generators), *shape), device=dev, dtype=dtype)
     for k, gen in enumerate(generators):

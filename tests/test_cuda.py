@@ -189,3 +189,30 @@ def test_a_cuda_pack_resumes_from_its_checkpoint_bit_for_bit_and_a_cpu_one_is_no
         got = method.train_pack(data, configs, seed=0, settings=auto, callback=lambda r: epochs.append(r.epoch))
     assert epochs == [1, 2] and "another pack or setting" in capsys.readouterr().err
     assert_same_pack(got, want)
+
+
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_pack_streams_draw_on_the_gpu_what_they_draw_on_the_cpu_without_host_syncs(graphs, monkeypatch):
+    """The counter-based streams: the same words on both devices, one batched computation for
+    the pack on the GPU (replayed from a captured graph, or eager), counters advanced there
+    without the host waiting once each draw's shape has been seen."""
+    from fairdp import _rng
+
+    monkeypatch.setattr(_rng, "CUDA_GRAPHS", graphs)
+    names = [f"0/config-{k}/noise" for k in range(4)]
+    cpu, gpu = _rng.PackStream.from_names(names), _rng.PackStream.from_names(names, "cuda")
+
+    def draws(stream, device):
+        return [stream.uniform((513, 7)), stream.uniform((99,), torch.float64), stream.words(100),
+                _rng.dropout(torch.ones(4, 64, 32, device=device), 0.9, stream)]
+
+    first_gpu, first_cpu = draws(gpu, "cuda"), draws(cpu, "cpu")  # the first draws capture and upload
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        again_gpu = draws(gpu, "cuda")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    for a, b in zip(first_gpu + again_gpu, first_cpu + draws(cpu, "cpu")):
+        assert torch.equal(a.cpu(), b)
+    assert _rng.CUDA_GRAPHS == graphs  # no capture failed

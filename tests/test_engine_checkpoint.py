@@ -23,14 +23,21 @@ def data():
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(data):
+def pruned_data():
+    # seed 13: under PRUNED both chunks pass rung 1 and one config stops at each rung, the
+    # report sequence the kill points below are placed in (asserted there)
+    return load_dataset("synthetic", rows=1200, features=10, seed=13)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data, pruned_data):
     """(the pack trained without checkpoints, how many epoch reports it made), per settings."""
     cache = {}
 
     def get(settings):
         if settings not in cache:
             seen = []
-            cache[settings] = (_train(data, settings, seen=seen), len(seen))
+            cache[settings] = (_train(pruned_data if settings.prune else data, settings, seen=seen), len(seen))
         return cache[settings]
 
     return get
@@ -61,8 +68,11 @@ PRUNED = dataclasses.replace(SETTINGS, config_chunk=2, prune=Pruning((1, 2), kee
     (CHUNKS, 1), (CHUNKS, 6), (CHUNKS, 9),  # in chunk 1, 2 and 3
     (PRUNED, 2), (PRUNED, 3), (PRUNED, 5),  # after rung 1, inside epoch 2, after rung 2
 ], ids=["chunk1", "chunk2", "chunk3", "rung1", "epoch2", "rung2"])
-def test_a_killed_pack_resumes_where_it_stopped(data, uninterrupted, settings, kill_after):
+def test_a_killed_pack_resumes_where_it_stopped(data, pruned_data, uninterrupted, settings, kill_after):
     want, total = uninterrupted(settings)
+    if settings.prune is not None:
+        data = pruned_data
+        assert total == 6 and sorted(want.pruned_at) == [0, 0, 1, 2]  # reports 1 1 2 2 3 4
     file, seen = MemoryCheckpoint(), []
     with pytest.raises(Killed):
         _train(data, settings, file, kill_at=kill_after + 1, seen=seen)

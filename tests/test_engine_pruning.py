@@ -152,7 +152,10 @@ def test_every_neural_method_keeps_its_survivors_state_when_a_config_is_cut_out(
         alive = pruned.pruned_at == 0
         for split in ("valid", "test"):
             np.testing.assert_array_equal(pruned.predictions[split][alive], full.predictions[split][alive])
-            np.testing.assert_array_equal(pruned.representations[split][alive], full.representations[split][alive])
+            # equal up to the last bit of float64: a batched per-sample gradient (pfld, dpsgd) may
+            # sum in another order for 2 configs than for 3; a mis-sliced state differs by far more
+            np.testing.assert_allclose(pruned.representations[split][alive], full.representations[split][alive],
+                                       rtol=1e-12, atol=1e-14)
         for key, values in full.diagnostics.items():
             np.testing.assert_array_equal(pruned.diagnostics[key][alive], values[alive])
 

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fairdp"
 
 # unit -> rank: a unit imports only units of lower or equal rank
 LAYERS = {
-    "errors": 0, "schema": 0, "fairness": 0, "_atomic": 0, "_rng": 0, "constraints": 0,
+    "errors": 0, "schema": 0, "fairness": 0, "_atomic": 0, "_rng": 0, "_philox": 0, "constraints": 0,
     "data": 1,
     "privacy": 2,
     "engine": 3,

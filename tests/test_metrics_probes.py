@@ -37,8 +37,10 @@ def test_batched_leakage_matches_sklearn(pack, settings):
     data, reps = pack
     s_test = data.split("test").s
     args = (reps["valid"], data.split("valid").s, reps["test"], s_test)
-    ours = leakage(*args, settings=settings)
-    ref = leakage(*args, settings=replace(settings, backend="sklearn"))
+    # one probe's accuracy moves about 1 point with its seed: compare means over 3 seeds
+    runs = [(leakage(*args, settings=replace(settings, seed=seed)),
+             leakage(*args, settings=replace(settings, seed=seed, backend="sklearn"))) for seed in range(3)]
+    ours, ref = (np.mean([run[i] for run in runs], axis=0) for i in (0, 1))
     assert ours.shape == (3,)
     # Where there is something to learn, the two probes agree within 2 points; on the
     # nearly private representation both sit at chance, where two probes differ by noise.

@@ -45,6 +45,7 @@ from fairdp.engine._settings import (
     autocast,
     full_precision,
     matmul_precision,
+    native_bf16,
     resolve_device,
     resolve_precision,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "lambda_schedule",
     "layer_shapes",
     "matmul_precision",
+    "native_bf16",
     "merge_results",
     "per_config_accuracy",
     "per_config_cross_entropy",

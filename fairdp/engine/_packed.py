@@ -1,8 +1,8 @@
 """Packed layers: K independent models of one architecture evaluated as batched matmuls.
 
 Every parameter carries a leading config axis K. Config k's weights are initialised from
-its own generator exactly as ``torch.nn.Linear`` would (uniform in +-1/sqrt(fan_in) for
-weight and bias), and its dropout masks come from its own generator, so config k trained
+its own stream with ``torch.nn.Linear``'s distribution (uniform in +-1/sqrt(fan_in) for
+weight and bias), and its dropout masks come from its own stream, so config k trained
 inside a pack follows the same trajectory as config k trained alone.
 """
 
@@ -20,7 +20,7 @@ from fairdp import _rng
 class PackedLinear(nn.Module):
     """K affine maps: x (K, B, d_in) or (B, d_in) shared by all configs -> (K, B, d_out)."""
 
-    def __init__(self, generators: Sequence[torch.Generator], d_in: int, d_out: int,
+    def __init__(self, generators: _rng.Generators, d_in: int, d_out: int,
                  *, device=None, dtype=torch.float32):
         super().__init__()
         k = len(generators)
@@ -28,11 +28,10 @@ class PackedLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(k, d_in, d_out, device=device, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(k, 1, d_out, device=device, dtype=dtype))
         with torch.no_grad():
-            for i, g in enumerate(generators):
-                # nn.Linear stores (out, in); draw in that order so a pack of one matches it.
-                self.weight[i].copy_(torch.empty(d_out, d_in, device=device, dtype=dtype)
-                                     .uniform_(-bound, bound, generator=g).T)
-                self.bias[i].uniform_(-bound, bound, generator=g)
+            # nn.Linear's (out, in) order, then its bias, from each config's own stream
+            draw = dict(device=device, dtype=dtype, low=-bound, high=bound)
+            self.weight.copy_(_rng.uniform((d_out, d_in), generators, **draw).transpose(1, 2))
+            self.bias.copy_(_rng.uniform((1, d_out), generators, **draw))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 2:  # the same input rows for every config: one broadcast matmul
@@ -43,7 +42,7 @@ class PackedLinear(nn.Module):
 class PackedMLP(nn.Module):
     """Linear layers with ReLU and dropout between them (and after the last if ``activate_last``)."""
 
-    def __init__(self, generators: Sequence[torch.Generator], sizes: Sequence[int], *,
+    def __init__(self, generators: _rng.Generators, sizes: Sequence[int], *,
                  dropout: float, activate_last: bool, device=None, dtype=torch.float32):
         super().__init__()
         if len(sizes) < 2:
@@ -65,12 +64,7 @@ class PackedMLP(nn.Module):
             if not last or self.activate_last:
                 x = torch.relu(x)
                 if dropout_generators is not None and self.dropout > 0:
-                    # masks drawn in the run's dtype even under bf16 autocast, so that each
-                    # config's dropout stream is the same at every precision
-                    draw = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
-                    mask = _rng.dropout_scale(x.shape[1:], 1.0 - self.dropout, dropout_generators,
-                                              device=x.device, dtype=draw)
-                    x = x * mask.to(x.dtype)
+                    x = _rng.dropout(x, 1.0 - self.dropout, dropout_generators)
         return (x, hidden) if return_hidden else x
 
 

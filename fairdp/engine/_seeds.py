@@ -16,8 +16,15 @@ def config_id(method: str, params: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def stream_seed(seed: int, cfg_id: str, stream: str) -> int:
+def stream_key(seed: int, cfg_id: str, stream: str) -> str:
+    """The name a config's stream key is hashed from (``_rng.PackStream.from_names``)."""
     if stream not in STREAMS:
         raise ValueError(f"unknown random stream {stream!r}")
-    digest = hashlib.sha256(f"{seed}/{cfg_id}/{stream}".encode()).digest()
+    return f"{seed}/{cfg_id}/{stream}"
+
+
+def stream_seed(seed: int, cfg_id: str, stream: str) -> int:
+    """A 63-bit seed for a ``torch.Generator`` of the stream, where one is needed (the Random
+    baseline's predictions): the first 8 bytes of the key name's SHA-256."""
+    digest = hashlib.sha256(stream_key(seed, cfg_id, stream).encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)

@@ -22,12 +22,15 @@ import torch
 from torch import nn
 
 from fairdp import _rng
+from fairdp._rng import PackStream, bernoulli_mask, dropout, laplace, normal, uniform
 from fairdp.data import Dataset
 from fairdp.engine._arch import Architecture
-from fairdp.engine._seeds import stream_seed
+from fairdp.engine._seeds import stream_key
 from fairdp.engine._settings import TrainSettings, resolve_precision
 
-__all__ = ["Batch", "EpochReport", "PackContext", "PackResult", "PackStep", "SplitTensors"]
+# the streams of ``PackContext.generators`` and the draws a step makes from them, (K, ...) each
+__all__ = ["Batch", "EpochReport", "PackContext", "PackResult", "PackStep", "PackStream", "SplitTensors",
+           "bernoulli_mask", "dropout", "laplace", "normal", "uniform"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ class PackContext:
         self.settings, self.arch, self.device = settings, arch, device
         self.dtype = getattr(torch, settings.dtype)
         self.precision = resolve_precision(settings, device)
-        self._generators: dict[str, list[torch.Generator]] = {}
+        self._generators: dict[str, _rng.PackStream] = {}
         self._splits: dict[str, SplitTensors] = {}
 
     @property
@@ -71,12 +74,14 @@ class PackContext:
                              "(Method.effective_settings; Method.train_pack does)")
         return self.settings.lr
 
-    def generators(self, stream: str) -> list[torch.Generator]:
-        """Config k's generator of ``stream`` (init, dropout, noise, eval_noise, predict), keyed by
-        (seed, config id, stream) only, so it does not depend on the pack."""
+    def generators(self, stream: str) -> _rng.PackStream:
+        """The configs' counter-based streams of ``stream`` (init, dropout, noise, eval_noise,
+        predict, sample): config k's keyed by (seed, config id, stream) only, so its numbers do
+        not depend on the pack. Draw from it with this module's ``uniform``, ``normal``,
+        ``laplace``, ``bernoulli_mask`` and ``dropout``, which give (K, ...) draws."""
         if stream not in self._generators:
-            self._generators[stream] = _rng.make_generators(
-                [stream_seed(self.seed, c, stream) for c in self.config_ids], self.device)
+            self._generators[stream] = _rng.PackStream.from_names(
+                [stream_key(self.seed, c, stream) for c in self.config_ids], self.device)
         return self._generators[stream]
 
     def per_config(self, key: str) -> torch.Tensor:
@@ -89,7 +94,7 @@ class PackContext:
         would have drawn for those configs."""
         sub = PackContext(self.data, [self.configs[i] for i in index], [self.config_ids[i] for i in index],
                           self.seed, self.settings, self.arch, self.device)
-        sub._generators = {stream: [gens[i] for i in index] for stream, gens in self._generators.items()}
+        sub._generators = {stream: gens[index] for stream, gens in self._generators.items()}
         sub._splits = self._splits
         return sub
 

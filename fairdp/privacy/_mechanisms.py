@@ -54,11 +54,11 @@ def _check_unit_interval(name: str, value: float | torch.Tensor) -> None:
 
 def _noise_shape(x: torch.Tensor, generator: _rng.Generators) -> tuple[int, ...]:
     """Shape of one generator's draw: all of ``x``, or ``x`` less its leading K axis."""
-    if not isinstance(generator, (list, tuple)):
+    if not _rng.per_config(generator):
         return tuple(x.shape)
     if x.dim() == 0 or x.shape[0] != len(generator):
         raise InputError(
-            f"generator: a list of {len(generator)} generators needs a leading axis of that "
+            f"generator: {len(generator)} per-config streams need a leading axis of that "
             f"size, got input of shape {tuple(x.shape)}"
         )
     return tuple(x.shape[1:])
