@@ -109,6 +109,10 @@ class PackStream:
         keys, rows = self._on_device[device]
         return keys, self._counters.next_on(device, rows, self._rows)
 
+    def _bits(self, k: int, block: int, draws: np.ndarray) -> np.random.Philox:
+        """NumPy's Philox for config k's draw ``draws[k]``, starting after block ``block``."""
+        return np.random.Philox(key=self.keys[k], counter=[block, int(draws[k]), 0, 0])
+
     def _device_words(self, device: torch.device, n_words: int) -> torch.Tensor:
         """The next draw's words on a device: on CUDA replayed from a captured graph (see
         ``_WordGraphs``), elsewhere (and inside another capture) computed as tensor ops."""
@@ -130,8 +134,7 @@ class PackStream:
             np_dtype = np.float64 if draw_dtype == torch.float64 else np.float32
 
             def fill(k: int, block: int, part: np.ndarray) -> None:
-                bits = np.random.Philox(key=self.keys[k], counter=[block, int(draws[k]), 0, 0])
-                np.random.Generator(bits).random(out=part, dtype=np_dtype)
+                np.random.Generator(self._bits(k, block, draws)).random(out=part, dtype=np_dtype)
 
             _fill_cpu(out.numpy().reshape(len(self), n), 4 if draw_dtype == torch.float64 else 8, fill)
         else:
@@ -150,7 +153,7 @@ class PackStream:
         out = np.empty((len(self), 4 * -(-n_words // 4)), dtype=np.uint64)
 
         def fill(k: int, block: int, part: np.ndarray) -> None:
-            part[:] = np.random.Philox(key=self.keys[k], counter=[block, int(draws[k]), 0, 0]).random_raw(len(part))
+            part[:] = self._bits(k, block, draws).random_raw(len(part))
 
         _fill_cpu(out, 4, fill)
         return torch.from_numpy(out[:, :n_words].view(np.int64))

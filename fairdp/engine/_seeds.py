@@ -24,7 +24,8 @@ def stream_key(seed: int, cfg_id: str, stream: str) -> str:
 
 
 def stream_seed(seed: int, cfg_id: str, stream: str) -> int:
-    """A 63-bit seed for a ``torch.Generator`` of the stream, where one is needed (the Random
-    baseline's predictions): the first 8 bytes of the key name's SHA-256."""
+    """A 63-bit seed for a seeded generator of the stream, for the methods that draw outside a
+    pack's streams (Random's predictions, the reductions' NumPy draws): the first 8 bytes of
+    the key name's SHA-256."""
     digest = hashlib.sha256(stream_key(seed, cfg_id, stream).encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
