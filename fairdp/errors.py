@@ -21,7 +21,12 @@ def last_line(text: str, fallback: str, limit: int = 500) -> str:
     return (lines[-1] if lines else fallback)[:limit]
 
 
-class DiskFull(RunAborted):
+class StoreFault(RunAborted):
+    """The results store cannot take a write (a full disk, an object store that does not
+    answer): the run stops at once, since every pack after it would fail the same way."""
+
+
+class DiskFull(StoreFault):
     """A results file could not be written for lack of space: the run stops at once (every
     pack after it would fail the same way), keeping what is stored, and the same command
     resumes once there is room."""
@@ -35,6 +40,20 @@ class DiskFull(RunAborted):
 
     def __reduce__(self):  # crosses process boundaries (Ray) with its fields
         return DiskFull, (self.path, self.needed, self.free)
+
+
+class StoreUnavailable(StoreFault):
+    """An object store that did not answer for the whole retry budget: the run stops with
+    one line naming the endpoint, keeping every pack already stored."""
+
+    def __init__(self, location: str, endpoint: str, waited_s: float, cause: str):
+        self.location, self.endpoint, self.waited_s, self.cause = location, endpoint, waited_s, cause
+        super().__init__(f"{location}: the object store at {endpoint} did not answer for {waited_s:.0f} s "
+                         f"({cause}); the packs that finished are stored: run the same command to resume once it "
+                         f"is back")
+
+    def __reduce__(self):
+        return StoreUnavailable, (self.location, self.endpoint, self.waited_s, self.cause)
 
 
 def _size(n: int) -> str:

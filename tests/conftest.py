@@ -64,3 +64,27 @@ def assert_input_error(proc: subprocess.CompletedProcess, *names: str) -> str:
     for name in names:
         assert name in errors[0], (name, errors[0])
     return errors[0]
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-protocol server (moto's server mode) on loopback for the whole session;
+    tests take a fresh bucket each (``s3`` fixture)."""
+    from tests.s3server import S3Server, available
+
+    reason = available()
+    if reason:
+        pytest.skip(reason)
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The session's S3 server with its credentials in this test's environment."""
+    from tests.s3server import CREDENTIALS
+
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    return s3_server

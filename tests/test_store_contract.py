@@ -1,7 +1,7 @@
 """The result store's contract, run over every kind of location a study writes to: a
-directory, a ``file://`` URI, and an object store (what s3:// and gs:// take; here fsspec's
-in-process memory filesystem behind pyarrow's ``PyFileSystem``). A new kind of store is one
-more entry in ``STORES``."""
+directory, a ``file://`` URI, an ``s3://`` URI on a real S3-protocol server (moto's server
+mode, over HTTP), and an fsspec filesystem behind pyarrow's ``PyFileSystem`` (what gs:// and
+other fsspec stores take). A new kind of store is one more entry in ``STORES``."""
 
 from __future__ import annotations
 
@@ -43,17 +43,24 @@ class Location:
         return [i.path for i in infos if i.type == FileType.File]
 
 
-def _directory(tmp_path):
+def _directory(tmp_path, request):
     store = ResultStore(tmp_path / "r")
     return Location(store, store.fs, str(tmp_path / "r"))
 
 
-def _file_uri(tmp_path):
+def _file_uri(tmp_path, request):
     store = ResultStore(f"file://{tmp_path}/r")
     return Location(store, store.fs, f"file://{tmp_path}/r")
 
 
-def _object_store(tmp_path):
+def _s3(tmp_path, request):
+    server = request.getfixturevalue("s3")
+    uri = server.uri(server.bucket(), "study")
+    store = ResultStore(uri)
+    return Location(store, store.fs, uri)
+
+
+def _object_store(tmp_path, request):
     fsspec = pytest.importorskip("fsspec")
     from pyarrow.fs import FSSpecHandler, PyFileSystem
 
@@ -63,14 +70,14 @@ def _object_store(tmp_path):
     return Location(ResultStore("bucket/study", filesystem=fs), fs, "bucket/study")
 
 
-STORES = {"directory": _directory, "file-uri": _file_uri, "object-store": _object_store}
+STORES = {"directory": _directory, "file-uri": _file_uri, "s3": _s3, "fsspec": _object_store}
 
 
 @pytest.fixture(params=list(STORES))
 def location(request, tmp_path):
-    loc = STORES[request.param](tmp_path)
+    loc = STORES[request.param](tmp_path, request)
     yield loc
-    if request.param == "object-store":
+    if request.param == "fsspec":
         import fsspec
 
         fsspec.filesystem("memory").store.clear()
@@ -195,8 +202,8 @@ def test_side_tables_and_checkpoints_round_trip(location):
 
 
 def test_read_results_reads_the_location_and_several_together(location, tmp_path):
-    if location.store.is_local is False:
-        pytest.skip("read_results takes a URI or path; an object store is read through its ResultStore")
+    if not (location.store.is_local or location.uri.startswith("s3://")):
+        pytest.skip("read_results takes a URI or path; an fsspec filesystem is read through its ResultStore")
     packs, _ = plan_packs(SPEC, pd.DataFrame())
     _store_all(location.store, packs[:2])
     other = ResultStore(tmp_path / "other")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fairdp.errors import DiskFull
+from fairdp.errors import StoreFault
 
 FORMAT = 2  # bump when what is pickled changes shape (2: counter-based PackStreams, not torch generators)
 # at the end of training a pack saves if it trained this long since its last save: a pack of
@@ -193,7 +193,7 @@ class Saver:
         file = self.checkpointing.file
         try:
             file.write(dumps(self.key, state, self.external))
-        except DiskFull:
+        except StoreFault:
             raise  # the pack's rows could not be stored either: stop now
         except Exception as e:  # noqa: BLE001
             print(f"fairdp: {file.name}: cannot save a checkpoint ({type(e).__name__}: {e}); this pack trains on "

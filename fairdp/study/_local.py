@@ -8,7 +8,7 @@ would; a Ctrl-C stops after the pack in flight, leaving the rest to the next run
 
 from __future__ import annotations
 
-from fairdp.errors import DiskFull, last_line
+from fairdp.errors import StoreFault, last_line
 from fairdp.study._generations import GenerationPlanner
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
@@ -27,7 +27,7 @@ def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, pro
             for attempt in range(spec.resources.max_failures + 1):
                 try:
                     run_pack(ctx, pack, lambda epoch, key=key: progress.advance(key, epoch.configs))
-                except (KeyboardInterrupt, DiskFull):
+                except (KeyboardInterrupt, StoreFault):
                     raise
                 except Exception as exc:  # noqa: BLE001 - a failing pack becomes error rows, as under Tune
                     if attempt < spec.resources.max_failures:
@@ -65,7 +65,7 @@ def run_search_locally(ctx, spec: StudySpec, planner: GenerationPlanner, mode: s
                 for attempt in range(spec.resources.max_failures + 1):
                     try:
                         rows = run_pack(ctx, pack, lambda epoch, key=key: progress.advance(key, epoch.configs))
-                    except (KeyboardInterrupt, DiskFull):
+                    except (KeyboardInterrupt, StoreFault):
                         raise
                     except Exception as exc:  # noqa: BLE001 - a failing pack becomes error rows, as in a run
                         if attempt < spec.resources.max_failures:

@@ -6,7 +6,7 @@ Parquet readers skip it) by an exclusive create and writes its pid, host and sta
 the second is refused with one line naming the owner. A lock whose owner is a process of
 this host that no longer runs (a SIGKILL) is stale: it is taken over with a notice. A lock
 from another host cannot be checked from here; the message says how to remove it.
-Object-store results (s3://, gs://) have no such lock: run one writer at a time there.
+Object-store results have their own lease instead (``_lease.py``).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from fairdp.engine import describe_architecture
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.study._executors import Executor
+from fairdp.study._lease import object_store_lease
 from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible
 from fairdp.study._spec import StudySpec
@@ -51,9 +52,10 @@ class Prepared:
         print(f"fairdp {self.command} {self.spec.name}: {line}", file=self.stream, flush=True)
 
     def lock(self) -> contextlib.AbstractContextManager:
-        """The results' lock (a second run into the same results waits or is refused)."""
+        """The results' lock (a second run into the same results waits or is refused): a lock
+        file in a local directory, a lease object on S3."""
         return results_lock(self.store.root, self.command, self.stream) if self.store.is_local \
-            else contextlib.nullcontext()
+            else object_store_lease(self.store, self.command, self.stream)
 
     def read_stored(self, repair: bool) -> tuple[pd.DataFrame, list[str]]:
         """The stored rows, and where corrupt files were moved (``repair``); InputError if a

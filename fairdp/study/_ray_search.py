@@ -8,7 +8,7 @@ import math
 import pyarrow.parquet as pq
 from ray import tune
 
-from fairdp.errors import DiskFull, InputError, RunAborted
+from fairdp.errors import InputError, RunAborted, StoreFault
 from fairdp.methods import get_method
 from fairdp.study._generation_searcher import GenerationSearcher
 from fairdp.study._generations import GenerationPlanner
@@ -20,7 +20,7 @@ from fairdp.study._spec import SearchSpec, StudySpec
 from fairdp.study._store import pack_id
 from fairdp.study._trial import StudyContext, run_pack
 from fairdp.study._tune import (
-    DISK_FULL,
+    STORE_FAULT,
     aborted_by_ray,
     lenient_metric_check,
     pack_trainable,
@@ -41,8 +41,8 @@ def config_trainable(config: dict, ctx: StudyContext, search: SearchSpec) -> Non
     if rows is None:
         try:
             rows = run_pack(ctx, Pack(search.method, search.seed, (cfg,), (cid,)), units_reporter())
-        except DiskFull as e:  # reported, not raised: the driver stops the search with this one line
-            tune.report({DISK_FULL: str(e)})
+        except StoreFault as e:  # reported, not raised: the driver stops the search with this one line
+            tune.report({STORE_FAULT: str(e)})
             return
     values = {k: rows[0].get(k) for k in search.objectives}
     # the constrained metrics travel in the result to the searcher, which hands them to Optuna

@@ -6,7 +6,8 @@ rows all at once or not at all, even if the writer is killed mid-write. A pack's
 is a hash of (method, seed, its config ids): a retried pack replaces its own file instead
 of adding a copy. ``root`` is a local path or a URI that pyarrow's filesystems understand
 (``file://``, ``s3://``, ``gs://``); on object stores a single PUT is already atomic, so the
-file is written directly.
+file is written directly, and every object-store operation a pack makes (its rows, its
+checkpoint) is retried with bounded back-off while the store does not answer.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import threading
+import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,14 +31,47 @@ import pyarrow.parquet as pq
 from fairdp import schema
 from fairdp._atomic import atomic_path, unwritable_reason
 from fairdp.engine import CheckpointFile
-from fairdp.errors import DiskFull, InputError, is_disk_full
+from fairdp.errors import DiskFull, InputError, StoreUnavailable, is_disk_full, last_line
 from fairdp.methods import builtin_method_names, get_method
 
 PROBE_TIMEOUT_S = 30.0
 PROBE_TIMEOUT_ENV = "FAIRDP_STORE_PROBE_TIMEOUT_S"
+RETRY_S = 300.0  # how long an object-store operation is retried before the run stops
+RETRY_ENV = "FAIRDP_STORE_RETRY_S"
+RETRY_MAX_DELAY_S = 10.0
+# what pyarrow's S3 client (the AWS SDK) says when the store does not answer, is overloaded
+# or restarting: worth retrying. Anything else (no such bucket, access denied) is not.
+_TRANSIENT = ("network_connection", "curlcode", "couldn't connect", "connection refused", "connection reset",
+              "timed out", "timeout", "service_unavailable", "serviceunavailable", "slow_down", "slowdown",
+              "internal_failure", "internalerror", "broken pipe", "503")
+
+
+def transient(error: BaseException) -> bool:
+    """Whether an object-store error is one a retry can cure (the store unreachable or busy)."""
+    text = str(error).lower()
+    return isinstance(error, OSError) and any(t in text for t in _TRANSIENT)
 
 _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(),
                 "timestamp[ms, UTC]": pa.timestamp("ms", tz="UTC")}
+
+
+S3_CONNECT_TIMEOUT_S = 10.0
+S3_REQUEST_TIMEOUT_S = 30.0  # a request that moves no byte for this long fails (and is retried)
+
+
+def _s3_with_timeouts(location: str, fs: pafs.S3FileSystem) -> pafs.S3FileSystem:
+    """``fs`` (opened from the URI ``location``) with connect and request timeouts: without
+    them a request to a store that stopped answering waits forever, and no retry or error
+    ever comes. The client's own retries are off: ``ResultStore.retrying`` bounds them in
+    time instead (three attempts of a stalled request would take minutes). The URI's options (``region``, ``scheme``, ``endpoint_override``, bucket
+    creation and deletion) are kept."""
+    query = {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlsplit(location).query).items()}
+    flags = {k: query[k].lower() in ("1", "true", "yes") for k in ("allow_bucket_creation", "allow_bucket_deletion")
+             if k in query}
+    return pafs.S3FileSystem(region=fs.region, scheme=query.get("scheme", "https"),
+                             endpoint_override=query.get("endpoint_override"), connect_timeout=S3_CONNECT_TIMEOUT_S,
+                             request_timeout=S3_REQUEST_TIMEOUT_S,
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1), **flags)
 
 
 def study_columns(methods=()) -> list[tuple[str, str]]:
@@ -89,9 +126,51 @@ class ResultStore:
                 self.fs, self.root = pafs.FileSystem.from_uri(location)
             except (pa.ArrowInvalid, ValueError, OSError) as e:
                 raise InputError(f"--results {location}: cannot open ({e})") from None
+            if self.fs.type_name == "s3":
+                self.fs = _s3_with_timeouts(location, self.fs)
         self.root = self.root.rstrip("/")
         self.location = location
         self.is_local = isinstance(self.fs, pafs.LocalFileSystem)
+
+    @property
+    def endpoint(self) -> str:
+        """The object store's address as errors name it: an S3 URI's ``endpoint_override``,
+        else ``AWS_ENDPOINT_URL(_S3)``, else the filesystem's kind."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.location).query)
+        if "endpoint_override" in query:
+            host = query["endpoint_override"][0]
+            return host if "://" in host else f"{query.get('scheme', ['https'])[0]}://{host}"
+        kind = self.fs.type_name
+        if kind == "s3":
+            return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or \
+                f"AWS S3 ({getattr(self.fs, 'region', '') or 'default region'})"
+        return kind
+
+    def retrying(self, what: str, op):
+        """``op()``, retried on an object store while it fails with a transient error, with
+        back-off doubling to ``RETRY_MAX_DELAY_S``, for at most ``FAIRDP_STORE_RETRY_S``
+        (default ``RETRY_S``) seconds; then ``StoreUnavailable`` naming the endpoint. Every
+        operation retried is idempotent (a whole object put, read or deleted)."""
+        if self.is_local:
+            return op()
+        budget = float(os.environ.get(RETRY_ENV, RETRY_S))
+        t0, delay, said = time.monotonic(), 0.5, False
+        while True:
+            try:
+                return op()
+            except OSError as e:
+                if not transient(e):
+                    raise
+                waited = time.monotonic() - t0
+                cause = last_line(" ".join(str(e).split()), type(e).__name__, 200)
+                if waited + delay > budget:
+                    raise StoreUnavailable(self.location, self.endpoint, waited, cause) from None
+                if not said:
+                    print(f"fairdp: {what}: the object store at {self.endpoint} did not answer ({cause}); retrying "
+                          f"for up to {budget:g} s", file=sys.stderr, flush=True)
+                    said = True
+                time.sleep(delay)
+                delay = min(2 * delay, RETRY_MAX_DELAY_S)
 
     # -- writing ---------------------------------------------------------------------------
     def pack_path(self, dataset: str, method: str, seed: int, pid: str) -> str:
@@ -104,7 +183,7 @@ class ResultStore:
             raise ValueError(f"write_pack: columns {unknown} are not in the study's columns")
         table = pa.Table.from_pylist([{c: r.get(c) for c in self.schema.names} for r in rows], schema=self.schema)
         final = self.pack_path(dataset, method, seed, pid)
-        self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
+        self.retrying(final, lambda: self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True))
         return self._write(table, final)
 
     def write_side_table(self, df: pd.DataFrame, name: str) -> str:
@@ -139,7 +218,7 @@ class ResultStore:
         ``DiskFull``, naming the file, about the space it needs (``size``, its expected bytes,
         else twice what was written) and the space free."""
         if not self.is_local:
-            write(final)
+            self.retrying(final, lambda: write(final))
             return final
         try:
             # private: rows and checkpoints hold the seed, from which every noise draw follows
@@ -291,22 +370,28 @@ class StoredCheckpoint(CheckpointFile):
         self.store, self.path, self.name = store, path, path
 
     def read(self) -> bytes | None:
-        if self.store.fs.get_file_info(self.path).type != pafs.FileType.File:
-            return None
-        with self.store.fs.open_input_stream(self.path) as f:
-            return f.read()
+        def read() -> bytes | None:
+            if self.store.fs.get_file_info(self.path).type != pafs.FileType.File:
+                return None
+            with self.store.fs.open_input_stream(self.path) as f:
+                return f.read()
+
+        return self.store.retrying(self.path, read)
 
     def write(self, blob: bytes) -> None:
         def write(path: str) -> None:
             with self.store.fs.open_output_stream(path) as f:
                 f.write(blob)
 
-        self.store.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True)
+        self.store.retrying(self.path, lambda: self.store.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True))
         self.store.put(self.path, write, size=len(blob))
 
     def drop(self) -> None:
-        if self.store.fs.get_file_info(self.path).type == pafs.FileType.File:
-            self.store.fs.delete_file(self.path)
+        def drop() -> None:
+            if self.store.fs.get_file_info(self.path).type == pafs.FileType.File:
+                self.store.fs.delete_file(self.path)
+
+        self.store.retrying(self.path, drop)
 
 
 # What makes a Parquet file a pack file of fairdp's: its identity columns, with these types.

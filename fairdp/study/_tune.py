@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import time
 
-from fairdp.errors import DiskFull, InputError, RunAborted, last_line
+from fairdp.errors import InputError, RunAborted, StoreFault, last_line
 from fairdp.study._lock import alive
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
@@ -70,35 +70,36 @@ def pack_trainable(config: dict, ctx: StudyContext) -> None:
 
     try:
         rows = run_pack(ctx, Pack.from_dict(config["pack"]), units_reporter())
-    except DiskFull as e:  # reported, not raised: the driver stops the run with this one line
-        tune.report({DISK_FULL: str(e)})
+    except StoreFault as e:  # reported, not raised: the driver stops the run with this one line
+        tune.report({STORE_FAULT: str(e)})
         return
     tune.report({"configs": len(rows), "pack_duration_s": rows[0]["pack_duration_s"],
                  "rows": [{k: v for k, v in r.items() if isinstance(v, float)} for r in rows]})
 
 
-DISK_FULL = "disk_full"  # a trial's result that stops the whole run
+STORE_FAULT = "store_fault"  # a trial's result that stops the whole run (a full disk, a store gone)
 
 
-def _disk_full_stopper():
-    """Stops every trial once one reports that the results' disk is full (each would fail the
-    same way); ``message`` keeps what it said."""
+def _store_fault_stopper():
+    """Stops every trial once one reports that the results store cannot take a write (a full
+    disk, an object store that did not answer: each would fail the same way); ``message``
+    keeps what it said."""
     from ray import tune
 
-    class DiskFullStopper(tune.Stopper):
+    class StoreFaultStopper(tune.Stopper):
         def __init__(self):
             self.message: str | None = None
 
         def __call__(self, trial_id, result):
-            if DISK_FULL in result:
-                self.message = result[DISK_FULL]
+            if STORE_FAULT in result:
+                self.message = result[STORE_FAULT]
                 return True
             return False
 
         def stop_all(self):
             return self.message is not None
 
-    return DiskFullStopper()
+    return StoreFaultStopper()
 
 
 def _tune_callback(progress: Progress, method: str | None):
@@ -222,7 +223,7 @@ def tune_run_config(name: str, spec: StudySpec, progress: Progress, method: str 
     storage = tempfile.mkdtemp(prefix=f"{TUNE_DIR_PREFIX}{os.getpid()}-")
     try:
         with quiet_loggers(TUNE_NOISE):
-            yield tune.RunConfig(name=name, storage_path=storage, verbose=0, stop=_disk_full_stopper(),
+            yield tune.RunConfig(name=name, storage_path=storage, verbose=0, stop=_store_fault_stopper(),
                                  failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
                                  callbacks=[_tune_callback(progress, method), JsonLoggerCallback()])
     finally:
