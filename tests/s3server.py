@@ -55,11 +55,26 @@ class S3Server:
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"moto_server exited with {self.proc.returncode}"
             try:
-                self.client().list_buckets()
+                if self.netns:
+                    self.in_netns(f"import socket; socket.create_connection(('{self.host}', {self.port}), 1)")
+                else:
+                    self.client().list_buckets()
                 return
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(0.3)
         raise AssertionError(f"moto_server did not answer at {self.endpoint}")
+
+    def in_netns(self, code: str) -> str:
+        """Run Python ``code`` (``s3`` is a boto3 client of this server) in the server's
+        namespace; returns its standard output."""
+        prelude = (f"import boto3; s3 = boto3.client('s3', endpoint_url='{self.endpoint}', "
+                   f"aws_access_key_id='{CREDENTIALS['AWS_ACCESS_KEY_ID']}', "
+                   f"aws_secret_access_key='{CREDENTIALS['AWS_SECRET_ACCESS_KEY']}', region_name='us-east-1')\n")
+        out = subprocess.run(["ip", "netns", "exec", self.netns, sys.executable, "-c", prelude + code],
+                             capture_output=True, text=True, timeout=120, env={**os.environ, **CREDENTIALS})
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-1500:])
+        return out.stdout
 
     def client(self):
         import boto3
@@ -73,7 +88,10 @@ class S3Server:
 
     def bucket(self) -> str:
         name = f"fairdp-{uuid.uuid4().hex[:10]}"
-        self.client().create_bucket(Bucket=name)
+        if self.netns:
+            self.in_netns(f"s3.create_bucket(Bucket='{name}')")
+        else:
+            self.client().create_bucket(Bucket=name)
         return name
 
     def uri(self, bucket: str, prefix: str) -> str:

@@ -1,0 +1,240 @@
+"""A sweep that survives losing a machine: a three-host Ray cluster (head + 2 workers, each
+a network namespace, token authentication on), results on a real S3-protocol server (moto's
+server mode on the head's address, reached through pyarrow's S3FileSystem), and one test per
+fault. Each ends the same way: the rows are the plan, none twice by (method, seed,
+config_id), and every metric equals an uninterrupted run's bit for bit (same CPU, one
+thread per trial). Each test prints what it measured (``pytest -s`` shows it): the time to
+detect the fault, the packs trained again, the wall time against a clean run's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+from fairdp import schema
+from fairdp.study import ResultStore
+from tests.conftest import REPO, run_cli
+from tests.netns import NETNS_REASON, Cluster, netns_usable
+from tests.s3server import CREDENTIALS, S3Server, available
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not netns_usable(), reason=NETNS_REASON),
+    pytest.mark.skipif(available() is not None, reason=str(available())),
+]
+
+STUDY = {
+    "name": "faults",
+    "dataset": {"name": "synthetic", "rows": 6000, "features": 10},
+    "seeds": [0, 1],
+    "train": {"epochs": 12, "batch_size": 100},
+    "evaluate": {"leakage": False, "mdl": False},
+    "methods": {"unconstrained": {}, "federate": {"grid": {"eps": [1, 10], "lam": [0.5, 1.0, 1.5]}}},
+    "pack_size": 1,  # 14 packs, a few seconds each on one core
+    "resources": {"max_failures": 3},
+}
+KEY = list(schema.ROW_KEY)
+S3_PORT = 9000
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    path = tmp_path_factory.mktemp("study") / "faults.yaml"
+    path.write_text(yaml.safe_dump(STUDY))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(study, tmp_path_factory):
+    """The uninterrupted run's rows, trained in this process's namespace with the local
+    executor: the same packs, the same one thread per pack, the same CPU."""
+    results = tmp_path_factory.mktemp("reference") / "results"
+    run = run_cli("run", str(study), "--results", str(results), "--executor", "local")
+    assert run.returncode == 0, run.stderr[-2000:]
+    df, _ = ResultStore(results).read()
+    return df
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with Cluster(tmp_path, workers=2) as c:
+        server = S3Server(host=c.head_ip, port=S3_PORT, netns=c.head, log_path=str(c.logs / "s3.out"))
+        c.s3 = server
+        c.env.update(CREDENTIALS)
+        try:
+            yield c
+        finally:
+            server.stop()
+
+
+class Driver:
+    """``fairdp run`` on the head host against the cluster; its stderr lines timestamped."""
+
+    def __init__(self, cluster: Cluster, study, uri: str, name: str, env: dict | None = None):
+        self.cluster, self.lines, self.t0 = cluster, [], time.monotonic()
+        self.proc = cluster.popen(cluster.head, [sys.executable, "-m", "fairdp", "run", str(study), "--results", uri,
+                                                 "--address", cluster.address, "--checkpoint-every", "1"],
+                                  log="", env={**cluster.env, **(env or {})}, cwd=REPO,
+                                  stdout=open(cluster.logs / f"{name}.out", "w"), stderr=subprocess.PIPE, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait_for(self, pattern: str, timeout: float = 300) -> float:
+        """The time (monotonic) of the first stderr line matching ``pattern``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for t, line in list(self.lines):
+                if re.search(pattern, line):
+                    return t
+            assert self.proc.poll() is None or self._reader.is_alive(), \
+                f"driver exited ({self.proc.returncode}) before {pattern!r}:\n{self.text()[-3000:]}"
+            time.sleep(0.1)
+        raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n{self.text()[-3000:]}")
+
+    def finish(self, timeout: float = 600) -> tuple[int, float]:
+        rc = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return rc, time.monotonic() - self.t0
+
+    def text(self) -> str:
+        return "\n".join(line for _, line in self.lines)
+
+    def retried(self) -> int:
+        found = [int(m.group(1)) for _, ln in self.lines if (m := re.search(r"(\d+) retried", ln))]
+        return max(found, default=0)
+
+
+def _packs_done(n: int) -> str:
+    return rf"packs ({'|'.join(str(k) for k in range(n, 15))})/14 done"
+
+
+def _stored(cluster: Cluster, uri: str):
+    """The rows stored under ``uri``, read on the head host (the store is only reachable there)."""
+    import pandas as pd
+
+    code = (f"import json; from fairdp.study import ResultStore; df, bad = ResultStore({uri!r}).read(); "
+            f"ck = ResultStore({uri!r}).checkpoint_ids(); "
+            f"print(json.dumps({{'rows': df.to_dict('records'), 'bad': [c.path for c in bad], 'ckpt': ck}}, "
+            f"default=str))")
+    out = cluster.python(code, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return pd.DataFrame(got["rows"]), got["bad"], got["ckpt"]
+
+
+def _assert_complete_and_equal(cluster: Cluster, uri: str, reference) -> object:
+    df, bad, checkpoints = _stored(cluster, uri)
+    assert bad == [] and checkpoints == []
+    assert len(df) == len(reference) and not df.duplicated(KEY).any(), df[KEY].value_counts().head()
+    assert set(map(tuple, df[KEY].values)) == set(map(tuple, reference[KEY].values))
+    assert (df["status"] == "ok").all(), df.loc[df["status"] != "ok", "error"].tolist()
+    a = df.set_index(KEY).sort_index()
+    b = reference.set_index(KEY).sort_index()
+    for col in [c for c in schema.METRIC_COLUMNS if c in b.columns] + [schema.TEST_CONFUSION]:
+        mine, theirs = a[col].tolist(), b[col].tolist()
+        same = [x == y or (x != x and y != y) or (x is None and y is None) for x, y in zip(mine, theirs)]
+        assert all(same), f"{col} differs from the uninterrupted run: {mine} vs {theirs}"
+    return df
+
+
+def _report(name: str, **figures) -> None:
+    print(f"\nFAULT {name}: " + ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                                         for k, v in figures.items()), flush=True)
+
+
+def test_a_worker_host_killed_mid_pack_has_its_packs_retried_on_the_survivor(cluster, study, reference):
+    uri = cluster.s3.uri(cluster.s3.bucket(), "results")
+    driver = Driver(cluster, study, uri, "driver")
+    driver.wait_for(_packs_done(2))
+    killed = cluster.kill_host(cluster.workers[0])
+    t_kill = time.monotonic()
+    t_detect = driver.wait_for(r"[1-9]\d* retried", timeout=180)
+    rc, wall = driver.finish()
+    assert killed and rc == 0, driver.text()[-3000:]
+    df = _assert_complete_and_equal(cluster, uri, reference)
+    after = df[df["finished_at"] > df["finished_at"].sort_values().iloc[3]] if "finished_at" in df else df
+    _report("worker killed", detect_s=t_detect - t_kill, retried_packs=driver.retried(), wall_s=wall,
+            nodes=dict(df["node"].value_counts()), late_nodes=sorted(set(after["node"])))
+
+
+def test_a_worker_host_cut_off_the_network_then_restored(cluster, study, reference):
+    uri = cluster.s3.uri(cluster.s3.bucket(), "results")
+    driver = Driver(cluster, study, uri, "driver")
+    driver.wait_for(_packs_done(2))
+    cluster.cut(cluster.workers[0])
+    t_cut = time.monotonic()
+    try:
+        t_detect = driver.wait_for(r"[1-9]\d* retried", timeout=180)
+    finally:
+        cluster.restore(cluster.workers[0])
+    t_restore = time.monotonic()
+    rc, wall = driver.finish()
+    assert rc == 0, driver.text()[-3000:]
+    time.sleep(5)  # the cut-off host's trial, if it finished, may store its pack after the restore
+    _assert_complete_and_equal(cluster, uri, reference)
+    _report("network cut", detect_s=t_detect - t_cut, cut_for_s=t_restore - t_cut, retried_packs=driver.retried(),
+            wall_s=wall)
+
+
+def test_a_killed_driver_rerun_resumes_from_the_packs_and_checkpoints_in_s3(cluster, study, reference):
+    uri = cluster.s3.uri(cluster.s3.bucket(), "results")
+    env = {"FAIRDP_LEASE_TTL_S": "15"}
+    first = Driver(cluster, study, uri, "first", env)
+    first.wait_for(_packs_done(3))
+    time.sleep(2.5)  # the running packs have saved a checkpoint (every second)
+    first.proc.send_signal(signal.SIGKILL)
+    t_kill = time.monotonic()
+    first.finish()
+    stored_before, _, checkpoints = _stored(cluster, uri)
+    assert len(stored_before) >= 3 and checkpoints, "the kill should leave stored packs and checkpoints"
+    second = Driver(cluster, study, uri, "second", env)
+    second.wait_for(r"no longer runs, expires in")
+    second.wait_for(rf"\d+ of the packs resume from checkpoints in {re.escape(uri.split('?')[0].split('//')[1])}")
+    rc, wall = second.finish()
+    assert rc == 0, second.text()[-3000:]
+    done = re.search(r"(\d+) configs already stored", second.text())
+    assert done and int(done.group(1)) == len(stored_before)
+    _assert_complete_and_equal(cluster, uri, reference)
+    _report("driver killed", stored_before=len(stored_before), resumed_checkpoints=len(checkpoints),
+            rerun_wall_s=wall, from_kill_s=time.monotonic() - t_kill)
+
+
+def test_the_s3_server_stopped_for_20_s_mid_run_loses_nothing(cluster, study, reference):
+    uri = cluster.s3.uri(cluster.s3.bucket(), "results")
+    driver = Driver(cluster, study, uri, "driver")
+    driver.wait_for(_packs_done(2))
+    cluster.s3.pause()
+    t_pause = time.monotonic()
+    time.sleep(20)
+    cluster.s3.resume()
+    rc, wall = driver.finish()
+    assert rc == 0, driver.text()[-3000:]
+    _assert_complete_and_equal(cluster, uri, reference)
+    _report("s3 stopped 20 s", wall_s=wall, retried_packs=driver.retried(), paused_at_s=t_pause - driver.t0)
+
+
+def test_a_second_driver_on_the_same_s3_results_is_refused(cluster, study, reference):
+    uri = cluster.s3.uri(cluster.s3.bucket(), "results")
+    first = Driver(cluster, study, uri, "first")
+    first.wait_for(_packs_done(1))
+    second = Driver(cluster, study, uri, "second")
+    rc2, _ = second.finish(timeout=120)
+    errors = [ln for _, ln in second.lines if ln.startswith("fairdp: error:")]
+    assert rc2 == 2 and len(errors) == 1 and "in use by fairdp run" in errors[0], second.text()
+    rc, wall = first.finish()
+    assert rc == 0, first.text()[-3000:]
+    _assert_complete_and_equal(cluster, uri, reference)
+    _report("clean run (second driver refused)", wall_s=wall, retried_packs=first.retried())
