@@ -67,6 +67,21 @@ def test_a_retried_pack_starts_its_work_again():
     assert m.pending == {"a": 10.0} and m.pending_packs == {"a": 1}
 
 
+def test_a_cluster_that_loses_a_node_spreads_the_work_left_over_the_slots_it_has():
+    m = EtaModel({"a": 40.0}, slots=2, pending_packs={"a": 4})
+    m.start(0.0, "p", "a", 10.0)
+    m.start(0.0, "q", "a", 10.0)
+    m.advance(1.0, "p", 1.0)
+    m.advance(10.0, "p", 9.0)  # 1 s per config-epoch
+    m.finish(11.0, "p")
+    two = m.eta(11.0)
+    m.resize(11.0, 1)
+    one = m.eta(11.0)
+    # 1 s per config-epoch and 1 s fixed per pack (p took 11 s for 10 units): q is due now, the
+    # two pending packs are 2 x (10 + 1) s of work, shared by two slots before and by one after
+    assert (two, one) == (pytest.approx(11.0), pytest.approx(22.0))
+
+
 # (relative, absolute seconds) the ETA of each recorded run must be within, once 10% is done.
 # With several slots every method is timed in the first round. With one slot, methods run one
 # after another and each is costed from its reference figure (benchmarks/bench_costs.py)
@@ -98,6 +113,44 @@ def test_traces_cover_a_multi_slot_ray_run_and_a_one_slot_local_run():
     assert {p.stem for p in TRACES} == set(TOLERANCE)
     kinds = {(json.loads(p.read_text())["slots"] > 1) for p in TRACES}
     assert kinds == {True, False}
+
+
+FAULT_TRACES = sorted((Path(__file__).parent / "data" / "progress-faults").glob("*.json"))
+
+
+class _FixedSlots(EtaModel):
+    """The ETA model as it was before it heard of the cluster's slots: the control."""
+
+    def resize(self, t, slots):
+        pass
+
+
+def _misses_after_the_shrink(trace: dict, model=None) -> tuple[int, int]:
+    """(ETAs outside TOLERANCE, ETAs checked) from the moment the run learnt it lost slots."""
+    relative, absolute = 0.25, 5.0
+    end = trace["events"][-1]["t"]
+    shrunk = next(e["t"] for e in trace["events"] if e["kind"] == "slots")
+    misses = checked = 0
+    for t, _, eta in replay(trace, model):
+        if t >= shrunk:
+            checked += 1
+            misses += eta is None or abs(eta - (end - t)) > max(relative * (end - t), absolute)
+    return misses, checked
+
+
+@pytest.mark.parametrize("path", FAULT_TRACES, ids=[p.stem for p in FAULT_TRACES])
+def test_the_eta_recovers_once_a_run_learns_its_cluster_lost_a_node(path):
+    """A real run on a three-host cluster whose worker host was killed mid-pack
+    (tests/test_cluster_faults.py records it): the killed pack restarts and its units are
+    taken back, the cluster's slots drop from 2 to 1, and from then on the ETA is within 25%
+    (or 5 s) of the time the run really took; without the resize it is not."""
+    trace = json.loads(path.read_text())
+    kinds = [e["kind"] for e in trace["events"]]
+    assert "restart" in kinds and "slots" in kinds and trace["slots"] == 2
+    misses, checked = _misses_after_the_shrink(trace)
+    assert checked >= 20 and misses == 0
+    control = _FixedSlots(trace["pending"], trace["slots"], trace.get("reference"), trace.get("pending_packs"))
+    assert _misses_after_the_shrink(trace, control)[0] >= checked // 2
 
 
 def _progress(stream, bar=False):

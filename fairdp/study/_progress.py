@@ -98,6 +98,10 @@ class EtaModel:
         tr[1] += rate[1]
         self.fixed.append(max(0.0, (t - p.started) - p.units * rate[0] / rate[1]))
 
+    def resize(self, t: float, slots: int) -> None:
+        """The executor now runs ``slots`` packs at once (a cluster lost or gained a node)."""
+        self.slots = max(1, slots)
+
     def restart(self, t: float, key: str) -> None:
         """A retried pack: its work starts again."""
         p = self.running.get(key)
@@ -185,6 +189,8 @@ def replay(trace: dict, model: EtaModel | None = None) -> list[tuple[float, floa
             model.restart(t, key)
         elif kind == "answered":
             done += ev.get("units", 0.0)
+        elif kind == "slots":
+            model.resize(t, ev["slots"])
         out.append((t, done / total if total else 1.0, model.eta(t)))
     return out
 
@@ -264,6 +270,20 @@ class Progress:
             self.retries += 1
             self.model.restart(t, key)
             self._record(t, "restart", key, units=credited)
+            self._show(force=True)
+
+    def resize(self, slots: int) -> None:
+        """The executor runs ``slots`` packs at once from now on (a node of the cluster died or
+        joined): the ETA spreads the work left over them."""
+        with self._lock:
+            slots = max(1, slots)
+            if slots == self.model.slots:
+                return
+            t, before = self._now(), self.model.slots
+            self.model.resize(t, slots)
+            self._record(t, "slots", "", slots=slots)
+            print(f"fairdp {self.label}: {slots} pack(s) at a time from now on (was {before}): the cluster's "
+                  f"resources changed", file=self.stream, flush=True)
             self._show(force=True)
 
     def answered(self, configs: int) -> None:

@@ -230,6 +230,34 @@ def tune_run_config(name: str, spec: StudySpec, progress: Progress, method: str 
         shutil.rmtree(storage, ignore_errors=True)
 
 
+SLOTS_EVERY_S = 5.0  # how often the driver looks at the cluster's resources for the ETA
+
+
+@contextlib.contextmanager
+def watching_slots(spec: StudySpec, progress: Progress, cap: int):
+    """For the block, tell ``progress`` when the cluster's trial slots change (a node died
+    or joined), so that the ETA spreads the work left over the slots there are."""
+    import threading
+
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(SLOTS_EVERY_S):
+            try:
+                slots = worker_slots(spec)
+            except Exception:  # noqa: BLE001 - the ETA must never cost the run
+                continue
+            progress.resize(min(slots, cap))
+
+    thread = threading.Thread(target=watch, name="fairdp-slots", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=2 * SLOTS_EVERY_S)
+
+
 def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
     """Run packs as Ray Tune trials: (failed, unfinished) pack counts.
 
@@ -241,7 +269,7 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
 
     trainable = tune.with_resources(tune.with_parameters(pack_trainable, ctx=ctx), trial_resources(spec))
     with tune_run_config(spec.name, spec, progress) as run_config:
-        with aborted_by_ray(ctx.results):
+        with aborted_by_ray(ctx.results), watching_slots(spec, progress, len(packs)):
             grid = tune.Tuner(
                 trainable,
                 param_space={"pack": tune.grid_search([p.to_dict() for p in packs])},
