@@ -160,8 +160,10 @@ def test_a_worker_host_killed_mid_pack_has_its_packs_retried_on_the_survivor(clu
     trace = cluster.logs / "progress-trace.json"
     driver = Driver(cluster, study, uri, "driver", {"FAIRDP_PROGRESS_TRACE": str(trace)})
     driver.wait_for(_packs_done(2))
+    time.sleep(2.5)  # both hosts are mid-pack, each pack with a checkpoint in S3 (saved every second)
     killed = cluster.kill_host(cluster.workers[0])
     t_kill = time.monotonic()
+    _, _, left = _stored(cluster, uri)  # the checkpoints in S3 when the host died
     t_detect = driver.wait_for(r"[1-9]\d* retried", timeout=180)
     t_resize = driver.wait_for(r"1 pack\(s\) at a time from now on", timeout=60)
     rc, wall = driver.finish()
@@ -170,13 +172,17 @@ def test_a_worker_host_killed_mid_pack_has_its_packs_retried_on_the_survivor(clu
     survivor = cluster.worker_ips[1]
     late = df.sort_values("finished_at").iloc[4:]  # packs finished well after the kill
     assert set(late["node"]) == {survivor}, late["node"].value_counts()
+    # the dead host's pack had its checkpoint in S3, and the survivor finished that pack
+    orphaned = set(left) & set(df.loc[df["node"] == survivor, "pack_id"])
+    assert orphaned, (left, df[["pack_id", "node"]])
     # the progress saw the cluster shrink to one slot (its ETA spreads the rest over it; the
     # trace is replayed in tests/test_study_progress.py)
     events = json.loads(trace.read_text())["events"]
     shrink = [e for e in events if e["kind"] == "slots"]
     assert shrink and shrink[0]["slots"] == 1, shrink
     _report("worker killed", detect_s=t_detect - t_kill, slots_seen_s=t_resize - t_kill,
-            retried_packs=driver.retried(), wall_s=wall, nodes=dict(df["node"].value_counts()), trace=str(trace))
+            retried_packs=driver.retried(), checkpoints_in_s3_at_kill=len(left), wall_s=wall,
+            nodes=dict(df["node"].value_counts()))
 
 
 def test_a_worker_host_cut_off_the_network_then_restored(cluster, study, reference):
@@ -217,8 +223,8 @@ def test_a_killed_driver_rerun_resumes_from_the_packs_and_checkpoints_in_s3(clus
     done = re.search(r"(\d+) configs already stored", second.text())
     assert done and int(done.group(1)) == len(stored_before)
     _assert_complete_and_equal(cluster, uri, reference)
-    _report("driver killed", stored_before=len(stored_before), resumed_checkpoints=len(checkpoints),
-            rerun_wall_s=wall, from_kill_s=time.monotonic() - t_kill)
+    _report("driver killed", first_until_kill_s=t_kill - first.t0, stored_before=len(stored_before),
+            resumed_checkpoints=len(checkpoints), rerun_wall_s=wall, from_kill_s=time.monotonic() - t_kill)
 
 
 def test_the_s3_server_stopped_for_20_s_mid_run_loses_nothing(cluster, study, reference):

@@ -167,7 +167,7 @@ def _drop_finished_checkpoints(store: ResultStore, stored) -> None:
     """Delete the checkpoints of packs whose rows are stored with status ok (left by a run
     killed between storing a pack and deleting its checkpoint): nothing resumes them. Those
     of packs this run does not plan are kept: a run of other seeds may."""
-    if not len(stored) or not store.is_local:  # locally under the run's lock: nobody is training them
+    if not len(stored) or not (store.is_local or store.fs.type_name == "s3"):  # under the run's lock or lease
         return
     done = set(stored.loc[stored["status"] == "ok", "pack_id"])
     for pid in store.checkpoint_ids():
