@@ -138,6 +138,56 @@ def test_format_table_csv_is_the_aggregate(agg):
     assert np.allclose(back["test_accuracy_std"], agg["test_accuracy_std"])
 
 
+def _legend_styles(fig) -> dict[str, tuple]:
+    """Each legend entry's (colour as RGBA, marker) as drawn."""
+    from matplotlib.colors import to_rgba
+
+    out = {}
+    for legend in fig.legends:
+        for handle, text in zip(legend.legend_handles, legend.get_texts()):
+            color = handle.get_color() if hasattr(handle, "get_color") else handle.get_edgecolor()
+            color = color[0] if isinstance(color, (list, np.ndarray)) and np.ndim(color) == 2 else color
+            out[text.get_text()] = (to_rgba(color), getattr(handle, "get_marker", lambda: None)())
+    return out
+
+
+FIGURES = {
+    "rt_sweep": lambda r: figure_rt_sweep(rt_sweep(r, [0, 1, 3])),
+    "bins": lambda r: figure_fairness_accuracy_bins(fairness_accuracy_bins(r)),
+    "privacy_accuracy": lambda r: figure_privacy_accuracy(privacy_accuracy_by_eps(r)),
+    "leakage_vs_eps": lambda r: figure_leakage_vs_eps(r),
+    "pareto": lambda r: figure_pareto_fronts(r, [("valid_accuracy", "valid_tpr_gap")]),
+}
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_a_method_has_one_colour_and_marker_in_every_figure_whatever_else_is_drawn(name, results):
+    """FEDERATE was orange in some figures and blue in others: colours went by the sorted
+    methods each figure happened to hold. Now every figure, with any subset of methods,
+    draws a method in its own fixed style."""
+    from matplotlib.colors import to_rgba
+
+    from fairdp.analysis._style import method_style
+
+    full = _legend_styles(FIGURES[name](results))
+    alone = _legend_styles(FIGURES[name](results[results["method"].isin(["federate", "noise"])]))
+    federate = method_style("federate")
+    assert full["federate"][0] == alone["federate"][0] == to_rgba(federate.color)
+    assert full["federate"][1] in (federate.marker, None)  # a marker where the figure draws lines with them
+    # no two methods of the figure look the same
+    assert len(set(full.values())) == len(full)
+
+
+def test_fairdps_methods_have_distinct_styles_and_plugins_get_stable_ones():
+    from fairdp.analysis._style import BUILTIN_STYLES, method_style
+    from fairdp.methods import builtin_method_names
+
+    assert set(BUILTIN_STYLES) == set(builtin_method_names())
+    assert len({s.color for s in BUILTIN_STYLES.values()}) == len(BUILTIN_STYLES)
+    assert len({s.marker for s in BUILTIN_STYLES.values()}) == len(BUILTIN_STYLES)
+    assert method_style("my_plugin") == method_style("my_plugin") != method_style("other_plugin")
+
+
 def test_format_table_bad_input(agg):
     with pytest.raises(InputError, match="fmt"):
         format_table(agg, "xlsx")

@@ -17,7 +17,6 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -26,15 +25,16 @@ from matplotlib.figure import Figure
 from fairdp._atomic import atomic_path
 from fairdp.analysis._pareto import pareto_front
 from fairdp.analysis._rows import as_frame, check_fairness, eps_labels, ok_rows, require_columns
+from fairdp.analysis._style import MethodStyle, method_style
 from fairdp.analysis._tables import FAIRNESS_LABELS
 from fairdp.errors import InputError
 
 PathLike = str | os.PathLike
 
 
-def _colors(methods: Sequence[str]) -> dict[str, tuple]:
-    cmap = matplotlib.colormaps["tab10" if len(methods) <= 10 else "tab20"]
-    return {m: cmap(i % cmap.N) for i, m in enumerate(methods)}
+def _styles(methods) -> dict[str, MethodStyle]:
+    """Each method's fixed colour and marker (``method_style``): the same in every figure."""
+    return {str(m): method_style(str(m)) for m in sorted({str(m) for m in methods})}
 
 
 def _new_figure(nrows: int, ncols: int) -> tuple[Figure, np.ndarray]:
@@ -97,7 +97,7 @@ def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap")
     if bins.empty:
         return None
     datasets = sorted(bins["dataset"].astype(str).unique())
-    colors = _colors(sorted(bins["method"].astype(str).unique()))
+    styles = _styles(bins["method"].unique())
     fig, axes = _new_figure(len(datasets), 1)
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
@@ -107,7 +107,8 @@ def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap")
             g = g.set_index("accuracy_bin").sort_index()
             full = g.reindex(range(int(g.index.min()), int(g.index.max()) + 1))  # gaps break the line
             line = ax.errorbar(full.index, full[f"{col}_mean"], yerr=_yerr(full[f"{col}_std"]),
-                               marker="o", ms=4, capsize=2, color=colors[str(method)], label=str(method))
+                               marker=styles[str(method)].marker, ms=4, capsize=2, color=styles[str(method)].color,
+                               label=str(method))
             handles.setdefault(str(method), line)
         ax.set_xlabel("valid accuracy interval (%)")
         ax.set_ylabel(f"best {_label(col)}")
@@ -131,7 +132,7 @@ def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title:
     """One panel per (dataset, metric): each method's ``<metric>_mean`` ± ``_std`` against ``x``
     (legend labels from ``names`` where given)."""
     datasets = sorted(table["dataset"].astype(str).unique())
-    colors = _colors(sorted(table["method"].astype(str).unique()))
+    styles = _styles(table["method"].unique())
     fig, axes = _new_figure(len(datasets), len(metrics))
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
@@ -141,8 +142,9 @@ def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title:
             for method, g in part.groupby("method", sort=True):
                 g = g.sort_values(x)
                 name = (names or {}).get(str(method), str(method))
-                line = ax.errorbar(g[x], g[f"{m}_mean"], yerr=_yerr(g[f"{m}_std"]), marker="o",
-                                   ms=4, capsize=2, color=colors[str(method)], label=name)
+                st = styles[str(method)]
+                line = ax.errorbar(g[x], g[f"{m}_mean"], yerr=_yerr(g[f"{m}_std"]), marker=st.marker,
+                                   ms=4, capsize=2, color=st.color, label=name)
                 handles.setdefault(name, line)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(_label(m))
@@ -162,8 +164,8 @@ def figure_violation_accuracy_by_eps(table: pd.DataFrame) -> Figure | None:
         return None
     panels = [(ds, nt) for ds in sorted(table["dataset"].astype(str).unique())
               for nt in sorted(table.loc[table["dataset"].astype(str) == ds, "fairness_notion"].dropna().unique())]
-    colors = _colors(sorted(table["method"].astype(str).unique()))
-    xlabel, names = eps_labels(colors)
+    styles = _styles(table["method"].unique())
+    xlabel, names = eps_labels(list(styles))
     fig, axes = _new_figure(2, len(panels))
     handles: dict[str, object] = {}
     lo, hi = float(eps.min()), float(eps.max())
@@ -174,14 +176,14 @@ def figure_violation_accuracy_by_eps(table: pd.DataFrame) -> Figure | None:
             ax = axes[i, j]
             for method, g in part.groupby("method", sort=True):
                 g = g.assign(eps=pd.to_numeric(g["eps"], errors="coerce")).sort_values("eps")
-                color = colors[str(method)]
+                color, marker = styles[str(method)]
                 if g["eps"].isna().all():  # not private: a level across the eps range
                     line = ax.hlines(g[f"{metric}_mean"].iloc[0], lo, hi, colors=[color], linestyles="dashed",
                                      label=names[str(method)])
                 else:
                     g = g[g["eps"].notna()]
-                    line = ax.errorbar(g["eps"], g[f"{metric}_mean"], yerr=_yerr(g[f"{metric}_std"]), marker="o",
-                                       ms=4, capsize=2, color=color, label=names[str(method)])
+                    line = ax.errorbar(g["eps"], g[f"{metric}_mean"], yerr=_yerr(g[f"{metric}_std"]),
+                                       marker=marker, ms=4, capsize=2, color=color, label=names[str(method)])
                 handles.setdefault(names[str(method)], line)
             ax.set_xscale("log")
             ax.set_xlabel(xlabel)
@@ -201,18 +203,18 @@ def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
     if rows.empty:
         return None
     datasets = sorted(rows["dataset"].astype(str).unique())
-    colors = _colors(sorted(rows["method"].astype(str).unique()))
-    xlabel, names = eps_labels(colors)
+    styles = _styles(rows["method"].unique())
+    xlabel, names = eps_labels(list(styles))
     fig, axes = _new_figure(len(datasets), 1)
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
         ax = axes[i, 0]
         part = rows[rows["dataset"].astype(str) == ds]
         for method, g in part.groupby("method", sort=True):
-            c = colors[str(method)]
-            ax.scatter(g["eps"], g["leakage"], s=8, alpha=0.3, color=c)
+            c, marker = styles[str(method)]
+            ax.scatter(g["eps"], g["leakage"], s=8, alpha=0.3, color=c, marker=marker)
             mean = g.groupby("eps")["leakage"].mean()
-            (line,) = ax.plot(mean.index, mean.to_numpy(), marker="o", ms=4, color=c, label=names[str(method)])
+            (line,) = ax.plot(mean.index, mean.to_numpy(), marker=marker, ms=4, color=c, label=names[str(method)])
             handles.setdefault(names[str(method)], line)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(_label("leakage"))
@@ -248,7 +250,7 @@ def figure_pareto_fronts(
     if rows.empty or not pairs:
         return None
     datasets = sorted(rows["dataset"].astype(str).unique())
-    colors = _colors(sorted(rows["method"].astype(str).unique()))
+    styles = _styles(rows["method"].unique())
     fig, axes = _new_figure(len(datasets), len(pairs))
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
@@ -257,13 +259,13 @@ def figure_pareto_fronts(
             ax = axes[i, j]
             objectives = {c: directions.get(c, default_direction(c)) for c in (x, y)}
             for method, g in part.groupby("method", sort=True):
-                c = colors[str(method)]
+                c, marker = styles[str(method)]
                 pts = g[[x, y]].apply(pd.to_numeric, errors="coerce").dropna()
                 if pts.empty:
                     continue
-                ax.scatter(pts[x], pts[y], s=8, alpha=0.25, color=c)
+                ax.scatter(pts[x], pts[y], s=8, alpha=0.25, color=c, marker=marker)
                 front = pareto_front(pts, objectives).sort_values([x, y])
-                (line,) = ax.plot(front[x], front[y], marker="o", ms=4, color=c, label=str(method))
+                (line,) = ax.plot(front[x], front[y], marker=marker, ms=4, color=c, label=str(method))
                 handles.setdefault(str(method), line)
             ax.set_xlabel(_label(x))
             ax.set_ylabel(_label(y))
@@ -283,16 +285,16 @@ def figure_hypervolume_history(progress: pd.DataFrame) -> Figure | None:
     if progress.empty:
         return None
     datasets = sorted(progress["dataset"].astype(str).unique())
-    colors = _colors(sorted(progress["method"].astype(str).unique()))
+    styles = _styles(progress["method"].unique())
     fig, axes = _new_figure(len(datasets), 1)
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
         ax = axes[i, 0]
         part = progress[progress["dataset"].astype(str) == ds]
         for (method, _seed), g in part.groupby(["method", "seed"], sort=True):
-            c = colors[str(method)]
+            c, marker = styles[str(method)]
             g = g.sort_values("trials")
-            (line,) = ax.plot(g["trials"], g["hypervolume"], marker="o", ms=4, color=c, label=str(method))
+            (line,) = ax.plot(g["trials"], g["hypervolume"], marker=marker, ms=4, color=c, label=str(method))
             handles.setdefault(str(method), line)
             grid_hv = g["grid_hypervolume"].iloc[0] if "grid_hypervolume" in g.columns else np.nan
             if pd.notna(grid_hv):
