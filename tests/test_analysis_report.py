@@ -178,6 +178,36 @@ def test_a_method_has_one_colour_and_marker_in_every_figure_whatever_else_is_dra
     assert len(set(full.values())) == len(full)
 
 
+def test_error_bars_are_the_tables_seed_intervals_and_the_title_says_so(results):
+    """The bars were ± std while the tables printed t-intervals, and no figure said which:
+    now each bar spans the interval ``seed_intervals`` gives for that mean (the general
+    computation), and the title names it."""
+    from matplotlib.container import ErrorbarContainer
+
+    from fairdp.analysis import seed_intervals
+
+    sweep = rt_sweep(results, [0, 1, 3])
+    fig = figure_rt_sweep(sweep)
+    assert "95% t-interval of the mean over seeds" in fig._suptitle.get_text()
+    want = seed_intervals(sweep)
+    ax = fig.axes[0]  # first dataset, valid accuracy
+    first = sorted(sweep["dataset"].unique())[0]
+    checked = 0
+    for container in ax.containers:
+        if not isinstance(container, ErrorbarContainer) or container.get_label() != "federate":
+            continue
+        rows = want[(want["dataset"] == first) & (want["method"] == "federate")].sort_values("rt")
+        segments = container.lines[2][0].get_segments()
+        for seg, (_, row) in zip(segments, rows.iterrows()):
+            assert seg[0][1] == pytest.approx(row["valid_accuracy_lo"]) and \
+                seg[1][1] == pytest.approx(row["valid_accuracy_hi"])
+            checked += 1
+    assert checked == 3
+    # a table without seed counts draws ± 1 std, and says so
+    no_counts = figure_rt_sweep(sweep.drop(columns="n_seeds"))
+    assert "± 1 std over seeds" in no_counts._suptitle.get_text()
+
+
 def test_fairdps_methods_have_distinct_styles_and_plugins_get_stable_ones():
     from fairdp.analysis._style import BUILTIN_STYLES, method_style
     from fairdp.methods import builtin_method_names

@@ -23,6 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from fairdp._atomic import atomic_path
+from fairdp.analysis._intervals import t_halfwidth
 from fairdp.analysis._pareto import pareto_front
 from fairdp.analysis._rows import as_frame, check_fairness, eps_labels, ok_rows, require_columns
 from fairdp.analysis._style import MethodStyle, method_style
@@ -43,9 +44,15 @@ def _new_figure(nrows: int, ncols: int) -> tuple[Figure, np.ndarray]:
     return fig, fig.subplots(nrows, ncols, squeeze=False)
 
 
-def _finish(fig: Figure, handles: dict[str, object], title: str) -> Figure:
+BARS_CI = "bars: 95% t-interval of the mean over seeds"
+BARS_STD = "bars: ± 1 std over seeds"
+
+
+def _finish(fig: Figure, handles: dict[str, object], title: str, bars: str | None = None) -> Figure:
+    """The legend and the title; ``bars`` says what the error bars are (every figure with
+    error bars says it, in its title)."""
     fig.legend(list(handles.values()), list(handles.keys()), loc="outside right upper", title="method")
-    fig.suptitle(title)
+    fig.suptitle(f"{title}\n({bars})" if bars else title)
     return fig
 
 
@@ -70,8 +77,23 @@ def _label(col: str, fairness: str | None = None) -> str:
     return col
 
 
-def _yerr(std: pd.Series) -> np.ndarray:
-    return np.nan_to_num(std.to_numpy(float), nan=0.0)
+def _bars(table: pd.DataFrame) -> str:
+    return BARS_CI if "n_seeds" in table.columns else BARS_STD
+
+
+def _yerr(g: pd.DataFrame, metric: str) -> np.ndarray:
+    """Error bars (2 x n, below and above) of ``<metric>_mean``: the 95% t-interval over
+    seeds that the tables print (``seed_intervals``: cut to the metric's range, none for one
+    seed) where the table counts its seeds (``n_seeds``), else ± 1 std."""
+    mean = g[f"{metric}_mean"].to_numpy(float)
+    std = g[f"{metric}_std"].to_numpy(float)
+    if "n_seeds" not in g.columns:
+        half = np.nan_to_num(std, nan=0.0)
+        return np.vstack([half, half])
+    half = np.array([t_halfwidth(s, n) for s, n in zip(std, g["n_seeds"].to_numpy(float))])
+    top = np.inf if metric.endswith("mdl") else 100.0
+    lo, hi = np.clip(mean - half, 0.0, top), np.clip(mean + half, 0.0, top)
+    return np.nan_to_num(np.vstack([mean - lo, hi - mean]), nan=0.0)
 
 
 def figure_rt_sweep(sweep: pd.DataFrame, fairness: str = "tpr_gap") -> Figure | None:
@@ -106,14 +128,14 @@ def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap")
         for method, g in part.groupby("method", sort=True):
             g = g.set_index("accuracy_bin").sort_index()
             full = g.reindex(range(int(g.index.min()), int(g.index.max()) + 1))  # gaps break the line
-            line = ax.errorbar(full.index, full[f"{col}_mean"], yerr=_yerr(full[f"{col}_std"]),
+            line = ax.errorbar(full.index, full[f"{col}_mean"], yerr=_yerr(full, col),
                                marker=styles[str(method)].marker, ms=4, capsize=2, color=styles[str(method)].color,
                                label=str(method))
             handles.setdefault(str(method), line)
         ax.set_xlabel("valid accuracy interval (%)")
         ax.set_ylabel(f"best {_label(col)}")
         ax.set_title(ds, fontsize=9)
-    return _finish(fig, handles, "Fairness-accuracy trade-off")
+    return _finish(fig, handles, "Fairness-accuracy trade-off", _bars(bins))
 
 
 def figure_privacy_accuracy(by_eps: pd.DataFrame) -> Figure | None:
@@ -143,13 +165,13 @@ def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title:
                 g = g.sort_values(x)
                 name = (names or {}).get(str(method), str(method))
                 st = styles[str(method)]
-                line = ax.errorbar(g[x], g[f"{m}_mean"], yerr=_yerr(g[f"{m}_std"]), marker=st.marker,
+                line = ax.errorbar(g[x], g[f"{m}_mean"], yerr=_yerr(g, m), marker=st.marker,
                                    ms=4, capsize=2, color=st.color, label=name)
                 handles.setdefault(name, line)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(_label(m))
             ax.set_title(ds, fontsize=9)
-    return _finish(fig, handles, title)
+    return _finish(fig, handles, title, _bars(table))
 
 
 def figure_violation_accuracy_by_eps(table: pd.DataFrame) -> Figure | None:
@@ -182,14 +204,14 @@ def figure_violation_accuracy_by_eps(table: pd.DataFrame) -> Figure | None:
                                      label=names[str(method)])
                 else:
                     g = g[g["eps"].notna()]
-                    line = ax.errorbar(g["eps"], g[f"{metric}_mean"], yerr=_yerr(g[f"{metric}_std"]),
+                    line = ax.errorbar(g["eps"], g[f"{metric}_mean"], yerr=_yerr(g, metric),
                                        marker=marker, ms=4, capsize=2, color=color, label=names[str(method)])
                 handles.setdefault(names[str(method)], line)
             ax.set_xscale("log")
             ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
             ax.set_title(f"{ds}, {nt}", fontsize=9)
-    return _finish(fig, handles, "Violation and accuracy against ε per fairness notion")
+    return _finish(fig, handles, "Violation and accuracy against ε per fairness notion", _bars(table))
 
 
 def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
