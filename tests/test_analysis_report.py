@@ -1,6 +1,7 @@
 """Tables, figures and the report on a realistic synthetic result table."""
 
 import math
+import re
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -206,6 +207,40 @@ def test_error_bars_are_the_tables_seed_intervals_and_the_title_says_so(results)
     # a table without seed counts draws ± 1 std, and says so
     no_counts = figure_rt_sweep(sweep.drop(columns="n_seeds"))
     assert "± 1 std over seeds" in no_counts._suptitle.get_text()
+
+
+def _with_random(results):
+    """The results plus a random classifier's rows (50% accuracy), as a study with the
+    `random` baseline has."""
+    rng = np.random.default_rng(5)
+    rand = results[results["method"] == "unconstrained"].copy()
+    rand["method"] = "random"
+    rand["config_id"] = "ran00"
+    for col in ("valid_accuracy", "test_accuracy"):
+        rand[col] = 50.0 + rng.normal(0, 0.3, len(rand))
+    return pd.concat([results, rand], ignore_index=True)
+
+
+def test_a_random_baseline_does_not_stretch_the_axes_of_the_methods_compared(results):
+    """Random's 50% accuracy squeezed every method into 80-85% of an axis reaching down to
+    50: the axes now span the methods compared, and the baseline is a reference level where
+    it falls inside, or a note giving its value where it does not."""
+    mixed = _with_random(results)
+    fig = figure_rt_sweep(rt_sweep(mixed, [0, 1, 3]))
+    accuracy_axes = [ax for ax in fig.axes if ax.get_ylabel().startswith("valid accuracy")]
+    assert accuracy_axes
+    for ax in accuracy_axes:
+        assert ax.get_ylim()[0] > 60  # the compared methods are at 68-85, random at 50
+        notes = [t.get_text() for t in ax.texts]
+        assert any(re.fullmatch(r"random: (49|50)\.\d \(below the axis\)", n) for n in notes), notes
+    pareto = figure_pareto_fronts(mixed, [("valid_accuracy", "valid_tpr_gap")])
+    for ax in pareto.axes:
+        assert ax.get_xlim()[0] > 60
+        assert any(re.match(r"random: valid accuracy (49|50)\.\d, valid TPR", t.get_text()) for t in ax.texts), \
+            [t.get_text() for t in ax.texts]
+    assert "random" not in legend_labels(pareto)
+    # alone, a baseline is what there is to draw
+    assert figure_rt_sweep(rt_sweep(mixed[mixed["method"] == "random"], [0])) is not None
 
 
 def test_fairdps_methods_have_distinct_styles_and_plugins_get_stable_ones():

@@ -77,6 +77,39 @@ def _label(col: str, fairness: str | None = None) -> str:
     return col
 
 
+# Methods that are floors, not contenders: a random classifier's 50% accuracy would stretch
+# every accuracy axis and squeeze the methods compared into a sliver. They are drawn as
+# reference levels, on the axis only where their value falls inside the compared range.
+BASELINES = frozenset({"random"})
+
+
+def _compared(part: pd.DataFrame) -> bool:
+    """Whether ``part`` holds methods besides the baselines (then the axes are theirs)."""
+    return bool((~part["method"].astype(str).isin(BASELINES)).any())
+
+
+def _reference_levels(ax, baselines: pd.DataFrame, column: str, styles: dict[str, MethodStyle],
+                      handles: dict[str, object]) -> None:
+    """Each baseline's mean of ``column`` as a dashed level, drawn after the compared methods
+    set the axis: a level inside their range is a line; one outside is a note at the edge
+    of the axis giving its value, and the axis keeps the compared methods' range."""
+    ax.autoscale_view()
+    lo, hi = ax.get_ylim()
+    for method, g in baselines.groupby("method", sort=True):
+        value = pd.to_numeric(g[column], errors="coerce").mean()
+        if pd.isna(value):
+            continue
+        label = f"{method} (reference)"
+        if lo <= value <= hi:
+            line = ax.axhline(value, ls="--", lw=1, color=styles[str(method)].color, label=label)
+            handles.setdefault(label, line)
+        else:
+            where, y = ("below", 0.02) if value < lo else ("above", 0.98)
+            ax.text(0.01, y, f"{method}: {value:.1f} ({where} the axis)", transform=ax.transAxes, fontsize=7,
+                    va="bottom" if where == "below" else "top", color=styles[str(method)].color)
+        ax.set_ylim(lo, hi)
+
+
 def _bars(table: pd.DataFrame) -> str:
     return BARS_CI if "n_seeds" in table.columns else BARS_STD
 
@@ -161,13 +194,17 @@ def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title:
         part = table[table["dataset"].astype(str) == ds]
         for j, m in enumerate(metrics):
             ax = axes[i, j]
-            for method, g in part.groupby("method", sort=True):
+            compared = part[~part["method"].astype(str).isin(BASELINES)] if _compared(part) else part
+            for method, g in compared.groupby("method", sort=True):
                 g = g.sort_values(x)
                 name = (names or {}).get(str(method), str(method))
                 st = styles[str(method)]
                 line = ax.errorbar(g[x], g[f"{m}_mean"], yerr=_yerr(g, m), marker=st.marker,
                                    ms=4, capsize=2, color=st.color, label=name)
                 handles.setdefault(name, line)
+            if len(compared) < len(part):
+                _reference_levels(ax, part[part["method"].astype(str).isin(BASELINES)], f"{m}_mean", styles,
+                                  handles)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(_label(m))
             ax.set_title(ds, fontsize=9)
@@ -280,15 +317,23 @@ def figure_pareto_fronts(
         for j, (x, y) in enumerate(pairs):
             ax = axes[i, j]
             objectives = {c: directions.get(c, default_direction(c)) for c in (x, y)}
+            notes = []
             for method, g in part.groupby("method", sort=True):
                 c, marker = styles[str(method)]
                 pts = g[[x, y]].apply(pd.to_numeric, errors="coerce").dropna()
                 if pts.empty:
                     continue
+                if str(method) in BASELINES and _compared(part):  # a floor: named, not plotted
+                    notes.append(f"{method}: {_label(x).split(' (')[0]} {pts[x].mean():.1f}, "
+                                 f"{_label(y).split(' (')[0]} {pts[y].mean():.1f} (not drawn)")
+                    continue
                 ax.scatter(pts[x], pts[y], s=8, alpha=0.25, color=c, marker=marker)
                 front = pareto_front(pts, objectives).sort_values([x, y])
                 (line,) = ax.plot(front[x], front[y], marker=marker, ms=4, color=c, label=str(method))
                 handles.setdefault(str(method), line)
+            for k, note in enumerate(notes):
+                ax.text(0.01, 0.02 + 0.06 * k, note, transform=ax.transAxes, fontsize=7, va="bottom",
+                        color="#555555")
             ax.set_xlabel(_label(x))
             ax.set_ylabel(_label(y))
             ax.set_title(ds, fontsize=9)
