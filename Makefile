@@ -21,13 +21,17 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) -m fairdp run studies/demo.yaml
 
-# Debian's dieharder, the random-number battery tests/test_rng.py runs on the engine's streams;
-# installed where apt-get can as root, else those tests skip and say so.
+# Debian's dieharder, the random-number battery tests/test_rng.py runs on the engine's streams,
+# and Debian's chromium, the headless browser tests/test_report_browser.py renders the HTML
+# report in; installed where apt-get can as root, else those tests skip and say so.
+TEST_PACKAGES := dieharder chromium
 test-tools:
-	@command -v dieharder >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  { apt-get install -y -qq dieharder >/dev/null 2>&1 || \
-	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq dieharder >/dev/null 2>&1; }; }; } || \
-	  echo "dieharder not installed (apt-get install dieharder): tests/test_rng.py's battery will skip"
+	@missing=""; command -v dieharder >/dev/null || missing="dieharder"; \
+	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  [ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq $$missing >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$missing >/dev/null 2>&1; }; }; } || \
+	  echo "not installed:$$missing (apt-get install $(TEST_PACKAGES)): their tests will skip"
 
 test: $(STAMP) test-tools
 	$(PY) -m pytest -q -m "not slow"

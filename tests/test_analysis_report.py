@@ -319,6 +319,20 @@ def test_report_renders(results, tmp_path):
     assert (out / "table.csv").read_text().startswith("dataset,method,n_seeds,")
 
 
+def test_the_html_report_has_a_table_of_contents_and_wide_tables_scroll(results, tmp_path):
+    """18 tables and no contents; a 14-column table wider than the page: every h2 and h3 now
+    has an id that the contents link to, and every results table sits in a scrolling box."""
+    write_report(results, tmp_path, rt=1.0, rts=(0, 1, 3))
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    nav = re.search(r'<nav class="toc">(.*?)</nav>', page, flags=re.S)
+    assert nav and page.index("<nav") < page.index("<h2 id=")
+    ids = re.findall(r'<h[23] id="([^"]+)">', page)
+    links = re.findall(r'<a href="#([^"]+)">', nav.group(1))
+    assert ids and links == ids and len(set(ids)) == len(ids)
+    tables = page.count('<table class="results">')
+    assert tables >= 5 and page.count('<div class="scroll"><table class="results">') == tables
+
+
 def test_report_without_eps_methods_drops_stale_figures(results, tmp_path):
     write_report(results[results["dataset"] == "adult"], tmp_path, rts=(0, 1))
     assert (tmp_path / "figures" / "privacy_accuracy.png").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,7 +96,10 @@ class HtmlRenderer(Renderer):
     STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
              "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .6em}"
              "td{text-align:right}td:first-child,td:nth-child(2){text-align:left}"
-             "img{max-width:100%}figcaption{font-size:.9em;color:#555}")
+             "img{max-width:100%}figcaption{font-size:.9em;color:#555}"
+             ".scroll{overflow-x:auto;max-width:100%}nav.toc{font-size:.95em}nav.toc ul{margin:.2em 0}nav.toc li.sub{margin-left:1.5em;font-size:.9em}")
+
+    head_parts: list = []
 
     def head(self, doc):
         parts = [f"<h1>fairdp report</h1>\n<p><em>Generated {html.escape(doc.stamp)}.</em></p>",
@@ -103,6 +107,7 @@ class HtmlRenderer(Renderer):
                                                     for k, v in doc.overview) + "</table>"]
         if doc.partial:
             parts.append(f"<p><strong>Not the whole study.</strong> {html.escape(doc.partial)}</p>")
+        self.head_parts = list(parts)  # the table of contents goes after them
         return parts
 
     def section(self, title, text):
@@ -123,5 +128,28 @@ class HtmlRenderer(Renderer):
         return "<h2>Notes</h2>\n<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
 
     def wrap(self, parts):
+        head, body = parts[:len(self.head_parts)], "\n".join(parts[len(self.head_parts):])
+        body, toc = _anchored(body)
+        # a wide table (the selected configurations have 14 columns) scrolls inside the page
+        body = re.sub(r'(<table class="results">.*?</table>)', r'<div class="scroll">\1</div>', body, flags=re.S)
         return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>fairdp report</title>\n"
-                f"<style>{self.STYLE}</style>\n</head>\n<body>\n" + "\n".join(parts) + "\n</body>\n</html>\n")
+                f"<style>{self.STYLE}</style>\n</head>\n<body>\n" + "\n".join([*head, toc, body]) + "\n</body>\n</html>\n")
+
+
+def _anchored(body: str) -> tuple[str, str]:
+    """``body`` with an id on every h2 and h3, and the table of contents linking to them."""
+    seen: dict[str, int] = {}
+    entries: list[tuple[int, str, str]] = []
+
+    def anchor(m: re.Match) -> str:
+        level, title = int(m.group(1)), m.group(2)
+        slug = re.sub(r"[^a-z0-9]+", "-", html.unescape(title).lower()).strip("-") or "section"
+        seen[slug] = seen.get(slug, 0) + 1
+        slug = slug if seen[slug] == 1 else f"{slug}-{seen[slug]}"
+        entries.append((level, slug, title))
+        return f'<h{level} id="{slug}">{title}</h{level}>'
+
+    body = re.sub(r"<h([23])>(.*?)</h\1>", anchor, body)
+    items = [f'<li{" class=sub" if level == 3 else ""}><a href="#{slug}">{title}</a></li>'
+             for level, slug, title in entries]
+    return body, '<nav class="toc"><h2>Contents</h2>\n<ul>' + "".join(items) + "</ul></nav>"
