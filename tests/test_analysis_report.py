@@ -243,6 +243,26 @@ def test_a_random_baseline_does_not_stretch_the_axes_of_the_methods_compared(res
     assert figure_rt_sweep(rt_sweep(mixed[mixed["method"] == "random"], [0])) is not None
 
 
+def test_methods_with_equal_values_in_an_interval_do_not_hide_each_other(results):
+    """In the demo's bins figure adversarial hid under unconstrained: equal points of
+    different methods in one accuracy interval are now drawn side by side, inside it."""
+    bins = fairness_accuracy_bins(results)
+    one = bins[(bins["dataset"] == "adult")].copy()
+    twin = one[one["method"] == "adversarial"].copy()
+    twin["method"] = "unconstrained"
+    same = pd.concat([one[one["method"] == "adversarial"], twin], ignore_index=True)
+    fig = figure_fairness_accuracy_bins(same)
+    xs = {}
+    for container in fig.axes[0].containers:
+        if container.get_label() in ("adversarial", "unconstrained"):
+            xs[container.get_label()] = np.asarray(container.lines[0].get_xdata(), float)
+    a, u = xs["adversarial"], xs["unconstrained"]
+    assert len(a) == len(u) and (np.abs(a - u) > 0.1).all()  # apart ...
+    centres = np.asarray(sorted(same["accuracy_bin"].unique()), float)
+    assert (np.abs(a - np.round(a)) < 0.5).all() and set(np.round(a)) <= set(range(int(centres.min()),
+                                                                                    int(centres.max()) + 1))
+
+
 def test_fairdps_methods_have_distinct_styles_and_plugins_get_stable_ones():
     from fairdp.analysis._style import BUILTIN_STYLES, method_style
     from fairdp.methods import builtin_method_names

@@ -110,6 +110,17 @@ def _reference_levels(ax, baselines: pd.DataFrame, column: str, styles: dict[str
         ax.set_ylim(lo, hi)
 
 
+def _dodge(methods, width: float) -> dict[str, float]:
+    """A small x offset per method, centred on zero and within a third of ``width`` (the
+    spacing of the x values): methods with equal values at one x are drawn side by side
+    instead of one hiding the other."""
+    methods = sorted(str(m) for m in methods)
+    if len(methods) < 2:
+        return {m: 0.0 for m in methods}
+    step = width / 3 / (len(methods) - 1)
+    return {m: (k - (len(methods) - 1) / 2) * step for k, m in enumerate(methods)}
+
+
 def _bars(table: pd.DataFrame) -> str:
     return BARS_CI if "n_seeds" in table.columns else BARS_STD
 
@@ -158,10 +169,11 @@ def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap")
     for i, ds in enumerate(datasets):
         ax = axes[i, 0]
         part = bins[bins["dataset"].astype(str) == ds]
+        shift = _dodge(part["method"].astype(str).unique(), width=1.0)
         for method, g in part.groupby("method", sort=True):
             g = g.set_index("accuracy_bin").sort_index()
             full = g.reindex(range(int(g.index.min()), int(g.index.max()) + 1))  # gaps break the line
-            line = ax.errorbar(full.index, full[f"{col}_mean"], yerr=_yerr(full, col),
+            line = ax.errorbar(full.index + shift[str(method)], full[f"{col}_mean"], yerr=_yerr(full, col),
                                marker=styles[str(method)].marker, ms=4, capsize=2, color=styles[str(method)].color,
                                label=str(method))
             handles.setdefault(str(method), line)
@@ -195,11 +207,15 @@ def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title:
         for j, m in enumerate(metrics):
             ax = axes[i, j]
             compared = part[~part["method"].astype(str).isin(BASELINES)] if _compared(part) else part
+            # on a linear axis (RT), equal points of different methods side by side
+            xs = np.unique(pd.to_numeric(compared[x], errors="coerce").dropna().to_numpy(float))
+            shift = _dodge(compared["method"].unique(), float(np.diff(xs).min()) if len(xs) > 1 else 1.0) \
+                if x == "rt" else {}
             for method, g in compared.groupby("method", sort=True):
                 g = g.sort_values(x)
                 name = (names or {}).get(str(method), str(method))
                 st = styles[str(method)]
-                line = ax.errorbar(g[x], g[f"{m}_mean"], yerr=_yerr(g, m), marker=st.marker,
+                line = ax.errorbar(g[x] + shift.get(str(method), 0.0), g[f"{m}_mean"], yerr=_yerr(g, m), marker=st.marker,
                                    ms=4, capsize=2, color=st.color, label=name)
                 handles.setdefault(name, line)
             if len(compared) < len(part):
