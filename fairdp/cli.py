@@ -317,6 +317,43 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
+def _cmd_compare(args) -> int:
+    import warnings
+
+    from fairdp.analysis import (
+        check_rt,
+        compare_picks,
+        identical_configs,
+        paired_tests,
+        render_table,
+    )
+
+    check_rt(args.rt, "--rt")
+    a, b = _load_rows([args.a]), _load_rows([args.b])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rows excluded from a selection are analyze's to list
+        picks = compare_picks(a, b, args.rt, args.fairness)
+        tests = paired_tests(picks, args.fairness)
+    same, common, gap = identical_configs(a, b)
+    if args.format == "csv":
+        sys.stdout.write(render_table(tests, "csv"))
+        return 0
+    bitwise = (f"all {common} configs in both are bit-identical" if common and same == common else
+               f"{same} of {common} configs in both are bit-identical (largest valid-accuracy difference "
+               f"{gap:.2f} points)")
+    verdicts = tests["verdict"].value_counts().to_dict()
+    print(f"fairdp compare {args.a} {args.b}: {bitwise}; RT picks the same config in "
+          f"{int(picks['same_pick'].sum())} of {len(picks)} (dataset, method, seed); paired tests over seeds: "
+          + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())))
+    print(f"\n## RT picks (rt {args.rt:g}, {args.fairness}): A = {args.a}, B = {args.b}\n")
+    sys.stdout.write(render_table(picks.round(2), "md"))
+    print("\n## Paired differences A - B over seeds (mean, 95% t-interval, two-sided p)\n")
+    sys.stdout.write(render_table(tests, "md", decimals=2))
+    print("\nBit-identical rows need the same kind of device and the same builds (torch, its BLAS); elsewhere "
+          "\"within seed noise\" is what to expect, \"differ\" says the runs disagree beyond it.")
+    return 0
+
+
 def _completeness(df, dirs: list[str]):
     """Whether ``df`` (the rows of ``dirs``) is every config the runs into ``dirs`` planned."""
     from fairdp.analysis import completeness, summarise
@@ -537,6 +574,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a grid study's results: the search progress section sets each search's hypervolume "
                      "per generation against the grid front's (same dataset, method, seed, epochs); repeatable")
     rep.set_defaults(func=_cmd_report)
+    cmp_ = sub.add_parser("compare", help="two runs of one study: bit-identical rows, RT picks, paired tests over seeds")
+    cmp_.add_argument("a", metavar="DIR_A", help="results of one run")
+    cmp_.add_argument("b", metavar="DIR_B", help="results of the other run (e.g. results/demo-reference)")
+    cmp_.add_argument("--rt", type=float, default=1.0, help="relaxation threshold of the picks (default 1)")
+    cmp_.add_argument("--fairness", choices=SELECTION_FAIRNESS, default="tpr_gap",
+                      help="selection and compared fairness metric (default tpr_gap)")
+    cmp_.add_argument("--format", choices=("md", "csv"), default="md",
+                      help="md: a summary line and both tables; csv: the paired tests")
+    cmp_.set_defaults(func=_cmd_compare)
     return p
 
 

@@ -5,6 +5,7 @@ with status "ok" count. The plot and report writers are the only functions that 
 files, and only into the path or folder they are given.
 """
 
+from fairdp.analysis._compare import compare_picks, identical_configs, paired_tests
 from fairdp.analysis._completeness import Completeness, completeness, summarise
 from fairdp.analysis._intervals import (
     bootstrap_intervals,
@@ -44,6 +45,9 @@ from fairdp.analysis._select import (
 from fairdp.analysis._tables import format_table, render_table, sweep_tables
 
 __all__ = [
+    "compare_picks",
+    "identical_configs",
+    "paired_tests",
     "Completeness",
     "completeness",
     "summarise",
