@@ -24,12 +24,14 @@ demo: $(STAMP)
 	@echo "  build; elsewhere they should agree within seed noise. To see which: $(VENV)/bin/fairdp compare results/demo results/demo-reference"
 
 # Debian's dieharder, the random-number battery tests/test_rng.py runs on the engine's streams,
-# and Debian's chromium, the headless browser tests/test_report_browser.py renders the HTML
-# report in; installed where apt-get can as root, else those tests skip and say so.
-TEST_PACKAGES := dieharder chromium
+# Debian's chromium, the headless browser tests/test_report_browser.py renders the HTML
+# report in, and shellcheck, which checks cluster/slurm/fairdp.sbatch; installed where apt-get
+# can as root, else those tests skip and say so.
+TEST_PACKAGES := dieharder chromium shellcheck
 test-tools:
 	@missing=""; command -v dieharder >/dev/null || missing="dieharder"; \
 	  command -v chromium >/dev/null || missing="$$missing chromium"; \
+	  command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
 	  [ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  { apt-get install -y -qq $$missing >/dev/null 2>&1 || \
 	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$missing >/dev/null 2>&1; }; }; } || \
