@@ -21,7 +21,7 @@ import pandas as pd
 
 from fairdp.analysis._intervals import bootstrap_intervals
 from fairdp.data import load_dataset
-from fairdp.metrics._fairness import confusion
+from fairdp.fairness import confusion
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ _EXPORTS = {
     "run_study": "fairdp.study",
     "search_study": "fairdp.study",
     "read_results": "fairdp.study",
+    "read_history": "fairdp.study",
     "select_by_rt": "fairdp.analysis",
     "aggregate_seeds": "fairdp.analysis",
     "pareto_front": "fairdp.analysis",

@@ -268,6 +268,15 @@ def _load_rows(dirs: list[str], pool: bool = False):
     return df
 
 
+def _curves(dirs: list[str]):
+    """The per-epoch curves stored beside the results ``dirs`` (a Parquet file of rows has none)."""
+    from pathlib import Path
+
+    from fairdp.study import read_history
+
+    return read_history(*[d for d in dirs if not Path(d).is_file()])
+
+
 def _cmd_analyze(args) -> int:
     import warnings
 
@@ -414,7 +423,7 @@ def _cmd_report(args) -> int:
         warnings.simplefilter("always")
         paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by,
                              ci=None if args.no_ci else args.ci, search_history=history, grid=grid,
-                             compare=args.compare or (), completeness=whole)
+                             compare=args.compare or (), completeness=whole, history=_curves(args.dirs))
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
     if whole.is_partial:

@@ -8,6 +8,7 @@ from torch import nn
 from fairdp import _rng
 from fairdp.data import load_dataset
 from fairdp.engine import (
+    VALID_CURVES,
     PackedLinear,
     TrainSettings,
     architecture_from,
@@ -110,6 +111,26 @@ def test_best_validation_epoch_is_reported(data):
     # The stored predictions are those of the best epoch's model.
     valid_acc = (res.predictions["valid"][0] == data.split("valid").y).mean() * 100
     assert valid_acc == pytest.approx(res.valid_accuracy_history[0].max())
+
+
+def test_valid_curves_are_each_epochs_model_on_valid(data):
+    """The per-epoch curves: accuracy and the loss at the kept epoch are the kept model's, the
+    loss computed here from its logits with torch's own cross-entropy."""
+    res = get_method("unconstrained").train_pack(data, [{}, {}], seed=0, settings=TrainSettings(epochs=3, batch_size=100))
+    assert set(res.valid_history) == set(VALID_CURVES)
+    assert all(c.shape == (2, 3) for c in res.valid_history.values())
+    valid = data.split("valid")
+    x = torch.as_tensor(valid.X, dtype=torch.float32)
+    res.model.eval()
+    with torch.no_grad():
+        logits = res.model(x)
+    for k in range(2):
+        kept = int(res.best_epoch[k]) - 1
+        want = torch.nn.functional.cross_entropy(logits[k].double(), torch.as_tensor(valid.y).long()).item()
+        assert res.valid_history["loss"][k, kept] == pytest.approx(want, rel=1e-5)
+        np.testing.assert_allclose(res.valid_history["accuracy"][k], res.valid_accuracy_history[k])
+    # the loss moves between epochs: it is each epoch's model, not one value repeated
+    assert np.ptp(res.valid_history["loss"], axis=1).min() > 0
 
 
 def test_architecture_presets_and_overrides():

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fairdp.study import ResultStore, load_spec, run_study, study_columns
+from fairdp.study import ResultStore, load_spec, read_history, run_study, study_columns
 from tests.conftest import REPO, env_without_ray, run_cli
 
 DESIGN_COLUMNS = (
@@ -77,6 +77,11 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
     assert (fed["eps_formal"] == fed["eps"]).all()
     assert (df["node"] == "127.0.0.1").all()
     assert list((results / ".checkpoints").iterdir()) == []  # the trials' checkpoints, deleted once stored
+    # the Ray trials stored each config's per-epoch curves beside the rows
+    curves = read_history(results)
+    assert len(curves) == 14 * 2 and not curves.duplicated([*KEY, "epoch"]).any()
+    kept = curves[curves["kept"]].merge(df, on=KEY)
+    assert len(kept) == 14 and (kept["epoch"] == kept["best_epoch"]).all()
     # how every row was trained and probed is stored with it
     assert (df["optimizer"] == "adam").all() and (df["lr"] == 1e-3).all()
     assert (df["precision"] == "float32").all()  # a CPU's default (TF32 is CUDA's)

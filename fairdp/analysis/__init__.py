@@ -7,6 +7,7 @@ files, and only into the path or folder they are given.
 
 from fairdp.analysis._compare import compare_picks, identical_configs, paired_tests
 from fairdp.analysis._completeness import Completeness, completeness, summarise
+from fairdp.analysis._curves import selected_curves
 from fairdp.analysis._intervals import (
     bootstrap_intervals,
     check_level,
@@ -98,13 +99,16 @@ __all__ = [
     "select_by_rt",
     "select_per_run",
     "selected_configs",
+    "selected_curves",
+    "figure_learning_curves",
+    "plot_learning_curves",
     "violation_accuracy_by_eps",
     "write_report",
 ]
 
 # Figures are matplotlib's: imported on first use, so that selecting and aggregating rows
 # loads without it.
-_PLOTS = ("default_direction", "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep", "figure_violation_accuracy_by_eps", "legend_labels", "plot_fairness_accuracy_bins", "plot_hypervolume_history", "plot_leakage_vs_eps", "plot_pareto_fronts", "plot_privacy_accuracy", "plot_rt_sweep", "plot_violation_accuracy_by_eps")
+_PLOTS = ("default_direction", "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps", "figure_learning_curves", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep", "figure_violation_accuracy_by_eps", "legend_labels", "plot_fairness_accuracy_bins", "plot_hypervolume_history", "plot_leakage_vs_eps", "plot_learning_curves", "plot_pareto_fronts", "plot_privacy_accuracy", "plot_rt_sweep", "plot_violation_accuracy_by_eps")
 
 
 def __getattr__(name: str):

@@ -389,6 +389,42 @@ def figure_hypervolume_history(progress: pd.DataFrame) -> Figure | None:
     return _finish(fig, handles, "Feasible-front hypervolume")
 
 
+def figure_learning_curves(curves: pd.DataFrame, fairness: str = "tpr_gap", title: str | None = None
+                           ) -> Figure | None:
+    """Validation accuracy, the selection's gap and loss of each selected config against the
+    epoch (``selected_curves``): one line per (method, seed) in the method's colour, its
+    marker on the epoch whose model the config reports."""
+    curves = as_frame(curves, "curves")
+    fairness = check_fairness(fairness)
+    require_columns(curves, ["dataset", "method", "seed", "epoch", "valid_accuracy", "valid_gap", "valid_loss",
+                             "kept"], "curves")
+    if curves.empty:
+        return None
+    metrics = [("valid_accuracy", _label("valid_accuracy")),
+               ("valid_gap", f"valid {FAIRNESS_LABELS[fairness]} (%) ↓"), ("valid_loss", "valid loss (cross-entropy) ↓")]
+    datasets = sorted(curves["dataset"].astype(str).unique())
+    fig, axes = _new_figure(len(datasets), len(metrics))
+    styles = _styles(curves["method"].unique())
+    handles: dict[str, object] = {}
+    for r, dataset in enumerate(datasets):
+        part = curves[curves["dataset"].astype(str) == dataset]
+        for c, (metric, label) in enumerate(metrics):
+            ax = axes[r, c]
+            for (method, _seed), g in part.groupby(["method", "seed"], sort=True):
+                style = styles[str(method)]
+                g = g.sort_values("epoch")
+                (line,) = ax.plot(g["epoch"], g[metric], color=style.color, lw=1, alpha=0.7)
+                handles.setdefault(str(method), line)
+                kept = g[g["kept"].astype(bool)]
+                ax.plot(kept["epoch"], kept[metric], ls="none", marker=style.marker, color=style.color, ms=5)
+            ax.set_xlabel("epoch")
+            ax.set_ylabel(label)
+            if len(datasets) > 1:
+                ax.set_title(dataset)
+    return _finish(fig, handles, title or "Validation curves of the selected configs",
+                   "one line per seed; marker: the epoch whose model the row reports")
+
+
 def save_png(fig: Figure, path: PathLike) -> Path:
     """Write ``fig`` as a PNG at ``path`` atomically (hidden temp file, then os.replace)."""
     path = Path(path)
@@ -434,6 +470,12 @@ def plot_pareto_fronts(
 ) -> Path | None:
     """Write ``figure_pareto_fronts`` as a PNG at ``path``; None if no pair can be drawn."""
     return _write(figure_pareto_fronts(df, pairs, directions), path)
+
+
+def plot_learning_curves(curves: pd.DataFrame, path: PathLike, fairness: str = "tpr_gap",
+                         title: str | None = None) -> Path | None:
+    """Write ``figure_learning_curves`` as a PNG at ``path``; None if there are no curves."""
+    return _write(figure_learning_curves(curves, fairness, title), path)
 
 
 def plot_hypervolume_history(progress: pd.DataFrame, path: PathLike) -> Path | None:

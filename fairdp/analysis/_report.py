@@ -23,6 +23,7 @@ import pandas as pd
 
 from fairdp._atomic import atomic_path
 from fairdp.analysis._completeness import Completeness
+from fairdp.analysis._curves import selected_curves
 from fairdp.analysis._intervals import (
     check_level,
     not_distinguishable,
@@ -37,6 +38,7 @@ from fairdp.analysis._plots import (
     plot_fairness_accuracy_bins,
     plot_hypervolume_history,
     plot_leakage_vs_eps,
+    plot_learning_curves,
     plot_pareto_fronts,
     plot_privacy_accuracy,
     plot_rt_sweep,
@@ -75,6 +77,7 @@ FIGURES = {
     "leakage_vs_eps": "Leakage of every config against ε",
     "violation_accuracy_eps": "Test violation and accuracy against ε per fairness notion (Tran et al. Figs. 1-2)",
     "pareto_fronts": "Pareto fronts of validation accuracy, fairness and leakage (all seeds pooled)",
+    "learning_curves": "Validation accuracy, fairness gap and loss of the selected configs against the epoch",
     "hypervolume_history": "Normalised hypervolume of each search's feasible front against its trials "
                            "(dashed: the grid's front)",
 }
@@ -281,6 +284,7 @@ def write_report(
     grid: pd.DataFrame | None = None,
     compare: Sequence[str] = (),
     completeness: Completeness | None = None,
+    history: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
 
@@ -301,6 +305,8 @@ def write_report(
     names published tables (``fairdp.analysis._papers.PAPERS``) to put beside the study's.
     ``completeness`` (``summarise(completeness(df, plan))``) says in the overview whether the
     rows are the whole study, and, when they are not, in a warning above every table.
+    ``history`` (``fairdp.read_history`` of the same results) adds the selected configs'
+    per-epoch validation curves.
     """
     df = as_frame(df)
     by = check_by(by, df)
@@ -332,6 +338,7 @@ def write_report(
                    and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
         pareto = _pareto_summary(ok if fairness != NOTION_GAP else view, fairness)
         progress = search_progress(search_history, grid) if search_history is not None else None
+        curves = selected_curves(history, selected, fairness) if history is not None and len(history) else None
         pairs = [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"),
                  (f"valid_{fairness}", "leakage")]
         figures = {
@@ -345,6 +352,9 @@ def write_report(
             "pareto_fronts": plot_pareto_fronts(view, fig_dir / "pareto_fronts.png", pairs),
             "hypervolume_history": (plot_hypervolume_history(progress, fig_dir / "hypervolume_history.png")
                                     if progress is not None else None),
+            "learning_curves": (plot_learning_curves(curves, fig_dir / "learning_curves.png", fairness,
+                                                     f"Validation curves of the configs selected at RT = {rt:g}")
+                                if curves is not None else None),
         }
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
     for msg in notes:
@@ -388,6 +398,15 @@ def write_report(
             selected_with_intervals(selected, selected_configs(selected, fairness), fairness, ci)
             if ci is not None else selected_configs(selected, fairness)))],
     ))
+    if figures["learning_curves"] is not None:
+        sections.append((
+            "Learning curves",
+            f"Each selected config's validation accuracy, {label}{own} and cross-entropy after every epoch, one "
+            "line per seed; the marker is the epoch whose model its row reports (the best validation accuracy, "
+            "or the last epoch for methods that return it). A private representation is drawn afresh at every "
+            "evaluation, so a DP method's row can differ from its curve at that epoch by one draw's noise. The "
+            "curves of every config are in the results' side table <results>.history (fairdp.read_history).",
+            [("figure", "learning_curves")]))
     if has_release_events(df):
         released = released_guarantees(df, selected, rt, by)
         sections.append((

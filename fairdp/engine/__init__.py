@@ -50,6 +50,7 @@ from fairdp.engine._settings import (
     resolve_precision,
 )
 from fairdp.engine.contract import (
+    VALID_CURVES,
     Batch,
     EpochReport,
     PackContext,
@@ -66,6 +67,7 @@ __all__ = [
     "EVAL_CHUNK",
     "PRECISIONS",
     "PRESETS",
+    "VALID_CURVES",
     "Architecture",
     "Batch",
     "BestEpochs",

@@ -32,7 +32,7 @@ import torch
 
 from fairdp.errors import StoreFault
 
-FORMAT = 2  # bump when what is pickled changes shape (2: counter-based PackStreams, not torch generators)
+FORMAT = 3  # bump when what is pickled changes shape (2: counter-based PackStreams; 3: per-epoch valid curves)
 # at the end of training a pack saves if it trained this long since its last save: a pack of
 # seconds (on a GPU) is cheaper to retrain than to write
 FINAL_SAVE_S = 60.0

@@ -33,9 +33,13 @@ from torch import nn
 from fairdp.data import Dataset
 from fairdp.engine._arch import Architecture
 from fairdp.engine._checkpoint import Saver, claim, data_fingerprint, identity
-from fairdp.engine._losses import per_config_accuracy
+from fairdp.engine._losses import (
+    per_config_accuracy,
+    per_config_confusion,
+    per_config_cross_entropy,
+)
 from fairdp.engine._memory import config_chunk
-from fairdp.engine._prune import Pruning, configs_to_stop, valid_gaps
+from fairdp.engine._prune import Pruning, configs_to_stop, selection_gaps
 from fairdp.engine._settings import (
     TrainSettings,
     autocast,
@@ -44,6 +48,7 @@ from fairdp.engine._settings import (
     resolve_precision,
 )
 from fairdp.engine.contract import (
+    VALID_CURVES,
     Batch,
     EpochReport,
     PackContext,
@@ -51,31 +56,30 @@ from fairdp.engine.contract import (
     PackStep,
     _per_config_attributes,
 )
+from fairdp.fairness import scores_from_confusion
 
 EVAL_CHUNK = 4096  # rows per evaluation pass: bounds memory at K x 4096 x D
 SELECTIONS = ("best", "last")
 
 
 class BestEpochs:
-    """Per config: the validation accuracy of every epoch, the best one, and its parameters.
+    """Per config: the best validation accuracy so far, its epoch, and its parameters.
 
     Every parameter has the config axis first, so keeping config k's best weights is a
     masked copy along that axis; ``restore`` puts each config's best weights back.
     """
 
-    def __init__(self, params: list[nn.Parameter], epochs: int):
+    def __init__(self, params: list[nn.Parameter]):
         self.params = params
         k = params[0].shape[0]
         self.best_acc = torch.full((k,), -1.0, dtype=torch.float64)
         self.best_epoch = np.zeros(k, dtype=np.int64)
-        self.history = np.zeros((k, epochs))
         self.state = [p.detach().clone() for p in params]
 
     @torch.no_grad()
     def update(self, epoch: int, accuracy: torch.Tensor) -> torch.Tensor:
         """Record ``accuracy`` (K,) of 0-based ``epoch``; keep the weights of configs that
         improved, and return which did."""
-        self.history[:, epoch] = accuracy.numpy()
         improved = accuracy > self.best_acc
         if not improved.any():
             return improved
@@ -96,7 +100,7 @@ class BestEpochs:
         kept = copy.copy(self)
         rows = torch.as_tensor(index, dtype=torch.long)
         kept.params = params
-        kept.best_acc, kept.best_epoch, kept.history = self.best_acc[rows], self.best_epoch[index], self.history[index]
+        kept.best_acc, kept.best_epoch = self.best_acc[rows], self.best_epoch[index]
         kept.state = [s[rows.to(s.device)].clone() for s in self.state]
         return kept
 
@@ -229,7 +233,7 @@ def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], 
     return PackResult(
         configs=configs,
         best_epoch=stacked([p.best_epoch for p in parts]),
-        valid_accuracy_history=stacked([p.valid_accuracy_history for p in parts]),
+        valid_history={name: stacked([p.valid_history[name] for p in parts]) for name in parts[0].valid_history},
         predictions={n: stacked([p.predictions[n] for p in parts]) for n in splits_out},
         representations={n: stacked([p.representations[n] for p in parts]) for n in splits_out},
         duration_s=duration_s,
@@ -259,8 +263,8 @@ class _ChunkTraining:
             _per_config_attributes(type(step))  # refuse, before training, a step pruning cannot slice
         self.optimizer = step.optimizer()
         self.order = torch.Generator(device="cpu").manual_seed(ctx.seed)  # shared minibatch order within a seed
-        self.best = BestEpochs(list(step.model.parameters()), epochs) if step.selection == "best" else None
-        self.history = np.zeros((ctx.k, epochs))
+        self.best = BestEpochs(list(step.model.parameters())) if step.selection == "best" else None
+        self.curves = {name: np.full((ctx.k, epochs), np.nan) for name in VALID_CURVES}
         self.gap = np.full(ctx.k, np.nan)
         self.epochs_done = 0
 
@@ -292,16 +296,22 @@ class _ChunkTraining:
             with autocast(ctx.precision, ctx.device):
                 step.update(Batch(idx, x_train[idx], train.y[idx], train.s[idx]), self.optimizer)
         step.end_epoch(epoch)
-        predictions = _evaluate(step, step.inputs("valid"))[1]
-        accuracy = per_config_accuracy(predictions, ctx.split("valid").y)
+        valid = ctx.split("valid")
+        _, predictions, loss = _evaluate(step, step.inputs("valid"), target=valid.y)
+        accuracy = per_config_accuracy(predictions, valid.y)
+        # every gap is a function of one count per config, made where the predictions are
+        scores = scores_from_confusion(per_config_confusion(predictions, valid.y, valid.s, ctx.data.n_classes,
+                                                            ctx.data.n_groups))
+        self.curves["accuracy"][:, epoch] = accuracy.numpy()
+        self.curves["loss"][:, epoch] = loss
+        for name in VALID_CURVES[2:]:
+            self.curves[name][:, epoch] = scores[name]
         if self.best is not None:
             kept = self.best.update(epoch, accuracy)  # the configs whose reported model is now this epoch's
-            self.history = self.best.history
         else:
             kept = torch.ones(ctx.k, dtype=torch.bool)
-            self.history[:, epoch] = accuracy.numpy()
         if self.pruning is not None:
-            gap = valid_gaps(predictions.cpu().numpy(), ctx.data, ctx.configs, self.pruning.fairness)
+            gap = selection_gaps(scores, ctx.configs, self.pruning.fairness)
             self.gap = np.where(kept.numpy(), gap, self.gap)
         self.epochs_done = epoch + 1
         if self.callback is not None:
@@ -309,7 +319,7 @@ class _ChunkTraining:
 
     def objectives(self) -> tuple[np.ndarray, np.ndarray]:
         """(valid accuracy, valid gap) of the model each config would report if it stopped now."""
-        accuracy = self.best.best_acc.numpy() if self.best is not None else self.history[:, self.epochs_done - 1]
+        accuracy = self.best.best_acc.numpy() if self.best is not None else self.curves["accuracy"][:, self.epochs_done - 1]
         return np.asarray(accuracy, dtype=float), self.gap
 
     def stop(self, local: list[int], rung: int) -> tuple[np.ndarray, PackResult]:
@@ -318,8 +328,7 @@ class _ChunkTraining:
         rest = [i for i in range(self.k) if i not in set(local)]
         stopped = self.step.subset(local)
         best = self.best.subset(local, list(stopped.model.parameters())) if self.best is not None else None
-        history = self.history[local].copy()
-        history[:, rung:] = np.nan  # epochs it never trained
+        history = {name: curve[local] for name, curve in self.curves.items()}  # NaN after the rung
         piece = self._outcome(stopped, best, history, np.full(len(local), rung, dtype=np.int64))
         stopped_index, self.index = self.index[local], self.index[rest]
         if not rest:  # the whole chunk stopped: free its model and optimiser
@@ -329,16 +338,14 @@ class _ChunkTraining:
         self.optimizer = _sliced_optimizer(self.optimizer, list(self.step.model.parameters()), step, rest)
         if self.best is not None:
             self.best = self.best.subset(rest, list(step.model.parameters()))
-            self.history = self.best.history
-        else:
-            self.history = self.history[rest]
+        self.curves = {name: curve[rest] for name, curve in self.curves.items()}
         self.step, self.gap = step, self.gap[rest]
         return stopped_index, piece
 
     def finish(self) -> tuple[np.ndarray, PackResult]:
-        return self.index, self._outcome(self.step, self.best, self.history, np.zeros(self.k, dtype=np.int64))
+        return self.index, self._outcome(self.step, self.best, self.curves, np.zeros(self.k, dtype=np.int64))
 
-    def _outcome(self, step: PackStep, best: BestEpochs | None, history: np.ndarray,
+    def _outcome(self, step: PackStep, best: BestEpochs | None, history: dict[str, np.ndarray],
                  pruned_at: np.ndarray) -> PackResult:
         if best is not None:
             best.restore()
@@ -347,11 +354,11 @@ class _ChunkTraining:
             best_epoch = np.full(step.ctx.k, self.epochs_done, dtype=np.int64)
         predictions, representations = {}, {}
         for name in self.splits_out:
-            reps, preds = _evaluate(step, step.inputs(name), keep_representations=True)
+            reps, preds, _ = _evaluate(step, step.inputs(name), keep_representations=True)
             predictions[name] = preds.cpu().numpy()
             # bf16 representations are widened: probes and numpy read fp32
             representations[name] = (reps.float() if reps.dtype == torch.bfloat16 else reps).cpu().numpy()
-        return PackResult(configs=list(step.ctx.configs), best_epoch=best_epoch, valid_accuracy_history=history,
+        return PackResult(configs=list(step.ctx.configs), best_epoch=best_epoch, valid_history=history,
                           predictions=predictions, representations=representations,
                           duration_s=time.perf_counter() - self.t0, precision=step.ctx.precision, model=step.model,
                           diagnostics=step.diagnostics(), pruned_at=pruned_at if self.pruning is not None else None)
@@ -374,14 +381,20 @@ def _sliced_optimizer(optimizer: torch.optim.Optimizer, params: list[nn.Paramete
 
 
 @torch.no_grad()
-def _evaluate(step: PackStep, x: torch.Tensor, keep_representations: bool = False):
-    """(representations or None, predicted labels (K, n)) in chunks of ``EVAL_CHUNK`` rows."""
+def _evaluate(step: PackStep, x: torch.Tensor, keep_representations: bool = False,
+              target: torch.Tensor | None = None):
+    """(representations or None, predicted labels (K, n), mean cross-entropy against
+    ``target`` per config (K,) or None) in chunks of ``EVAL_CHUNK`` rows."""
     step.model.eval()
-    reps, preds = [], []
+    reps, preds, loss = [], [], None
     for start in range(0, x.shape[0], EVAL_CHUNK):
         with autocast(step.ctx.precision, step.ctx.device):
             z, logits = step.evaluate(x[start:start + EVAL_CHUNK])
         if keep_representations:
             reps.append(z)
         preds.append(logits.argmax(-1))
-    return (torch.cat(reps, dim=1) if keep_representations else None), torch.cat(preds, dim=1)
+        if target is not None:
+            part = per_config_cross_entropy(logits, target[start:start + EVAL_CHUNK]) * logits.shape[1]
+            loss = part if loss is None else loss + part
+    mean_loss = (loss / x.shape[0]).double().cpu().numpy() if loss is not None else None
+    return (torch.cat(reps, dim=1) if keep_representations else None), torch.cat(preds, dim=1), mean_loss

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -20,6 +21,18 @@ def per_config_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torc
 def per_config_accuracy(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Percent of rows where ``pred`` (K, n) equals ``target`` (n,), per config, on the CPU."""
     return (pred == target).double().mean(dim=1).cpu() * 100.0
+
+
+def per_config_confusion(pred: torch.Tensor, target: torch.Tensor, groups: torch.Tensor, n_classes: int,
+                         n_groups: int) -> np.ndarray:
+    """Counts (K, G, C, C) of (config, group, y, y_pred), as ``fairdp.fairness.confusion``
+    computes them, from predictions ``pred`` (K, n) on their device: one bincount there, and
+    only the counts cross to the host."""
+    k, n = pred.shape
+    base = (groups.to(pred.device, torch.long) * n_classes + target.to(pred.device, torch.long)) * n_classes
+    offsets = torch.arange(k, device=pred.device).unsqueeze(1) * (n_groups * n_classes * n_classes)
+    counts = torch.bincount((offsets + base + pred.long()).reshape(-1), minlength=k * n_groups * n_classes ** 2)
+    return counts.reshape(k, n_groups, n_classes, n_classes).cpu().numpy()
 
 
 def difference_loss(h_a: torch.Tensor, h_b: torch.Tensor, over: str = "samples") -> torch.Tensor:

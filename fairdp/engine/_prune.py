@@ -87,15 +87,20 @@ def configs_to_stop(accuracy: np.ndarray, gap: np.ndarray, pruning: Pruning) -> 
     return sorted(candidates[:max(0, budget)])
 
 
-def valid_gaps(predictions: np.ndarray, data, configs: list[dict], fairness: str) -> np.ndarray:
-    """The selection gap (percent) on the valid split of each config's predictions (K, n);
-    for ``notion_gap``, each config's violation of its own ``fairness_notion``."""
-
-    part = data.split("valid")
-    k = predictions.shape[0]
-    counts = confusion(part.y, predictions, part.s, n_classes=data.n_classes, n_groups=data.n_groups)
-    scores = scores_from_confusion(counts.reshape(k, data.n_groups, data.n_classes, data.n_classes))
+def selection_gaps(scores: dict[str, np.ndarray], configs: list[dict], fairness: str) -> np.ndarray:
+    """The selection gap (percent) of each config from its valid ``scores``
+    (``scores_from_confusion`` of a pack); for ``notion_gap``, each config's violation of its
+    own ``fairness_notion``."""
     if fairness != NOTION_GAP:
         return scores[fairness]
     # a config without a notion (a baseline beside F-LD's) is compared on demographic parity
     return np.array([scores[NOTION_METRICS[c.get("fairness_notion", "dp")]][i] for i, c in enumerate(configs)])
+
+
+def valid_gaps(predictions: np.ndarray, data, configs: list[dict], fairness: str) -> np.ndarray:
+    """The selection gap (percent) on the valid split of each config's predictions (K, n)."""
+    part = data.split("valid")
+    k = predictions.shape[0]
+    counts = confusion(part.y, predictions, part.s, n_classes=data.n_classes, n_groups=data.n_groups)
+    return selection_gaps(scores_from_confusion(counts.reshape(k, data.n_groups, data.n_classes, data.n_classes)),
+                          configs, fairness)

@@ -27,6 +27,7 @@ from fairdp.data import Dataset
 from fairdp.engine._arch import Architecture
 from fairdp.engine._seeds import stream_key
 from fairdp.engine._settings import TrainSettings, resolve_precision
+from fairdp.schema import FAIRNESS_METRICS
 
 # the streams of ``PackContext.generators`` and the draws a step makes from them, (K, ...) each
 __all__ = ["Batch", "EpochReport", "PackContext", "PackResult", "PackStep", "PackStream", "SplitTensors",
@@ -184,13 +185,20 @@ class PackStep(ABC):
         return step
 
 
+VALID_CURVES = ("accuracy", "loss", *FAIRNESS_METRICS)
+"""What ``PackResult.valid_history`` records per epoch on the valid split: accuracy and every
+fairness gap (percent), and the task's mean cross-entropy."""
+
+
 @dataclass
 class PackResult:
     """Per-config outcomes of one pack, arrays with a leading config axis K."""
 
     configs: list[dict]
     best_epoch: np.ndarray                       # (K,) 1-based epoch of the kept model
-    valid_accuracy_history: np.ndarray           # (K, epochs), percent
+    # curve name (VALID_CURVES) -> (K, epochs): each epoch's model on valid, NaN after a config
+    # stopped; empty for methods not trained by epochs
+    valid_history: dict[str, np.ndarray]
     predictions: dict[str, np.ndarray]           # split -> (K, n_split) predicted labels
     representations: dict[str, np.ndarray]       # split -> (K, n_split, D), what an attacker sees
     duration_s: float
@@ -206,6 +214,11 @@ class PackResult:
     pruned_at: np.ndarray | None = None
     # seconds of ``duration_s`` spent before the pack was resumed from a checkpoint (0: not resumed)
     resumed_s: float = 0.0
+
+    @property
+    def valid_accuracy_history(self) -> np.ndarray:
+        """(K, epochs) valid accuracy, percent; (K, 0) for a method not trained by epochs."""
+        return self.valid_history.get("accuracy", np.zeros((len(self.configs), 0)))
 
 
 @dataclass(frozen=True)

@@ -35,5 +35,5 @@ class Random(Method):
             representations[name] = g.numpy()
         k = len(configs)
         return PackResult(configs=configs, best_epoch=np.zeros(k, dtype=np.int64),
-                          valid_accuracy_history=np.zeros((k, 0)), predictions=predictions,
+                          valid_history={}, predictions=predictions,
                           representations=representations, duration_s=time.perf_counter() - t0)

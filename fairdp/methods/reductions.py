@@ -79,7 +79,7 @@ def release(models: list[ExponentiatedGradient], data: Dataset, configs: list[di
             predictions[name].append((rng.random(len(scores)) < scores[:, 1]).astype(np.int64))
     k = len(configs)
     return PackResult(configs=configs, best_epoch=np.zeros(k, dtype=np.int64),
-                      valid_accuracy_history=np.zeros((k, 0)),
+                      valid_history={},
                       predictions={n: np.stack(p) for n, p in predictions.items()},
                       representations={n: np.stack(r) for n, r in representations.items()},
                       duration_s=time.perf_counter() - t0)

@@ -13,13 +13,13 @@ from fairdp.study._ray import keep_ray_on_loopback, ray_session
 from fairdp.study._runner import RunSummary, default_results, run_study, with_overrides
 from fairdp.study._search import SearchSummary, read_hypervolume_histories, search_study
 from fairdp.study._spec import SearchSpec, StudySpec, load_spec, parse_spec
-from fairdp.study._store import ResultStore, read_results, study_columns
+from fairdp.study._store import ResultStore, read_history, read_results, study_columns
 from fairdp.study._trial import StudyContext, pack_rows, run_pack
 
 __all__ = [
     "DEFAULT_EXECUTOR", "EXECUTORS", "Backlog", "Executor", "make_executor", "register_executor",
     "Pack", "ResultStore", "RunSummary", "SearchSpec", "SearchSummary", "StudyContext", "StudySpec",
     "auto_pack_size", "default_results", "keep_ray_on_loopback", "load_spec", "pack_rows", "parse_spec",
-    "plan_packs", "plan_table", "ray_session", "read_hypervolume_histories", "read_plans", "read_results", "run_pack", "run_study", "search_study", "study_columns",
+    "plan_packs", "plan_table", "ray_session", "read_history", "read_hypervolume_histories", "read_plans", "read_results", "run_pack", "run_study", "search_study", "study_columns",
     "with_overrides",
 ]

@@ -39,6 +39,7 @@ PROBE_TIMEOUT_ENV = "FAIRDP_STORE_PROBE_TIMEOUT_S"
 RETRY_S = 300.0  # how long an object-store operation is retried before the run stops
 RETRY_ENV = "FAIRDP_STORE_RETRY_S"
 RETRY_MAX_DELAY_S = 10.0
+HISTORY = "history"  # <root>.history: each pack's per-epoch valid curves, named as its rows
 # what pyarrow's S3 client (the AWS SDK) says when the store does not answer, is overloaded
 # or restarting: worth retrying. Anything else (no such bucket, access denied) is not.
 _TRANSIENT = ("network_connection", "curlcode", "couldn't connect", "connection refused", "connection reset",
@@ -185,6 +186,47 @@ class ResultStore:
         final = self.pack_path(dataset, method, seed, pid)
         self.retrying(final, lambda: self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True))
         return self._write(table, final)
+
+    def history_path(self, dataset: str, method: str, seed: int, pid: str) -> str:
+        """Where a pack's per-epoch valid curves go: the pack's own path under ``<root>.history``
+        (beside the rows, not among them: a glob over the rows must not read them)."""
+        return f"{self.side_table_path(HISTORY)}/{dataset}/{method}/part-s{seed}-{pid}.parquet"
+
+    def write_history(self, frame: pd.DataFrame, dataset: str, method: str, seed: int, pid: str) -> str:
+        """Write a pack's per-epoch curves as one file, atomically, named as its rows are: a
+        pack trained twice replaces its curves, as it does its rows."""
+        final = self.history_path(dataset, method, seed, pid)
+        self.retrying(final, lambda: self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True))
+        return self._write(pa.Table.from_pandas(frame, preserve_index=False), final)
+
+    def history_files(self) -> list[str]:
+        """The packs' curve files under ``<root>.history``, sorted."""
+        root = self.side_table_path(HISTORY)
+        if self.fs.get_file_info(root).type != pafs.FileType.Directory:
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
+        out = []
+        for info in infos:
+            rel = info.path.lstrip("/")[len(root.lstrip("/")) + 1:]
+            parts = rel.split("/")
+            if info.type == pafs.FileType.File and len(parts) == 3 and parts[-1].startswith("part-") \
+                    and parts[-1].endswith(".parquet"):
+                out.append(f"{root}/{rel}")
+        return sorted(out)
+
+    def read_history(self) -> pd.DataFrame:
+        """Every pack's per-epoch valid curves as one DataFrame (empty when none were written);
+        InputError naming a file that cannot be read."""
+        tables = []
+        for path in self.history_files():
+            try:
+                tables.append(pq.read_table(path, filesystem=self.fs))
+            except (pa.ArrowException, OSError) as e:
+                raise InputError(f"{path}: corrupt per-epoch curves ({str(e).splitlines()[0]}); delete it (the "
+                                 f"pack's rows do not depend on it)") from None
+        if not tables:
+            return pd.DataFrame(columns=["study", "dataset", "method", "seed", "config_id", "epoch", "kept"])
+        return pa.concat_tables(tables, promote_options="permissive").to_pandas()
 
     def write_side_table(self, df: pd.DataFrame, name: str) -> str:
         """A side table (e.g. a Pareto front) beside the results, at ``<root>.<name>``, written
@@ -446,6 +488,32 @@ def read_results(*locations) -> pd.DataFrame:
     if not frames:
         raise InputError(f"{', '.join(map(str, locations))}: no result rows found")
     return pd.concat(frames, ignore_index=True)
+
+
+HISTORY_KEYS = ["dataset", "method", "seed", "config_id"]
+
+
+def read_history(*locations) -> pd.DataFrame:
+    """Per-epoch valid curves (one row per config and epoch: ``epoch``, ``valid_accuracy``,
+    ``valid_loss``, ``valid_<gap>``, ``kept``) of the configs whose rows are stored in
+    ``locations``; the same files are ``<results>.history/**/*.parquet`` for pandas, polars
+    or duckdb. Curves of a pack whose rows were never stored (its run was killed in between)
+    are left out."""
+    frames = []
+    for loc in locations:
+        store = ResultStore(loc)
+        store.probe()
+        if not store.exists():
+            raise InputError(f"{loc}: no such results directory")
+        curves = store.read_history()
+        if not len(curves):
+            continue
+        rows, _ = store.read()
+        stored = rows.loc[rows["status"] == "ok", HISTORY_KEYS].drop_duplicates()
+        frames.append(curves.merge(stored, on=HISTORY_KEYS, how="inner"))
+    if not frames:
+        return pd.DataFrame(columns=["study", *HISTORY_KEYS, "epoch", "kept"])
+    return pd.concat(frames, ignore_index=True).sort_values([*HISTORY_KEYS, "epoch"], ignore_index=True)
 
 
 def _read_rows_file(path: Path) -> pd.DataFrame:

@@ -15,11 +15,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import numpy as np
+import pandas as pd
 import torch
 
 from fairdp import __version__, schema
 from fairdp.data import load_dataset
-from fairdp.engine import Architecture, EpochReport, TrainSettings, checkpointing, data_fingerprint
+from fairdp.engine import (
+    VALID_CURVES,
+    Architecture,
+    EpochReport,
+    PackResult,
+    TrainSettings,
+    checkpointing,
+    data_fingerprint,
+)
 from fairdp.errors import InputError
 from fairdp.methods import get_method, load_plugins
 from fairdp.metrics import ProbeSettings, evaluate_pack
@@ -251,6 +261,13 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
 
 def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], None] | None = None) -> list[dict]:
     """Train a pack, compute its metric columns and return its rows (status 'ok')."""
+    return trained_pack(ctx, pack, callback)[0]
+
+
+def trained_pack(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], None] | None = None
+                 ) -> tuple[list[dict], pd.DataFrame]:
+    """Train a pack: its rows (status 'ok') and its configs' per-epoch valid curves
+    (``history_frame``)."""
     load_plugins(ctx.plugins)
     torch.set_num_threads(max(1, int(ctx.cpus_per_trial)))
     data = load_study_data(ctx)
@@ -273,7 +290,23 @@ def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], N
         if tuning is not None:
             row[schema.TUNING] = tuning
         rows.append(row)
-    return rows
+    return rows, history_frame(ctx, pack, result)
+
+
+def history_frame(ctx: StudyContext, pack: Pack, result: PackResult) -> pd.DataFrame:
+    """One row per (config, epoch it trained): identity, the 1-based epoch, ``valid_<curve>``
+    for every curve of ``VALID_CURVES``, and ``kept`` (the epoch whose model the config's row
+    reports). Empty for methods not trained by epochs."""
+    history = result.valid_history
+    k, epochs = len(pack.configs), result.valid_accuracy_history.shape[1]
+    config, epoch = np.repeat(np.arange(k), epochs), np.tile(np.arange(1, epochs + 1), k)
+    frame = pd.DataFrame({
+        "study": ctx.study, "dataset": ctx.dataset, "method": pack.method, "seed": pack.seed,
+        "config_id": np.asarray(pack.config_ids, dtype=object)[config], "epoch": epoch.astype(np.int64),
+        **{f"valid_{name}": np.asarray(history[name], dtype=float).reshape(-1) if epochs else np.zeros(0)
+           for name in VALID_CURVES},
+        "kept": epoch == np.asarray(result.best_epoch)[config]})
+    return frame[frame["valid_accuracy"].notna()].reset_index(drop=True)  # a pruned config's later epochs
 
 
 def tuning_record(ctx: StudyContext, pack: Pack, data) -> str:
@@ -316,9 +349,11 @@ def run_pack(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], No
     with registered_worker(store.root) if ctx.driver is not None and store.is_local else contextlib.nullcontext():
         with checkpointing(checkpoint, ctx.checkpoint_every_s) if ctx.checkpoint_every_s > 0 else \
                 contextlib.nullcontext():
-            rows = pack_rows(ctx, pack, callback)
+            rows, history = trained_pack(ctx, pack, callback)
         if ctx.driver is not None:
             exit_if_driver_gone(*ctx.driver)  # the watch polls; this closes the gap before a store
+        if len(history):  # before the rows, which say the pack is done
+            store.write_history(history, ctx.dataset, pack.method, pack.seed, pack.id)
         store_pack(ctx, pack, rows)
         checkpoint.drop()
     return rows

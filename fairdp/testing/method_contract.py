@@ -28,8 +28,9 @@ import pytest
 import torch
 
 from fairdp.data import load_dataset
-from fairdp.engine import CheckpointFile, PackContext, TrainSettings, checkpointing
+from fairdp.engine import VALID_CURVES, CheckpointFile, PackContext, TrainSettings, checkpointing
 from fairdp.errors import InputError
+from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.methods import NeuralMethod, RunInfo, get_method, load_plugins, method_names
 from fairdp.metrics import ProbeSettings
 from fairdp.study import Pack, ResultStore, StudyContext, run_pack, study_columns
@@ -101,6 +102,19 @@ def test_a_pack_gives_each_config_what_it_gives_alone(name, data, packs):
     assert packed.best_epoch.shape == (k,)
     if packed.valid_accuracy_history.shape[1]:  # trained by epochs: the kept epoch is one of them
         assert ((packed.best_epoch >= 1) & (packed.best_epoch <= 2)).all()
+        # the per-epoch curves at the kept epoch are the kept model's valid scores, as the rows
+        # compute them (numpy counts of its predictions), unless evaluating it draws noise (a
+        # local-DP representation is drawn afresh at every evaluation); the loss is a cross-entropy
+        valid = data.split("valid")
+        scores = scores_from_confusion(confusion(valid.y, packed.predictions["valid"], valid.s,
+                                                 n_classes=data.n_classes, n_groups=data.n_groups))
+        assert sorted(packed.valid_history) == sorted(VALID_CURVES)
+        kept = (np.arange(k), packed.best_epoch - 1)
+        for curve in VALID_CURVES:
+            assert packed.valid_history[curve].shape == (k, 2)
+            if curve != "loss" and method.privacy_scope != "local":
+                np.testing.assert_allclose(packed.valid_history[curve][kept], scores[curve], atol=1e-9)
+        assert (np.isfinite(packed.valid_history["loss"]) & (packed.valid_history["loss"] > 0)).all()
     # Pack and alone agree to rounding after one epoch; later, rounding that training amplifies
     # can move them apart (a different best epoch by epoch 30, measured on CPU and CUDA alike),
     # which test_engine's statistical test covers.
@@ -141,7 +155,9 @@ class Killed(Exception):
 def assert_same_pack(got, want):
     """Two PackResults equal bit for bit in everything a row is made from."""
     np.testing.assert_array_equal(got.best_epoch, want.best_epoch)
-    np.testing.assert_array_equal(got.valid_accuracy_history, want.valid_accuracy_history)
+    assert sorted(got.valid_history) == sorted(want.valid_history)
+    for curve in want.valid_history:
+        np.testing.assert_array_equal(got.valid_history[curve], want.valid_history[curve])
     for split in want.predictions:
         np.testing.assert_array_equal(got.predictions[split], want.predictions[split])
         np.testing.assert_array_equal(got.representations[split], want.representations[split])
