@@ -186,6 +186,7 @@ def _accepted_keys() -> tuple[set[str], dict[str, set[str]]]:
         "search": lambda k: {**_BASE, "search": {**_SEARCH, k: 1}},
         "tuning": lambda k: {**_BASE, "tuning": {"count": "poisson", "mean": 2, k: 1}},
         "prune": lambda k: {**_BASE, "prune": {"rungs": [1], k: 1}},
+        "tracking.mlflow": lambda k: {**_BASE, "tracking": {"mlflow": {k: "x"}}},
         "evaluate.probe": lambda k: {**_BASE, "evaluate": {"probe": {k: 1}}},
         "methods.<method>": lambda k: {**_BASE, "methods": {"federate": {k: 1}}},
         "methods.<method>.train": lambda k: {**_BASE, "methods": {"federate": {"train": {k: 1}}}},
@@ -194,7 +195,7 @@ def _accepted_keys() -> tuple[set[str], dict[str, set[str]]]:
         "search.space.<hyperparameter>": lambda k: {**_BASE, "search": {
             **_SEARCH, "space": {"eps": {"low": 1, "high": 2, k: 1}, "lam": {"choices": [0.5]}}}},
     }
-    mappings = {s for s in sections if "." not in s} | {"architecture"}
+    mappings = {s for s in sections if "." not in s} | {"architecture", "tracking"}
     new = top - _LEAVES - mappings
     assert not new, (f"the parser accepts top-level keys {sorted(new)} that this test does not know: add them to "
                      f"_LEAVES or sections in tests/test_docs.py, and document them in docs/study-spec.md")

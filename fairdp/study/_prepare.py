@@ -27,6 +27,7 @@ from fairdp.study._plan import check_compatible
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, corrupt_error
 from fairdp.study._trial import StudyContext, check_same_training, load_study_data, protocol_json
+from fairdp.tracking import TrackingSync
 
 SLOW_S = 1.0  # a step that takes longer says what it is doing
 
@@ -56,6 +57,16 @@ class Prepared:
         file in a local directory, a lease object on S3."""
         return results_lock(self.store.root, self.command, self.stream) if self.store.is_local \
             else object_store_lease(self.store, self.command, self.stream)
+
+    def tracking(self) -> contextlib.AbstractContextManager:
+        """Logging of the stored configs to the study's tracker (``tracking:``), if it has one,
+        while the run lasts; the tracker is opened now, so a wrong address is refused before
+        anything runs."""
+        if self.spec.tracking is None:
+            return contextlib.nullcontext()
+        tracker = self.spec.tracking.make(self.spec.name, self.store.location)
+        tracker.open()
+        return TrackingSync(tracker, self.store, self.stream)
 
     def read_stored(self, repair: bool) -> tuple[pd.DataFrame, list[str]]:
         """The stored rows, and where corrupt files were moved (``repair``); InputError if a

@@ -55,7 +55,8 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
                    progress_stream, checkpoint_every_s)
     if dry_run:
         return _dry_run(prep, t0)
-    with prep.lock():
+    sync = prep.tracking()
+    with prep.lock(), sync:
         stored, repaired = prep.read_stored(repair)
         backlog = Backlog.from_stored(spec, stored)
         _drop_finished_checkpoints(prep.store, stored)

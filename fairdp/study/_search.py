@@ -128,7 +128,8 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
     journal = journal_path(prep.store)
     if dry_run:
         return _dry_run(prep, journal, total, mode, t0)
-    with prep.lock():
+    sync = prep.tracking()
+    with prep.lock(), sync:
         return _search_unlocked(prep, journal, total, mode, repair, t0)
 
 

@@ -30,6 +30,7 @@ from fairdp.methods import Method, arange_grid, get_method, load_plugins, method
 from fairdp.metrics import ProbeSettings
 from fairdp.privacy import COUNTS, TrialCount
 from fairdp.schema import NOTION_GAP, OBJECTIVES, SELECTION_FAIRNESS
+from fairdp.tracking import TrackingSpec, parse_tracking
 
 SAMPLERS = ("nsga2", "tpe")
 DEFAULT_PACK_CAP = 32
@@ -114,6 +115,7 @@ class StudySpec:
     # a random trial count per run (Papernot & Steinke); None: whole grids
     tuning: TrialCount | None = field(default=None, metadata={"protocol": "column"})
     source: str = _not_protocol("", why="the file it was read from")
+    tracking: TrackingSpec | None = _not_protocol(None, why="where configs are also logged")
     raw: dict = _not_protocol(why="the file's text", default_factory=dict, compare=False, repr=False)
 
     @property
@@ -176,7 +178,8 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     (the study file's directory; the working directory by default)."""
     top = _mapping(raw, "", required=("name", "dataset", "methods"),
                    optional=("seeds", "train", "evaluate", "selection", "search", "resources", "pack_size",
-                             "plugins", "architecture", "description", "tuning", "prune"))
+                             "plugins", "architecture", "description", "tuning", "prune",
+                             "tracking"))
     plugins = top.get("plugins") or []
     if not isinstance(plugins, list):
         raise InputError(f"plugins: must be a list of plugin files or module names, got {plugins!r}")
@@ -204,10 +207,12 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     if top.get("prune") is not None:
         train = dataclasses.replace(train, prune=_prune(top["prune"], fairness, method_settings))
     tuning = _tuning(top["tuning"], by, search) if top.get("tuning") is not None else None
+    tracking = parse_tracking(top["tracking"]) if top.get("tracking") is not None else None
     return StudySpec(name=name, dataset=dataset, dataset_options=dataset_options, seeds=seeds, train=train,
                      leakage=leakage, mdl=mdl, probe=probe, fairness=fairness, rt=rt, methods=methods,
                      search=search, resources=resources, pack_size=pack_size, plugins=plugins,
-                     method_settings=method_settings, by=by, tuning=tuning, source=source, raw=top)
+                     method_settings=method_settings, by=by, tuning=tuning, source=source, raw=top,
+                     tracking=tracking)
 
 
 # -- sections ---------------------------------------------------------------------------------

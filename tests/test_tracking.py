@@ -1,0 +1,147 @@
+"""Experiment tracking: every stored config logged once to a real MLflow store (sqlite), with its
+params, metrics and per-epoch curves; a tracker that fails loses no row; a wrong address is
+refused before anything runs."""
+
+import threading
+
+import pandas as pd
+import pytest
+import yaml
+
+from fairdp.errors import InputError
+from fairdp.study import ResultStore, parse_spec, read_history, run_study
+from fairdp.tracking import Tracker, parse_tracking, register_tracker
+from tests.conftest import assert_input_error, run_cli
+
+mlflow = pytest.importorskip("mlflow", reason="the MLflow client: pip install 'fairdp[tracking]'")
+
+EPOCHS = 2
+KEY = ["method", "seed", "config_id"]
+
+
+def _raw(tracking=None, seeds=(0, 1)):
+    raw = {"name": "tracked", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": list(seeds),
+           "train": {"epochs": EPOCHS, "batch_size": 200}, "evaluate": {"leakage": True, "mdl": False},
+           "methods": {"unconstrained": {}, "federate": {"grid": {"eps": [1, 10], "lam": [0.5]}}}, "pack_size": 2}
+    if tracking is not None:
+        raw["tracking"] = tracking
+    return raw
+
+
+def _runs(uri: str, experiment: str = "tracked") -> pd.DataFrame:
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    return [r for r in client.search_runs([exp.experiment_id], max_results=1000)], client
+
+
+def test_every_stored_config_is_logged_once_with_its_numbers_and_curves(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    results = tmp_path / "r"
+    # a first run without tracking: the tracked rerun logs what is stored (catch-up)
+    run_study(parse_spec(_raw(seeds=(0,))), str(results), executor="local", checkpoint_every_s=0)
+    run_study(parse_spec(_raw({"mlflow": {"uri": uri}})), str(results), executor="local", checkpoint_every_s=0)
+    rows, _ = ResultStore(results).read()
+    assert len(rows) == 6
+    runs, client = _runs(uri)
+    assert len(runs) == len(rows)
+    by_key = {(r.data.tags["fairdp.method"], int(r.data.tags["fairdp.seed"]), r.data.tags["fairdp.config_id"]): r
+              for r in runs}
+    assert set(by_key) == set(zip(rows["method"], rows["seed"], rows["config_id"]))
+    curves = read_history(results)
+    for _, row in rows.iterrows():
+        run = by_key[(row["method"], row["seed"], row["config_id"])]
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["fairdp.results"] == str(results)
+        for metric in ("test_accuracy", "valid_tpr_gap", "leakage", "best_epoch"):
+            assert run.data.metrics[metric] == pytest.approx(row[metric], abs=1e-12)
+        if row["method"] == "federate":
+            assert float(run.data.params["eps"]) == row["eps"] and float(run.data.params["lam"]) == row["lam"]
+            assert run.data.metrics["eps_formal"] == row["eps_formal"]
+        else:
+            assert run.data.tags["fairdp.eps_formal"] == "inf"
+        assert run.data.params["epochs"] == str(EPOCHS) and run.data.params["optimizer"] == "adam"
+        history = client.get_metric_history(run.info.run_id, "history/valid_accuracy")
+        mine = curves[(curves["method"] == row["method"]) & (curves["seed"] == row["seed"])
+                      & (curves["config_id"] == row["config_id"])].sort_values("epoch")
+        assert [m.step for m in sorted(history, key=lambda m: m.step)] == list(range(1, EPOCHS + 1))
+        assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(mine["valid_accuracy"].tolist())
+        assert len(client.get_metric_history(run.info.run_id, "history/valid_loss")) == EPOCHS
+    # a rerun with everything stored logs nothing twice
+    run_study(parse_spec(_raw({"mlflow": {"uri": uri}})), str(results), executor="local", checkpoint_every_s=0)
+    assert len(_runs(uri)[0]) == len(rows)
+
+
+def test_a_wrong_tracking_address_is_refused_before_anything_runs(tmp_path):
+    study = tmp_path / "s.yaml"
+    (tmp_path / "a-file").write_text("")  # a database under a file cannot be made
+    study.write_text(yaml.safe_dump(_raw({"mlflow": {"uri": f"sqlite:///{tmp_path}/a-file/mlflow.db"}})))
+    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"), "--executor", "local")
+    assert_input_error(proc, "tracking.mlflow.uri")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("value, key", [
+    ({"nope": {}}, "tracking"),
+    ({"mlflow": {"url": "x"}}, "tracking.mlflow.url"),
+    ({"mlflow": {"uri": 3}}, "tracking.mlflow.uri"),
+    ({"mlflow": {}, "wandb": {}}, "tracking"),
+    ("mlflow", "tracking"),
+])
+def test_bad_tracking_blocks_name_their_key(value, key):
+    with pytest.raises(InputError, match=rf"^{key}"):
+        parse_tracking(value)
+
+
+@register_tracker
+class FlakyTracker(Tracker):
+    """An in-memory tracker that fails on its ``fail_after``-th config, the way a tracking
+    server that goes away mid-run would."""
+
+    name = "flaky"
+    options = ("fail_after",)
+    logged_keys: set = set()
+    lock = threading.Lock()
+
+    def open(self):
+        self.left = int(self.options_given.get("fail_after", "1000000"))
+
+    def logged(self):
+        return set(self.logged_keys)
+
+    def log(self, record):
+        with self.lock:
+            if self.left <= 0:
+                raise ConnectionError("tracking server went away")
+            self.left -= 1
+            assert record.key not in self.logged_keys, "logged twice"
+            self.logged_keys.add(record.key)
+
+
+def test_a_failing_tracker_loses_no_row_and_the_next_run_logs_the_rest(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FAIRDP_TRACKING_POLL_S", "0.05")
+    FlakyTracker.logged_keys = set()
+    results = tmp_path / "r"
+    summary = run_study(parse_spec(_raw({"flaky": {"fail_after": "2"}})), str(results), executor="local",
+                        checkpoint_every_s=0)
+    rows, _ = ResultStore(results).read()
+    assert summary.failed_packs == 0 and len(rows) == 6 and not rows.duplicated(KEY).any()
+    assert (rows["status"] == "ok").all()
+    err = capsys.readouterr().err
+    assert err.count("fairdp: tracking: flaky failed (ConnectionError: tracking server went away)") == 1
+    assert len(FlakyTracker.logged_keys) == 2
+    run_study(parse_spec(_raw({"flaky": {}})), str(results), executor="local", checkpoint_every_s=0)
+    assert FlakyTracker.logged_keys == set(zip(rows["method"], rows["seed"], rows["config_id"]))
+    assert "fairdp: tracking: 4 configs logged to flaky" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_study_on_embedded_ray_is_tracked_from_its_driver(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump(_raw({"mlflow": {"uri": uri, "experiment": "on-ray"}}, seeds=(0,))))
+    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"), env={"FAIRDP_TRACKING_POLL_S": "0.5"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows, _ = ResultStore(tmp_path / "r").read()
+    runs, _ = _runs(uri, "on-ray")
+    assert len(rows) == 3 and len(runs) == 3
+    assert "fairdp: tracking: 3 configs logged to MLflow at " in proc.stderr
