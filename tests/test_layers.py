@@ -4,6 +4,7 @@ saying why it is not at the top.
 
     errors, schema, fairness, ... <- data <- privacy <- engine <- metrics <- methods <- study <- cli
                                                  analysis (over metrics and privacy) <-'
+                                                 tracking (over schema) <-'
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ LAYERS = {
     "metrics": 4,
     "analysis": 5,
     "methods": 5,
+    "tracking": 5,  # loggers of stored rows: over schema and errors; the study drives them
     "study": 6,
     "cli": 7, "testing": 7,  # testing: the method contract a plugin author runs, over the whole package
     "__main__": 8, "fairdp": 8,  # fairdp: the package's own __init__, lazy re-exports

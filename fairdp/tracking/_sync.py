@@ -7,6 +7,7 @@ import sys
 import threading
 
 import pandas as pd
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from fairdp.errors import last_line
@@ -112,8 +113,6 @@ class TrackingSync:
 
     def _curves(self, pack_path: str) -> pd.DataFrame | None:
         """The pack's curve file (``ResultStore.history_path``), or None where it has none."""
-        import pyarrow.fs as pafs
-
         relative = pack_path[len(self.store.root) + 1:]
         path = f"{self.store.side_table_path('history')}/{relative}"
         if self.store.fs.get_file_info(path).type != pafs.FileType.File:
