@@ -15,7 +15,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,text,s3,tracking]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,text,s3,tracking,wandb]"
 	@touch $@
 
 demo: $(STAMP)

@@ -187,6 +187,7 @@ def _accepted_keys() -> tuple[set[str], dict[str, set[str]]]:
         "tuning": lambda k: {**_BASE, "tuning": {"count": "poisson", "mean": 2, k: 1}},
         "prune": lambda k: {**_BASE, "prune": {"rungs": [1], k: 1}},
         "tracking.mlflow": lambda k: {**_BASE, "tracking": {"mlflow": {k: "x"}}},
+        "tracking.wandb": lambda k: {**_BASE, "tracking": {"wandb": {k: "x"}}},
         "evaluate.probe": lambda k: {**_BASE, "evaluate": {"probe": {k: 1}}},
         "methods.<method>": lambda k: {**_BASE, "methods": {"federate": {k: 1}}},
         "methods.<method>.train": lambda k: {**_BASE, "methods": {"federate": {"train": {k: 1}}}},

@@ -145,3 +145,31 @@ def test_a_study_on_embedded_ray_is_tracked_from_its_driver(tmp_path):
     runs, _ = _runs(uri, "on-ray")
     assert len(rows) == 3 and len(runs) == 3
     assert "fairdp: tracking: 3 configs logged to MLflow at " in proc.stderr
+
+
+def test_wandb_offline_runs_hold_each_configs_numbers_and_curves(tmp_path):
+    pytest.importorskip("wandb", reason="W&B's client: pip install 'fairdp[wandb]'")
+    from tests.wandb_log import offline_runs
+
+    results, where = tmp_path / "r", tmp_path / "wb"
+    spec = _raw({"wandb": {"dir": str(where), "project": "p"}}, seeds=(0,))
+    run_study(parse_spec(spec), str(results), executor="local", checkpoint_every_s=0)
+    rows, _ = ResultStore(results).read()
+    runs = offline_runs(where)  # read from W&B's own files, with a reader of their format
+    assert len(runs) == len(rows) == 3
+    by_key = {(r["config"]["fairdp_method"], r["config"]["fairdp_seed"], r["config"]["fairdp_config_id"]): r
+              for r in runs}
+    curves = read_history(results)
+    for _, row in rows.iterrows():
+        run = by_key[(row["method"], row["seed"], row["config_id"])]
+        assert run["name"] == f"{row['method']}/seed{row['seed']}/{row['config_id']}" and run["exit_code"] == 0
+        assert run["summary"]["test_accuracy"] == pytest.approx(row["test_accuracy"], abs=1e-12)
+        assert run["summary"]["leakage"] == pytest.approx(row["leakage"], abs=1e-12)
+        if row["method"] == "federate":
+            assert run["config"]["eps"] == row["eps"] and run["summary"]["eps_formal"] == row["eps_formal"]
+        mine = curves[(curves["method"] == row["method"]) & (curves["config_id"] == row["config_id"])]
+        assert sorted(run["history"]) == list(range(1, EPOCHS + 1))
+        assert [run["history"][e]["history/valid_accuracy"] for e in range(1, EPOCHS + 1)] == \
+            pytest.approx(mine.sort_values("epoch")["valid_accuracy"].tolist())
+    run_study(parse_spec(spec), str(results), executor="local", checkpoint_every_s=0)
+    assert len(offline_runs(where)) == 3  # the ledger: nothing logged twice

@@ -1,4 +1,4 @@
-"""Experiment tracking: each stored config logged to a tracker (MLflow) as Ray Tune's logger
+"""Experiment tracking: each stored config logged to a tracker (MLflow, W&B) as Ray Tune's logger
 callbacks would, from what the store holds.
 
 A ``Tracker`` is one module plus a registry entry (``register_tracker``); ``TrackingSync``
@@ -18,6 +18,7 @@ from fairdp.tracking._base import (
 )
 from fairdp.tracking._mlflow import MLflowTracker
 from fairdp.tracking._sync import TrackingSync, records_of_pack
+from fairdp.tracking._wandb import WandbTracker
 
 __all__ = ["ConfigRecord", "MLflowTracker", "Tracker", "TrackingSpec", "TrackingSync", "get_tracker",
-           "parse_tracking", "records_of_pack", "register_tracker", "tracker_names"]
+           "parse_tracking", "records_of_pack", "register_tracker", "tracker_names", "WandbTracker"]

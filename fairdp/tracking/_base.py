@@ -41,6 +41,7 @@ class Tracker(ABC):
 
     name: str = ""
     options: tuple[str, ...] = ()
+    choices: dict[str, tuple[str, ...]] = {}  # option -> the values it takes, where it is a choice
 
     def __init__(self, study: str, results: str, **options):
         self.study, self.results, self.options_given = study, results, options
@@ -108,6 +109,8 @@ def parse_tracking(value) -> TrackingSpec:
             raise InputError(f"tracking.{name}.{key}: unknown key; allowed here: {', '.join(cls.options)}")
         if not isinstance(v, str) or not v:
             raise InputError(f"tracking.{name}.{key}: must be a non-empty string, got {v!r}")
+        if key in cls.choices and v not in cls.choices[key]:
+            raise InputError(f"tracking.{name}.{key}: must be one of {', '.join(cls.choices[key])}, got {v!r}")
     return TrackingSpec(str(name), dict(options))
 
 
