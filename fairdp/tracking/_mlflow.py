@@ -9,6 +9,7 @@ metrics: its row's numbers (eps_formal, leakage, ...) and its per-epoch valid cu
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import warnings
@@ -37,6 +38,8 @@ class MLflowTracker(Tracker):
                 from None
         self.uri = self.options_given.get("uri") or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
         experiment = self.options_given.get("experiment") or self.study
+        # MLflow says at INFO that it creates its database tables: not the run's progress
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
         try:
             with warnings.catch_warnings():  # SQLAlchemy's deprecation notes about MLflow's own models
                 warnings.simplefilter("ignore", DeprecationWarning)
