@@ -268,13 +268,14 @@ def _load_rows(dirs: list[str], pool: bool = False):
     return df
 
 
-def _curves(dirs: list[str]):
-    """The per-epoch curves stored beside the results ``dirs`` (a Parquet file of rows has none)."""
+def _curves(dirs: list[str], rows):
+    """The per-epoch curves stored beside the results ``dirs`` (a Parquet file of rows has none)
+    of the configs in ``rows``, the rows already read from them."""
     from pathlib import Path
 
     from fairdp.study import read_history
 
-    return read_history(*[d for d in dirs if not Path(d).is_file()])
+    return read_history(*[d for d in dirs if not Path(d).is_file()], rows=rows)
 
 
 def _cmd_analyze(args) -> int:
@@ -423,7 +424,7 @@ def _cmd_report(args) -> int:
         warnings.simplefilter("always")
         paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by,
                              ci=None if args.no_ci else args.ci, search_history=history, grid=grid,
-                             compare=args.compare or (), completeness=whole, history=_curves(args.dirs))
+                             compare=args.compare or (), completeness=whole, history=_curves(args.dirs, df))
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
     if whole.is_partial:

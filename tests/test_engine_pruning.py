@@ -21,8 +21,8 @@ from fairdp.engine import (
     layer_shapes,
     preset_for,
 )
-from fairdp.engine._prune import valid_gaps
 from fairdp.errors import InputError
+from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.methods import get_method, load_plugins, method_names
 from fairdp.methods._representation import RepresentationStep
 from fairdp.study import ResultStore, parse_spec, read_results, with_overrides
@@ -94,7 +94,9 @@ def test_the_dominated_configs_stop_at_the_rung_and_the_others_continue(data):
     rung, pruning = 2, Pruning((2,), keep=0.25, margin=0.0)
     at_rung = _constant_adversarial(data, rung)  # what each config would report if it stopped there
     accuracy = at_rung.valid_accuracy_history.max(axis=1)
-    gap = valid_gaps(at_rung.predictions["valid"], data, at_rung.configs, "tpr_gap")
+    valid = data.split("valid")  # the gap as the rows compute it, from numpy counts of the predictions
+    gap = scores_from_confusion(confusion(valid.y, at_rung.predictions["valid"], valid.s, n_classes=data.n_classes,
+                                          n_groups=data.n_groups))["tpr_gap"]
     expected = configs_to_stop(accuracy, gap, pruning)
     assert expected, "the fixture should have dominated configs"
     result = _constant_adversarial(data, 4, pruning)

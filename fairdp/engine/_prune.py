@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from fairdp.errors import InputError
-from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.schema import NOTION_GAP, NOTION_METRICS, SELECTION_FAIRNESS
 
 DEFAULT_KEEP = 0.25
@@ -96,11 +95,3 @@ def selection_gaps(scores: dict[str, np.ndarray], configs: list[dict], fairness:
     # a config without a notion (a baseline beside F-LD's) is compared on demographic parity
     return np.array([scores[NOTION_METRICS[c.get("fairness_notion", "dp")]][i] for i, c in enumerate(configs)])
 
-
-def valid_gaps(predictions: np.ndarray, data, configs: list[dict], fairness: str) -> np.ndarray:
-    """The selection gap (percent) on the valid split of each config's predictions (K, n)."""
-    part = data.split("valid")
-    k = predictions.shape[0]
-    counts = confusion(part.y, predictions, part.s, n_classes=data.n_classes, n_groups=data.n_groups)
-    return selection_gaps(scores_from_confusion(counts.reshape(k, data.n_groups, data.n_classes, data.n_classes)),
-                          configs, fairness)

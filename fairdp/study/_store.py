@@ -183,42 +183,30 @@ class ResultStore:
         if unknown:  # a column the store does not know would be silently dropped
             raise ValueError(f"write_pack: columns {unknown} are not in the study's columns")
         table = pa.Table.from_pylist([{c: r.get(c) for c in self.schema.names} for r in rows], schema=self.schema)
-        final = self.pack_path(dataset, method, seed, pid)
-        self.retrying(final, lambda: self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True))
-        return self._write(table, final)
+        return self._write_in_dir(table, self.pack_path(dataset, method, seed, pid))
 
-    def history_path(self, dataset: str, method: str, seed: int, pid: str) -> str:
-        """Where a pack's per-epoch valid curves go: the pack's own path under ``<root>.history``
-        (beside the rows, not among them: a glob over the rows must not read them)."""
-        return f"{self.side_table_path(HISTORY)}/{dataset}/{method}/part-s{seed}-{pid}.parquet"
+    def history_of(self, pack_path: str) -> str:
+        """Where the pack whose rows are at ``pack_path`` keeps its per-epoch valid curves: the
+        same path under ``<root>.history`` (beside the rows, not among them: a glob over the
+        rows must not read them)."""
+        return self.side_table_path(HISTORY) + pack_path[len(self.root):]
 
     def write_history(self, frame: pd.DataFrame, dataset: str, method: str, seed: int, pid: str) -> str:
         """Write a pack's per-epoch curves as one file, atomically, named as its rows are: a
         pack trained twice replaces its curves, as it does its rows."""
-        final = self.history_path(dataset, method, seed, pid)
-        self.retrying(final, lambda: self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True))
-        return self._write(pa.Table.from_pandas(frame, preserve_index=False), final)
+        return self._write_in_dir(pa.Table.from_pandas(frame, preserve_index=False),
+                                  self.history_of(self.pack_path(dataset, method, seed, pid)))
 
-    def history_files(self) -> list[str]:
-        """The packs' curve files under ``<root>.history``, sorted."""
-        root = self.side_table_path(HISTORY)
-        if self.fs.get_file_info(root).type != pafs.FileType.Directory:
-            return []
-        infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
-        out = []
-        for info in infos:
-            rel = info.path.lstrip("/")[len(root.lstrip("/")) + 1:]
-            parts = rel.split("/")
-            if info.type == pafs.FileType.File and len(parts) == 3 and parts[-1].startswith("part-") \
-                    and parts[-1].endswith(".parquet"):
-                out.append(f"{root}/{rel}")
-        return sorted(out)
+    def _write_in_dir(self, table: pa.Table, final: str) -> str:
+        """``table`` written atomically at ``final``, its folder made first."""
+        self.retrying(final, lambda: self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True))
+        return self._write(table, final)
 
     def read_history(self) -> pd.DataFrame:
         """Every pack's per-epoch valid curves as one DataFrame (empty when none were written);
         InputError naming a file that cannot be read."""
         tables = []
-        for path in self.history_files():
+        for path in self._part_files(self.side_table_path(HISTORY)):
             try:
                 tables.append(pq.read_table(path, filesystem=self.fs))
             except (pa.ArrowException, OSError) as e:
@@ -324,20 +312,25 @@ class ResultStore:
 
     def pack_files(self) -> list[str]:
         """Pack files (names ``part-*.parquet``, no hidden path component), sorted."""
-        if not self.exists():
+        return self._part_files(self.root)
+
+    def _part_files(self, root: str) -> list[str]:
+        """The files ``<root>/<dataset>/<method>/part-*.parquet`` with no hidden path component,
+        sorted: a pack's rows under the root, its curves under ``<root>.history``."""
+        if self.fs.get_file_info(root).type != pafs.FileType.Directory:
             return []
-        infos = self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True))
+        infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
         out = []
         for info in infos:
             if info.type != pafs.FileType.File:
                 continue
             # some filesystems (fsspec's) report '/bucket/...' for a root given as 'bucket/...'
-            rel = info.path.lstrip("/")[len(self.root.lstrip("/")) + 1:]
+            rel = info.path.lstrip("/")[len(root.lstrip("/")) + 1:]
             parts = rel.split("/")
             if any(p.startswith((".", "_")) for p in parts):
                 continue
             if parts[-1].startswith("part-") and parts[-1].endswith(".parquet") and len(parts) == 3:
-                out.append(f"{self.root}/{rel}")  # named as pack_path names it, whatever the filesystem says
+                out.append(f"{root}/{rel}")  # named as pack_path names it, whatever the filesystem says
         return sorted(out)
 
     def read(self, *, on_corrupt: str = "raise") -> tuple[pd.DataFrame, list[CorruptFile]]:
@@ -478,10 +471,7 @@ def read_results(*locations) -> pd.DataFrame:
         if Path(str(loc)).is_file():
             frames.append(_read_rows_file(Path(str(loc))))
             continue
-        store = ResultStore(loc)
-        store.probe()
-        if not store.exists():
-            raise InputError(f"{loc}: no such results directory")
+        store = _existing(loc)
         df, _ = store.read()
         if len(df):
             frames.append(df)
@@ -493,23 +483,30 @@ def read_results(*locations) -> pd.DataFrame:
 HISTORY_KEYS = ["dataset", "method", "seed", "config_id"]
 
 
-def read_history(*locations) -> pd.DataFrame:
+def _existing(location) -> ResultStore:
+    """The store of a results location that exists; InputError naming it otherwise."""
+    store = ResultStore(location)
+    store.probe()
+    if not store.exists():
+        raise InputError(f"{location}: no such results directory")
+    return store
+
+
+def read_history(*locations, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per-epoch valid curves (one row per config and epoch: ``epoch``, ``valid_accuracy``,
     ``valid_loss``, ``valid_<gap>``, ``kept``) of the configs whose rows are stored in
     ``locations``; the same files are ``<results>.history/**/*.parquet`` for pandas, polars
     or duckdb. Curves of a pack whose rows were never stored (its run was killed in between)
-    are left out."""
+    are left out. ``rows``: the locations' rows when the caller has read them already
+    (``read_results``), so that they are not read again."""
     frames = []
     for loc in locations:
-        store = ResultStore(loc)
-        store.probe()
-        if not store.exists():
-            raise InputError(f"{loc}: no such results directory")
+        store = _existing(loc)
         curves = store.read_history()
         if not len(curves):
             continue
-        rows, _ = store.read()
-        stored = rows.loc[rows["status"] == "ok", HISTORY_KEYS].drop_duplicates()
+        stored = rows if rows is not None else store.read()[0]
+        stored = stored.loc[stored["status"] == "ok", HISTORY_KEYS].drop_duplicates()
         frames.append(curves.merge(stored, on=HISTORY_KEYS, how="inner"))
     if not frames:
         return pd.DataFrame(columns=["study", *HISTORY_KEYS, "epoch", "kept"])

@@ -27,7 +27,7 @@ def records_of_pack(rows: pd.DataFrame, curves: pd.DataFrame | None) -> list[Con
     out = []
     for _, row in rows.iterrows():
         params = {c: row[c] for c in rows.columns
-                  if c not in FIXED_COLUMNS and c not in ("error",) and pd.notna(row[c])}
+                  if c not in FIXED_COLUMNS and pd.notna(row[c])}
         params.update({c: row[c] for c in SETTINGS if c in rows.columns and pd.notna(row[c])})
         metrics = {c: row[c] for c in (*METRIC_COLUMNS, *EXTRA_METRICS) if c in rows.columns and pd.notna(row[c])}
         mine = curves[curves["config_id"] == row["config_id"]] if curves is not None and len(curves) else None
@@ -112,9 +112,8 @@ class TrackingSync:
                 self.done.add(path)
 
     def _curves(self, pack_path: str) -> pd.DataFrame | None:
-        """The pack's curve file (``ResultStore.history_path``), or None where it has none."""
-        relative = pack_path[len(self.store.root) + 1:]
-        path = f"{self.store.side_table_path('history')}/{relative}"
+        """The pack's curve file (``ResultStore.history_of``), or None where it has none."""
+        path = self.store.history_of(pack_path)
         if self.store.fs.get_file_info(path).type != pafs.FileType.File:
             return None
         return pq.read_table(path, filesystem=self.store.fs).to_pandas()
