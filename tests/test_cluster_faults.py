@@ -135,6 +135,17 @@ def _stored(cluster: Cluster, uri: str):
     return pd.DataFrame(got["rows"]), got["bad"], got["ckpt"]
 
 
+def _wait_for_checkpoints(cluster: Cluster, uri: str, n: int, timeout: float = 120) -> list[str]:
+    """Return as soon as ``n`` packs have a checkpoint in the store at once, listed every 0.1 s
+    by one process on the head host (the store is only reachable there)."""
+    code = (f"import sys, time; from fairdp.study import ResultStore; store = ResultStore({uri!r})\n"
+            f"while len(ids := store.checkpoint_ids()) < {n}: time.sleep(0.1)\n"
+            f"print(' '.join(ids))")
+    out = cluster.python(code, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
 def _assert_complete_and_equal(cluster: Cluster, uri: str, reference) -> object:
     df, bad, checkpoints = _stored(cluster, uri)
     assert bad == [] and checkpoints == []
@@ -160,7 +171,9 @@ def test_a_worker_host_killed_mid_pack_has_its_packs_retried_on_the_survivor(clu
     trace = cluster.logs / "progress-trace.json"
     driver = Driver(cluster, study, uri, "driver", {"FAIRDP_PROGRESS_TRACE": str(trace)})
     driver.wait_for(_packs_done(2))
-    time.sleep(2.5)  # both hosts are mid-pack, each pack with a checkpoint in S3 (saved every second)
+    # kill once both hosts are mid-pack with a checkpoint in S3 (saved every second): a fixed
+    # sleep raced a slower machine's pack start-up and killed a host before its first save
+    _wait_for_checkpoints(cluster, uri, 2)
     killed = cluster.kill_host(cluster.workers[0])
     t_kill = time.monotonic()
     _, _, left = _stored(cluster, uri)  # the checkpoints in S3 when the host died
@@ -209,7 +222,7 @@ def test_a_killed_driver_rerun_resumes_from_the_packs_and_checkpoints_in_s3(clus
     env = {"FAIRDP_LEASE_TTL_S": "15"}
     first = Driver(cluster, study, uri, "first", env)
     first.wait_for(_packs_done(3))
-    time.sleep(2.5)  # the running packs have saved a checkpoint (every second)
+    _wait_for_checkpoints(cluster, uri, 2)  # both running packs have saved a checkpoint
     first.proc.send_signal(signal.SIGKILL)
     t_kill = time.monotonic()
     first.finish()
