@@ -210,6 +210,27 @@ def test_dropout_zeroes_units_and_scales_the_kept_ones_by_the_inverse_keep_proba
     assert abs(float(kept.double().mean()) - 0.8) < 0.01
 
 
+@pytest.mark.parametrize("shape", [(300, 300), (7, 5), (2000, 300)])  # 2000 x 300 is filled by threads
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cpu_dropout_masks_made_in_the_drawing_threads_equal_the_device_paths(monkeypatch, shape, dtype):
+    """The CPU path multiplies by a scaled mask its drawing threads make from the words'
+    16-bit lanes; the device path selects with ``below``'s lanes and then scales. Both must
+    give the same output, bit for bit, draw after draw, and the same gradient."""
+    x = torch.randn(3, *shape, dtype=dtype).relu_()
+    cpu, device = stream(["a", "b", "c"]), stream(["a", "b", "c"])
+    for _ in range(3):
+        a = x.clone().requires_grad_()
+        out_cpu = _rng.dropout(a, 0.9, cpu)
+        with monkeypatch.context() as m:
+            m.setattr(_rng, "_numpy_path", lambda device: False)
+            b = x.clone().requires_grad_()
+            out_device = _rng.dropout(b, 0.9, device)
+        assert torch.equal(out_cpu, out_device)
+        (out_cpu * x).sum().backward()
+        (out_device * x).sum().backward()
+        assert torch.equal(a.grad, b.grad)
+
+
 # --- quality: dieharder over the streams as a pack draws them -------------------------------
 
 DIEHARDER = shutil.which("dieharder")

@@ -208,3 +208,25 @@ def test_the_federate_studies_use_federates_probe_protocol():
     assert pfld.fairness == "notion_gap" and pfld.by == ("fairness_notion", "eps")
     grid = {(c["eps"], c["clip_primal"], c["clip_dual"]) for c in pfld.methods[2].configs}
     assert (1.0, 10.0, 5.0) in grid  # Tran et al.'s fixed point
+
+
+@pytest.mark.parametrize("native, train, local, hinted", [
+    (True, {}, True, True),                        # float32 by default on a bf16 CPU: say bf16 is there
+    (True, {"precision": "float32"}, True, False),  # asked for float32: nothing to say
+    (True, {"precision": "bf16"}, True, False),
+    (True, {"dtype": "float64"}, True, False),
+    (True, {}, False, False),                       # a cluster's workers are not this CPU
+    (False, {}, True, False),                       # emulated bf16 is slower: no hint
+])
+def test_a_run_on_a_cpu_with_native_bf16_says_that_bf16_is_there_but_never_switches_to_it(
+        monkeypatch, native, train, local, hinted):
+    import fairdp.study._prepare as prepare
+    from fairdp.study._executors import make_executor
+
+    monkeypatch.setattr(prepare, "native_bf16", lambda device: native)
+    spec = parse_spec({**GOOD, "train": {**GOOD["train"], **train}})
+    executor = make_executor("local")
+    executor.remote = not local
+    lines = prepare.settings_lines(spec, executor=executor)
+    assert any("train.precision bf16 trains" in line for line in lines) == hinted, lines
+    assert spec.train.precision == train.get("precision")  # the spec's precision is left as written

@@ -222,11 +222,11 @@ def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], 
     order = np.argsort(position, kind="stable")
     parts = [part for _, part in pieces]
 
-    whole = len(parts) == 1 and bool((position == np.arange(len(position))).all())
+    in_order = bool((position == np.arange(len(position))).all())
 
     def stacked(arrays):
-        if whole:  # one piece in pack order: its arrays as they are, no copy of the representations
-            return arrays[0]
+        if in_order:  # pieces in pack order (chunks): one copy of the representations, or none for one piece
+            return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
         return np.concatenate(arrays)[order]
 
     keys = parts[0].diagnostics

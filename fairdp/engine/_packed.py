@@ -62,7 +62,7 @@ class PackedMLP(nn.Module):
                 hidden = x
             x = layer(x)
             if not last or self.activate_last:
-                x = torch.relu(x)
+                x = torch.relu_(x)  # x is the layer's fresh output: no copy
                 if dropout_generators is not None and self.dropout > 0:
                     x = _rng.dropout(x, 1.0 - self.dropout, dropout_generators)
         return (x, hidden) if return_hidden else x

@@ -61,7 +61,7 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         backlog = Backlog.from_stored(spec, stored)
         _drop_finished_checkpoints(prep.store, stored)
         record_plan(prep.store, spec, repair, prep.stream, backlog.plan())  # an interrupted run's analysis knows what is missing
-        for line in settings_lines(spec):
+        for line in settings_lines(spec, executor=prep.executor):
             print(line, file=prep.stream, flush=True)
         summary = RunSummary(prep.results, 0, 0, backlog.done, 0, 0.0, repaired)
         if not backlog.remaining:  # nothing left: no Ray to start
@@ -125,7 +125,7 @@ def _dry_run(prep: Prepared, t0: float) -> RunSummary:
     backlog = Backlog.from_stored(spec, stored)
     packs = backlog.packs(slots, gpu)
     configs = sum(len(p.configs) for p in packs)
-    for line in settings_lines(spec):
+    for line in settings_lines(spec, executor=executor):
         print(line, file=stream, flush=True)
     resuming = len(_resuming(prep.store, packs))
     resuming = f", {resuming} of the packs from their checkpoints" if resuming else ""
