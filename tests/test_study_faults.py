@@ -242,8 +242,8 @@ def _disk_full_then_resume(tmp_path, small_disk, *executor):
     results = small_disk / "r"
     proc = run_cli("run", str(study), "--results", str(results), *executor)
     assert proc.returncode == 1, proc.stderr[-3000:]
-    errors = [ln for ln in proc.stderr.splitlines() if not ln.startswith("fairdp run ")]
-    assert len(errors) == 3 and errors[-1].startswith("fairdp: error: "), proc.stderr  # two settings lines, one error
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("fairdp: error: ")]
+    assert len(errors) == 1 and proc.stderr.rstrip().splitlines()[-1] == errors[0], proc.stderr  # one error, last
     assert "no space left on the device" in errors[-1] and " KB, " in errors[-1] and str(results) in errors[-1]
     kept = read_results(str(results))
     assert 0 < len(kept) < 3
