@@ -53,8 +53,7 @@ def study(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def reference(study, tmp_path_factory):
+def _reference(study, tmp_path_factory):
     """The uninterrupted run's rows, trained in this process's namespace with the local
     executor: the same packs, the same one thread per pack, the same CPU."""
     results = tmp_path_factory.mktemp("reference") / "results"
@@ -62,6 +61,26 @@ def reference(study, tmp_path_factory):
     assert run.returncode == 0, run.stderr[-2000:]
     df, _ = ResultStore(results).read()
     return df
+
+
+@pytest.fixture(scope="module")
+def reference(study, tmp_path_factory):
+    return _reference(study, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def long_study(tmp_path_factory):
+    """STUDY with packs of ~15 s: a driver's death kills its trials within a second or two
+    (Ray's fate sharing), and a 3 s pack killed mid-way could still finish and drop its
+    checkpoint in that time."""
+    path = tmp_path_factory.mktemp("study") / "long.yaml"
+    path.write_text(yaml.safe_dump({**STUDY, "train": {**STUDY["train"], "epochs": 36}}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def long_reference(long_study, tmp_path_factory):
+    return _reference(long_study, tmp_path_factory)
 
 
 @pytest.fixture
@@ -135,11 +154,14 @@ def _stored(cluster: Cluster, uri: str):
     return pd.DataFrame(got["rows"]), got["bad"], got["ckpt"]
 
 
-def _wait_for_checkpoints(cluster: Cluster, uri: str, n: int, timeout: float = 120) -> list[str]:
-    """Return as soon as ``n`` packs have a checkpoint in the store at once, listed every 0.1 s
-    by one process on the head host (the store is only reachable there)."""
+def _wait_for_checkpoints(cluster: Cluster, uri: str, n: int, timeout: float = 120, new: bool = False) -> list[str]:
+    """Return as soon as ``n`` packs have a checkpoint in the store at once (with ``new``, one
+    of them a pack that saved its first checkpoint after this started: a pack just begun),
+    listed every 0.1 s by one process on the head host (the store is only reachable there)."""
     code = (f"import sys, time; from fairdp.study import ResultStore; store = ResultStore({uri!r})\n"
-            f"while len(ids := store.checkpoint_ids()) < {n}: time.sleep(0.1)\n"
+            f"before = set(store.checkpoint_ids()) if {new!r} else None\n"
+            f"while len(ids := store.checkpoint_ids()) < {n} or (before is not None and not set(ids) - before):\n"
+            f"    time.sleep(0.1)\n"
             f"print(' '.join(ids))")
     out = cluster.python(code, timeout=timeout)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -217,12 +239,14 @@ def test_a_worker_host_cut_off_the_network_then_restored(cluster, study, referen
             wall_s=wall)
 
 
-def test_a_killed_driver_rerun_resumes_from_the_packs_and_checkpoints_in_s3(cluster, study, reference):
+def test_a_killed_driver_rerun_resumes_from_the_packs_and_checkpoints_in_s3(cluster, long_study, long_reference):
+    study, reference = long_study, long_reference
     uri = cluster.s3.uri(cluster.s3.bucket(), "results")
     env = {"FAIRDP_LEASE_TTL_S": "15"}
     first = Driver(cluster, study, uri, "first", env)
     first.wait_for(_packs_done(3))
-    _wait_for_checkpoints(cluster, uri, 2)  # both running packs have saved a checkpoint
+    # kill when a pack has just saved its first checkpoint: it is ~1 s into ~15 s of training
+    _wait_for_checkpoints(cluster, uri, 1, new=True)
     first.proc.send_signal(signal.SIGKILL)
     t_kill = time.monotonic()
     first.finish()
