@@ -173,14 +173,14 @@ class PackStream:
         return (lanes < threshold).reshape(len(self), *shape)
 
     def scaled_below(self, shape: Sequence[int], prob: float, dtype: torch.dtype) -> torch.Tensor:
-        """(K, *shape) CPU tensor of ``dtype``: 1/``prob`` where ``below`` (the same draw,
+        """(K, *shape) CPU tensor of ``dtype`` (float32 or float64): 1/``prob`` where ``below`` (the same draw,
         the same lanes) is True, else 0. The mask and its scale are made in the threads that
         draw the words, block by block while they are in cache, so inverted dropout is one
         multiplication forward and one backward instead of a select and a scaling each."""
         shape = tuple(shape)
         n, threshold = _size(shape), round(float(prob) * 65536)
         draws = self._next()
-        out = np.empty((len(self), 16 * -(-n // 16)), dtype=torch.empty((), dtype=dtype).numpy().dtype)
+        out = np.empty((len(self), 16 * -(-n // 16)), dtype=np.float64 if dtype == torch.float64 else np.float32)
         scale = out.dtype.type(1.0 / prob)
 
         def fill(k: int, block: int, part: np.ndarray) -> None:

@@ -151,7 +151,7 @@ def settings_lines(spec: StudySpec, methods=None, executor: Executor | None = No
         lines.append(f"  {name.ljust(width)}  {how}; {arch}")
     if (executor is not None and not executor.remote and not executor.trains_on_gpu(spec)
             and spec.train.precision is None and spec.train.dtype == "float32" and native_bf16("cpu")):
-        lines.append("  this CPU multiplies bf16 matrices in hardware: train.precision bf16 trains 1.3-1.6x faster "
+        lines.append("  this CPU multiplies bf16 matrices in hardware: train.precision bf16 trains 1.3-1.7x faster "
                      "(its rows were within seed spread of float32 on Adult, 3 seeds; docs: Running studies, "
                      "Precision)")
     prune = spec.train.prune
