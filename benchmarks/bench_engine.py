@@ -35,6 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fairdp.data import load_dataset
 from fairdp.engine import TrainSettings, native_bf16
 from fairdp.methods import get_method
+from fairdp.study import choose_precision
 
 
 def sync(device: torch.device) -> None:
@@ -152,6 +153,8 @@ def main() -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"device: {where}; native bf16 matmuls: {'yes' if native_bf16(device) else 'no'}; matmul peaks: "
           + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()))
+    default = choose_precision(TrainSettings(), None, device.type == "cuda", lambda: native_bf16("cpu"))
+    print(f"a new study without train.precision trains here in {default.describe()}")
 
     data = load_dataset("adult")
     method = get_method("federate")

@@ -335,6 +335,7 @@ def _cmd_compare(args) -> int:
         compare_picks,
         identical_configs,
         paired_tests,
+        precisions,
         render_table,
     )
 
@@ -355,6 +356,10 @@ def _cmd_compare(args) -> int:
     print(f"fairdp compare {args.a} {args.b}: {bitwise}; RT picks the same config in "
           f"{int(picks['same_pick'].sum())} of {len(picks)} (dataset, method, seed); paired tests over seeds: "
           + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())))
+    in_a, in_b = precisions(a), precisions(b)
+    if in_a != in_b:  # e.g. a study without train.precision on CPUs that differ in bf16
+        print(f"precision: A computed in {', '.join(in_a) or 'none recorded'}, B in {', '.join(in_b) or 'none recorded'}"
+              f": bit-identical rows are not expected, and \"within seed noise\" is the question")
     print(f"\n## RT picks (rt {args.rt:g}, {args.fairness}): A = {args.a}, B = {args.b}\n")
     sys.stdout.write(render_table(picks.round(2), "md"))
     print("\n## Paired differences A - B over seeds (mean, 95% t-interval, two-sided p)\n")

@@ -36,6 +36,23 @@ sys.meta_path.insert(0, _Refuse())
 """
 
 
+def cpu_has_native_bf16() -> bool:
+    """Read here, apart from ``fairdp.engine.native_bf16``: whether the kernel lists a bf16 matmul
+    extension (x86 AVX512-BF16 or AMX-BF16, Arm BF16) among this CPU's flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    words = set(text.split())
+    return bool(words & {"avx512_bf16", "amx_bf16"}) or any(
+        line.startswith("Features") and " bf16 " in f" {line.split(':', 1)[1]} " for line in text.splitlines())
+
+
+def default_cpu_precision() -> str:
+    """The precision a study with no ``train.precision`` and no stored rows trains in on this CPU."""
+    return "bf16" if cpu_has_native_bf16() else "float32"
+
+
 def env_without_ray(tmp_path: Path, modules: tuple[str, ...] = ("ray", "optuna")) -> dict:
     """The environment of a Python that cannot import ``modules`` (default Ray and Optuna: a
     ``sitecustomize`` that refuses them): what a GPU box without Ray, or a resume that must not

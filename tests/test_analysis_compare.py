@@ -73,3 +73,24 @@ def test_the_cli_compares_two_result_directories(tmp_path):
     table = pd.read_csv(__import__("io").StringIO(csv.stdout))
     assert set(table["verdict"]) == {"identical"}
     assert_input_error(run_cli("compare", str(reference), str(tmp_path / "missing")), "missing")
+
+
+def test_runs_in_two_precisions_are_named_so_and_not_expected_bit_identical(tmp_path):
+    from fairdp.analysis import precisions
+
+    rows = pd.read_parquet(REPO / "results" / "demo-reference")
+    assert precisions(rows.assign(precision="bf16")) == ("bf16",)
+    assert precisions(rows.drop(columns="precision")) == ()
+    assert precisions(rows.assign(status="error")) == ()  # only ok rows say what was computed
+    other = tmp_path / "other"
+    for path in (REPO / "results" / "demo-reference").rglob("part-*.parquet"):
+        table = pd.read_parquet(path)
+        flipped = "float32" if (table["precision"] == "bf16").any() else "bf16"
+        target = other / path.relative_to(REPO / "results" / "demo-reference")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        table.assign(precision=table["precision"].where(table["precision"].isna(), flipped)).to_parquet(target)
+    out = run_cli("compare", str(REPO / "results" / "demo-reference"), str(other))
+    assert out.returncode == 0, out.stderr
+    assert "precision: A computed in" in out.stdout and "bit-identical rows are not expected" in out.stdout
+    same = run_cli("compare", str(REPO / "results" / "demo-reference"), str(REPO / "results" / "demo-reference"))
+    assert "precision:" not in same.stdout

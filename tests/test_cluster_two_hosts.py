@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from fairdp.study import ResultStore
-from tests.conftest import REPO
+from tests.conftest import REPO, default_cpu_precision
 from tests.netns import NETNS_REASON, Cluster, netns_usable
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not netns_usable(), reason=NETNS_REASON)]
@@ -36,3 +36,9 @@ def test_a_study_runs_on_both_hosts_of_a_two_node_cluster(tmp_path):
     assert corrupt == [] and len(df) == 4 * 5
     assert not df.duplicated(["method", "seed", "config_id"]).any() and (df["status"] == "ok").all()
     assert set(df["node"]) == nodes, df["node"].value_counts()
+    # no train.precision: the driver asked both nodes' CPUs once connected, and said what it chose
+    out = (cluster.logs / "driver.out").read_text()
+    assert "precision bf16 if the CPU of every node has native bf16 matmuls" in out
+    assert f"fairdp run two-hosts: precision {default_cpu_precision()} (" in out.replace("tf32 on CUDA, float32 on a CPU",
+                                                                                         "float32")
+    assert (df.loc[df["method"] == "federate", "precision"] == default_cpu_precision()).all()

@@ -18,6 +18,7 @@ import pytest
 
 from fairdp.study import EXECUTORS, ResultStore, parse_spec, run_study
 from fairdp.study import _runner as runner
+from tests.conftest import cpu_has_native_bf16, default_cpu_precision
 
 KEY = ["method", "seed", "config_id"]
 METRICS = ["best_epoch", "valid_accuracy", "test_accuracy", "test_tpr_gap", "valid_dp_gap", "eps_formal"]
@@ -69,8 +70,19 @@ def test_every_config_once_with_the_same_numbers_as_any_other_executor(executor,
     df, corrupt = ResultStore(tmp_path / "r").read()
     assert corrupt == [] and summary.failed_packs == 0 and summary.configs == len(df) == 10
     assert not df.duplicated(KEY).any() and (df["status"] == "ok").all()
+    assert (df["precision"] == default_cpu_precision()).all()  # no train.precision: the CPU's fastest
     pd.testing.assert_frame_equal(df.sort_values(KEY)[KEY + METRICS].reset_index(drop=True),
                                   reference.sort_values(KEY)[KEY + METRICS].reset_index(drop=True))
+
+
+def test_a_cluster_asks_each_node_whether_its_cpu_multiplies_bf16_matrices(embedded_ray):
+    """The task pinned to each node that can run a trial reads that node's CPU flags (here the
+    one node is this machine); a cluster picks bf16 only if every such node answers yes."""
+    from fairdp.study._tune import nodes_native_bf16
+
+    assert nodes_native_bf16(_spec()) == cpu_has_native_bf16()
+    bigger = _spec(resources={"cpus_per_trial": 64})  # no node can run such a trial: none to ask
+    assert nodes_native_bf16(bigger) is False
 
 
 def test_a_resumed_study_trains_only_what_is_missing(executor, tmp_path):

@@ -47,7 +47,7 @@ def _with(raw: dict, path: str, value) -> dict:
 def stored(tmp_path_factory):
     """A results directory holding the base study's seed-0 rows (and one with bf16 rows)."""
     root = tmp_path_factory.mktemp("stored")
-    _run(STUDY, root / "base")
+    _run(_with(STUDY, "train.precision", "float32"), root / "base")
     _run(_with(STUDY, "train.precision", "bf16"), root / "bf16")
     return root
 
@@ -80,10 +80,52 @@ def test_adding_pruning_alone_is_refused(stored, tmp_path):
         _run(raw, tmp_path / "r")
 
 
-def test_leaving_out_the_precision_over_bf16_rows_is_refused(stored, tmp_path):
-    shutil.copytree(stored / "bf16", tmp_path / "r")
-    with pytest.raises(InputError, match="computed in bf16.*precision is not given"):
-        _run(_with(STUDY, "seeds", [0, 1]), tmp_path / "r")
+@pytest.fixture
+def cpu_bf16(monkeypatch):
+    """Set whether the driver sees native bf16 matmuls on the workers' CPUs."""
+    import fairdp.study._executors as executors
+
+    return lambda native: monkeypatch.setattr(executors, "native_bf16", lambda device: native)
+
+
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("stored_as", ["float32", "bf16"])
+def test_a_resume_without_a_precision_keeps_the_stored_rows_precision_whatever_the_cpu(stored, tmp_path, cpu_bf16,
+                                                                                      stored_as, native):
+    """float32 results stored before bf16 became a CPU's default resume in float32, and bf16
+    results in bf16: one table, one protocol."""
+    cpu_bf16(native)
+    shutil.copytree(stored / ("base" if stored_as == "float32" else "bf16"), tmp_path / "r")
+    _run(_with(STUDY, "seeds", [0, 1]), tmp_path / "r")
+    df = read_results(str(tmp_path / "r"))
+    assert len(df) == 2 and (df["precision"] == stored_as).all()
+
+
+@pytest.mark.parametrize("native, train, want", [
+    (True, {}, "bf16"),                            # a new study on a CPU with bf16 matmuls
+    (False, {}, "float32"),                        # emulated bf16 is slower than float32
+    (True, {"precision": "float32"}, "float32"),   # asked for
+    (False, {"precision": "bf16"}, "bf16"),
+    (True, {"dtype": "float64"}, "float64"),
+])
+def test_a_new_study_trains_in_the_fastest_precision_the_workers_cpus_have_unless_asked(tmp_path, cpu_bf16, native,
+                                                                                        train, want):
+    cpu_bf16(native)
+    raw = _with(STUDY, "train", {**STUDY["train"], **train})
+    stream = open(tmp_path / "out", "w")
+    run_study(parse_spec(raw), str(tmp_path / "r"), executor="local", progress_stream=stream)
+    stream.close()
+    assert (read_results(str(tmp_path / "r"))["precision"] == want).all()
+    said = next(line for line in (tmp_path / "out").read_text().splitlines() if ", precision " in line)
+    assert ("precision bf16 (" in said) == (want == "bf16"), said  # and the run says which, and why
+
+
+@pytest.mark.parametrize("stored_as, asked", [("bf16", "float32"), ("bf16", "tf32"), ("float32", "bf16")])
+def test_asking_for_a_precision_over_rows_of_the_other_kind_is_refused(stored, tmp_path, stored_as, asked):
+    shutil.copytree(stored / ("base" if stored_as == "float32" else "bf16"), tmp_path / "r")
+    with pytest.raises(InputError, match=f"computed in {stored_as}, this run's train.precision is {asked}"):
+        _run(_with(_with(STUDY, "seeds", [0, 1]), "train.precision", asked), tmp_path / "r")
+    assert len(read_results(str(tmp_path / "r"))) == 1
 
 
 def test_the_protocol_is_every_field_not_marked_otherwise():

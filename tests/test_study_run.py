@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from fairdp.study import ResultStore, load_spec, read_history, run_study, study_columns
-from tests.conftest import REPO, env_without_ray, run_cli
+from tests.conftest import REPO, default_cpu_precision, env_without_ray, run_cli
 
 DESIGN_COLUMNS = (
     "study", "dataset", "method", "seed", "config_id", "eps", "lam", "lam_ort", "iterations", "clip_primal",
@@ -84,7 +84,9 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
     assert len(kept) == 14 and (kept["epoch"] == kept["best_epoch"]).all()
     # how every row was trained and probed is stored with it
     assert (df["optimizer"] == "adam").all() and (df["lr"] == 1e-3).all()
-    assert (df["precision"] == "float32").all()  # a CPU's default (TF32 is CUDA's)
+    # no train.precision on a CPU: bf16 where it multiplies bf16 matrices in hardware, else float32
+    assert (df["precision"] == default_cpu_precision()).all()
+    assert f"precision {default_cpu_precision()} (" in proc.stderr
     assert {tuple(json.loads(a)["encoder"]) for a in df["architecture"]} == {(300, 300)}
     probe = json.loads(df["probe"].iloc[0])
     assert probe["standardize"] and probe["early_stopping"] and probe["kind"] == "mlp"

@@ -10,6 +10,7 @@ from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.metrics import FEDERATE_PROBE
 from fairdp.study import load_spec, parse_spec
+from fairdp.study._prepare import settings_lines
 from tests.conftest import REPO
 
 GOOD = {
@@ -210,23 +211,40 @@ def test_the_federate_studies_use_federates_probe_protocol():
     assert (1.0, 10.0, 5.0) in grid  # Tran et al.'s fixed point
 
 
-@pytest.mark.parametrize("native, train, local, hinted", [
-    (True, {}, True, True),                        # float32 by default on a bf16 CPU: say bf16 is there
-    (True, {"precision": "float32"}, True, False),  # asked for float32: nothing to say
-    (True, {"precision": "bf16"}, True, False),
-    (True, {"dtype": "float64"}, True, False),
-    (True, {}, False, False),                       # a cluster's workers are not this CPU
-    (False, {}, True, False),                       # emulated bf16 is slower: no hint
+@pytest.mark.parametrize("train, stored, on_gpu, native, want, decided", [
+    ({}, None, False, True, "bf16", True),                    # a new study, CPUs with bf16 matmuls
+    ({}, None, False, False, None, True),                     # emulated bf16 is slower than float32
+    ({}, None, False, None, None, False),                     # a cluster not yet connected: asked later
+    ({}, None, True, True, None, True),                       # GPUs: TF32
+    ({}, "float32", False, True, None, True),                 # stored float32 rows are followed
+    ({}, "bf16", False, False, "bf16", True),                 # and stored bf16 rows
+    ({"precision": "float32"}, None, False, True, "float32", True),
+    ({"precision": "bf16"}, "float32", False, False, "bf16", True),  # asked: the guard judges the rows
+    ({"dtype": "float64"}, None, False, True, None, True),
 ])
-def test_a_run_on_a_cpu_with_native_bf16_says_that_bf16_is_there_but_never_switches_to_it(
-        monkeypatch, native, train, local, hinted):
-    import fairdp.study._prepare as prepare
-    from fairdp.study._executors import make_executor
+def test_the_default_precision_follows_the_stored_rows_then_the_workers_cpus(train, stored, on_gpu, native, want,
+                                                                            decided):
+    from fairdp.study._precision import choose_precision
 
-    monkeypatch.setattr(prepare, "native_bf16", lambda device: native)
     spec = parse_spec({**GOOD, "train": {**GOOD["train"], **train}})
-    executor = make_executor("local")
-    executor.remote = not local
-    lines = prepare.settings_lines(spec, executor=executor)
-    assert any("train.precision bf16 trains" in line for line in lines) == hinted, lines
-    assert spec.train.precision == train.get("precision")  # the spec's precision is left as written
+    asked = []
+    choice = choose_precision(spec.train, stored, on_gpu, lambda: asked.append(1) or native)
+    assert (choice.precision, choice.decided) == (want, decided)
+    # the workers are asked only when the answer depends on them (a cluster's nodes run a task)
+    assert bool(asked) == (not train and stored is None and not on_gpu)
+    line = settings_lines(spec, precision=choice)[0]
+    assert f"precision {want or 'tf32 on CUDA, float32 on a CPU'} (" in line if decided else "bf16 if" in line
+
+
+def test_stored_precision_reads_the_run_methods_rows_first():
+    import pandas as pd
+
+    from fairdp.study._precision import stored_precision
+
+    rows = pd.DataFrame({"method": ["a", "b", "c", "d"], "status": ["ok", "ok", "ok", "error"],
+                         "precision": ["float32", "bf16", None, "bf16"]})
+    assert stored_precision(rows, ["a"]) == "float32"
+    assert stored_precision(rows, ["b"]) == "bf16"
+    assert stored_precision(rows, ["c"]) == "bf16"       # no network rows of its own: the study's
+    assert stored_precision(rows.iloc[[0, 2, 3]], ["d"]) == "float32"  # error rows say nothing
+    assert stored_precision(rows.iloc[:0], ["a"]) is None

@@ -5,7 +5,7 @@ with status "ok" count. The plot and report writers are the only functions that 
 files, and only into the path or folder they are given.
 """
 
-from fairdp.analysis._compare import compare_picks, identical_configs, paired_tests
+from fairdp.analysis._compare import compare_picks, identical_configs, paired_tests, precisions
 from fairdp.analysis._completeness import Completeness, completeness, summarise
 from fairdp.analysis._curves import selected_curves
 from fairdp.analysis._intervals import (
@@ -49,6 +49,7 @@ __all__ = [
     "compare_picks",
     "identical_configs",
     "paired_tests",
+    "precisions",
     "Completeness",
     "completeness",
     "summarise",

@@ -24,6 +24,14 @@ from fairdp.errors import InputError
 RUN = ["dataset", "method", "seed"]
 
 
+def precisions(rows: pd.DataFrame) -> tuple[str, ...]:
+    """The precisions the ok rows' packs computed in (sorted; none for rows without networks
+    or from before the column)."""
+    if "precision" not in rows.columns:
+        return ()
+    return tuple(sorted(ok_rows(rows)["precision"].dropna().unique()))
+
+
 def identical_configs(a: pd.DataFrame, b: pd.DataFrame) -> tuple[int, int, float]:
     """(configs in both whose every metric is bit-equal, configs in both, the largest valid
     accuracy difference between them in points)."""

@@ -9,6 +9,7 @@ from fairdp.study._executors import (
     register_executor,
 )
 from fairdp.study._plan import Backlog, Pack, auto_pack_size, plan_packs, plan_table, read_plans
+from fairdp.study._precision import PrecisionChoice, choose_precision, stored_precision
 from fairdp.study._ray import keep_ray_on_loopback, ray_session
 from fairdp.study._runner import RunSummary, default_results, run_study, with_overrides
 from fairdp.study._search import SearchSummary, read_hypervolume_histories, search_study
@@ -18,8 +19,8 @@ from fairdp.study._trial import StudyContext, pack_rows, run_pack
 
 __all__ = [
     "DEFAULT_EXECUTOR", "EXECUTORS", "Backlog", "Executor", "make_executor", "register_executor",
-    "Pack", "ResultStore", "RunSummary", "SearchSpec", "SearchSummary", "StudyContext", "StudySpec",
-    "auto_pack_size", "default_results", "keep_ray_on_loopback", "load_spec", "pack_rows", "parse_spec",
-    "plan_packs", "plan_table", "ray_session", "read_history", "read_hypervolume_histories", "read_plans", "read_results", "run_pack", "run_study", "search_study", "study_columns",
-    "with_overrides",
+    "Pack", "PrecisionChoice", "ResultStore", "RunSummary", "SearchSpec", "SearchSummary", "StudyContext", "StudySpec",
+    "auto_pack_size", "choose_precision", "default_results", "keep_ray_on_loopback", "load_spec", "pack_rows", "parse_spec",
+    "plan_packs", "plan_table", "ray_session", "read_history", "read_hypervolume_histories", "read_plans", "read_results", "run_pack", "run_study", "search_study", "stored_precision",
+    "study_columns", "with_overrides",
 ]

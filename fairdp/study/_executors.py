@@ -17,7 +17,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from fairdp.engine import resolve_device
+from fairdp.engine import native_bf16, resolve_device
 from fairdp.errors import InputError
 from fairdp.study._generations import GenerationPlanner
 from fairdp.study._local import run_packs_locally, run_search_locally
@@ -30,6 +30,7 @@ from fairdp.study._tune import (
     check_trial_fits,
     cluster_nodes,
     machine_resources,
+    nodes_native_bf16,
     run_packs,
     slots_for,
     worker_slots,
@@ -71,6 +72,12 @@ class Executor(ABC):
     @abstractmethod
     def trains_on_gpu(self, spec: StudySpec) -> bool:
         """Whether the packs train on a GPU (packs are then cut larger)."""
+
+    def workers_native_bf16(self, spec: StudySpec) -> bool | None:
+        """Whether the CPU of every machine that trains packs multiplies bf16 matrices in
+        hardware (the study's default precision, ``choose_precision``); None while that cannot
+        be known (a cluster before ``session``). By default the packs train on this machine."""
+        return native_bf16("cpu")
 
     @abstractmethod
     def run(self, ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
@@ -148,6 +155,13 @@ class RayExecutor(Executor):
 
     def trains_on_gpu(self, spec: StudySpec) -> bool:
         return spec.resources.gpus_per_trial > 0  # a trial gets a GPU only if it asks
+
+    def workers_native_bf16(self, spec: StudySpec) -> bool | None:
+        if not self.remote:
+            return native_bf16("cpu")
+        import ray
+
+        return nodes_native_bf16(spec) if ray.is_initialized() else None
 
     def run(self, ctx, packs, spec, progress):
         with _own_signal_handlers():

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fairdp.engine import describe_architecture, native_bf16
+from fairdp.engine import describe_architecture
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.study._executors import Executor
 from fairdp.study._lease import object_store_lease
 from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible
+from fairdp.study._precision import FULL, PrecisionChoice, choose_precision, stored_precision
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, corrupt_error
 from fairdp.study._trial import StudyContext, check_same_training, load_study_data, protocol_json
@@ -44,6 +45,7 @@ class Prepared:
     methods: tuple[str, ...]     # the methods this command trains
     train_rows: int
     stream: object
+    precision: PrecisionChoice | None = None  # the study's precision, once ``settle_precision`` chose it
 
     @property
     def results(self) -> str:
@@ -67,6 +69,22 @@ class Prepared:
         tracker = self.spec.tracking.make(self.spec.name, self.store.location)
         tracker.open()
         return TrackingSync(tracker, self.store, self.stream)
+
+    def settle_precision(self, stored: pd.DataFrame) -> PrecisionChoice:
+        """Choose the study's precision (``choose_precision``) from its settings, ``stored`` rows and
+        the workers' CPUs, and train the packs in it; a choice that waits for a cluster's nodes is
+        made again once connected, saying so then."""
+        if self.precision is not None and self.precision.decided:
+            return self.precision
+        waited = self.precision is not None
+        self.precision = choose_precision(self.spec.train, stored_precision(stored, self.methods),
+                                          self.executor.trains_on_gpu(self.spec),
+                                          lambda: self.executor.workers_native_bf16(self.spec))
+        self.ctx = dataclasses.replace(self.ctx, train=dataclasses.replace(self.ctx.train,
+                                                                           precision=self.precision.precision))
+        if waited and self.precision.decided:
+            self.say(f"precision {self.precision.describe()}")
+        return self.precision
 
     def read_stored(self, repair: bool) -> tuple[pd.DataFrame, list[str]]:
         """The stored rows, and where corrupt files were moved (``repair``); InputError if a
@@ -127,13 +145,12 @@ def said_if_slow(text: str, stream, after_s: float = SLOW_S):
         timer.cancel()
 
 
-def settings_lines(spec: StudySpec, methods=None, executor: Executor | None = None) -> list[str]:
-    """What each method of the study trains with, printed once when a run starts; with the
-    ``executor``, a hint when packs train on this machine's CPU in float32 and it has native
-    bf16 matmuls (bf16 is asked for, never a default: see docs/guide/studies.md#precision)."""
+def settings_lines(spec: StudySpec, methods=None, precision: PrecisionChoice | None = None) -> list[str]:
+    """What each method of the study trains with, printed once when a run starts, with the
+    study's ``precision`` and why it is that one."""
     names = list(methods or (m.name for m in spec.methods))
     probes = [k for k, on in (("leakage", spec.leakage), ("MDL", spec.mdl)) if on]
-    precision = spec.train.precision or "tf32 on CUDA, float32 on a CPU"
+    precision = precision.describe() if precision is not None else (spec.train.precision or FULL)
     lines = [f"fairdp {spec.name}: {spec.train.epochs} epochs, batch {spec.train.batch_size}, dtype "
              f"{spec.train.dtype}, precision {precision}; " + (f"{' and '.join(probes)} by {spec.probe.describe()}" if probes
                                        else "no leakage or MDL probe")]
@@ -149,11 +166,6 @@ def settings_lines(spec: StudySpec, methods=None, executor: Executor | None = No
         arch = (describe_architecture(ms.architecture, spec_of.adversaries if spec_of else 0)
                 if ms.architecture else "no network")
         lines.append(f"  {name.ljust(width)}  {how}; {arch}")
-    if (executor is not None and not executor.remote and not executor.trains_on_gpu(spec)
-            and spec.train.precision is None and spec.train.dtype == "float32" and native_bf16("cpu")):
-        lines.append("  this CPU multiplies bf16 matrices in hardware: train.precision bf16 trains 1.3-1.7x faster "
-                     "(its rows were within seed spread of float32 on Adult, 3 seeds; docs: Running studies, "
-                     "Precision)")
     prune = spec.train.prune
     if prune is not None:
         lines.append(f"  pruning inside packs after epochs {', '.join(map(str, prune.rungs))}: configs dominated by "

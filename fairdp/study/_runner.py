@@ -61,13 +61,15 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         backlog = Backlog.from_stored(spec, stored)
         _drop_finished_checkpoints(prep.store, stored)
         record_plan(prep.store, spec, repair, prep.stream, backlog.plan())  # an interrupted run's analysis knows what is missing
-        for line in settings_lines(spec, executor=prep.executor):
+        prep.settle_precision(stored)
+        for line in settings_lines(spec, precision=prep.precision):
             print(line, file=prep.stream, flush=True)
         summary = RunSummary(prep.results, 0, 0, backlog.done, 0, 0.0, repaired)
         if not backlog.remaining:  # nothing left: no Ray to start
             prep.say(f"all {backlog.done} configs already stored in {prep.results}; nothing to run")
         else:
             with prep.executor.session(spec, prep.say):
+                prep.settle_precision(stored)  # a cluster's nodes answer once connected
                 slots = prep.executor.slots(spec)
                 packs = backlog.packs(slots, prep.executor.trains_on_gpu(spec))
                 progress = _progress(prep, packs, min(slots, len(packs)), backlog.done)
@@ -125,7 +127,8 @@ def _dry_run(prep: Prepared, t0: float) -> RunSummary:
     backlog = Backlog.from_stored(spec, stored)
     packs = backlog.packs(slots, gpu)
     configs = sum(len(p.configs) for p in packs)
-    for line in settings_lines(spec, executor=executor):
+    prep.settle_precision(stored)
+    for line in settings_lines(spec, precision=prep.precision):
         print(line, file=stream, flush=True)
     resuming = len(_resuming(prep.store, packs))
     resuming = f", {resuming} of the packs from their checkpoints" if resuming else ""

@@ -140,7 +140,8 @@ def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float) -> 
     remaining = max(0, total - done)
     slots = prep.executor.planned_slots(spec)
     per = search.population if mode == "packed" else 1
-    for line in settings_lines(spec, [search.method], prep.executor):
+    prep.settle_precision(prep.store.read(on_corrupt="collect")[0])
+    for line in settings_lines(spec, [search.method], prep.precision):
         print(line, file=stream, flush=True)
     print(f"fairdp search {spec.name} --dry-run: {remaining} of {total} trials to run ({done} complete in {journal}), "
           f"{search.sampler} ({mode}): {math.ceil(remaining / per) if remaining else 0} generations of up to {per} "
@@ -162,7 +163,8 @@ def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair
     ok = stored_df[(stored_df["status"] == "ok") & (stored_df["method"] == search.method)
                    & (stored_df["seed"] == search.seed)] if len(stored_df) else stored_df
     stored = {r["config_id"]: r for r in ok.to_dict("records")}
-    for line in settings_lines(spec, [search.method], prep.executor):
+    prep.settle_precision(stored_df)
+    for line in settings_lines(spec, [search.method], prep.precision):
         print(line, file=stream, flush=True)
     if done:
         prep.say(f"{done} complete trials already in {journal}")
@@ -173,6 +175,7 @@ def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair
     interrupted = False
     if remaining:
         with prep.executor.session(spec, lambda line: None):
+            prep.settle_precision(stored_df)  # a cluster's nodes answer once connected
             progress.model.slots = prep.executor.slots(spec)
             interrupted = prep.executor.run_search(prep.ctx, spec, planner, mode, progress, name, storage)
     if planner.exhausted:

@@ -229,15 +229,14 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
                 raise InputError(f"{location}: holds {name} runs with {key} {differs.iloc[0]}, this run asks for "
                                  f"{want} (methods.{name}); pass another --results")
     # bf16 rows and full-precision rows in one table would be two protocols; TF32 and
-    # float32 are one request whose effective value depends on the worker's device (and no
-    # precision given is never bf16)
-    if "precision" in ok.columns:
+    # float32 are one request whose effective value depends on the worker's device. No
+    # precision given follows the stored rows (``choose_precision``): nothing to refuse.
+    if "precision" in ok.columns and ctx.train.precision is not None:
         have = ok.loc[ok["method"].isin(list(methods)), "precision"].dropna()
         clash = have[(have == "bf16") != (ctx.train.precision == "bf16")]
         if len(clash):
-            asked = ctx.train.precision or "not given (tf32 on CUDA, float32 on a CPU)"
             raise InputError(f"{location}: holds runs computed in {clash.iloc[0]}, this run's train.precision is "
-                             f"{asked}; pass another --results")
+                             f"{ctx.train.precision}; pass another --results")
     # every other setting that changes what a row means
     if ctx.protocol and "protocol" in ok.columns:
         want = json.loads(ctx.protocol)

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import time
 
+from fairdp.engine import native_bf16
 from fairdp.errors import InputError, RunAborted, StoreFault, last_line
 from fairdp.study._lock import alive
 from fairdp.study._plan import Pack
@@ -153,6 +154,32 @@ def cluster_nodes() -> list[dict]:
     import ray
 
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+
+
+def _native_bf16_here() -> bool:
+    return native_bf16("cpu")
+
+
+NODE_PROBE_TIMEOUT_S = 120.0
+
+
+def nodes_native_bf16(spec: StudySpec) -> bool:
+    """Whether every live node of the connected cluster that can run one of ``spec``'s trials has
+    native bf16 matmuls, asked of each node by a task pinned to it (``native_bf16`` reads the
+    CPU's flags there). A node that does not answer in time counts as one without."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    cpus, gpus = spec.resources.cpus_per_trial, spec.resources.gpus_per_trial
+    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")
+             and n["Resources"].get("CPU", 0) >= cpus and n["Resources"].get("GPU", 0) >= gpus]
+    probe = ray.remote(num_cpus=0)(_native_bf16_here)  # no CPU asked: it runs beside busy trials
+    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+            for node in nodes]
+    try:
+        return bool(refs) and all(ray.get(refs, timeout=NODE_PROBE_TIMEOUT_S))
+    except ray.exceptions.GetTimeoutError:
+        return False
 
 
 def slots_for(spec: StudySpec, cpus: float, gpus: float = 0.0) -> int:
