@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 
 demo: $(STAMP)
 	$(PY) -m fairdp run studies/demo.yaml
-	@echo "make demo: rows equal results/demo-reference bit for bit only on the same kind of CPU with the same torch"
+	@echo "make demo: rows equal results/demo-reference bit for bit only on the same kind of CPU (native bf16) with the same torch"
 	@echo "  build; elsewhere they should agree within seed noise. To see which: $(VENV)/bin/fairdp compare results/demo results/demo-reference"
 
 # Debian's dieharder, the random-number battery tests/test_rng.py runs on the engine's streams,
