@@ -340,3 +340,36 @@ def test_packed_and_alone_runs_are_statistically_equivalent_after_thirty_epochs(
     assert abs(diffs.mean()) < 1.0
     if diffs.any():
         assert stats.ttest_1samp(diffs, 0.0).pvalue > 0.01
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_chunks_write_their_representations_into_the_packs_arrays_at_their_own_rows(precision):
+    """On a CPU each chunk's evaluation batches are copied straight into the pack's arrays.
+    With several chunks and more rows than one evaluation batch, each config's rows are the
+    encoder's output for that config (recomputed here from the trained model in one pass), and
+    equal bit for bit to what the config gives alone; bf16 runs keep them in fp32."""
+    import warnings
+
+    from fairdp.engine._loop import EVAL_CHUNK
+
+    big = load_dataset("synthetic", rows=30000, features=6, seed=3)
+    assert len(big.splits["valid"]) > EVAL_CHUNK and len(big.splits["test"]) > EVAL_CHUNK
+    method = get_method("unconstrained")  # no noise at evaluation: the representation can be recomputed
+    settings = TrainSettings(epochs=1, batch_size=2000, device="cpu", precision=precision, config_chunk=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # bf16 on a CPU without native bf16 warns that it is slow
+        alone = [method.train_pack(big, [{}], seed=seed, settings=settings) for seed in (4, 5)]
+        pack = method.train_pack(big, [{}] * 3, seed=4, settings=settings)  # three chunks of one config
+    for split in ("valid", "test"):
+        x = torch.as_tensor(big.split(split).X, dtype=torch.float32)
+        for one in alone:
+            reps = one.representations[split]
+            assert reps.dtype == np.float32 and reps.shape == (1, len(big.splits[split]), 300)
+            one.model.eval()
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                want = one.model.represent(x, None, None).float().numpy()
+            np.testing.assert_allclose(reps, want, rtol=1e-5, atol=1e-5 if precision == "float32" else 1e-2)
+        # unconstrained's one config three times: each chunk's rows are seed 4's model's
+        assert not np.array_equal(alone[0].representations[split], alone[1].representations[split])
+        for i in range(3):
+            np.testing.assert_array_equal(pack.representations[split][i], alone[0].representations[split][0])

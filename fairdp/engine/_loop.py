@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable
@@ -161,6 +162,10 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
                 ctx = PackContext(data, configs[i:i + chunk], config_ids[i:i + chunk], seed, settings, arch, device)
                 return _ChunkTraining(make_step(ctx), np.arange(i, min(i + chunk, k)), splits_out, callback, pruning)
 
+            # on a CPU each chunk writes its representations straight into the pack's arrays
+            # (no concatenation of evaluation batches, then of chunks: two copies of K x rows x D)
+            kept = _PackArrays(k, {n: len(data.splits[n]) for n in splits_out}) \
+                if device.type == "cpu" and pruning is None else None
             if pruning is None:  # one chunk after another: only one chunk's state is alive at a time
                 for c, i in enumerate(starts):
                     if c < state["chunk"]:
@@ -172,7 +177,7 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
                     for epoch in range(first, settings.epochs):
                         run.train_epoch(epoch)
                         save_if_due([run], c, epoch + 1, done=epoch + 1 == settings.epochs and c == len(starts) - 1)
-                    pieces.append(run.finish())
+                    pieces.append(run.finish((kept, i) if kept is not None else None))
             else:
                 runs = state["runs"] or [start(i) for i in starts]
                 for epoch in range(state["epoch"], settings.epochs):
@@ -186,7 +191,7 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
     if len(pieces) == 1:  # one chunk, nothing stopped early: its result, model included
         return dataclasses.replace(pieces[0][1], resumed_s=resumed_s)
     return _assemble(pieces, list(configs), splits_out, time.perf_counter() - t0 + resumed_s, pruning is not None,
-                     resumed_s)
+                     resumed_s, kept.arrays if kept is not None else None)
 
 
 def _prune_rung(runs: list[_ChunkTraining], pruning: Pruning, rung: int) -> list[tuple[np.ndarray, PackResult]]:
@@ -215,9 +220,28 @@ def merge_results(pieces: list[tuple[list[int], PackResult]], configs: list[dict
                      sum(p.duration_s for p in parts), pruned, sum(p.resumed_s for p in parts))
 
 
+class _PackArrays:
+    """A pack's representation arrays, per split K x rows x D, made when the first evaluation
+    batch tells D and the dtype (fp32 for bf16 runs: the copy widens); the chunks, in pack
+    order, write their rows into them."""
+
+    def __init__(self, k: int, rows: dict[str, int]):
+        self.k, self.rows, self.arrays = k, rows, {}
+
+    def rows_of(self, name: str, first: int, k: int, z: torch.Tensor) -> torch.Tensor:
+        """Configs ``first``..``first + k`` of split ``name``'s array, for representations like ``z``."""
+        if name not in self.arrays:
+            dtype = np.float64 if z.dtype == torch.float64 else np.float32
+            self.arrays[name] = np.empty((self.k, self.rows[name], z.shape[-1]), dtype)
+        return torch.from_numpy(self.arrays[name][first:first + k])
+
+
 def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], splits_out: tuple[str, ...],
-              duration_s: float, pruned: bool, resumed_s: float) -> PackResult:
-    """One result in pack order from outcomes of pieces of the pack (chunks, pruned configs)."""
+              duration_s: float, pruned: bool, resumed_s: float,
+              kept: dict[str, np.ndarray] | None = None) -> PackResult:
+    """One result in pack order from outcomes of pieces of the pack (chunks, pruned configs);
+    ``kept`` are the pack's representation arrays that in-order chunks wrote into (a piece
+    restored from a checkpoint has its own, and is copied)."""
     position = np.concatenate([index for index, _ in pieces])
     order = np.argsort(position, kind="stable")
     parts = [part for _, part in pieces]
@@ -235,7 +259,9 @@ def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], 
         best_epoch=stacked([p.best_epoch for p in parts]),
         valid_history={name: stacked([p.valid_history[name] for p in parts]) for name in parts[0].valid_history},
         predictions={n: stacked([p.predictions[n] for p in parts]) for n in splits_out},
-        representations={n: stacked([p.representations[n] for p in parts]) for n in splits_out},
+        representations={n: kept[n] if in_order and kept is not None and all(
+            np.may_share_memory(p.representations[n], kept[n]) for p in parts) else
+            stacked([p.representations[n] for p in parts]) for n in splits_out},
         duration_s=duration_s,
         precision=parts[0].precision,
         diagnostics={key: stacked([p.diagnostics[key] for p in parts]) for key in keys},
@@ -342,22 +368,30 @@ class _ChunkTraining:
         self.step, self.gap = step, self.gap[rest]
         return stopped_index, piece
 
-    def finish(self) -> tuple[np.ndarray, PackResult]:
-        return self.index, self._outcome(self.step, self.best, self.curves, np.zeros(self.k, dtype=np.int64))
+    def finish(self, out: tuple[_PackArrays, int] | None = None) -> tuple[np.ndarray, PackResult]:
+        """The chunk's outcome; with ``out`` (the pack's arrays, the chunk's first config) its
+        representations are written there."""
+        return self.index, self._outcome(self.step, self.best, self.curves, np.zeros(self.k, dtype=np.int64), out)
 
     def _outcome(self, step: PackStep, best: BestEpochs | None, history: dict[str, np.ndarray],
-                 pruned_at: np.ndarray) -> PackResult:
+                 pruned_at: np.ndarray, out: tuple[_PackArrays, int] | None = None) -> PackResult:
         if best is not None:
             best.restore()
             best_epoch = best.best_epoch
         else:  # the last epoch it trained
             best_epoch = np.full(step.ctx.k, self.epochs_done, dtype=np.int64)
         predictions, representations = {}, {}
+        arrays, first = out if out is not None else (None, 0)
         for name in self.splits_out:
-            reps, preds, _ = _evaluate(step, step.inputs(name), keep_representations=True)
+            if arrays is not None:
+                _, preds, _ = _evaluate(step, step.inputs(name),
+                                        into=functools.partial(arrays.rows_of, name, first, step.ctx.k))
+                representations[name] = arrays.arrays[name][first:first + step.ctx.k]
+            else:
+                reps, preds, _ = _evaluate(step, step.inputs(name), keep_representations=True)
+                # bf16 representations are widened: probes and numpy read fp32
+                representations[name] = (reps.float() if reps.dtype == torch.bfloat16 else reps).cpu().numpy()
             predictions[name] = preds.cpu().numpy()
-            # bf16 representations are widened: probes and numpy read fp32
-            representations[name] = (reps.float() if reps.dtype == torch.bfloat16 else reps).cpu().numpy()
         return PackResult(configs=list(step.ctx.configs), best_epoch=best_epoch, valid_history=history,
                           predictions=predictions, representations=representations,
                           duration_s=time.perf_counter() - self.t0, precision=step.ctx.precision, model=step.model,
@@ -382,19 +416,24 @@ def _sliced_optimizer(optimizer: torch.optim.Optimizer, params: list[nn.Paramete
 
 @torch.no_grad()
 def _evaluate(step: PackStep, x: torch.Tensor, keep_representations: bool = False,
-              target: torch.Tensor | None = None):
+              target: torch.Tensor | None = None, into: Callable[[torch.Tensor], torch.Tensor] | None = None):
     """(representations or None, predicted labels (K, n), mean cross-entropy against
-    ``target`` per config (K,) or None) in chunks of ``EVAL_CHUNK`` rows."""
+    ``target`` per config (K,) or None) in chunks of ``EVAL_CHUNK`` rows. With ``into``
+    (the first batch's representations -> a (K, n, D) tensor) they are copied there instead."""
     step.model.eval()
     reps, preds, loss = [], [], None
+    out = None
     for start in range(0, x.shape[0], EVAL_CHUNK):
         with autocast(step.ctx.precision, step.ctx.device):
             z, logits = step.evaluate(x[start:start + EVAL_CHUNK])
-        if keep_representations:
+        if into is not None:
+            out = into(z) if out is None else out
+            out[:, start:start + z.shape[1]].copy_(z)
+        elif keep_representations:
             reps.append(z)
         preds.append(logits.argmax(-1))
         if target is not None:
             part = per_config_cross_entropy(logits, target[start:start + EVAL_CHUNK]) * logits.shape[1]
             loss = part if loss is None else loss + part
     mean_loss = (loss / x.shape[0]).double().cpu().numpy() if loss is not None else None
-    return (torch.cat(reps, dim=1) if keep_representations else None), torch.cat(preds, dim=1), mean_loss
+    return (torch.cat(reps, dim=1) if reps else None), torch.cat(preds, dim=1), mean_loss
