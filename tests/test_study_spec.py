@@ -232,7 +232,7 @@ def test_the_default_precision_follows_the_stored_rows_then_the_workers_cpus(tra
     assert (choice.precision, choice.decided) == (want, decided)
     # the workers are asked only when the answer depends on them (a cluster's nodes run a task)
     assert bool(asked) == (not train and stored is None and not on_gpu)
-    line = settings_lines(spec, precision=choice)[0]
+    line = settings_lines(spec, choice)[0]
     assert f"precision {want or 'tf32 on CUDA, float32 on a CPU'} (" in line if decided else "bf16 if" in line
 
 

@@ -254,14 +254,19 @@ def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], 
         return np.concatenate(arrays)[order]
 
     keys = parts[0].diagnostics
+
+    def representations(name: str) -> np.ndarray:
+        arrays = [p.representations[name] for p in parts]
+        if in_order and kept is not None and name in kept and all(np.may_share_memory(a, kept[name])
+                                                                  for a in arrays):
+            return kept[name]  # the chunks wrote their rows into the pack's array
+        return stacked(arrays)
     return PackResult(
         configs=configs,
         best_epoch=stacked([p.best_epoch for p in parts]),
         valid_history={name: stacked([p.valid_history[name] for p in parts]) for name in parts[0].valid_history},
         predictions={n: stacked([p.predictions[n] for p in parts]) for n in splits_out},
-        representations={n: kept[n] if in_order and kept is not None and all(
-            np.may_share_memory(p.representations[n], kept[n]) for p in parts) else
-            stacked([p.representations[n] for p in parts]) for n in splits_out},
+        representations={n: representations(n) for n in splits_out},
         duration_s=duration_s,
         precision=parts[0].precision,
         diagnostics={key: stacked([p.diagnostics[key] for p in parts]) for key in keys},
@@ -381,17 +386,13 @@ class _ChunkTraining:
         else:  # the last epoch it trained
             best_epoch = np.full(step.ctx.k, self.epochs_done, dtype=np.int64)
         predictions, representations = {}, {}
-        arrays, first = out if out is not None else (None, 0)
         for name in self.splits_out:
-            if arrays is not None:
-                _, preds, _ = _evaluate(step, step.inputs(name),
-                                        into=functools.partial(arrays.rows_of, name, first, step.ctx.k))
-                representations[name] = arrays.arrays[name][first:first + step.ctx.k]
-            else:
-                reps, preds, _ = _evaluate(step, step.inputs(name), keep_representations=True)
-                # bf16 representations are widened: probes and numpy read fp32
-                representations[name] = (reps.float() if reps.dtype == torch.bfloat16 else reps).cpu().numpy()
+            into = functools.partial(out[0].rows_of, name, out[1], step.ctx.k) if out is not None else None
+            reps, preds, _ = _evaluate(step, step.inputs(name), keep_representations=True, into=into)
             predictions[name] = preds.cpu().numpy()
+            # bf16 representations are widened: probes and numpy read fp32 (written ``into`` the
+            # pack's fp32 arrays, they already are, and .numpy() is a view of them)
+            representations[name] = (reps.float() if reps.dtype == torch.bfloat16 else reps).cpu().numpy()
         return PackResult(configs=list(step.ctx.configs), best_epoch=best_epoch, valid_history=history,
                           predictions=predictions, representations=representations,
                           duration_s=time.perf_counter() - self.t0, precision=step.ctx.precision, model=step.model,
@@ -419,7 +420,8 @@ def _evaluate(step: PackStep, x: torch.Tensor, keep_representations: bool = Fals
               target: torch.Tensor | None = None, into: Callable[[torch.Tensor], torch.Tensor] | None = None):
     """(representations or None, predicted labels (K, n), mean cross-entropy against
     ``target`` per config (K,) or None) in chunks of ``EVAL_CHUNK`` rows. With ``into``
-    (the first batch's representations -> a (K, n, D) tensor) they are copied there instead."""
+    (the first batch's representations -> a (K, n, D) tensor) they are copied into, and
+    returned as, that tensor."""
     step.model.eval()
     reps, preds, loss = [], [], None
     out = None
@@ -436,4 +438,6 @@ def _evaluate(step: PackStep, x: torch.Tensor, keep_representations: bool = Fals
             part = per_config_cross_entropy(logits, target[start:start + EVAL_CHUNK]) * logits.shape[1]
             loss = part if loss is None else loss + part
     mean_loss = (loss / x.shape[0]).double().cpu().numpy() if loss is not None else None
-    return (torch.cat(reps, dim=1) if reps else None), torch.cat(preds, dim=1), mean_loss
+    if out is None and reps:
+        out = torch.cat(reps, dim=1)
+    return out, torch.cat(preds, dim=1), mean_loss

@@ -158,7 +158,7 @@ class RayExecutor(Executor):
 
     def workers_native_bf16(self, spec: StudySpec) -> bool | None:
         if not self.remote:
-            return native_bf16("cpu")
+            return super().workers_native_bf16(spec)
         import ray
 
         return nodes_native_bf16(spec) if ray.is_initialized() else None

@@ -24,7 +24,7 @@ from fairdp.study._executors import Executor
 from fairdp.study._lease import object_store_lease
 from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible
-from fairdp.study._precision import FULL, PrecisionChoice, choose_precision, stored_precision
+from fairdp.study._precision import PrecisionChoice, choose_precision, stored_precision
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, corrupt_error
 from fairdp.study._trial import StudyContext, check_same_training, load_study_data, protocol_json
@@ -145,14 +145,13 @@ def said_if_slow(text: str, stream, after_s: float = SLOW_S):
         timer.cancel()
 
 
-def settings_lines(spec: StudySpec, methods=None, precision: PrecisionChoice | None = None) -> list[str]:
+def settings_lines(spec: StudySpec, precision: PrecisionChoice, methods=None) -> list[str]:
     """What each method of the study trains with, printed once when a run starts, with the
-    study's ``precision`` and why it is that one."""
+    study's ``precision`` (``Prepared.settle_precision``) and why it is that one."""
     names = list(methods or (m.name for m in spec.methods))
     probes = [k for k, on in (("leakage", spec.leakage), ("MDL", spec.mdl)) if on]
-    precision = precision.describe() if precision is not None else (spec.train.precision or FULL)
     lines = [f"fairdp {spec.name}: {spec.train.epochs} epochs, batch {spec.train.batch_size}, dtype "
-             f"{spec.train.dtype}, precision {precision}; " + (f"{' and '.join(probes)} by {spec.probe.describe()}" if probes
+             f"{spec.train.dtype}, precision {precision.describe()}; " + (f"{' and '.join(probes)} by {spec.probe.describe()}" if probes
                                        else "no leakage or MDL probe")]
     width = max(len(n) for n in names)
     for name in names:

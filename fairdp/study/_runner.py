@@ -62,7 +62,7 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         _drop_finished_checkpoints(prep.store, stored)
         record_plan(prep.store, spec, repair, prep.stream, backlog.plan())  # an interrupted run's analysis knows what is missing
         prep.settle_precision(stored)
-        for line in settings_lines(spec, precision=prep.precision):
+        for line in settings_lines(spec, prep.precision):
             print(line, file=prep.stream, flush=True)
         summary = RunSummary(prep.results, 0, 0, backlog.done, 0, 0.0, repaired)
         if not backlog.remaining:  # nothing left: no Ray to start
@@ -128,7 +128,7 @@ def _dry_run(prep: Prepared, t0: float) -> RunSummary:
     packs = backlog.packs(slots, gpu)
     configs = sum(len(p.configs) for p in packs)
     prep.settle_precision(stored)
-    for line in settings_lines(spec, precision=prep.precision):
+    for line in settings_lines(spec, prep.precision):
         print(line, file=stream, flush=True)
     resuming = len(_resuming(prep.store, packs))
     resuming = f", {resuming} of the packs from their checkpoints" if resuming else ""

@@ -141,7 +141,7 @@ def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float) -> 
     slots = prep.executor.planned_slots(spec)
     per = search.population if mode == "packed" else 1
     prep.settle_precision(prep.store.read(on_corrupt="collect")[0])
-    for line in settings_lines(spec, [search.method], prep.precision):
+    for line in settings_lines(spec, prep.precision, [search.method]):
         print(line, file=stream, flush=True)
     print(f"fairdp search {spec.name} --dry-run: {remaining} of {total} trials to run ({done} complete in {journal}), "
           f"{search.sampler} ({mode}): {math.ceil(remaining / per) if remaining else 0} generations of up to {per} "
@@ -164,7 +164,7 @@ def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair
                    & (stored_df["seed"] == search.seed)] if len(stored_df) else stored_df
     stored = {r["config_id"]: r for r in ok.to_dict("records")}
     prep.settle_precision(stored_df)
-    for line in settings_lines(spec, [search.method], prep.precision):
+    for line in settings_lines(spec, prep.precision, [search.method]):
         print(line, file=stream, flush=True)
     if done:
         prep.say(f"{done} complete trials already in {journal}")

@@ -141,12 +141,18 @@ def check_trial_fits(spec: StudySpec, nodes: list[dict], where: str) -> None:
     """InputError unless some node has the CPUs and GPUs one trial asks for: Ray would
     otherwise wait forever for resources that never come. ``nodes`` are each node's total
     resources (``{"CPU": 2.0, "GPU": 1.0}``)."""
-    cpus, gpus = spec.resources.cpus_per_trial, spec.resources.gpus_per_trial
-    if any(n.get("CPU", 0) >= cpus and n.get("GPU", 0) >= gpus for n in nodes):
+    if any(_fits_trial(spec, n) for n in nodes):
         return
+    cpus, gpus = spec.resources.cpus_per_trial, spec.resources.gpus_per_trial
     have = "; ".join(f"{n.get('CPU', 0):g} CPUs, {n.get('GPU', 0):g} GPUs" for n in nodes) or "no nodes"
     raise InputError(f"resources: a trial asks for {cpus:g} CPUs and {gpus:g} GPUs, but no node of {where} has them "
                      f"({have}); lower resources.cpus_per_trial / gpus_per_trial")
+
+
+def _fits_trial(spec: StudySpec, resources: dict) -> bool:
+    """Whether a node with total ``resources`` has the CPUs and GPUs one trial asks for."""
+    return (resources.get("CPU", 0) >= spec.resources.cpus_per_trial
+            and resources.get("GPU", 0) >= spec.resources.gpus_per_trial)
 
 
 def cluster_nodes() -> list[dict]:
@@ -170,9 +176,7 @@ def nodes_native_bf16(spec: StudySpec) -> bool:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    cpus, gpus = spec.resources.cpus_per_trial, spec.resources.gpus_per_trial
-    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")
-             and n["Resources"].get("CPU", 0) >= cpus and n["Resources"].get("GPU", 0) >= gpus]
+    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and _fits_trial(spec, n["Resources"])]
     probe = ray.remote(num_cpus=0)(_native_bf16_here)  # no CPU asked: it runs beside busy trials
     refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
             for node in nodes]
