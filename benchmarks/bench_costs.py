@@ -1,6 +1,6 @@
 """Reference costs: seconds per config-epoch of every registered method, and of the probes, on Adult.
 
-    .venv/bin/python benchmarks/bench_costs.py [--pack 8] [--epochs 2] [--repeats 2] [--write]
+    .venv/bin/python benchmarks/bench_costs.py [--pack 8] [--epochs 2] [--repeats 2] [--precisions float32,bf16] [--write]
 
 For each method, a pack of up to ``--pack`` configs spread over its Adult paper grid trains
 for 1 and for 1 + ``--epochs`` epochs on one thread (a trial's default ``cpus_per_trial: 1``),
@@ -9,7 +9,11 @@ one-off costs). The cost of a config-epoch is the slope between the two, the lea
 ``--repeats`` timings; what the one-epoch
 pack took beyond its config-epochs is the pack's fixed time (model set-up, predictions).
 A method that does not train by epochs is timed per config. All per 1,000 training rows. The leakage and MDL probes
-are timed on FEDERATE's pack, per config. ``--write`` stores the figures in
+are timed on FEDERATE's pack, per config. Each method that trains by epochs is timed in every
+``--precisions`` (default float32, and bf16 where this CPU multiplies bf16 matrices in hardware,
+as a study without ``train.precision`` then trains in it); float32's figure is the method's,
+another precision's is stored under its name. The probes train in full precision whatever the
+study's. ``--write`` stores the figures in
 ``fairdp/study/reference_costs.json``, which ``fairdp run --dry-run`` turns into a time
 estimate and the live ETA uses as the relative cost of methods it has not measured yet.
 """
@@ -28,7 +32,7 @@ import time
 import torch
 
 from fairdp.data import load_dataset
-from fairdp.engine import TrainSettings
+from fairdp.engine import PRECISIONS, TrainSettings, native_bf16
 from fairdp.methods import get_method, method_names
 from fairdp.metrics import ProbeSettings, evaluate_pack
 from fairdp.study._estimate import REFERENCE_PATH
@@ -60,9 +64,16 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help=f"store the figures in {REFERENCE_PATH}")
     ap.add_argument("--repeats", type=int, default=2, help="timings per method; the least is kept (default 2)")
     ap.add_argument("--methods", help="comma-separated methods to time (default: every registered one)")
+    ap.add_argument("--precisions", help="comma-separated precisions to time the methods in (default float32, and "
+                                         "bf16 where this CPU has native bf16 matmuls); float32 is always timed")
     args = ap.parse_args()
     if args.write and args.methods:
         ap.error("--write stores every method's figure, measured in one run: drop --methods")
+    precisions = (args.precisions.split(",") if args.precisions
+                  else ["float32"] + (["bf16"] if native_bf16("cpu") else []))
+    if any(p not in PRECISIONS or p == "tf32" for p in precisions):
+        ap.error(f"--precisions: CPU precisions are float32 and bf16, got {args.precisions}")
+    precisions = ["float32"] + [p for p in dict.fromkeys(precisions) if p != "float32"]
     torch.set_num_threads(1)
     data = load_dataset("adult")
     n_train = len(data.splits["train"])
@@ -70,52 +81,63 @@ def main() -> None:
     settings = TrainSettings(epochs=args.epochs, batch_size=2000, device="cpu")
     methods, probe_pack = {}, None
     print(f"Adult, {n_train} training rows, {args.epochs} epochs, packs of up to {args.pack}, "
-          f"1 thread, {_cpu_model()}")
-    print("| method | configs | wall s | by epochs | s per config-epoch (per config) per 1k rows | "
+          f"1 thread, {_cpu_model()}, precisions {', '.join(precisions)}")
+    print("| method | precision | configs | wall s | by epochs | s per config-epoch (per config) per 1k rows | "
           "fixed s per pack per 1k rows |")
-    print("|---|---|---|---|---|---|")
-    # the process's first trainings pay one-off costs (allocator, thread pools): not any method's
+    print("|---|---|---|---|---|---|---|")
+    # the process's first trainings pay one-off costs (allocator, thread pools, each precision's
+    # kernels): not any method's
     federate = get_method("federate")
     warm = spread(federate.expand(federate.paper_grid("adult")), args.pack)
-    for epochs in (1, 1 + args.epochs):
-        federate.train_pack(data, warm, 0, dataclasses.replace(settings, epochs=epochs))
+    for precision in precisions:
+        for epochs in (1, 1 + args.epochs):
+            federate.train_pack(data, warm, 0, dataclasses.replace(settings, epochs=epochs, precision=precision))
     names = args.methods.split(",") if args.methods else method_names()
 
-    def timed(method, configs, epochs, callback=None):
+    def timed(method, configs, epochs, precision, callback=None):
         t = time.perf_counter()
-        result = method.train_pack(data, configs, 0, dataclasses.replace(settings, epochs=epochs), callback=callback)
+        result = method.train_pack(data, configs, 0, dataclasses.replace(settings, epochs=epochs, precision=precision),
+                                   callback=callback)
         return time.perf_counter() - t, result
 
     for name in names:
         method = get_method(name)
         configs = spread(method.expand(method.paper_grid("adult")), args.pack)
-        method.train_pack(data, configs[:1], 0, dataclasses.replace(settings, epochs=1))  # warm-up
-        reports = []
-        t_short, result = timed(method, configs, 1, reports.append)
-        by_epochs = bool(reports)
         k = len(configs)
-        if by_epochs:
-            # the slope between 1 and 1 + E epochs: a config-epoch's cost without the pack's fixed
-            # part; the least of --repeats, as this machine's timings of one script vary by tens of %
-            slopes, shorts = [], [t_short]
-            for r in range(args.repeats):
-                if r:
-                    shorts.append(timed(method, configs, 1)[0])
-                wall, result = timed(method, configs, 1 + args.epochs)
-                slopes.append((wall - shorts[-1]) / (k * args.epochs))
-            per = min(slopes)
-            fixed = max(0.0, min(shorts) - k * per)
-            methods[name] = {"per_config_epoch": per / rows_k, "per_pack": fixed / rows_k}
-        else:
-            wall, per, fixed = t_short, t_short / k, 0.0
-            methods[name] = {"per_config": per / rows_k}
-        print(f"| {name} | {k} | {wall:.2f} | {'yes' if by_epochs else 'no'} | {per / rows_k:.4f} | "
-              f"{fixed / rows_k:.4f} |", flush=True)
-        if name == "federate":
-            probe_pack = result
+        for precision in precisions:
+            method.train_pack(data, configs[:1], 0, dataclasses.replace(settings, epochs=1, precision=precision))
+            reports = []
+            t_short, result = timed(method, configs, 1, precision, reports.append)
+            by_epochs = bool(reports)
+            if not by_epochs:  # no training loop for a precision to change
+                wall, per, fixed = t_short, t_short / k, 0.0
+                methods[name] = {"per_config": per / rows_k}
+            else:
+                # the slope between 1 and 1 + E epochs: a config-epoch's cost without the pack's
+                # fixed part; the least of --repeats, as this machine's timings of one script vary
+                # by tens of %
+                slopes, shorts = [], [t_short]
+                for r in range(args.repeats):
+                    if r:
+                        shorts.append(timed(method, configs, 1, precision)[0])
+                    wall, result = timed(method, configs, 1 + args.epochs, precision)
+                    slopes.append((wall - shorts[-1]) / (k * args.epochs))
+                per = min(slopes)
+                fixed = max(0.0, min(shorts) - k * per)
+                figure = {"per_config_epoch": per / rows_k, "per_pack": fixed / rows_k}
+                if precision == "float32":
+                    methods[name] = figure
+                else:
+                    methods[name][precision] = figure
+            print(f"| {name} | {precision if by_epochs else '-'} | {k} | {wall:.2f} | {'yes' if by_epochs else 'no'} | "
+                  f"{per / rows_k:.4f} | {fixed / rows_k:.4f} |", flush=True)
+            if name == "federate" and precision == "float32":
+                probe_pack = result
+            if not by_epochs:
+                break
     if probe_pack is None:
         probe_pack = federate.train_pack(data, spread(federate.expand(federate.paper_grid("adult")), args.pack), 0,
-                                         settings)
+                                         dataclasses.replace(settings, precision="float32"))
     probes = {}
     probe = ProbeSettings(device="cpu")
     k = len(probe_pack.configs)
@@ -126,7 +148,7 @@ def main() -> None:
         t = time.perf_counter()
         evaluate_pack(data, probe_pack, with_leakage=flags[0], with_mdl=flags[1], probe=probe)
         probes[kind] = max(0.0, time.perf_counter() - t - base) / k / rows_k
-        print(f"| probe {kind} | {k} | - | - | {probes[kind]:.4f} per config | - |", flush=True)
+        print(f"| probe {kind} | - | {k} | - | - | {probes[kind]:.4f} per config | - |", flush=True)
     if args.write:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
@@ -135,7 +157,7 @@ def main() -> None:
         figures = {
             "measured": {"machine": f"{_cpu_model()}, {os.cpu_count()} cores", "device": "cpu", "threads": 1,
                          "torch": torch.__version__, "dataset": "adult", "train_rows": n_train,
-                         "pack": args.pack, "epochs": args.epochs, "commit": commit,
+                         "pack": args.pack, "epochs": args.epochs, "precisions": precisions, "commit": commit,
                          "date": datetime.date.today().isoformat()},
             "unit": "seconds per 1,000 training rows",
             "methods": methods,

@@ -286,8 +286,8 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     assert "3 configs to train in" in proc.stderr and "Nothing was run or written" in proc.stderr
     assert "unconstrained: 1 configs" in proc.stderr and "federate: 2 configs" in proc.stderr
     # the time from the reference figures, saying where they were measured (none on a GPU)
-    assert re.search(r"estimate: (about \d+m\d\ds of training and probes on \d slot\(s\) at the reference speed "
-                     r"\(cpu|none for a GPU run)", proc.stderr), proc.stderr[-1000:]
+    assert re.search(r"estimate: (about \d+m\d\ds of training in (bf16|float32) and probes on \d slot\(s\) at the "
+                     r"reference speed \(cpu|none for a GPU run)", proc.stderr), proc.stderr[-1000:]
     assert not results.exists()
 
 

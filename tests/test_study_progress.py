@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fairdp.study._estimate import makespan, reference, unit_costs
+from fairdp.study._estimate import lacking_precision, makespan, pack_fixed, reference, unit_costs
 from fairdp.study._progress import TRACE_ENV, EtaModel, Progress, replay
 
 TRACES = sorted((Path(__file__).parent / "data" / "progress").glob("*.json"))
@@ -203,6 +203,23 @@ def test_reference_costs_turn_into_a_schedule():
     assert makespan([("c", 10)], costs, slots=1) == 0.0
     assert unit_costs(["a"], epochs=10, train_rows=2000, leakage=True, mdl=True, figures=figures,
                       probes=False) == pytest.approx({"a": 1.0})
+
+
+def test_a_bf16_study_is_costed_at_the_bf16_figures_where_measured():
+    figures = {"methods": {"a": {"per_config_epoch": 0.5, "per_pack": 1.0,
+                                 "bf16": {"per_config_epoch": 0.25, "per_pack": 0.5}},
+                           "b": {"per_config_epoch": 0.5, "per_pack": 1.0}, "c": {"per_config": 2.0}},
+               "probes_per_config": {"leakage": 1.0}}
+    args = dict(epochs=10, train_rows=2000, leakage=True, mdl=False, figures=figures)
+    # a: 0.25 * 10 epochs + 1 leakage (probes train in full precision), per 1,000 rows x 2, over 10 epochs
+    assert unit_costs(["a", "b", "c"], **args, precision="bf16") == pytest.approx({"a": 0.7, "b": 1.2, "c": 0.6})
+    for full in (None, "float32"):
+        assert unit_costs(["a", "b", "c"], **args, precision=full) == pytest.approx({"a": 1.2, "b": 1.2, "c": 0.6})
+    assert pack_fixed(["a", "b", "c"], 2000, figures, precision="bf16") == pytest.approx({"a": 1.0, "b": 2.0})
+    assert pack_fixed(["a", "b"], 2000, figures) == pytest.approx({"a": 2.0, "b": 2.0})
+    # b trains by epochs with no bf16 figure: the estimate says it used float32's; c has no training loop
+    assert lacking_precision(["a", "b", "c"], "bf16", figures) == ["b"]
+    assert lacking_precision(["a", "b", "c"], None, figures) == lacking_precision(["b"], "float32", figures) == []
 
 
 def test_every_builtin_method_has_a_reference_figure():

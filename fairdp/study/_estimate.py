@@ -1,7 +1,9 @@
 """How long a study will take, from the reference figures of ``benchmarks/bench_costs.py``.
 
 The figures (``reference_costs.json``) are seconds per config-epoch per 1,000 training rows of
-each method, and per config of each probe, measured on one machine (the file says which).
+each method, and per config of each probe, measured on one machine (the file says which). A
+method's figure is float32's; its figure in another precision (bf16) is stored under that
+precision's name, where measured.
 ``fairdp run --dry-run`` turns them into a wall-time estimate; the live ETA uses them only as
 the *relative* cost of methods it has not timed yet, scaled by what it has measured.
 """
@@ -26,12 +28,26 @@ def reference() -> dict:
         return {}
 
 
+def in_precision(figure: dict, precision: str | None) -> dict:
+    """A method's ``figure`` in ``precision``: the one measured in it, else float32's (also for
+    full precision, None)."""
+    return figure.get(precision, figure) if precision else figure
+
+
+def lacking_precision(methods, precision: str | None, figures: dict | None = None) -> list[str]:
+    """Those of ``methods`` that train by epochs and have a float32 figure but none in ``precision``."""
+    per_method = (reference() if figures is None else figures).get("methods", {})
+    return [m for m in methods if precision and precision != "float32" and "per_config_epoch" in per_method.get(m, {})
+            and precision not in per_method[m]]
+
+
 def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
-               figures: dict | None = None, probes: bool = True) -> dict[str, float]:
+               figures: dict | None = None, probes: bool = True, precision: str | None = None) -> dict[str, float]:
     """Reference seconds per config-epoch (one trial slot) of each of ``methods`` that has a
-    figure, for this study: its training, plus (``probes``) its probes spread over its epochs."""
+    figure, for this study: its training in ``precision``, plus (``probes``) its probes (full
+    precision) spread over its epochs."""
     figures = reference() if figures is None else figures
-    per_method = figures.get("methods", {})
+    per_method = {m: in_precision(fig, precision) for m, fig in figures.get("methods", {}).items()}
     probe_figs = figures.get("probes_per_config", {}) if probes else {}
     rows_k = train_rows / 1000
     probe = (probe_figs.get("leakage", 0.0) if leakage else 0.0) + (probe_figs.get("mdl", 0.0) if mdl else 0.0)
@@ -46,11 +62,11 @@ def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
     return costs
 
 
-def pack_fixed(methods, train_rows: int, figures: dict | None = None) -> dict[str, float]:
-    """Reference seconds a pack of each of ``methods`` takes beyond its config-epochs (model
-    set-up, predictions), where the figures have it."""
+def pack_fixed(methods, train_rows: int, figures: dict | None = None, precision: str | None = None) -> dict[str, float]:
+    """Reference seconds a pack of each of ``methods`` takes in ``precision`` beyond its
+    config-epochs (model set-up, predictions), where the figures have it."""
     figures = reference() if figures is None else figures
-    per_method = figures.get("methods", {})
+    per_method = {m: in_precision(fig, precision) for m, fig in figures.get("methods", {}).items()}
     return {m: per_method[m]["per_pack"] * train_rows / 1000 for m in methods
             if "per_pack" in per_method.get(m, {})}
 
@@ -70,9 +86,10 @@ def makespan(packs: list[tuple[str, float]], costs: dict[str, float], slots: int
     return max(free)
 
 
-def study_unit_costs(spec, train_rows: int, probes: bool = True) -> dict[str, float]:
-    """``unit_costs`` for the methods, epochs and probes of a study spec."""
-    return unit_costs(study_methods(spec), spec.train.epochs, train_rows, spec.leakage, spec.mdl, probes=probes)
+def study_unit_costs(spec, train_rows: int, probes: bool = True, precision: str | None = None) -> dict[str, float]:
+    """``unit_costs`` for the methods, epochs and probes of a study spec trained in ``precision``."""
+    return unit_costs(study_methods(spec), spec.train.epochs, train_rows, spec.leakage, spec.mdl, probes=probes,
+                      precision=precision)
 
 
 def study_methods(spec) -> list[str]:

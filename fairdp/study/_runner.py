@@ -11,6 +11,7 @@ from fairdp.engine import resolve_device
 from fairdp.errors import InputError
 from fairdp.study._estimate import (
     describe_reference,
+    lacking_precision,
     makespan,
     pack_fixed,
     study_methods,
@@ -18,6 +19,7 @@ from fairdp.study._estimate import (
 )
 from fairdp.study._executors import DEFAULT_EXECUTOR, make_executor
 from fairdp.study._plan import Backlog, Pack, record_plan
+from fairdp.study._precision import PrecisionChoice
 from fairdp.study._prepare import Prepared, default_results, prepare, settings_lines
 from fairdp.study._progress import Progress, duration
 from fairdp.study._signals import sigterm_as_ctrl_c
@@ -103,7 +105,8 @@ def _progress(prep: Prepared, packs: list[Pack], slots: int, done: int) -> Progr
         pending[p.method] = pending.get(p.method, 0.0) + len(p.configs) * epochs
         pending_packs[p.method] = pending_packs.get(p.method, 0) + 1
     progress = Progress(f"run {spec.name}", len(packs), configs, epochs=epochs, slots=slots, pending=pending,
-                        pending_packs=pending_packs, reference=study_unit_costs(spec, prep.train_rows, probes=False),
+                        pending_packs=pending_packs,
+                        reference=study_unit_costs(spec, prep.train_rows, probes=False, precision=prep.ctx.train.precision),
                         stream=prep.stream)
     prep.say(f"{configs} configs to train in {len(packs)} packs, {slots} at a time; {configs * epochs:,} config-epochs")
     if done:
@@ -143,27 +146,38 @@ def _dry_run(prep: Prepared, t0: float) -> RunSummary:
     if gpu and spec.pack_size is None:
         print(GPU_PLAN_LINE.format(cap=GPU_PACK_CAP), file=stream, flush=True)
     if packs:
-        print(estimate_line(spec, packs, slots, prep.train_rows, remote=executor.remote), file=stream, flush=True)
+        print(estimate_line(spec, packs, slots, prep.train_rows, remote=executor.remote, choice=prep.precision),
+              file=stream, flush=True)
     return RunSummary(prep.results, len(packs), configs, backlog.done, 0, time.monotonic() - t0, [], 0)
 
 
-def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: bool = False) -> str:
-    """The dry run's time estimate from the reference figures, saying what they are."""
-    costs = study_unit_costs(spec, train_rows)
+def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: bool = False,
+                  choice: PrecisionChoice | None = None) -> str:
+    """The dry run's time estimate from the reference figures of the methods trained in the
+    study's precision (``choice``, settled; float32's figures while it waits for a cluster's
+    nodes), saying what they are."""
+    precision = choice.precision if choice is not None else None
+    costs = study_unit_costs(spec, train_rows, precision=precision)
     if not costs:
         return "  estimate: none (no reference figures; benchmarks/bench_costs.py --write measures them)"
-    fixed = pack_fixed(study_methods(spec), train_rows)
+    fixed = pack_fixed(study_methods(spec), train_rows, precision=precision)
     work = [(p.method, len(p.configs) * spec.train.epochs) for p in packs]
     missing = sorted({m for m, _ in work} - set(costs))
     lacking = f"; {', '.join(missing)} not included (no figure)" if missing else ""
+    in_float32 = lacking_precision(sorted({m for m, _ in work}), precision)
+    if in_float32:
+        lacking += f"; {', '.join(in_float32)} at float32's figure (none in {precision})"
     where = describe_reference()
     if resolve_device(spec.train.device).type == "cuda":
         return (f"  estimate: none for a GPU run; the reference figures are from a {where}. A CPU run "
                 f"would take about {duration(makespan(work, costs, slots, fixed))} of training{lacking}")
+    trained = f"training in {precision or spec.train.dtype}"
+    if choice is not None and not choice.decided:
+        trained += " (in bf16, faster, if every node has native bf16 matmuls)"
     if remote:
-        return (f"  estimate: about {duration(makespan(work, costs, 1, fixed))} of compute on one slot of the reference "
-                f"{where}, divided among the cluster's slots{lacking}")
-    return (f"  estimate: about {duration(makespan(work, costs, slots, fixed))} of training and probes on {slots} "
+        return (f"  estimate: about {duration(makespan(work, costs, 1, fixed))} of compute, {trained}, on one slot of "
+                f"the reference {where}, divided among the cluster's slots{lacking}")
+    return (f"  estimate: about {duration(makespan(work, costs, slots, fixed))} of {trained} and probes on {slots} "
             f"slot(s) at the reference speed ({where}; Ray start-up not included){lacking}")
 
 
