@@ -230,6 +230,10 @@ def test_every_builtin_method_has_a_reference_figure():
     for fig in figures["methods"].values():  # epoch-trained methods: a config-epoch's cost and a pack's fixed time
         assert ("per_config_epoch" in fig and "per_pack" in fig) or set(fig) == {"per_config"}
     assert figures["measured"]["device"] == "cpu" and {"leakage", "mdl"} <= set(figures["probes_per_config"])
+    # a study trains in bf16 by default on CPUs with native bf16 matmuls: its estimate needs their figures
+    assert figures["measured"]["precisions"] == ["float32", "bf16"]
+    for fig in figures["methods"].values():
+        assert "per_config" in fig or set(fig["bf16"]) == {"per_config_epoch", "per_pack"}
 
 
 def test_a_trial_reports_its_config_epochs_to_tune_between_epochs(monkeypatch):
