@@ -291,6 +291,37 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     assert not results.exists()
 
 
+def test_the_estimate_costs_the_packs_in_the_studys_precision_and_says_which():
+    from fairdp.study._estimate import reference
+    from fairdp.study._plan import Pack
+    from fairdp.study._precision import PrecisionChoice
+    from fairdp.study._runner import estimate_line
+    from fairdp.study._spec import parse_spec
+
+    spec = parse_spec({**STUDY, "methods": {"federate": {"grid": {"eps": [1.0], "lam": [0.1]}}},
+                       "train": {"epochs": 10, "device": "cpu"}})
+    packs = [Pack("federate", 0, ({"eps": 1.0, "lam": 0.1},) * 8, tuple(map(str, range(8))))]
+
+    def seconds(line):
+        m = re.search(r"about (\d+)m(\d\d)s", line)
+        return 60 * int(m[1]) + int(m[2])
+
+    fp32 = estimate_line(spec, packs, 1, 27133, choice=PrecisionChoice(None, "a worker's CPU has no native bf16"))
+    bf16 = estimate_line(spec, packs, 1, 27133, choice=PrecisionChoice("bf16", "native bf16"))
+    assert "training in float32" in fp32 and "training in bf16" in bf16 and "figure" not in bf16
+    fig = reference()["methods"]["federate"]
+    # one pack of 8 configs x 10 epochs on one slot, no probes: the ratio of the two precisions'
+    # figures (to the estimate's whole seconds)
+    assert not (spec.leakage or spec.mdl)
+    assert seconds(bf16) / seconds(fp32) == pytest.approx(
+        (fig["bf16"]["per_config_epoch"] * 80 + fig["bf16"]["per_pack"]) /
+        (fig["per_config_epoch"] * 80 + fig["per_pack"]), abs=0.02)
+    waiting = estimate_line(spec, packs, 1, 27133, remote=True,
+                            choice=PrecisionChoice(None, "asked of the nodes when the run connects", decided=False))
+    assert "training in float32 (in bf16, faster, if every node has native bf16 matmuls)" in waiting
+    assert seconds(waiting) == seconds(fp32)
+
+
 def test_a_local_dry_run_on_a_gpu_plans_one_pack_per_methods_seed_and_says_why(tmp_path, monkeypatch):
     import io
 
