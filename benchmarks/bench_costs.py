@@ -32,7 +32,7 @@ import time
 import torch
 
 from fairdp.data import load_dataset
-from fairdp.engine import PRECISIONS, TrainSettings, native_bf16
+from fairdp.engine import TrainSettings, native_bf16
 from fairdp.methods import get_method, method_names
 from fairdp.metrics import ProbeSettings, evaluate_pack
 from fairdp.study._estimate import REFERENCE_PATH
@@ -71,7 +71,7 @@ def main() -> None:
         ap.error("--write stores every method's figure, measured in one run: drop --methods")
     precisions = (args.precisions.split(",") if args.precisions
                   else ["float32"] + (["bf16"] if native_bf16("cpu") else []))
-    if any(p not in PRECISIONS or p == "tf32" for p in precisions):
+    if any(p not in ("float32", "bf16") for p in precisions):
         ap.error(f"--precisions: CPU precisions are float32 and bf16, got {args.precisions}")
     precisions = ["float32"] + [p for p in dict.fromkeys(precisions) if p != "float32"]
     torch.set_num_threads(1)

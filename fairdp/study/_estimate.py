@@ -28,17 +28,22 @@ def reference() -> dict:
         return {}
 
 
-def in_precision(figure: dict, precision: str | None) -> dict:
-    """A method's ``figure`` in ``precision``: the one measured in it, else float32's (also for
-    full precision, None)."""
-    return figure.get(precision, figure) if precision else figure
+# the figures' own precision: a method's figure without a precision key
+FLOAT32_ON_A_CPU = (None, "float32")
+
+
+def _method_figures(figures: dict, precision: str | None) -> dict[str, dict]:
+    """Each method's figure in ``precision``: the one measured in it, else float32's."""
+    return {m: fig.get(precision, fig) if precision not in FLOAT32_ON_A_CPU else fig
+            for m, fig in figures.get("methods", {}).items()}
 
 
 def lacking_precision(methods, precision: str | None, figures: dict | None = None) -> list[str]:
     """Those of ``methods`` that train by epochs and have a float32 figure but none in ``precision``."""
+    if precision in FLOAT32_ON_A_CPU:
+        return []
     per_method = (reference() if figures is None else figures).get("methods", {})
-    return [m for m in methods if precision and precision != "float32" and "per_config_epoch" in per_method.get(m, {})
-            and precision not in per_method[m]]
+    return [m for m in methods if "per_config_epoch" in per_method.get(m, {}) and precision not in per_method[m]]
 
 
 def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
@@ -47,7 +52,7 @@ def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
     figure, for this study: its training in ``precision``, plus (``probes``) its probes (full
     precision) spread over its epochs."""
     figures = reference() if figures is None else figures
-    per_method = {m: in_precision(fig, precision) for m, fig in figures.get("methods", {}).items()}
+    per_method = _method_figures(figures, precision)
     probe_figs = figures.get("probes_per_config", {}) if probes else {}
     rows_k = train_rows / 1000
     probe = (probe_figs.get("leakage", 0.0) if leakage else 0.0) + (probe_figs.get("mdl", 0.0) if mdl else 0.0)
@@ -65,8 +70,7 @@ def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
 def pack_fixed(methods, train_rows: int, figures: dict | None = None, precision: str | None = None) -> dict[str, float]:
     """Reference seconds a pack of each of ``methods`` takes in ``precision`` beyond its
     config-epochs (model set-up, predictions), where the figures have it."""
-    figures = reference() if figures is None else figures
-    per_method = {m: in_precision(fig, precision) for m, fig in figures.get("methods", {}).items()}
+    per_method = _method_figures(reference() if figures is None else figures, precision)
     return {m: per_method[m]["per_pack"] * train_rows / 1000 for m in methods
             if "per_pack" in per_method.get(m, {})}
 

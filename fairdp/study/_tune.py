@@ -162,10 +162,6 @@ def cluster_nodes() -> list[dict]:
     return [n["Resources"] for n in ray.nodes() if n.get("Alive")]
 
 
-def _native_bf16_here() -> bool:
-    return native_bf16("cpu")
-
-
 NODE_PROBE_TIMEOUT_S = 120.0
 
 
@@ -177,8 +173,8 @@ def nodes_native_bf16(spec: StudySpec) -> bool:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and _fits_trial(spec, n["Resources"])]
-    probe = ray.remote(num_cpus=0)(_native_bf16_here)  # no CPU asked: it runs beside busy trials
-    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote()
+    probe = ray.remote(num_cpus=0)(native_bf16)  # no CPU asked: it runs beside busy trials
+    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote("cpu")
             for node in nodes]
     try:
         return bool(refs) and all(ray.get(refs, timeout=NODE_PROBE_TIMEOUT_S))
