@@ -219,7 +219,10 @@ def test_a_bf16_study_is_costed_at_the_bf16_figures_where_measured():
     assert pack_fixed(["a", "b"], 2000, figures) == pytest.approx({"a": 2.0, "b": 2.0})
     # b trains by epochs with no bf16 figure: the estimate says it used float32's; c has no training loop
     assert lacking_precision(["a", "b", "c"], "bf16", figures) == ["b"]
-    assert lacking_precision(["a", "b", "c"], None, figures) == lacking_precision(["b"], "float32", figures) == []
+    # tf32 computes in float32 on the CPU the figures are from: float32's figures, nothing lacking
+    assert unit_costs(["a"], **args, precision="tf32") == pytest.approx({"a": 1.2})
+    for full in (None, "float32", "tf32"):
+        assert lacking_precision(["a", "b", "c"], full, figures) == []
 
 
 def test_every_builtin_method_has_a_reference_figure():

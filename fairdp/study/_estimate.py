@@ -28,8 +28,8 @@ def reference() -> dict:
         return {}
 
 
-# the figures' own precision: a method's figure without a precision key
-FLOAT32_ON_A_CPU = (None, "float32")
+# the figures are a CPU's, where these all compute in float32 (tf32 is a CUDA mode)
+FLOAT32_ON_A_CPU = (None, "float32", "tf32")
 
 
 def _method_figures(figures: dict, precision: str | None) -> dict[str, dict]:
