@@ -44,6 +44,13 @@ DESCRIPTIONS = {
     "delta": "the delta of the guarantee (0 for pure eps-DP and non-private methods)",
     "test_confusion": "JSON: the test split's counts per (group, y, y_pred), of which every accuracy and gap "
                       "is a function; what the bootstrap intervals resample",
+    "guarantee": "the kind of the config's guarantee, from its method (`Method.guarantee_kind`): scope, "
+                 "neighbouring relation and what it protects, e.g. `central, add/remove one record` (DP-SGD), "
+                 "`central, replace one record's attribute` (PF-LD), `local, replace one record's "
+                 "representation` (FEDERATE, DPNR, CAPE, noise), `local, replace one record's attribute` "
+                 "(private reductions); null for a non-private method. eps of different kinds are not "
+                 "comparable. Absent from result sets written before it existed: the analysis takes the "
+                 "method's kind",
     "privacy_event": "JSON: the config's dp-accounting `DpEvent` and neighbouring relation; null for a "
                      "method without an accountant's guarantee",
     "tuning": "JSON: a tuned study's random trial count (distribution, trials drawn, grid size, the grid's "
@@ -105,7 +112,7 @@ def results_schema_table() -> str:
         ("identity", [c for c in schema.IDENTITY_COLUMNS]),
         ("metric", [(m, "float64") for m in schema.METRIC_COLUMNS]),
         ("counts", list(schema.COUNT_COLUMNS)),
-        ("release", list(schema.RELEASE_COLUMNS)),
+        ("privacy", list(schema.RELEASE_COLUMNS)),
         ("provenance", list(schema.PROVENANCE_COLUMNS)),
     ]
     listed = [name for _, cols in groups for name, _ in cols]
@@ -152,14 +159,16 @@ def methods_table() -> str:
 
     scope = {"local": "local (eps-LDP of each released representation or attribute)",
              "central": "central ((eps, delta)-DP of the training data)", None: "none"}
-    lines = ["| method | grid keys (hyperparameters) | privacy | neighbouring relation | optimiser, paper step |",
-             "|---|---|---|---|---|"]
+    lines = ["| method | grid keys (hyperparameters) | privacy | neighbouring relation | guarantee (rows' `guarantee`) "
+             "| optimiser, paper step |",
+             "|---|---|---|---|---|---|"]
     for name in builtin_method_names():
         m = get_method(name)
         keys = "<br>".join(f"`{h.name}`: {_cell(_range(h))}; {_cell(h.doc)}" for h in m.hyperparams) or "none"
         relation = f"`{m.neighbour_relation}`" if m.privacy_scope else ""
         opt = f"{m.optimizer} {m.default_lr:g}" if m.optimizer else "no gradient training"
-        lines.append(f"| `{name}` | {keys} | {scope[m.privacy_scope]} | {relation} | {opt} |")
+        kind = m.guarantee_kind or "none"
+        lines.append(f"| `{name}` | {keys} | {scope[m.privacy_scope]} | {relation} | {kind} | {opt} |")
     return "\n".join(lines)
 
 

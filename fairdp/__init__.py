@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # name -> the public module that defines it
 _EXPORTS = {

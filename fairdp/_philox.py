@@ -17,6 +17,8 @@ arithmetic, so the words are int64 tensors holding the bit patterns, products wr
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
@@ -71,17 +73,45 @@ def as_words(values, device: torch.device | str) -> torch.Tensor:
     return torch.as_tensor(np.array(values, dtype=np.uint64).view(np.int64), device=device)
 
 
+def _blocks(keys: torch.Tensor, draw: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """(K, 4 * len(blocks)) words of blocks (j, draw_k, 0, 0), j in ``blocks``, under keys (K, 2)."""
+    c0 = blocks.expand(len(keys), len(blocks))
+    c1 = draw[:, None].expand_as(c0)
+    zero = torch.zeros((), device=keys.device, dtype=torch.int64)
+    out = philox4x64((c0, c1, zero, zero), (keys[:, :1], keys[:, 1:]))
+    return torch.stack(out, dim=-1).reshape(len(keys), 4 * len(blocks))
+
+
+# On CUDA the ten rounds are some 570 elementwise operations, each a pass through memory when run
+# one kernel at a time: compiled, they are one kernel (Triton), and a draw's cost is its output.
+# None: not tried yet; False: compiling failed once (a warning) and words are computed eagerly.
+_compiled_blocks = None
+
+
+def _fused_blocks():
+    global _compiled_blocks
+    if _compiled_blocks is None:
+        _compiled_blocks = torch.compile(_blocks, dynamic=True, fullgraph=True)
+    return _compiled_blocks
+
+
 def words(keys, draws, n_words: int, device: torch.device | str) -> torch.Tensor:
     """(K, n_words) int64 tensor: config k's first ``n_words`` 64-bit words of draw
     ``draws[k]`` under key ``keys[k]`` ((K, 2) and (K,) unsigned 64-bit values, as NumPy
-    arrays or int64 tensors of their bits), computed on ``device``."""
+    arrays or int64 tensors of their bits), computed on ``device`` (on CUDA by one compiled
+    kernel where torch.compile works, else eagerly: the same words)."""
+    global _compiled_blocks
+    device = torch.device(device)
     keys, draw = as_words(keys, device), as_words(draws, device)
-    blocks = -(-n_words // 4)
-    c0 = torch.arange(1, blocks + 1, device=device, dtype=torch.int64).expand(len(keys), blocks)
-    c1 = draw[:, None].expand_as(c0)
-    zero = torch.zeros((), device=device, dtype=torch.int64)
-    out = philox4x64((c0, c1, zero, zero), (keys[:, :1], keys[:, 1:]))
-    return torch.stack(out, dim=-1).reshape(len(keys), 4 * blocks)[:, :n_words]
+    blocks = torch.arange(1, -(-n_words // 4) + 1, device=device, dtype=torch.int64)
+    if device.type == "cuda" and _compiled_blocks is not False:
+        try:
+            return _fused_blocks()(keys, draw, blocks)[:, :n_words]
+        except Exception as err:  # noqa: BLE001 - any compiler failure: the eager words are the same
+            warnings.warn(f"fairdp: compiled Philox words are off ({type(err).__name__}: {err}); "
+                          "computing them eagerly", stacklevel=2)
+            _compiled_blocks = False
+    return _blocks(keys, draw, blocks)[:, :n_words]
 
 
 def words_to_uniform(w: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:

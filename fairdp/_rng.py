@@ -19,9 +19,11 @@ of K ``torch.Generator`` (each a draw of ``(K, *shape)`` whose slice k comes fro
 from __future__ import annotations
 
 import hashlib
+import math
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from fractions import Fraction
 
 import numpy as np
 import torch
@@ -49,6 +51,11 @@ class _Counters:
         return draws
 
     def next_on(self, device: torch.device, rows: torch.Tensor, host_rows: np.ndarray) -> torch.Tensor:
+        # a draw on one device makes every other device's mirror stale (the host's copy is
+        # advanced here): one device named two ways ("cuda", "cuda:0") once kept two mirrors,
+        # and the stale one drew a number already used
+        for other in [d for d in self.mirrors if d != device]:
+            del self.mirrors[other]
         if device not in self.mirrors:
             self.mirrors[device] = _philox.as_words(self.host, device)
         mirror = self.mirrors[device]
@@ -103,6 +110,8 @@ class PackStream:
 
     def _next_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(keys, draw numbers) on ``device`` for a draw there, advancing the draw numbers."""
+        if device.type == "cuda" and device.index is None:  # one name per device: one mirror
+            device = torch.device("cuda", torch.cuda.current_device())
         if device not in self._on_device:
             self._on_device[device] = (_philox.as_words(self.keys, device),
                                        torch.as_tensor(self._rows, dtype=torch.long, device=device))
@@ -157,6 +166,26 @@ class PackStream:
 
         _fill_cpu(out, 4, fill)
         return torch.from_numpy(out[:, :n_words].view(np.int64))
+
+    def map_words(self, out: np.ndarray, words_per_value: int, fn) -> None:
+        """Fill ``out`` (K, n) on the CPU from the next draw: ``fn(k, start, words, part)`` sets
+        ``part`` = out[k, start:start + len(part)] from ``words``, the draw's words of those
+        values ((len(part), words_per_value) uint64, value i's words at i * words_per_value
+        onwards). The parts are computed in the drawing threads while their words are in
+        cache: one pass over memory, where tensor operations on a whole draw make one a step."""
+        draws = self._next()
+        per_block = 4 // math.gcd(4, words_per_value)  # values per part boundary: whole Philox blocks
+
+        def fill(k: int, block: int, part: np.ndarray) -> None:
+            first = block * per_block
+            bits = self._bits(k, first * words_per_value // 4, draws)
+            # cache-sized pieces, drawn in order from one generator: the same words as one piece
+            for lo in range(0, len(part), MAP_WORDS_VALUES):
+                piece = part[lo:lo + MAP_WORDS_VALUES]
+                raw = bits.random_raw(len(piece) * words_per_value)
+                fn(k, first + lo, raw.reshape(len(piece), words_per_value), piece)
+
+        _fill_cpu(out, per_block, fill)
 
     def below(self, shape: Sequence[int], prob: float, device: torch.device | str | None = None) -> torch.Tensor:
         """(K, *shape) booleans, True with probability ``prob`` rounded to a multiple of 2^-16:
@@ -259,6 +288,9 @@ def _size(shape: tuple[int, ...]) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
+# ``map_words`` computes at most this many values at once, so that their words and temporaries
+# stay in a core's cache (the pieces continue one generator: the same words as one piece).
+MAP_WORDS_VALUES = 1 << 13
 # Below this many values a draw is filled in the calling thread: a thread hand-off costs more.
 PARALLEL_MIN_VALUES = 1 << 15
 _pool: ThreadPoolExecutor | None = None
@@ -344,30 +376,53 @@ def uniform(
     return out
 
 
-def laplace(
+def words(n_words: int, generators: Generators, *, device: torch.device | str | None = None) -> torch.Tensor:
+    """Uniform 64-bit words (int64 bit patterns): (K, n_words) for K per-config streams, else
+    (n_words,). From a ``PackStream`` one draw of its words; from torch generators each word is
+    two 32-bit draws (``randint``'s range is exact there), so every bit pattern is equally likely.
+    The source of every privacy mechanism's randomness: integer arithmetic on words samples
+    exactly the probabilities the guarantee is computed from."""
+    dev = _device_of(generators, device)
+    if isinstance(generators, PackStream):
+        return generators.words(n_words, dev)
+
+    def of(gen):
+        halves = torch.randint(0, 1 << 32, (2, n_words), device=dev, dtype=torch.int64, generator=gen)
+        return (halves[0] << 32) | halves[1]
+
+    if per_config(generators):
+        return torch.stack([of(gen) for gen in generators])
+    return of(generators)
+
+
+_SIGN = -(1 << 63)  # flips the sign bit: unsigned order of 64-bit words as signed order
+
+
+def coins(
     shape: Sequence[int],
-    scale: float | torch.Tensor,
+    prob: float | torch.Tensor,
     generators: Generators,
     *,
     device: torch.device | str | None = None,
-    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Laplace(0, scale) draws by inverse CDF, with the per-generator layout of :func:`uniform`.
-
-    For u ~ U[-1/2, 1/2): x = -scale * sign(u) * log1p(-2|u|). ``uniform_`` can return the
-    endpoint u = -1/2, where log1p(-1) = -inf, so 2|u| is capped just below 1 (the largest
-    draw is then about 16 * scale in float32, 36 * scale in float64). ``scale`` is a float
-    or a tensor broadcastable to the output, e.g. shape (K, 1, 1) for per-config scales.
-    Floating-point sampling is not hardened against Mironov's (2012) attack on the
-    textbook mechanism; the privacy claims are those of the idealised Laplace mechanism.
-    """
-    u = uniform(shape, generators, device=device, dtype=dtype, low=-0.5, high=0.5)
-    cap = 1.0 - torch.finfo(dtype).eps
-    # -sign(u) * log1p(-2|u|) written as copysign: the same bits (log1p(...) <= 0), one pass fewer
-    out = torch.copysign(u.abs().mul_(2.0).clamp_(max=cap).neg_().log1p_(), u)
-    if isinstance(scale, torch.Tensor):
-        return out.mul_(scale.to(device=out.device, dtype=out.dtype))
-    return out.mul_(scale)
+    """Booleans (the per-generator layout of :func:`uniform`), each True with probability
+    exactly floor(prob * 2^64) / 2^64: never more than ``prob`` (a Poisson sample's rate must
+    not exceed the q its accountant charges for), and less by under 2^-64. One word per coin,
+    compared as an unsigned integer with the threshold computed exactly from ``prob``: a float,
+    or a tensor of them broadcastable to the (K, *shape) draw (per-config rates as (K, 1, ...);
+    its values are read on the host)."""
+    shape = tuple(shape)
+    values = prob.detach().cpu().double() if isinstance(prob, torch.Tensor) else torch.tensor(float(prob))
+    if not bool(((values >= 0) & (values <= 1)).all()):
+        raise ValueError(f"coins: prob must be in [0, 1], got {prob}")
+    exact = [math.floor(Fraction(float(v)) * (1 << 64)) for v in values.reshape(-1).tolist()]
+    w = words(_size(shape), generators, device=device)
+    w = w.reshape(*w.shape[:-1], *shape)
+    # an unsigned comparison as a signed one: flip both sides' sign bits; 2^64 (prob 1) always holds
+    threshold = torch.tensor([min(t, (1 << 64) - 1) + _SIGN for t in exact], dtype=torch.int64,
+                             device=w.device).reshape(values.shape)
+    always = torch.tensor([t >= 1 << 64 for t in exact], device=w.device).reshape(values.shape)
+    return ((w ^ _SIGN) < threshold) | always
 
 
 def bernoulli_mask(
@@ -408,6 +463,11 @@ def dropout(x: torch.Tensor, keep_prob: float, generators: Generators) -> torch.
     return x * mask.to(x.dtype)
 
 
+NORMAL_TAIL_MASS = 2.0**-106
+"""Per pair of ``normal`` draws from a ``PackStream``: the standard normal radius' mass beyond
+the largest radius the draw can give, its distance from the ideal Gaussian's tails."""
+
+
 def normal(
     shape: Sequence[int],
     generators: Generators,
@@ -417,17 +477,23 @@ def normal(
 ) -> torch.Tensor:
     """Standard normal draws with the per-generator layout of :func:`uniform`.
 
-    From a ``PackStream`` by Box-Muller on float64 uniforms, whatever ``dtype``: with 53-bit
-    uniforms the largest |z| is about 8.6, so privacy noise is not cut off at float32's 5.8.
+    From a ``PackStream`` by Box-Muller in float64 whatever ``dtype``, the radius
+    sqrt(-2 ln u) from a uniform u on (0, 1] resolved to 2^-106 (two words): the largest |z| is
+    about 12.1, and the normal's mass beyond the largest radius is 2^-106 per pair
+    (``NORMAL_TAIL_MASS``), where 53-bit uniforms cut it at 8.6 (mass 2^-53).
     """
     shape = tuple(shape)
     dev = _device_of(generators, device)
     if isinstance(generators, PackStream):
-        n = int(np.prod(shape, dtype=np.int64))
+        n = _size(shape)
         half = -(-n // 2)
-        u = generators.uniform((2 * half,), torch.float64, dev)
-        radius = torch.log1p(-u[:, :half]).mul_(-2.0).sqrt_()  # 1 - u in (0, 1]: finite
-        angle = u[:, half:].mul_(2.0 * np.pi)
+        w = generators.words(3 * half, dev)
+        mask = (1 << 53) - 1
+        a, b = (w[:, :half] >> 11) & mask, (w[:, half:2 * half] >> 11) & mask
+        # u uniform on (0, 1] to 2^-106: a's 53 bits, and b's inside a's lowest cell (0, 2^-53]
+        u = torch.where(a == 0, (b + 1).to(torch.float64) * 2.0**-106, (a + 1).to(torch.float64) * 2.0**-53)
+        radius = u.log_().mul_(-2.0).sqrt_()
+        angle = ((w[:, 2 * half:] >> 11) & mask).to(torch.float64).mul_(2.0**-53 * 2.0 * np.pi)
         z = torch.cat((radius * torch.cos(angle), radius * torch.sin(angle)), dim=1)[:, :n]
         return z.reshape(len(generators), *shape).to(dtype)
     if not per_config(generators):

@@ -156,6 +156,84 @@ def _cmd_audit(args) -> int:
     return 0
 
 
+AUDIT_TRAINING_METHODS = ("dpsgd", "pfld")
+"""The keys of ``fairdp.testing.training_audit.METHODS``, spelled out so that building the
+parser does not import torch (tests check that the two agree)."""
+
+
+def _cmd_audit_training(args) -> int:
+    """One-run audit (Steinke, Nasr and Jagielski 2023) of one DP-SGD or PF-LD config: train it
+    once with canaries, guess their signs from the trained model, print the claimed eps beside
+    the empirical lower bound. Writes nothing; progress on stderr."""
+    if not (math.isfinite(args.eps) and args.eps > 0):
+        raise InputError(f"--eps must be a finite number > 0, got {args.eps}")
+    if not 0 < args.confidence < 1:
+        raise InputError(f"--confidence must be in (0, 1), got {args.confidence}")
+    if args.canaries < 2:
+        raise InputError(f"--canaries must be >= 2, got {args.canaries}")
+    k_pos = args.canaries // 10 if args.k_positive is None else args.k_positive
+    k_neg = args.canaries // 10 if args.k_negative is None else args.k_negative
+    if k_pos < 0 or k_neg < 0 or not 1 <= k_pos + k_neg <= args.canaries:
+        raise InputError(f"--k-positive + --k-negative must be in [1, --canaries = {args.canaries}], "
+                         f"each >= 0, got {k_pos} + {k_neg}")
+    for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise InputError(f"{flag} must be >= 1, got {value}")
+    if args.rows is not None and args.rows < 10:
+        raise InputError(f"--rows must be >= 10, got {args.rows}")
+    if args.seed < 0:
+        raise InputError(f"--seed must be >= 0, got {args.seed}")
+    for flag, value in (("--noise-scale", args.noise_scale), ("--canary-norm", args.canary_norm)):
+        if not (math.isfinite(value) and value > 0):
+            raise InputError(f"{flag} must be a finite number > 0, got {value}")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise InputError(f"--lr must be a finite number > 0, got {args.lr}")
+    opts = _options(args.option)
+
+    from fairdp.data import load_dataset  # after the cheap checks
+    from fairdp.testing.training_audit import audit_training, subsample
+
+    data = load_dataset(args.dataset, **opts)
+    if args.rows is not None:
+        data = subsample(data, args.rows, args.seed)
+    config = {"eps": args.eps, "clip_primal": args.clip}
+    if args.method == "pfld":
+        config = {"fairness_notion": args.notion, **config, "clip_dual": args.clip_dual}
+    result = audit_training(args.method, config, data, canaries=args.canaries, k_positive=k_pos, k_negative=k_neg,
+                            epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                            beta=1 - args.confidence, canary_norm=args.canary_norm, noise_scale=args.noise_scale,
+                            clipping=not args.no_clipping, progress=_progress_to_stderr)
+    # the lower bound exceeding the claim refutes it at the stated confidence
+    verdict = "REFUTED" if result.refuted else "consistent"
+    if args.json:
+        print(json.dumps({**result.to_dict(), "confidence": args.confidence, "verdict": verdict}, indent=2))
+        return 0
+    level = f"{args.confidence:.4g}"
+    shown = ", ".join(f"{k}={v}" for k, v in result.config.items())
+    _print_table(
+        ("method", "config", "claimed eps", "delta", "eps lower bound", "ceiling", "correct", "confidence",
+         "verdict"),
+        [(args.method, shown, f"{result.claimed_eps:.4g}", f"{result.claimed_delta:.3g}", f"{result.eps_lower:.4g}",
+          f"{result.eps_ceiling:.4g}", f"{result.correct}/{result.guesses}", level, verdict)],
+    )
+    where = "in the training set" if args.method == "dpsgd" else "attribute 1, all in the training set"
+    print(f"\n{result.dataset}: {result.n_train} train rows; {result.canaries} canaries, {result.positive_signs} "
+          f"with sign +1 ({where}); {result.epochs} epochs, batch {result.batch_size}, seed {result.seed}")
+    print(f"adjacency: {result.adjacency}")
+    print(f"guesses: the {result.k_positive} highest scores +1 ({result.correct_positive} right), the "
+          f"{result.k_negative} lowest -1 ({result.correct - result.correct_positive} right)")
+    if result.planted_bug:
+        bugs = ([f"noise multipliers x{result.noise_scale:g}"] if result.noise_scale != 1.0 else []) + \
+            ([] if result.clipping else ["per-row clipping off"])
+        print(f"planted bug: {', '.join(bugs)} (the claim is the correct run's)")
+    print("eps lower bound: a lower bound (Steinke et al. 2023, Theorem 3): it can refute the claim, never "
+          f"prove it; {result.eps_ceiling:.4g} is the most {result.guesses} guesses among {result.canaries} "
+          "canaries can show")
+    if result.refuted:
+        print(f"the claim eps = {result.claimed_eps:.4g} is refuted at confidence {level}")
+    return 0
+
+
 def _draws(text: str) -> int:
     try:
         value = int(text)
@@ -504,6 +582,32 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--seed", type=int, default=0, help="seed of the mechanism's noise (default 0)")
     aud.add_argument("--json", action="store_true", help="one JSON object")
     aud.set_defaults(func=_cmd_audit)
+    aut = sub.add_parser("audit-training", help="one-run canary audit of a DP-SGD or PF-LD config's training: "
+                         "claimed eps vs an empirical lower bound")
+    aut.add_argument("--method", required=True, choices=AUDIT_TRAINING_METHODS)
+    aut.add_argument("--eps", required=True, type=float, help="the config's target eps (delta 1e-5)")
+    aut.add_argument("--clip", type=float, default=1.0, help="clip_primal, the per-row gradient clip (default 1)")
+    aut.add_argument("--clip-dual", type=float, default=1.0, help="PF-LD's clip_dual (default 1)")
+    aut.add_argument("--notion", choices=("dp", "eo", "ap"), default="dp", help="PF-LD's fairness notion (default dp)")
+    aut.add_argument("--dataset", default="synthetic", help="a registered dataset (default synthetic)")
+    aut.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                     help="dataset loader option, e.g. -o rows=3000 (repeatable)")
+    aut.add_argument("--rows", type=int, help="subsample the train split to this many rows (valid, test: a quarter)")
+    aut.add_argument("--epochs", type=int, default=5, help="training epochs (default 5)")
+    aut.add_argument("--batch-size", type=int, default=100, help="minibatch size (default 100)")
+    aut.add_argument("--lr", type=float, help="learning rate (default: the method's, 0.1)")
+    aut.add_argument("--canaries", type=int, default=1000, help="m, canaries with random signs (default 1000)")
+    aut.add_argument("--k-positive", type=int, help="highest scores guessed +1 (default canaries // 10)")
+    aut.add_argument("--k-negative", type=int, help="lowest scores guessed -1 (default canaries // 10)")
+    aut.add_argument("--canary-norm", type=float, default=4.0, help="R, each canary's one non-zero feature (default 4)")
+    aut.add_argument("--confidence", type=float, default=0.95, help="probability that the bound holds (default 0.95)")
+    aut.add_argument("--seed", type=int, default=0, help="draws the canaries' signs and seeds the run (default 0)")
+    aut.add_argument("--noise-scale", type=float, default=1.0,
+                     help="planted bug, to see the audit catch it: scale the noise multipliers (e.g. 0.01)")
+    aut.add_argument("--no-clipping", action="store_true",
+                     help="planted bug: per-row clipping off, the noise kept at the clipping bound's scale")
+    aut.add_argument("--json", action="store_true", help="one JSON object")
+    aut.set_defaults(func=_cmd_audit_training)
     chk = sub.add_parser("check-method", help="run fairdp's method contract on the methods a plugin registers")
     chk.add_argument("module", metavar="MODULE", help="a plugin: a .py file or an importable module name")
     chk.add_argument("-x", "--first-failure", action="store_true", help="stop at the first failing check")

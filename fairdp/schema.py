@@ -54,12 +54,18 @@ IDENTITY_COLUMNS = (("study", "string"), ("dataset", "string"), ("method", "stri
 # a function of them, so a row can be bootstrapped without its predictions.
 TEST_CONFUSION = "test_confusion"
 COUNT_COLUMNS = ((TEST_CONFUSION, "string"),)
+# The kind of the row's guarantee (its method's ``Method.guarantee_kind``): scope, neighbouring
+# relation and the unit protected, e.g. "central, add/remove one record", "central, replace one
+# record's attribute", "local, replace one record's representation"; null for a method without
+# privacy. eps of different kinds are not comparable. Absent from result sets written before
+# it existed: the analysis takes the method's kind for them (``analysis._rows.row_guarantees``).
+GUARANTEE = "guarantee"
 # The config's dp-accounting DpEvent and neighbouring relation, JSON (null for a method without
 # an accountant's guarantee), and the study's random trial count (null: every grid config was
 # trained): what ``eps_released``, the guarantee of releasing a selection, is composed from.
 PRIVACY_EVENT = "privacy_event"
 TUNING = "tuning"
-RELEASE_COLUMNS = ((PRIVACY_EVENT, "string"), (TUNING, "string"))
+RELEASE_COLUMNS = ((GUARANTEE, "string"), (PRIVACY_EVENT, "string"), (TUNING, "string"))
 
 # pruned_at: the rung epoch after which a study's ``prune:`` stopped the config (its metrics
 # are its best epoch up to there); null for a config trained every epoch, and absent from
@@ -101,7 +107,7 @@ def hyperparameter_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
 
 def result_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
     """(name, type) of every column of a result row, in order: identity, hyperparameters,
-    metrics (float64), the test split's confusion counts, the privacy event and trial count,
-    provenance."""
+    metrics (float64), the test split's confusion counts, the guarantee's kind, the privacy
+    event and trial count, provenance."""
     return [*IDENTITY_COLUMNS, *hyperparameter_columns(hyperparams),
             *((m, "float64") for m in METRIC_COLUMNS), *COUNT_COLUMNS, *RELEASE_COLUMNS, *PROVENANCE_COLUMNS]

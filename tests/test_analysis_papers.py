@@ -119,8 +119,10 @@ def test_fairdp_report_compare_puts_table3_beside_the_demo(tmp_path):
     assert proc.returncode == 0, proc.stderr
     md = (out / "report.md").read_text()
     section = md.split("## Compared with the paper: federate-table3")[1].split("\n## ")[0]
-    assert "| federate | test_tpr_gap | 2.73 ± 2.18 |" in section  # the paper's cell beside fairdp's
-    assert "| inlp | test_tpr_gap | 3.91 ± 2.43 | - |" in section  # a method the demo did not run
+    # the paper's cell beside fairdp's, with what the method's eps protects (rows written before
+    # the guarantee column: the method's kind)
+    assert "| federate | local, replace one record's representation | test_tpr_gap | 2.73 ± 2.18 |" in section
+    assert "| inlp | not private | test_tpr_gap | 3.91 ± 2.43 | - |" in section  # a method the demo did not run
     assert "federate test_tpr_gap below unconstrained's" in section
     bad = run_cli("report", str(REPO / "results" / "demo-reference"), "-o", str(tmp_path / "bad"),
                   "--compare", "table9")
@@ -160,3 +162,20 @@ def test_a_failing_claim_names_the_groups_where_it_fails():
     claims = check_claims(agg, paper, ("fairness_notion", "eps"))
     below = claims[claims["claim"] == "pfld test_notion_gap below dpsgd's"].set_index("where")["fairdp"]
     assert below["fairness_notion dp, eps 1.0"] is True and below["fairness_notion eo, eps 1.0"] is False
+
+
+def test_claims_ordering_methods_of_different_guarantees_say_so():
+    """PF-LD (central, one record's attribute) against DP-SGD (central, a whole record) or M
+    (local, the attribute) at one eps compares different guarantees: each claim says whether
+    its two methods' eps are of one kind."""
+    from fairdp.analysis._rows import DIFFERENT_GUARANTEES
+
+    paper = get_paper("pfld-adult")
+    agg = pd.DataFrame([
+        {"method": m, "fairness_notion": "dp", "eps": 1.0, "test_notion_gap_mean": gap, "test_accuracy_mean": 80.0}
+        for m, gap in (("pfld", 2.0), ("dpsgd", 10.0), ("private_reductions", 6.0))])
+    claims = check_claims(agg, paper, ("fairness_notion", "eps")).set_index("claim")["guarantees"]
+    assert claims["pfld test_notion_gap below dpsgd's"] == DIFFERENT_GUARANTEES
+    assert claims["pfld test_notion_gap below private_reductions's"] == DIFFERENT_GUARANTEES
+    trend = [c for c in claims.index if "falls as eps grows" in c]
+    assert trend and all(claims[c] == "same" for c in trend)

@@ -31,6 +31,17 @@ from fairdp.errors import InputError
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 METHODS = ("unconstrained", "adversarial", "noise", "federate")
 EPS_METHODS = ("federate", "noise")
+LOCAL = "local, replace one record's representation"
+CENTRAL_RECORD = "central, add/remove one record"
+
+
+def method_of(label: str) -> str:
+    """The method a legend label names: "federate (local, ...)" -> "federate"."""
+    return label.split(" (", 1)[0]
+
+
+def legend_methods(fig) -> list[str]:
+    return [method_of(t) for t in legend_labels(fig)]
 
 
 def synthetic_results(seed=0, datasets=("adult", "twitter"), methods=METHODS, seeds=(0, 1, 2), configs=20):
@@ -96,11 +107,12 @@ def test_synthetic_results_have_the_result_columns(results):
 def test_format_table_markdown(agg):
     md = format_table(agg, "md")
     lines = md.splitlines()
-    assert lines[0] == "| Dataset | Method | Seeds | Accuracy ↑ | TPR-gap ↓ | Leakage ↓ | MDL ↑ |"
+    assert lines[0] == "| Dataset | Method | Guarantee | Seeds | Accuracy ↑ | TPR-gap ↓ | Leakage ↓ | MDL ↑ |"
     assert len(lines) == 2 + len(agg) == 2 + 2 * len(METHODS)
     row = agg[(agg["dataset"] == "adult") & (agg["method"] == "federate")].iloc[0]
     cell = f"{row['test_accuracy_mean']:.1f} ± {row['test_accuracy_std']:.1f}"
-    assert any(line.startswith("| adult | federate | 3 | " + cell + " |") for line in lines)
+    assert any(line.startswith(f"| adult | federate | {LOCAL} | 3 | " + cell + " |") for line in lines)
+    assert any(line.startswith("| adult | unconstrained | not private | ") for line in lines)
     assert "GRMS ↓" in format_table(agg.rename(columns=lambda c: c.replace("tpr_gap", "grms")), "md", "grms")
 
 
@@ -113,13 +125,14 @@ def test_format_table_cells_for_missing_values():
         "mdl_mean": [31.3, 22.94], "mdl_std": [0.1, np.nan],
     })
     md = format_table(agg, "md", decimals=2)
-    assert "| d | random | 5 | 50.00 ± 0.00 | 0.00 ± 0.00 | - | 31.30 ± 0.10 |" in md
-    assert "| d | one_seed | 1 | 72.06 | 3.00 | 61.00 | 22.94 |" in md
+    assert "| d | random | not private | 5 | 50.00 ± 0.00 | 0.00 ± 0.00 | - | 31.30 ± 0.10 |" in md
+    # a plugin this process has not loaded, in a table without the rows' guarantee column
+    assert "| d | one_seed | unknown (method not loaded) | 1 | 72.06 | 3.00 | 61.00 | 22.94 |" in md
 
 
 def test_format_table_latex(agg):
     tex = format_table(agg, "latex")
-    assert tex.startswith("\\begin{tabular}{llr")
+    assert tex.startswith("\\begin{tabular}{lllr")
     assert "Accuracy $\\uparrow$ & TPR-gap $\\downarrow$ & Leakage $\\downarrow$ & MDL $\\uparrow$ \\\\" in tex
     row = agg.iloc[0]
     assert f"${row['test_accuracy_mean']:.1f} \\pm {row['test_accuracy_std']:.1f}$" in tex
@@ -133,7 +146,7 @@ def test_format_table_csv_is_the_aggregate(agg):
     header = csv.splitlines()[0].split(",")
     assert header == ["dataset", "method", "n_seeds", "test_accuracy_mean", "test_accuracy_std",
                       "test_tpr_gap_mean", "test_tpr_gap_std", "leakage_mean", "leakage_std",
-                      "mdl_mean", "mdl_std"]
+                      "mdl_mean", "mdl_std", "guarantee"]
     assert len(csv.splitlines()) == 1 + len(agg)
     back = pd.read_csv(__import__("io").StringIO(csv))
     assert np.allclose(back["test_accuracy_std"], agg["test_accuracy_std"])
@@ -148,7 +161,7 @@ def _legend_styles(fig) -> dict[str, tuple]:
         for handle, text in zip(legend.legend_handles, legend.get_texts()):
             color = handle.get_color() if hasattr(handle, "get_color") else handle.get_edgecolor()
             color = color[0] if isinstance(color, (list, np.ndarray)) and np.ndim(color) == 2 else color
-            out[text.get_text()] = (to_rgba(color), getattr(handle, "get_marker", lambda: None)())
+            out[method_of(text.get_text())] = (to_rgba(color), getattr(handle, "get_marker", lambda: None)())
     return out
 
 
@@ -195,7 +208,7 @@ def test_error_bars_are_the_tables_seed_intervals_and_the_title_says_so(results)
     first = sorted(sweep["dataset"].unique())[0]
     checked = 0
     for container in ax.containers:
-        if not isinstance(container, ErrorbarContainer) or container.get_label() != "federate":
+        if not isinstance(container, ErrorbarContainer) or method_of(container.get_label()) != "federate":
             continue
         rows = want[(want["dataset"] == first) & (want["method"] == "federate")].sort_values("rt")
         segments = container.lines[2][0].get_segments()
@@ -238,7 +251,7 @@ def test_a_random_baseline_does_not_stretch_the_axes_of_the_methods_compared(res
         assert ax.get_xlim()[0] > 60
         assert any(re.match(r"random: valid accuracy (49|50)\.\d, valid TPR", t.get_text()) for t in ax.texts), \
             [t.get_text() for t in ax.texts]
-    assert "random" not in legend_labels(pareto)
+    assert "random" not in legend_methods(pareto)
     # alone, a baseline is what there is to draw
     assert figure_rt_sweep(rt_sweep(mixed[mixed["method"] == "random"], [0])) is not None
 
@@ -254,8 +267,8 @@ def test_methods_with_equal_values_in_an_interval_do_not_hide_each_other(results
     fig = figure_fairness_accuracy_bins(same)
     xs = {}
     for container in fig.axes[0].containers:
-        if container.get_label() in ("adversarial", "unconstrained"):
-            xs[container.get_label()] = np.asarray(container.lines[0].get_xdata(), float)
+        if method_of(container.get_label()) in ("adversarial", "unconstrained"):
+            xs[method_of(container.get_label())] = np.asarray(container.lines[0].get_xdata(), float)
     a, u = xs["adversarial"], xs["unconstrained"]
     assert len(a) == len(u) and (np.abs(a - u) > 0.1).all()  # apart ...
     centres = np.asarray(sorted(same["accuracy_bin"].unique()), float)
@@ -280,17 +293,19 @@ def test_format_table_bad_input(agg):
         format_table(agg.drop(columns="leakage_mean"), "md")
 
 
-def test_figures_have_a_legend_with_the_method_names(results):
+def test_figures_have_a_legend_with_the_method_names_and_their_guarantees(results):
     sweep = rt_sweep(results, [0, 1, 3])
-    assert sorted(legend_labels(figure_rt_sweep(sweep))) == sorted(METHODS)
+    kinds = {"unconstrained": "not private", "adversarial": "not private", "noise": LOCAL, "federate": LOCAL}
+    labelled = sorted(f"{m} ({kinds[m]})" for m in METHODS)
+    assert sorted(legend_labels(figure_rt_sweep(sweep))) == labelled
     bins = fairness_accuracy_bins(results)
-    assert sorted(legend_labels(figure_fairness_accuracy_bins(bins))) == sorted(METHODS)
+    assert sorted(legend_labels(figure_fairness_accuracy_bins(bins))) == labelled
     # only the methods with eps take part in the privacy plots
     by_eps = privacy_accuracy_by_eps(results)
-    assert sorted(legend_labels(figure_privacy_accuracy(by_eps))) == sorted(EPS_METHODS)
-    assert sorted(legend_labels(figure_leakage_vs_eps(results))) == sorted(EPS_METHODS)
+    assert sorted(legend_methods(figure_privacy_accuracy(by_eps))) == sorted(EPS_METHODS)
+    assert sorted(legend_methods(figure_leakage_vs_eps(results))) == sorted(EPS_METHODS)
     fig = figure_pareto_fronts(results, [("valid_accuracy", "valid_tpr_gap"), ("valid_accuracy", "leakage")])
-    assert sorted(legend_labels(fig)) == sorted(METHODS)
+    assert sorted(legend_labels(fig)) == labelled
     assert len(fig.axes) == 2 * 2  # datasets x pairs
 
 
@@ -330,7 +345,7 @@ def test_report_renders(results, tmp_path):
     assert html.count("data:image/png;base64,") == len(figures)
     assert "<table" in html and "src=\"figures/" not in html
     md = (out / "report.md").read_text(encoding="utf-8")
-    assert "| Dataset | Method | Seeds | Accuracy ↑ | TPR-gap ↓ | Leakage ↓ | MDL ↑ |" in md
+    assert "| Dataset | Method | Guarantee | Seeds | Accuracy ↑ | TPR-gap ↓ | Leakage ↓ | MDL ↑ |" in md
     assert "![" in md and "(figures/rt_sweep.png)" in md
     for method in METHODS:
         assert method in md and method in html
@@ -388,7 +403,7 @@ def test_sweep_tables_hold_the_sweep_values():
 
     sweep = rt_sweep(synthetic_results(datasets=("adult",)), [0, 2])
     tables = dict(sweep_tables(sweep))
-    fed = tables["federate on adult (3 seeds)"]
+    fed = tables[f"federate on adult (3 seeds; {LOCAL})"]
     row = sweep[(sweep["method"] == "federate") & (sweep["rt"] == 2)].iloc[0]
     acc = fed.loc[fed["Metric"] == "Accuracy ↑", "RT 2"].iloc[0]
     assert acc == f"{row['test_accuracy_mean']:.1f} ± {row['test_accuracy_std']:.1f}"
@@ -412,16 +427,84 @@ def test_local_and_central_eps_never_share_an_axis_unlabelled(results):
     from fairdp.analysis._rows import eps_labels
 
     axis, names = eps_labels(["federate", "noise", "unconstrained"])
-    assert axis.startswith("local ε") and names["federate"] == "federate"
+    assert axis == f"ε ({LOCAL})" and names["federate"] == f"federate ({LOCAL})"
+    assert names["unconstrained"] == "unconstrained (not private)"
+    axis, names = eps_labels(["pfld [dp]", "pfld [eo]"])
+    assert axis == "ε (central, replace one record's attribute)"
     axis, names = eps_labels(["fld", "pfld [dp]", "dpsgd"])
-    assert axis.startswith("central ε")
-    axis, names = eps_labels(["federate", "pfld", "unconstrained"])
-    assert "see each method" in axis
-    assert names == {"federate": "federate (local ε)", "pfld": "pfld (central ε)", "unconstrained": "unconstrained"}
+    assert "not comparable" in axis
+    assert names == {"fld": "fld (not private)", "pfld [dp]": "pfld [dp] (central, replace one record's attribute)",
+                     "dpsgd": f"dpsgd ({CENTRAL_RECORD})"}
     mixed = results.copy()
     mixed.loc[mixed["method"] == "noise", "method"] = "dpsgd"  # dpsgd's eps is central
     fig = figure_privacy_accuracy(privacy_accuracy_by_eps(mixed))
-    assert sorted(legend_labels(fig)) == ["dpsgd (central ε)", "federate (local ε)"]
-    assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == {"ε (local or central: see each method)"}
-    assert {ax.get_xlabel() for ax in figure_leakage_vs_eps(results).axes if ax.get_xlabel()} == \
-        {"local ε (ε-LDP of each representation / attribute)"}
+    assert sorted(legend_labels(fig)) == [f"dpsgd ({CENTRAL_RECORD})", f"federate ({LOCAL})"]
+    assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == \
+        {"ε (kinds differ, not comparable: see legend)"}
+    assert {ax.get_xlabel() for ax in figure_leakage_vs_eps(results).axes if ax.get_xlabel()} == {f"ε ({LOCAL})"}
+
+
+def _local_and_central(results):
+    """The synthetic rows with noise's replaced by DP-SGD's (central, add/remove one record)
+    and eps a report-by key: FEDERATE (local) and DP-SGD side by side at one eps."""
+    mixed = results[results["dataset"] == "adult"].copy()
+    mixed.loc[mixed["method"] == "noise", "method"] = "dpsgd"
+    return mixed
+
+
+def test_a_report_with_local_and_central_methods_labels_each_and_never_compares_them_on_eps_unmarked(
+        results, tmp_path):
+    """All methods sat side by side 'at the same eps': every table and legend now names each
+    method's kind, and the differences section marks each pair of different kinds."""
+    from fairdp.analysis import aggregate_seeds, seed_intervals, supported_differences
+    from fairdp.analysis._rows import DIFFERENT_GUARANTEES
+
+    mixed = _local_and_central(results)
+    agg = aggregate_seeds(select_by_rt(mixed, 1.0))
+    assert dict(zip(agg["method"], agg["guarantee"])) == {
+        "adversarial": None, "dpsgd": CENTRAL_RECORD, "federate": LOCAL, "unconstrained": None}
+    table = supported_differences(seed_intervals(agg), "test_accuracy").set_index("method")
+    assert table.loc["federate", "guarantee"] == LOCAL and table.loc["dpsgd", "guarantee"] == CENTRAL_RECORD
+    assert table.loc["federate", "dpsgd"].endswith(" †") and table.loc["dpsgd", "federate"].endswith(" †")
+    # a non-private method has no eps to compare: its pairs are unmarked, as are pairs of one kind
+    assert not table.loc["federate", "unconstrained"].endswith("†")
+    assert not table.loc["unconstrained", "adversarial"].endswith("†")
+
+    write_report(mixed, tmp_path, rt=1.0, rts=(0, 1))
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    main = md.split("## Test results", 1)[1].split("\n## ", 1)[0]
+    assert f"| adult | federate | {LOCAL} |" in main and f"| adult | dpsgd | {CENTRAL_RECORD} |" in main
+    assert DIFFERENT_GUARANTEES in main
+    support = md.split("## Differences the intervals support", 1)[1].split("\n## ", 1)[0]
+    assert DIFFERENT_GUARANTEES in support  # the caption says what † means
+    for block in support.split("**")[2::2]:  # each metric's table
+        lines = [line for line in block.splitlines() if line.startswith("| adult |")]
+        header = [c.strip() for c in block.splitlines()[2].strip("|").split("|")]
+        cells = {line.split("|")[2].strip(): [c.strip() for c in line.strip("|").split("|")] for line in lines}
+        assert cells["federate"][header.index("dpsgd")].endswith("†")
+        assert cells["dpsgd"][header.index("federate")].endswith("†")
+    privacy = md.split("## Privacy-accuracy trade-off", 1)[1].split("\n## ", 1)[0]
+    assert f"| adult | dpsgd | {CENTRAL_RECORD} |" in privacy and f"| adult | federate | {LOCAL} |" in privacy
+    assert "not comparable" in privacy
+    assert f"federate: {LOCAL}" in md and f"dpsgd: {CENTRAL_RECORD}" in md  # the overview
+    assert CENTRAL_RECORD in html and "Guarantee" in html
+    # every figure legend names each method's kind
+    fig = figure_privacy_accuracy(privacy_accuracy_by_eps(mixed))
+    assert sorted(legend_labels(fig)) == [f"dpsgd ({CENTRAL_RECORD})", f"federate ({LOCAL})"]
+
+
+def test_rows_written_before_the_guarantee_column_take_their_methods_kind(results):
+    """Result sets from before the column still load and analyse: the kind comes from the
+    method, as eps_scope's did; a stored kind wins over the registry's."""
+    from fairdp.analysis._rows import row_guarantees
+
+    assert "guarantee" not in results.columns
+    kinds = row_guarantees(results)
+    assert set(kinds[results["method"] == "federate"]) == {LOCAL}
+    assert set(kinds[results["method"] == "unconstrained"]) == {None}
+    stored = results.assign(guarantee=np.where(results["method"] == "federate", "stored kind", None))
+    assert set(row_guarantees(stored)[results["method"] == "federate"]) == {"stored kind"}
+    agg = aggregate_seeds(select_by_rt(stored, 1.0))
+    assert set(agg.loc[agg["method"] == "federate", "guarantee"]) == {"stored kind"}
+    assert "| stored kind |" in format_table(agg, "md")

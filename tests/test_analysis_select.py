@@ -155,13 +155,17 @@ def test_aggregate_mean_and_sample_std_over_seeds():
         ("federate", 2, "b", 78.0, 6.0, {"leakage": 58.0, "mdl": 14.0}),
         ("unconstrained", 0, "u", 80.0, 20.0),
     ])
+    sel.loc[sel["method"] == "federate", "eps_formal"] = 4.0
     agg = aggregate_seeds(sel)
     assert list(agg.columns) == [
         "dataset", "method", "n_seeds",
         "test_accuracy_mean", "test_accuracy_std", "test_tpr_gap_mean", "test_tpr_gap_std",
-        "leakage_mean", "leakage_std", "mdl_mean", "mdl_std",
+        "leakage_mean", "leakage_std", "mdl_mean", "mdl_std", "guarantee",
     ]
     fed = agg[agg["method"] == "federate"].iloc[0]
+    # what each method's eps protects, from the method where the rows do not store it
+    assert fed["guarantee"] == "local, replace one record's representation"
+    assert agg.loc[agg["method"] == "unconstrained", "guarantee"].iloc[0] is None
     assert fed["n_seeds"] == 3
     # test accuracy 70, 72, 77: mean 73, squared deviations 9 + 1 + 16 = 26, ddof=1 -> 26 / 2.
     assert fed["test_accuracy_mean"] == pytest.approx(73.0)
@@ -177,7 +181,8 @@ def test_aggregate_custom_metrics_and_fairness():
     agg = aggregate_seeds(sel, fairness="eo_gap")
     assert agg.loc[0, "test_eo_gap_mean"] == 3.0
     agg = aggregate_seeds(sel, metrics=["valid_accuracy"])
-    assert list(agg.columns) == ["dataset", "method", "n_seeds", "valid_accuracy_mean", "valid_accuracy_std"]
+    assert list(agg.columns) == ["dataset", "method", "n_seeds", "valid_accuracy_mean", "valid_accuracy_std",
+                                 "guarantee"]
     with pytest.raises(InputError, match="test_grms"):
         aggregate_seeds(sel, fairness="grms")
 
@@ -303,8 +308,9 @@ def test_selection_and_aggregation_per_notion_and_eps():
     from fairdp.analysis import format_table
 
     text = format_table(agg, "md", "notion_gap", by=by)
-    assert text.splitlines()[0].startswith("| Dataset | Method | Notion | ε | Seeds | Accuracy ↑ | Violation ↓")
-    assert "| bank | unconstrained | eo | - | 2 |" in text
+    assert text.splitlines()[0].startswith(
+        "| Dataset | Method | Guarantee | Notion | ε | Seeds | Accuracy ↑ | Violation ↓")
+    assert "| bank | unconstrained | not private | eo | - | 2 |" in text
 
 
 def test_violation_accuracy_by_eps_is_tran_et_als_figure_table():

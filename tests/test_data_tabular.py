@@ -69,19 +69,19 @@ def test_german(sensitive, groups, counts):
 
 
 @pytest.mark.parametrize("name", ["adult", "compas", "german"])
-def test_splits_are_60_20_20_disjoint_and_stratified(name):
+def test_splits_are_60_20_20_disjoint_and_stratified_by_label(name):
     ds = load_dataset(name)
     parts = [ds.splits[k] for k in ("train", "valid", "test")]
     assert sum(len(p) for p in parts) == ds.n_rows
     assert len(np.unique(np.concatenate(parts))) == ds.n_rows
-    cells = ds.y * ds.n_groups + ds.s
-    n_cells = len(np.unique(cells))
     for part, frac in zip(parts, (0.6, 0.2, 0.2)):
-        assert abs(len(part) - frac * ds.n_rows) <= n_cells
-        # every (label, group) cell keeps its share, up to one row per cell
-        full = np.bincount(cells, minlength=n_cells)
-        got = np.bincount(cells[part], minlength=n_cells)
+        assert abs(len(part) - frac * ds.n_rows) <= ds.n_classes
+        # every class keeps its share, up to one row per class (groups are not stratified:
+        # the split never reads the sensitive attribute)
+        full = np.bincount(ds.y, minlength=ds.n_classes)
+        got = np.bincount(ds.y[part], minlength=ds.n_classes)
         assert np.all(np.abs(got - frac * full) <= 1)
+    assert np.array_equal(ds.splits["train"], stratified_split(ds.y, seed=0)["train"])
 
 
 def test_split_seed_fixes_the_split():
@@ -108,14 +108,16 @@ def test_numerical_features_standardised_on_train_only(adult):
 
 def test_stratified_split_unit():
     rng = np.random.default_rng(3)
-    y, s = rng.integers(0, 3, 1000), rng.integers(0, 4, 1000)
-    a = stratified_split(y, s, seed=5)
-    b = stratified_split(y, s, seed=5)
+    y = rng.integers(0, 3, 1000)
+    a = stratified_split(y, seed=5)
+    b = stratified_split(y, seed=5)
     for k in ("train", "valid", "test"):
         np.testing.assert_array_equal(a[k], b[k])
     assert len(set(a["train"]) | set(a["valid"]) | set(a["test"])) == 1000
-    with pytest.raises(ValueError):
-        stratified_split(y, s, fractions=(0.5, 0.2, 0.2))
+    with pytest.raises(InputError, match="fractions"):
+        stratified_split(y, fractions=(0.5, 0.2, 0.2))
+    with pytest.raises(TypeError):  # the sensitive attribute is no longer an argument
+        stratified_split(y, rng.integers(0, 4, 1000), seed=5)
 
 
 def test_describe_json_contract():

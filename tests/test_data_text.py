@@ -108,8 +108,9 @@ def test_failed_loads_leave_no_cache(tmp_path, cache):
     fails(table, f"'{tmp_path / 'no-model'}'", model=str(tmp_path / "no-model"))
     (tmp_path / "empty-model").mkdir()
     fails(table, "cannot load sentence-transformers model", model=str(tmp_path / "empty-model"))
-    # encoded, but one row per (label, group) cell leaves the valid split empty: no cache write
-    fails(table.iloc[:4], "the valid split is empty")
+    # encoded, but two rows per label (the split is stratified by label only) leave the test
+    # split empty: no cache write
+    fails(table.iloc[:4], "the test split is empty")
     with pytest.raises(InputError, match="missing.csv: file not found"):
         load_dataset("text", path=str(tmp_path / "missing.csv"), model=MODEL)
 

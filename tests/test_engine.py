@@ -159,6 +159,7 @@ def test_gpu_memory_rule_keeps_a_pack_within_its_share_of_the_device():
     from fairdp.engine import (
         ACTIVATION_COPIES,
         CUDA_MEMORY_SHARE,
+        PRIVATISER_BYTES,
         bytes_per_config,
         cuda_config_chunk,
     )
@@ -166,7 +167,8 @@ def test_gpu_memory_rule_keeps_a_pack_within_its_share_of_the_device():
     shapes = [(85, 512), (512, 2)]  # Adult-shaped encoder + classifier
     per = bytes_per_config(shapes, batch_size=2000, eval_rows=4096, kept_rows=18000, representation_dim=512)
     params = 85 * 512 + 512 + 512 * 2 + 2
-    assert per == 4 * (5 * params + ACTIVATION_COPIES * 2000 * 514 + 4096 * 514 + 18000 * 512)
+    assert per == (4 * (5 * params + ACTIVATION_COPIES * 2000 * 514 + 4096 * 514 + 18000 * 512)
+                   + PRIVATISER_BYTES * 4096 * 512)
     gib = 1 << 30
     whole = cuda_config_chunk(per, 80 * gib, 1.0, k=10_000)
     quarter = cuda_config_chunk(per, 80 * gib, 0.25, k=10_000)
@@ -280,22 +282,22 @@ def test_cape_trains_the_architecture_of_its_table_2(data):
 
 def test_bf16_keeps_the_laplace_step_in_fp32():
     """Under bf16 autocast the encoder's matmuls run in bf16, but FEDERATE's normalisation and
-    noise must not: the released row is l1_normalize(h) + Laplace(2/eps) drawn in fp32. The
-    noise is redrawn from the same seeds and subtracted; what is left has L1 norm 1 to fp32
-    precision (bf16 rounding would leave errors ~1e-3)."""
+    noise must not: the released row is the fp32 mechanism's output on the encoder's output,
+    what ``laplace_privatize`` gives outside autocast from the same streams, grid points of its
+    fp32 tables (bf16 rounding would leave values off the grid)."""
     from fairdp.engine import Architecture, ModelSpec, PackedModel, autocast
+    from fairdp.privacy import laplace_privatize
 
     gens = _rng.make_generators([3, 4], "cpu")
     model = PackedModel(ModelSpec(privatizer="laplace"), Architecture(encoder=(64, 32)), 12, 2, 2, gens,
                         device="cpu", dtype=torch.float32)
     x, eps = torch.randn(50, 12), torch.tensor([1.0, 8.0]).reshape(2, 1, 1)
     with torch.no_grad(), autocast("bf16", torch.device("cpu")):
-        assert model.encoder(x).dtype == torch.bfloat16  # the matmuls are bf16
+        h = model.encoder(x)
+        assert h.dtype == torch.bfloat16  # the matmuls are bf16
         z = model.represent(x, eps, _rng.make_generators([7, 8], "cpu"))
     assert z.dtype == torch.float32
-    noise = _rng.laplace((50, 32), 2.0 / eps, _rng.make_generators([7, 8], "cpu"))
-    rows = z - noise
-    assert (rows.abs().sum(-1) - 1).abs().max() < 1e-5
+    assert torch.equal(z, laplace_privatize(h.float(), eps, _rng.make_generators([7, 8], "cpu")))
 
 
 def test_bf16_clips_per_sample_gradients_in_fp32():

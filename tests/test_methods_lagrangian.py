@@ -385,10 +385,10 @@ def test_an_audit_of_one_primal_step_does_not_refute_its_gaussian_guarantee():
     result = audit(one_step, [0.0], [1.0], 8192, seed=0, statistic="linear")
     allowed = min(math.exp(e) * result.p_upper + _gaussian_delta(e, sigma_p) for e in np.linspace(0, 8, 801))
     assert result.p_lower <= allowed, result
-    # not blind: the record's change is seen (eps_lower 1.1 here; the step of 0be3bec, whose sign
-    # came from the minibatch, gave 7.0, the audit's ceiling at this sample count, p_lower 0.998
-    # against an allowed 0.017)
-    assert result.eps_lower > 0.5, result
+    # not blind: the record's change is seen (eps_lower 0.42 here, 0.52, 0.88 and 0.46 with other
+    # noise streams of the step; the step of 0be3bec, whose sign came from the minibatch, gave
+    # 7.0, the audit's ceiling at this sample count, p_lower 0.998 against an allowed 0.017)
+    assert result.eps_lower > 0.25, result
 
 
 @pytest.mark.slow

@@ -123,6 +123,118 @@ def test_methods_without_an_event_are_not_covered():
     assert released_guarantees(rows, rows, rt=1.0)["released_under"].iloc[0] == "not covered: no privacy"
 
 
+# -- a mean over seeds: every seed's release composed ---------------------------------------------------
+
+def _event_by_hand(blob):
+    """A DpEvent rebuilt from the stored JSON with dp_accounting's own classes (not fairdp's decoder)."""
+    if isinstance(blob, dict) and "class" in blob:
+        cls = getattr(dp_accounting.dp_event, blob["class"])
+        return cls(**{k: _event_by_hand(v) for k, v in blob.items() if k != "class"})
+    if isinstance(blob, dict) and set(blob) == {"float"}:
+        return float(blob["float"])
+    if isinstance(blob, list):
+        return [_event_by_hand(v) for v in blob]
+    return blob
+
+
+def _seeds(per_seed: list[list], eps: float, delta: float, method: str, relation: str, tuning=None) -> pd.DataFrame:
+    """Rows of one (dataset, method), one run per seed, each with the given configs' events."""
+    return pd.concat([_rows(events, [eps] * len(events), delta, method, tuning, relation).assign(seed=seed)
+                      for seed, events in enumerate(per_seed)], ignore_index=True)
+
+
+def _summary(rows: pd.DataFrame, rt: float) -> pd.Series:
+    from fairdp.analysis import select_by_rt
+    from fairdp.analysis._release import release_summary
+
+    released = released_guarantees(rows, select_by_rt(rows, rt), rt)
+    (row,) = release_summary(released, rows, rt).to_dict("records")
+    return pd.Series(row), released
+
+
+def test_the_mean_over_seeds_composes_every_config_of_every_seed_as_dp_accounting_does():
+    """eps_released was the largest over seeds, but a mean over seeds releases every seed's
+    pick of the same data: its cost is the composition of every config trained in every seed."""
+    from fairdp.analysis._release import MEAN_OVER_SEEDS, PER_SEED
+
+    def sgd(sigma, steps=60):  # DP-SGD's shape: T Poisson-sampled Gaussian steps
+        return dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(sigma)), steps)
+
+    per_seed = [[sgd(1.1), sgd(2.0)], [sgd(1.1), sgd(2.0)], [sgd(1.1), sgd(2.0)]]
+    rows = _seeds(per_seed, 1.0, DELTA, "dpsgd", "add_or_remove_one")
+    row, released = _summary(rows, rt=1.0)
+
+    stored = [_event_by_hand(json.loads(text)["event"]) for text in rows["privacy_event"]]
+    assert {json.loads(text)["relation"] for text in rows["privacy_event"]} == {"add_or_remove_one"}
+    everything = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    everything.compose(dp_accounting.ComposedDpEvent(stored))
+    assert row[MEAN_OVER_SEEDS] == pytest.approx(everything.get_epsilon(DELTA), rel=1e-9)
+    one = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    one.compose(dp_accounting.ComposedDpEvent(stored[:2]))  # seed 0's two configs
+    assert row[PER_SEED] == pytest.approx(one.get_epsilon(DELTA), rel=1e-9)
+    assert released["eps_released"].tolist() == pytest.approx([one.get_epsilon(DELTA)] * 3, rel=1e-9)
+    assert row[MEAN_OVER_SEEDS] > row[PER_SEED] and row["seeds"] == 3
+    assert row["bound, mean over seeds"] == "composition of the 6 configs trained in the 3 seeds (the same data)"
+    assert row["guarantee"] == "central, add/remove one record"
+
+
+def test_the_mean_over_seeds_of_pure_dp_rows_is_at_most_the_plain_sum():
+    from fairdp.analysis._release import MEAN_OVER_SEEDS
+
+    rr = dp_accounting.RandomizedResponseDpEvent(2 / (math.e + 1), 2)  # k-RR at eps 1
+    rows = _seeds([[rr], [rr]], 1.0, 0.0, "private_reductions", "replace_one")
+    row, _ = _summary(rows, rt=1.0)
+    accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(dp_accounting.ComposedDpEvent([_event_by_hand(json.loads(t)["event"])
+                                                      for t in rows["privacy_event"]]))
+    plain_sum = float(rows["eps_formal"].sum())
+    assert plain_sum == 2.0 and accountant.get_epsilon(DELTA) > plain_sum  # two configs: the sum is the bound
+    assert row[MEAN_OVER_SEEDS] == pytest.approx(plain_sum) and row["δ"] == DELTA
+    many = _seeds([[rr] * 10, [rr] * 10, [rr] * 10], 1.0, 0.0, "private_reductions", "replace_one")
+    row, _ = _summary(many, rt=1.0)
+    accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(dp_accounting.ComposedDpEvent([_event_by_hand(json.loads(t)["event"])
+                                                      for t in many["privacy_event"]]))
+    assert row[MEAN_OVER_SEEDS] == pytest.approx(min(accountant.get_epsilon(DELTA), 30.0), rel=1e-9)
+    assert row[MEAN_OVER_SEEDS] < 30.0
+
+
+def test_the_mean_over_seeds_of_best_of_random_searches_composes_their_repeat_and_select():
+    from fairdp.analysis._release import MEAN_OVER_SEEDS, PER_SEED
+
+    grid = dp_accounting.GaussianDpEvent(2.0)
+    record = json.dumps({"count": "poisson", "mean": 4, "shape": None, "drawn": 2, "grid_size": 1,
+                         "grid_events": [event_to_json(grid, "add_or_remove_one")]})
+    rows = _seeds([[grid, grid], [grid], [grid, grid, grid]], 1.0, DELTA, "dpsgd", "add_or_remove_one", record)
+    row, _ = _summary(rows, rt=0.0)
+    inner = _event_by_hand(json.loads(json.loads(record)["grid_events"][0])["event"])
+    accountant = dp_accounting.rdp.RdpAccountant()
+    accountant.compose(dp_accounting.dp_event.RepeatAndSelectDpEvent(inner, 4.0, math.inf), 3)
+    assert row[MEAN_OVER_SEEDS] == pytest.approx(accountant.get_epsilon(DELTA), rel=1e-9)
+    alone = dp_accounting.rdp.RdpAccountant()
+    alone.compose(dp_accounting.dp_event.RepeatAndSelectDpEvent(inner, 4.0, math.inf))
+    assert row[PER_SEED] == pytest.approx(alone.get_epsilon(DELTA), rel=1e-9)
+
+
+def test_a_mean_over_seeds_of_a_local_method_is_not_covered():
+    from fairdp.analysis._release import MEAN_OVER_SEEDS
+
+    rows = pd.concat([_rows([None, None], [4.0, 4.0], 0.0, "federate").assign(seed=s) for s in (0, 1)],
+                     ignore_index=True)
+    rr = dp_accounting.RandomizedResponseDpEvent(0.5, 2)
+    rows = pd.concat([rows, _seeds([[rr], [rr]], 1.0, 0.0, "private_reductions", "replace_one")], ignore_index=True)
+    from fairdp.analysis import select_by_rt
+    from fairdp.analysis._release import release_summary
+
+    released = released_guarantees(rows, select_by_rt(rows, 1.0), 1.0)
+    table = release_summary(released, rows, 1.0).set_index("method")
+    assert math.isnan(table.loc["federate", MEAN_OVER_SEEDS])
+    assert table.loc["federate", "bound, mean over seeds"] == "not covered: a local guarantee per representation"
+    assert table.loc["federate", "guarantee"] == "local, replace one record's representation"
+    assert table.loc["private_reductions", "guarantee"] == "local, replace one record's attribute"
+
+
 # -- random count: repeat and select ------------------------------------------------------------------
 
 @pytest.mark.parametrize(("sigma", "mean", "shape", "pinned"), [
@@ -297,3 +409,27 @@ def test_a_tuned_study_stores_its_draws_and_analyze_reports_eps_released(tmp_pat
                                      DELTA, 3, math.inf)
     assert dp["eps_released"].to_numpy() == pytest.approx(want, rel=1e-9)
     assert (out["eps_released"] > out["eps_formal"]).all()
+
+
+# -- the kind of each guarantee ---------------------------------------------------------------------
+
+def test_each_method_states_the_kind_of_its_guarantee():
+    """DP-SGD protects a whole record, PF-LD the attribute only, FEDERATE's family each record's
+    released representation, private reductions each record's attribute (both local)."""
+    from fairdp.methods import get_method, method_names
+    from fairdp.privacy import guarantee_kind
+
+    want = {"dpsgd": "central, add/remove one record", "pfld": "central, replace one record's attribute",
+            "private_reductions": "local, replace one record's attribute",
+            **{m: "local, replace one record's representation" for m in ("federate", "dpnr", "cape", "noise")}}
+    for name in method_names():
+        method = get_method(name)
+        assert method.guarantee_kind == want.get(name), name
+        assert (method.guarantee_kind is None) == (method.privacy_scope is None)
+    assert guarantee_kind("central", "replace_one") == "central, replace one record"
+    with pytest.raises(ValueError, match="scope"):
+        guarantee_kind("global", "add_or_remove_one")
+    with pytest.raises(ValueError, match="attribute"):
+        guarantee_kind("central", "replace_attribute", "record")
+    with pytest.raises(ValueError, match="unit"):
+        guarantee_kind("local", "replace_one", "row")

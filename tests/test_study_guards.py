@@ -271,8 +271,9 @@ def test_an_unreadable_study_file_is_one_line(tmp_path, monkeypatch):
 
 def test_a_huge_grid_is_refused_with_its_count_before_it_is_expanded(tmp_path):
     lams = [x / 10 for x in range(1, 101)]
-    study = _study(tmp_path, methods={"federate": {"grid": {"eps": list(range(1, 1101)), "lam": lams}},
-                                      "noise": {"grid": {"eps": list(range(1, 101))}}})
+    # eps within the exact Laplace tables' range (at most 24): 1,100 and 100 distinct values
+    study = _study(tmp_path, methods={"federate": {"grid": {"eps": [1 + i / 50 for i in range(1100)], "lam": lams}},
+                                      "noise": {"grid": {"eps": [1 + i / 10 for i in range(100)]}}})
     t = time.monotonic()
     proc = run_cli("run", str(study), "--results", str(tmp_path / "r"))
     assert time.monotonic() - t < 60

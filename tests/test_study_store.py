@@ -109,3 +109,37 @@ def test_a_study_runs_into_a_file_uri(tmp_path, monkeypatch):
     assert list(cwd.iterdir()) == []
 
 
+def test_every_row_a_study_writes_stores_its_methods_guarantee_kind(tmp_path):
+    """The kind of each row's guarantee (what its eps protects) is stored with the row, equal
+    to its method's ``guarantee_kind``, on ok and error rows alike."""
+    from fairdp import schema
+    from fairdp.engine import TrainSettings
+    from fairdp.methods import get_method
+    from fairdp.metrics import ProbeSettings
+    from fairdp.study import Pack, StudyContext, run_pack, study_columns
+    from fairdp.study._trial import error_rows, store_pack
+
+    methods = {"unconstrained": [{}], "noise": [{"eps": 1.0}], "dpsgd": [{"eps": 1.0, "clip_primal": 1.0}],
+               "pfld": [{"fairness_notion": "dp", "eps": 1.0, "clip_primal": 1.0, "clip_dual": 5.0}],
+               "private_reductions": [{"fairness_notion": "dp", "bound": 0.05, "eps": 1.0}]}
+    assert schema.GUARANTEE in dict(study_columns(list(methods)))
+    ctx = StudyContext(study="kinds", dataset="synthetic", dataset_options={"rows": 400, "features": 6, "seed": 0},
+                       train=TrainSettings(epochs=1, batch_size=100), leakage=False, mdl=False,
+                       probe=ProbeSettings(), results=str(tmp_path), cpus_per_trial=1,
+                       columns=tuple(study_columns(list(methods))))
+    for name, configs in methods.items():
+        m = get_method(name)
+        run_pack(ctx, Pack(name, 0, tuple(configs), tuple(m.config_id(c) for c in configs)))
+    failed = Pack("dpsgd", 1, tuple(methods["dpsgd"]), ("broken",))
+    store_pack(ctx, failed, error_rows(ctx, failed, "RuntimeError: boom"))
+    rows = read_results(tmp_path)
+    assert len(rows) == len(methods) + 1 and (rows["status"] == "error").sum() == 1
+    for _, row in rows.iterrows():
+        want = get_method(row["method"]).guarantee_kind
+        assert (row[schema.GUARANTEE] if pd.notna(row[schema.GUARANTEE]) else None) == want, row["method"]
+    kinds = dict(zip(rows["method"], rows[schema.GUARANTEE]))
+    assert kinds["dpsgd"] == "central, add/remove one record"
+    assert kinds["pfld"] == "central, replace one record's attribute"
+    assert kinds["noise"] == "local, replace one record's representation"
+    assert kinds["private_reductions"] == "local, replace one record's attribute"
+    assert pd.isna(kinds["unconstrained"])

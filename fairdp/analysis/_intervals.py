@@ -18,11 +18,18 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from fairdp.analysis._rows import as_frame, check_fairness, require_columns
+from fairdp.analysis._rows import (
+    as_frame,
+    check_fairness,
+    different_guarantees,
+    guarantee_text,
+    kinds_of,
+    require_columns,
+)
 from fairdp.analysis._tables import enough_decimals, interval_text
 from fairdp.errors import InputError
 from fairdp.fairness import SCORES, scores_from_confusion
-from fairdp.schema import TEST_CONFUSION
+from fairdp.schema import GUARANTEE, TEST_CONFUSION
 
 BOOTSTRAP_METRICS = tuple(f"test_{name}" for name in SCORES)
 """What a row's bootstrap covers: test accuracy and every test fairness gap."""
@@ -116,14 +123,27 @@ def apart(lo_a: float, hi_a: float, lo_b: float, hi_b: float) -> bool:
     return hi_a < lo_b or lo_a > hi_b
 
 
-def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[str] = ("dataset",)) -> pd.DataFrame:
+CROSS_KIND = " †"
+"""After a pair's mark in ``supported_differences`` when the two methods' guarantees are of
+different kinds (``analysis._rows.DIFFERENT_GUARANTEES``): a difference at their own ε, never
+one at the same privacy."""
+
+
+def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[str] = ("dataset",),
+                          kinds: dict | None = None) -> pd.DataFrame:
     """For each pair of methods within each ``group``: "<" or ">" where their intervals on
     ``metric`` (``<metric>_lo`` / ``_hi``, e.g. from ``seed_intervals``) do not overlap, "≈"
-    where they do (the difference is not supported), "?" where an interval is missing.
-    Columns: *group, method, then one column per method."""
+    where they do (the difference is not supported), "?" where an interval is missing; each
+    followed by " †" (``CROSS_KIND``) where the two methods' guarantees are of different kinds
+    (not comparable on ε: with ε among the ``group`` keys, one ε value is not one privacy
+    level). Kinds: the table's ``guarantee`` column (``aggregate_seeds``), else ``kinds`` or
+    the registry. Columns: *group, method, guarantee, then one column per method."""
     intervals = as_frame(intervals, "intervals")
     group = list(group)
     require_columns(intervals, [*group, "method", f"{metric}_mean", f"{metric}_lo", f"{metric}_hi"], "intervals")
+    if GUARANTEE in intervals.columns:
+        kinds = {str(m): (k if isinstance(k, str) else None) for m, k in zip(intervals["method"], intervals[GUARANTEE])}
+    kinds = kinds_of(intervals["method"].astype(str).unique(), kinds)
     frames = []
     for key, g in intervals.groupby(group, sort=True) if group else [((), intervals)]:
         key = key if isinstance(key, tuple) else (key,)
@@ -132,17 +152,20 @@ def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[
         lo, hi, mean = (g[f"{metric}_{s}"].to_numpy(float) for s in ("lo", "hi", "mean"))
         table = {k: [v] * len(methods) for k, v in zip(group, key)}
         table["method"] = methods
+        table[GUARANTEE] = [guarantee_text(kinds[m]) for m in methods]
         for j, other in enumerate(methods):
             col = []
             for i in range(len(methods)):
                 if i == j:
                     col.append("")
-                elif np.isnan([lo[i], hi[i], lo[j], hi[j]]).any():
-                    col.append("?")
+                    continue
+                if np.isnan([lo[i], hi[i], lo[j], hi[j]]).any():
+                    mark = "?"
                 elif apart(lo[i], hi[i], lo[j], hi[j]):
-                    col.append("<" if mean[i] < mean[j] else ">")
+                    mark = "<" if mean[i] < mean[j] else ">"
                 else:
-                    col.append("≈")
+                    mark = "≈"
+                col.append(mark + (CROSS_KIND if different_guarantees(kinds[methods[i]], kinds[other]) else ""))
             table[other] = col
         frames.append(pd.DataFrame(table))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -21,6 +21,13 @@ import numpy as np
 import pandas as pd
 
 from fairdp.analysis._predictions import TEST_CONFUSION
+from fairdp.analysis._rows import (
+    DIFFERENT_GUARANTEES,
+    different_guarantees,
+    guarantee_text,
+    guarantees_by_method,
+    kinds_of,
+)
 from fairdp.analysis._select import aggregate_seeds, select_by_rt
 from fairdp.errors import InputError
 
@@ -138,10 +145,15 @@ def compare_numbers(agg: pd.DataFrame, paper: PaperReference) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] = ()) -> pd.DataFrame:
+def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] = (),
+                 kinds: dict | None = None) -> pd.DataFrame:
     """Each claim per group of ``by`` (minus eps for trends): holds on fairdp's means (None
-    where a method is missing), and on the paper's numbers where it prints them."""
+    where a method is missing), and on the paper's numbers where it prints them; ``guarantees``
+    says whether the two methods of an ordering have guarantees of one kind ("same", or
+    ``DIFFERENT_GUARANTEES``: then the ordering is at their own ε, not at one privacy level;
+    kinds from ``kinds``, else the registry)."""
     pub = published(paper)
+    known = kinds_of({m for c in paper.claims for m in (c.method, c.other) if m is not None}, kinds)
     out = []
     for c in paper.claims:
         col = f"{c.metric}_mean"
@@ -159,12 +171,15 @@ def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] =
                 holds = None if np.isnan(a) or np.isnan(b) else bool(a < b)
                 text = f"{c.method} {c.metric} below {c.other}'s"
                 in_paper = _paper_below(pub, c)
+                alike = DIFFERENT_GUARANTEES if different_guarantees(known[c.method], known[c.other]) else "same"
             else:
                 mine = grp[grp["method"] == c.method].dropna(subset=["eps", col]).sort_values("eps")
                 holds = bool(mine[col].iloc[-1] < mine[col].iloc[0]) if len(mine) >= 2 else None
                 text = f"{c.method} {c.metric} falls as eps grows (largest eps below smallest)"
                 in_paper = None
-            out.append({"claim": text, "where": where, "source": c.source, "paper": in_paper, "fairdp": holds})
+                alike = "same"
+            out.append({"claim": text, "where": where, "source": c.source, "paper": in_paper, "fairdp": holds,
+                        "guarantees": alike})
     return pd.DataFrame(out)
 
 
@@ -199,6 +214,7 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
 
     by = [k for k in paper.by if k in df.columns]
     agg = aggregate_seeds(select_by_rt(df, paper.rt, paper.fairness, by), fairness=paper.fairness, by=by)
+    kinds = guarantees_by_method(df)
     tables, text = [], [f"{paper.title}: the paper's values beside this study's, selected as the paper does "
                         f"(RT = {paper.rt:g}, {paper.fairness}{', by ' + ', '.join(by) if by else ''}). {paper.note}"]
     numbers = compare_numbers(agg, paper)
@@ -212,7 +228,9 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
                                                          for r in off.itertuples()) + ".")
                     if len(off) else "Every difference is within the spread.")
         tables.append(pd.DataFrame({
-            "Method": numbers["method"], "Metric": numbers["metric"],
+            "Method": numbers["method"],
+            "Guarantee": [guarantee_text(kinds_of([m], kinds)[m]) for m in numbers["method"]],
+            "Metric": numbers["metric"],
             "Paper": [f"{m:.2f} ± {s:.2f}" for m, s in zip(numbers["paper"], numbers["paper_std"])],
             "fairdp": [f"{m:.2f} ± {s:.2f}" if math.isfinite(m) else "-"
                        for m, s in zip(numbers["fairdp"], numbers["fairdp_std"].fillna(0.0))],
@@ -221,7 +239,12 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
             "Within spread": ["other scale" if m in other_scale else {True: "yes", False: "no"}.get(w, "-")
                               for m, w in zip(numbers["metric"], numbers["within spread"])],
         }))
-    claims = check_claims(agg, paper, tuple(by))
+    claims = check_claims(agg, paper, tuple(by), kinds)
+    if len(claims) and (claims["guarantees"] != "same").any():
+        pairs = sorted({c.replace(" below ", " vs ").replace("'s", "") for c in
+                        claims.loc[claims["guarantees"] != "same", "claim"]})
+        text.append(f"Orderings between methods whose guarantees differ in kind ({'; '.join(pairs)}) compare them "
+                    f"at their own ε, not at one privacy level: {DIFFERENT_GUARANTEES}.")
     if len(claims):
         summary = []
         for (claim, source), grp in claims.groupby(["claim", "source"], sort=False):
@@ -234,6 +257,7 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
                            ("holds" if known.all() else "fails") if len(known) == 1 else
                            f"holds in {int(known.sum())} of {len(known)} groups"),
                 "Fails where": "; ".join(w or "-" for w in failing["where"]) if len(failing) else "-",
+                "Guarantees": grp["guarantees"].iloc[0],
             })
         tables.append(pd.DataFrame(summary))
     if paper.lagrangian:

@@ -25,10 +25,19 @@ from matplotlib.figure import Figure
 from fairdp._atomic import atomic_path
 from fairdp.analysis._intervals import t_halfwidth
 from fairdp.analysis._pareto import pareto_front
-from fairdp.analysis._rows import as_frame, check_fairness, eps_labels, ok_rows, require_columns
+from fairdp.analysis._rows import (
+    as_frame,
+    check_fairness,
+    eps_labels,
+    guarantees_by_method,
+    kind_labels,
+    ok_rows,
+    require_columns,
+)
 from fairdp.analysis._style import MethodStyle, method_style
 from fairdp.analysis._tables import FAIRNESS_LABELS
 from fairdp.errors import InputError
+from fairdp.schema import GUARANTEE
 
 PathLike = str | os.PathLike
 
@@ -38,8 +47,11 @@ def _styles(methods) -> dict[str, MethodStyle]:
     return {str(m): method_style(str(m)) for m in sorted({str(m) for m in methods})}
 
 
+LEGEND_WIDTH = 1.8  # inches a figure leaves for its legend; more where labels are longer (``_finish``)
+
+
 def _new_figure(nrows: int, ncols: int) -> tuple[Figure, np.ndarray]:
-    fig = Figure(figsize=(max(7.0, 3.6 * ncols + 1.8), 3.0 * nrows + 0.4), layout="constrained", dpi=100)
+    fig = Figure(figsize=(max(7.0, 3.6 * ncols + LEGEND_WIDTH), 3.0 * nrows + 0.4), layout="constrained", dpi=100)
     FigureCanvasAgg(fig)
     return fig, fig.subplots(nrows, ncols, squeeze=False)
 
@@ -48,16 +60,39 @@ BARS_CI = "bars: 95% t-interval of the mean over seeds"
 BARS_STD = "bars: ± 1 std over seeds"
 
 
+def _kinds(table: pd.DataFrame, rows: bool = False) -> dict[str, str | None] | None:
+    """Each method's guarantee kind as ``table`` records it: every row's (``rows``: result
+    rows, ``guarantees_by_method``) or an aggregate's ``guarantee`` column; None where the
+    table has none (the registry's kinds are used)."""
+    if rows:
+        return guarantees_by_method(table) if len(table) else {}
+    if GUARANTEE not in table.columns:
+        return None
+    return {str(m): (k if isinstance(k, str) else None) for m, k in zip(table["method"], table[GUARANTEE])}
+
+
+def _names(table: pd.DataFrame, rows: bool = False) -> dict[str, str]:
+    """Each method's legend label: its name and its guarantee's kind (``kind_labels``)."""
+    return kind_labels(sorted(table["method"].astype(str).unique()), _kinds(table, rows))
+
+
 def _finish(fig: Figure, handles: dict[str, object], title: str, bars: str | None = None) -> Figure:
     """The legend and the title; ``bars`` says what the error bars are (every figure with
-    error bars says it, in its title)."""
-    fig.legend(list(handles.values()), list(handles.keys()), loc="outside right upper", title="method")
+    error bars says it, in its title). Legend labels name each method's guarantee kind (what
+    its ε protects), so that methods of different kinds are never read as alike."""
+    # centred on the right: a wide legend at the top would run under the centred title
+    fig.legend(list(handles.values()), list(handles.keys()), loc="outside right center",
+               title="method (guarantee)")
+    # the panels keep their width beside a legend of long labels (about 0.08 in a character)
+    longest = max((len(label) for label in handles), default=0)
+    fig.set_figwidth(fig.get_figwidth() + max(0.0, 0.08 * longest + 0.4 - LEGEND_WIDTH))
     fig.suptitle(f"{title}\n({bars})" if bars else title)
     return fig
 
 
 def legend_labels(fig: Figure) -> list[str]:
-    """The method names in a figure's legend, in legend order."""
+    """The labels in a figure's legend, in legend order: each method's name and its
+    guarantee's kind, "federate (local, replace one record's representation)"."""
     return [t.get_text() for legend in fig.legends for t in legend.get_texts()]
 
 
@@ -89,7 +124,7 @@ def _compared(part: pd.DataFrame) -> bool:
 
 
 def _reference_levels(ax, baselines: pd.DataFrame, column: str, styles: dict[str, MethodStyle],
-                      handles: dict[str, object]) -> None:
+                      handles: dict[str, object], names: Mapping[str, str] | None = None) -> None:
     """Each baseline's mean of ``column`` as a dashed level, drawn after the compared methods
     set the axis: a level inside their range is a line; one outside is a note at the edge
     of the axis giving its value, and the axis keeps the compared methods' range."""
@@ -99,7 +134,7 @@ def _reference_levels(ax, baselines: pd.DataFrame, column: str, styles: dict[str
         value = pd.to_numeric(g[column], errors="coerce").mean()
         if pd.isna(value):
             continue
-        label = f"{method} (reference)"
+        label = f"{(names or {}).get(str(method), str(method))}, reference"
         if lo <= value <= hi:
             line = ax.axhline(value, ls="--", lw=1, color=styles[str(method)].color, label=label)
             handles.setdefault(label, line)
@@ -164,6 +199,7 @@ def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap")
         return None
     datasets = sorted(bins["dataset"].astype(str).unique())
     styles = _styles(bins["method"].unique())
+    names = _names(bins)
     fig, axes = _new_figure(len(datasets), 1)
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
@@ -175,8 +211,8 @@ def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap")
             full = g.reindex(range(int(g.index.min()), int(g.index.max()) + 1))  # gaps break the line
             line = ax.errorbar(full.index + shift[str(method)], full[f"{col}_mean"], yerr=_yerr(full, col),
                                marker=styles[str(method)].marker, ms=4, capsize=2, color=styles[str(method)].color,
-                               label=str(method))
-            handles.setdefault(str(method), line)
+                               label=names[str(method)])
+            handles.setdefault(names[str(method)], line)
         ax.set_xlabel("valid accuracy interval (%)")
         ax.set_ylabel(f"best {_label(col)}")
         ax.set_title(ds, fontsize=9)
@@ -190,16 +226,17 @@ def figure_privacy_accuracy(by_eps: pd.DataFrame) -> Figure | None:
     metrics = [m for m in ("test_accuracy", "leakage") if _has(by_eps, f"{m}_mean")]
     if by_eps.empty or not metrics:
         return None
-    xlabel, names = eps_labels(sorted(by_eps["method"].astype(str).unique()))
+    xlabel, names = eps_labels(sorted(by_eps["method"].astype(str).unique()), _kinds(by_eps))
     return _curves(by_eps, "eps", metrics, xlabel, "Privacy-accuracy trade-off (best valid accuracy per ε)", names)
 
 
 def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title: str,
             names: Mapping[str, str] | None = None) -> Figure:
     """One panel per (dataset, metric): each method's ``<metric>_mean`` ± ``_std`` against ``x``
-    (legend labels from ``names`` where given)."""
+    (legend labels from ``names`` where given, else the method and its guarantee's kind)."""
     datasets = sorted(table["dataset"].astype(str).unique())
     styles = _styles(table["method"].unique())
+    names = names or _names(table)
     fig, axes = _new_figure(len(datasets), len(metrics))
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
@@ -213,14 +250,14 @@ def _curves(table: pd.DataFrame, x: str, metrics: list[str], xlabel: str, title:
                 if x == "rt" else {}
             for method, g in compared.groupby("method", sort=True):
                 g = g.sort_values(x)
-                name = (names or {}).get(str(method), str(method))
+                name = names.get(str(method), str(method))
                 st = styles[str(method)]
                 line = ax.errorbar(g[x] + shift.get(str(method), 0.0), g[f"{m}_mean"], yerr=_yerr(g, m), marker=st.marker,
                                    ms=4, capsize=2, color=st.color, label=name)
                 handles.setdefault(name, line)
             if len(compared) < len(part):
                 _reference_levels(ax, part[part["method"].astype(str).isin(BASELINES)], f"{m}_mean", styles,
-                                  handles)
+                                  handles, names)
             ax.set_xlabel(xlabel)
             ax.set_ylabel(_label(m))
             ax.set_title(ds, fontsize=9)
@@ -240,7 +277,7 @@ def figure_violation_accuracy_by_eps(table: pd.DataFrame) -> Figure | None:
     panels = [(ds, nt) for ds in sorted(table["dataset"].astype(str).unique())
               for nt in sorted(table.loc[table["dataset"].astype(str) == ds, "fairness_notion"].dropna().unique())]
     styles = _styles(table["method"].unique())
-    xlabel, names = eps_labels(list(styles))
+    xlabel, names = eps_labels(list(styles), _kinds(table))
     fig, axes = _new_figure(2, len(panels))
     handles: dict[str, object] = {}
     lo, hi = float(eps.min()), float(eps.max())
@@ -279,7 +316,7 @@ def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
         return None
     datasets = sorted(rows["dataset"].astype(str).unique())
     styles = _styles(rows["method"].unique())
-    xlabel, names = eps_labels(list(styles))
+    xlabel, names = eps_labels(list(styles), _kinds(rows, rows=True))
     fig, axes = _new_figure(len(datasets), 1)
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
@@ -326,6 +363,7 @@ def figure_pareto_fronts(
         return None
     datasets = sorted(rows["dataset"].astype(str).unique())
     styles = _styles(rows["method"].unique())
+    names = _names(rows, rows=True)
     fig, axes = _new_figure(len(datasets), len(pairs))
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
@@ -345,8 +383,8 @@ def figure_pareto_fronts(
                     continue
                 ax.scatter(pts[x], pts[y], s=8, alpha=0.25, color=c, marker=marker)
                 front = pareto_front(pts, objectives).sort_values([x, y])
-                (line,) = ax.plot(front[x], front[y], marker=marker, ms=4, color=c, label=str(method))
-                handles.setdefault(str(method), line)
+                (line,) = ax.plot(front[x], front[y], marker=marker, ms=4, color=c, label=names[str(method)])
+                handles.setdefault(names[str(method)], line)
             for k, note in enumerate(notes):
                 ax.text(0.01, 0.02 + 0.06 * k, note, transform=ax.transAxes, fontsize=7, va="bottom",
                         color="#555555")
@@ -369,6 +407,7 @@ def figure_hypervolume_history(progress: pd.DataFrame) -> Figure | None:
         return None
     datasets = sorted(progress["dataset"].astype(str).unique())
     styles = _styles(progress["method"].unique())
+    names = _names(progress)
     fig, axes = _new_figure(len(datasets), 1)
     handles: dict[str, object] = {}
     for i, ds in enumerate(datasets):
@@ -377,8 +416,8 @@ def figure_hypervolume_history(progress: pd.DataFrame) -> Figure | None:
         for (method, _seed), g in part.groupby(["method", "seed"], sort=True):
             c, marker = styles[str(method)]
             g = g.sort_values("trials")
-            (line,) = ax.plot(g["trials"], g["hypervolume"], marker=marker, ms=4, color=c, label=str(method))
-            handles.setdefault(str(method), line)
+            (line,) = ax.plot(g["trials"], g["hypervolume"], marker=marker, ms=4, color=c, label=names[str(method)])
+            handles.setdefault(names[str(method)], line)
             grid_hv = g["grid_hypervolume"].iloc[0] if "grid_hypervolume" in g.columns else np.nan
             if pd.notna(grid_hv):
                 (level,) = ax.plot([g["trials"].min(), g["trials"].max()], [grid_hv, grid_hv], ls="--", color=c)
@@ -405,6 +444,7 @@ def figure_learning_curves(curves: pd.DataFrame, fairness: str = "tpr_gap", titl
     datasets = sorted(curves["dataset"].astype(str).unique())
     fig, axes = _new_figure(len(datasets), len(metrics))
     styles = _styles(curves["method"].unique())
+    names = _names(curves)
     handles: dict[str, object] = {}
     for r, dataset in enumerate(datasets):
         part = curves[curves["dataset"].astype(str) == dataset]
@@ -414,7 +454,7 @@ def figure_learning_curves(curves: pd.DataFrame, fairness: str = "tpr_gap", titl
                 style = styles[str(method)]
                 g = g.sort_values("epoch")
                 (line,) = ax.plot(g["epoch"], g[metric], color=style.color, lw=1, alpha=0.7)
-                handles.setdefault(str(method), line)
+                handles.setdefault(names[str(method)], line)
                 kept = g[g["kept"].astype(bool)]
                 ax.plot(kept["epoch"], kept[metric], ls="none", marker=style.marker, color=style.color, ms=5)
             ax.set_xlabel("epoch")

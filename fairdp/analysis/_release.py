@@ -16,8 +16,16 @@ pick costs more. Per selected row, from the events the rows store (``privacy_eve
 Not covered (``eps_released`` is NaN, ``released_under`` says why): methods without an
 accountant's guarantee of the training data (local DP per released representation, as
 FEDERATE's; no privacy at all). What is covered is the training data: the selection reads
-validation metrics in the clear, as in every paper here. Releasing several picks (a Pareto
-front, one model per ``by`` value) is several releases, to be composed by the reader.
+validation metrics, protected attributes included, in the clear, as in every paper here.
+Releasing several picks (a Pareto front, one model per ``by`` value) is several releases, to
+be composed by the reader.
+
+``eps_released`` is one seed's release. A table's mean over seeds releases every seed's
+pick at once, and every seed trained on the same data, so ``release_summary`` states both:
+the largest per-seed figure, and the composition over the seeds the mean uses (RDP
+composition of every config trained in every one of them; the sum of their eps for pure-DP
+rows where it is smaller; with a random trial count and ``rt = 0``, the sum of the seeds'
+repeat-and-select RDP curves).
 """
 
 from __future__ import annotations
@@ -36,13 +44,17 @@ from fairdp.analysis._rows import (
     check_by,
     check_rt,
     eps_scope,
+    guarantee_text,
+    guarantees_by_method,
     require_columns,
 )
 from fairdp.privacy import (
     PFLD_DELTA,
     composed_epsilon,
+    epsilon_of_rdp,
     event_from_json,
     repeat_and_select_epsilon,
+    repeat_and_select_rdp,
     trial_count_from_dict,
 )
 from fairdp.schema import PRIVACY_EVENT, RUN_KEYS, TUNING
@@ -129,17 +141,64 @@ def _composed(scope: pd.DataFrame, relation: str, delta: float) -> float:
     return eps
 
 
-def release_summary(released: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
-    """Per (dataset, method, *by) of ``released_guarantees``' output: seeds, the selected
-    configs' largest eps_formal, the largest eps_released over seeds with its delta, configs
-    trained per run (min-max), and the bound of the seed with the largest eps_released."""
+PER_SEED = "ε released, one seed (largest)"
+"""release_summary's column: each seed's pick released alone, the largest over seeds."""
+MEAN_OVER_SEEDS = "ε released, mean over seeds"
+"""release_summary's column: the mean over seeds released, every seed's pick composed."""
+NOT_COVERED = ("no ε here covers the validation rows: the selection reads their protected attributes (and "
+               "labels) without noise")
+"""What no ε of a release covers, said beside it."""
+
+
+def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: Sequence[str] = ()) -> pd.DataFrame:
+    """Per (dataset, method, *by) of ``released_guarantees``' output (``rows``: every row the
+    selection chose from; ``rt``: its threshold): the guarantee kind, seeds, the selected
+    configs' largest eps_formal, the largest eps_released over seeds (``PER_SEED``: one
+    seed's pick released alone) and the eps of releasing the mean over those seeds
+    (``MEAN_OVER_SEEDS``: every seed's pick, each selected on the same data, composed; see
+    the module docstring), their delta, configs trained per run (min-max), the bound of the
+    seed with the largest eps_released and the bound of the mean."""
+    rt = check_rt(rt)
+    rows = as_frame(rows, "rows")
+    by = check_by(by)
     keys = ["dataset", "method", *by]
+    kinds = guarantees_by_method(rows) if len(rows) else {}
     out = []
     for key, grp in released.groupby(keys, sort=True, dropna=False):
         worst = grp.loc[grp["eps_released"].fillna(math.inf).idxmax()]
         lo, hi = int(grp["trained"].min()), int(grp["trained"].max())
-        out.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))),
+        mean_eps, mean_bound = _over_seeds(rows, grp, rt, by)
+        ident = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
+        out.append({**ident, "guarantee": guarantee_text(kinds.get(str(ident["method"]))),
                     "seeds": len(grp), "ε of one config": float(grp["eps_formal"].max()),
-                    "ε released": float(grp["eps_released"].max()), "δ": worst["delta_released"],
-                    "trained per run": f"{lo}" if lo == hi else f"{lo}-{hi}", "bound": worst["released_under"]})
+                    PER_SEED: float(grp["eps_released"].max()), MEAN_OVER_SEEDS: mean_eps,
+                    "δ": worst["delta_released"], "trained per run": f"{lo}" if lo == hi else f"{lo}-{hi}",
+                    "bound, one seed": worst["released_under"], "bound, mean over seeds": mean_bound})
     return pd.DataFrame(out)
+
+
+def _over_seeds(rows: pd.DataFrame, grp: pd.DataFrame, rt: float, by: Sequence[str]) -> tuple[float, str]:
+    """(eps, bound) of releasing the mean over ``grp``'s seeds (one selected row per seed, with
+    ``released_guarantees``' columns), at the seeds' largest ``delta_released``."""
+    uncovered = grp[grp["eps_released"].isna()]
+    if len(uncovered):
+        return math.nan, str(uncovered["released_under"].iloc[0])
+    scopes = [_scope(rows, sel, by) for _, sel in grp.iterrows()]
+    delta = float(grp["delta_released"].max())
+    events = pd.concat([sc[PRIVACY_EVENT].dropna() for sc in scopes])
+    _, relation = event_from_json(events.iloc[0])
+    seeds = len(grp)
+    if seeds == 1:
+        return float(grp["eps_released"].iloc[0]), "one seed: its own release"
+    records = [sc[TUNING].dropna() if TUNING in sc.columns else pd.Series(dtype=object) for sc in scopes]
+    if rt == 0 and all(len(r) for r in records):
+        rdp = 0.0
+        for r in records:  # each seed's repeat-and-select, composed: RDP curves add
+            record = json.loads(r.iloc[0])
+            count = trial_count_from_dict(record)
+            grid = [event_from_json(e)[0] for e in record["grid_events"]]
+            rdp = rdp + repeat_and_select_rdp(grid, relation, count.mean, count.shape)
+        return epsilon_of_rdp(rdp, delta), f"composition of the {seeds} seeds' repeat-and-select releases"
+    eps = _composed(pd.concat(scopes), relation, delta)
+    what = "trials drawn" if any(len(r) for r in records) else "configs trained"
+    return eps, f"composition of the {len(events)} {what} in the {seeds} seeds (the same data)"

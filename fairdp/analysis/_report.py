@@ -25,6 +25,7 @@ from fairdp._atomic import atomic_path
 from fairdp.analysis._completeness import Completeness
 from fairdp.analysis._curves import selected_curves
 from fairdp.analysis._intervals import (
+    CROSS_KIND,
     check_level,
     not_distinguishable,
     seed_intervals,
@@ -45,9 +46,27 @@ from fairdp.analysis._plots import (
     plot_violation_accuracy_by_eps,
 )
 from fairdp.analysis._predictions import CONSTANT_RATE, positive_rates
-from fairdp.analysis._release import has_release_events, release_summary, released_guarantees
+from fairdp.analysis._release import (
+    MEAN_OVER_SEEDS,
+    NOT_COVERED,
+    PER_SEED,
+    has_release_events,
+    release_summary,
+    released_guarantees,
+)
 from fairdp.analysis._render import Document, HtmlRenderer, MarkdownRenderer
-from fairdp.analysis._rows import RUN_KEYS, as_frame, check_by, check_fairness, check_rt, eps_scope
+from fairdp.analysis._rows import (
+    DIFFERENT_GUARANTEES,
+    RUN_KEYS,
+    as_frame,
+    check_by,
+    check_fairness,
+    check_rt,
+    different_guarantees,
+    guarantee_text,
+    guarantees_by_method,
+    kinds_of,
+)
 from fairdp.analysis._search_progress import search_progress
 from fairdp.analysis._select import (
     aggregate_seeds,
@@ -61,9 +80,11 @@ from fairdp.analysis._select import (
 )
 from fairdp.analysis._tables import (
     FAIRNESS_LABELS,
+    GUARANTEE_LABEL,
     by_cell,
     display_strings,
     format_table,
+    guarantee_cells,
     mean_std,
     sweep_tables,
 )
@@ -93,12 +114,12 @@ def _atomic_write(path: Path, data: bytes) -> Path:
     return path
 
 
-def _eps_table(by_eps: pd.DataFrame, decimals: int) -> pd.DataFrame:
+def _eps_table(by_eps: pd.DataFrame, decimals: int, kinds: dict | None = None) -> pd.DataFrame:
     out = pd.DataFrame({
         "Dataset": by_eps["dataset"].astype(str),
         "Method": by_eps["method"].astype(str),
+        GUARANTEE_LABEL: guarantee_cells(by_eps, kinds),
         "ε": [f"{v:g}" for v in by_eps["eps"]],
-        "ε is": [eps_scope(m) or "-" for m in by_eps["method"]],
         "Seeds": [str(int(v)) for v in by_eps["n_seeds"]],
         "Accuracy ↑": [mean_std(a, b, decimals) for a, b in zip(by_eps["test_accuracy_mean"], by_eps["test_accuracy_std"])],
         "Leakage ↓": [mean_std(a, b, decimals) for a, b in zip(by_eps["leakage_mean"], by_eps["leakage_std"])],
@@ -108,12 +129,12 @@ def _eps_table(by_eps: pd.DataFrame, decimals: int) -> pd.DataFrame:
     return out
 
 
-def _rates_table(rates: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+def _rates_table(rates: pd.DataFrame, by: Sequence[str], kinds: dict | None = None) -> pd.DataFrame:
     def pm(m: float, sd: float) -> str:
         return f"{m:.1f}" + (f" ± {sd:.1f}" if math.isfinite(sd) else "")
 
     return pd.DataFrame({
-        "Dataset": rates["dataset"], "Method": rates["method"],
+        "Dataset": rates["dataset"], "Method": rates["method"], GUARANTEE_LABEL: guarantee_cells(rates, kinds),
         **{k: [("-" if pd.isna(v) else f"{v:g}" if isinstance(v, float) else str(v)) for v in rates[k]] for k in by},
         "Seeds": rates["n_seeds"],
         "Positive rate": [pm(m, sd) for m, sd in zip(rates["positive_rate_mean"], rates["positive_rate_std"])],
@@ -147,8 +168,8 @@ def _labelled_by(table: pd.DataFrame | None, by: Sequence[str]) -> pd.DataFrame 
 def _notion_table(notions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "Dataset": notions["dataset"].astype(str), "Method": notions["method"].astype(str),
+        GUARANTEE_LABEL: guarantee_cells(notions),
         "Notion": notions["fairness_notion"].astype(str), "ε": [by_cell(v) for v in notions["eps"]],
-        "ε is": [eps_scope(m) if pd.notna(e) else "-" for m, e in zip(notions["method"], notions["eps"])],
         "Seeds": [str(int(v)) for v in notions["n_seeds"]],
         "Violation ↓": [mean_std(a, b, 1) for a, b in zip(notions["test_notion_gap_mean"], notions["test_notion_gap_std"])],
         "Accuracy ↑": [mean_std(a, b, 1) for a, b in zip(notions["test_accuracy_mean"], notions["test_accuracy_std"])],
@@ -185,7 +206,7 @@ def _probe_sentence(ok: pd.DataFrame) -> str:
     return text
 
 
-def _pareto_summary(rows: pd.DataFrame, fairness: str) -> pd.DataFrame | None:
+def _pareto_summary(rows: pd.DataFrame, fairness: str, kinds: dict | None = None) -> pd.DataFrame | None:
     """Per (dataset, method): Pareto-front size and normalised hypervolume, mean ± std over seeds."""
     objectives = {"valid_accuracy": "max", f"valid_{fairness}": "min"}
     if "leakage" in rows.columns and pd.to_numeric(rows["leakage"], errors="coerce").notna().any():
@@ -211,17 +232,19 @@ def _pareto_summary(rows: pd.DataFrame, fairness: str) -> pd.DataFrame | None:
     return pd.DataFrame({
         "Dataset": agg["dataset"].astype(str),
         "Method": agg["method"].astype(str),
+        GUARANTEE_LABEL: guarantee_cells(agg, kinds),
         "Seeds": [str(int(v)) for v in agg["n_seeds"]],
         "Front size": [mean_std(a, b, 1) for a, b in zip(agg["front_mean"], agg["front_std"])],
         f"Hypervolume ({objs})": [mean_std(a, b, 3) for a, b in zip(agg["hv_mean"], agg["hv_std"])],
     })
 
 
-def _progress_table(progress: pd.DataFrame) -> pd.DataFrame:
+def _progress_table(progress: pd.DataFrame, kinds: dict | None = None) -> pd.DataFrame:
     """``search_progress`` as display strings, one row per (search, generation)."""
     out = pd.DataFrame({
         "Dataset": progress["dataset"].astype(str),
         "Method": progress["method"].astype(str),
+        GUARANTEE_LABEL: guarantee_cells(progress, kinds),
         "Seed": progress["seed"].astype(str),
         "Constraints": [", ".join(json.loads(c)) or "-" for c in progress["constraints"]],
         "Trials": progress["trials"].astype(str),
@@ -249,6 +272,41 @@ def _pruning_sentence(ok: pd.DataFrame) -> str:
             parts.append(f"{dataset}/{method}: {at}, of {len(rows)} rows")
     return ("Pruned inside packs (prune:): configs dominated on valid accuracy and the selection gap at a rung "
             "stopped there and report their best epoch up to it; " + "; ".join(parts) + ".")
+
+
+def _guarantees_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """``table``'s ``guarantee`` column as cells: "not private" where null."""
+    return table.assign(guarantee=[guarantee_text(k) for k in table["guarantee"]])
+
+
+def _private_kinds(table: pd.DataFrame, kinds: dict | None) -> list[str]:
+    """The distinct guarantee kinds of ``table``'s private methods, sorted."""
+    found = kinds_of(table["method"].astype(str).unique(), kinds).values()
+    return sorted({k for k in found if k is not None})
+
+
+def _kinds_sentence(table: pd.DataFrame, kinds: dict | None) -> str:
+    """Whether ``table``'s private methods share one kind of guarantee; when they do not, that
+    their ε are not comparable."""
+    private = _private_kinds(table, kinds)
+    if len(private) <= 1:
+        return f"every private method's is {private[0]}." if private else "no method here is private."
+    return (f"the private methods' guarantees are of {len(private)} kinds ({'; '.join(private)}), "
+            f"{DIFFERENT_GUARANTEES}: one ε value is not one privacy level across them.")
+
+
+def _guarantee_sentence(agg: pd.DataFrame, by: Sequence[str], kinds: dict | None) -> str:
+    """The main table's Guarantee column, and whether its methods can be read at one ε."""
+    private = _private_kinds(agg, kinds)
+    text = f"{GUARANTEE_LABEL}: what each method's ε protects (scope, neighbouring relation, unit); "
+    if len(private) <= 1:
+        return text + (f"every private method's is {private[0]}." if private else "no method here is private.")
+    pairs = [(a, b) for a in agg["method"].astype(str).unique() for b in agg["method"].astype(str).unique()
+             if a < b and different_guarantees(*kinds_of([a, b], kinds).values())]
+    return text + (f"{len(private)} kinds here, {DIFFERENT_GUARANTEES}"
+                   + (" (rows of one ε value are not at one privacy level)" if "eps" in by else "")
+                   + f"; {len(pairs)} pair(s) of methods differ in kind, and a mark against the best method of "
+                   "another kind compares the metric only.")
 
 
 def _overview(df: pd.DataFrame, ok: pd.DataFrame, completeness: Completeness | None) -> list[tuple[str, str]]:
@@ -317,6 +375,7 @@ def write_report(
     ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
     if ok.empty:
         raise InputError("df: no result rows with status 'ok' to report")
+    kinds = guarantees_by_method(df)  # what each method's ε protects: the rows' own, else the registry's
     out = Path(out_dir)
     fig_dir = out / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -336,7 +395,7 @@ def write_report(
         notions = (violation_accuracy_by_eps(df, rt)
                    if {"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
                    and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
-        pareto = _pareto_summary(ok if fairness != NOTION_GAP else view, fairness)
+        pareto = _pareto_summary(ok if fairness != NOTION_GAP else view, fairness, kinds)
         progress = search_progress(search_history, grid) if search_history is not None else None
         curves = selected_curves(history, selected, fairness) if history is not None and len(history) else None
         pairs = [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"),
@@ -384,7 +443,10 @@ def write_report(
         + (f", [the {ci:g}% t-interval of the mean over seeds]; ≈ marks a method whose interval overlaps the "
            "best method's in that column, a difference from the best that the intervals do not support. "
            if ci is not None else ". ")
-        + _probe_sentence(ok) + (" " + _pruning_sentence(ok) if _pruning_sentence(ok) else ""),
+        + _guarantee_sentence(agg, by, kinds)
+        + (" What releasing these means over seeds costs: 'What a selection releases' below."
+           if has_release_events(df) else "")
+        + " " + _probe_sentence(ok) + (" " + _pruning_sentence(ok) if _pruning_sentence(ok) else ""),
         [("table", agg)],
     ))
     for name in compare:
@@ -394,9 +456,9 @@ def write_report(
         "Selected configurations",
         f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "
         "and test metrics (percent).",
-        [("display", display_strings(
+        [("display", display_strings(_guarantees_shown(
             selected_with_intervals(selected, selected_configs(selected, fairness), fairness, ci)
-            if ci is not None else selected_configs(selected, fairness)))],
+            if ci is not None else selected_configs(selected, fairness))))],
     ))
     if figures["learning_curves"] is not None:
         sections.append((
@@ -411,12 +473,18 @@ def write_report(
         released = released_guarantees(df, selected, rt, by)
         sections.append((
             "What a selection releases",
-            "eps_formal is one config's guarantee; the selection looked at every config its run trained, so "
-            "releasing its pick is (eps_released, δ)-DP for the training data, by the bound named (composition "
-            "of every config trained, or Papernot & Steinke's repeat-and-select when the study drew a random "
-            "number of trials and selects a best-of, rt = 0). Not covered: local guarantees per representation, "
-            "the validation rows the selection reads in the clear, and releasing several picks; largest over seeds.",
-            [("display", display_strings(release_summary(released, by)))],
+            "ε of one config is one config's guarantee (eps_formal). The selection looked at every config its run "
+            "trained, so releasing one seed's pick is (ε, δ)-DP for the training data by the bound named (bound, "
+            "one seed: composition of every config trained, or Papernot & Steinke's repeat-and-select when the "
+            f"study drew a random number of trials and selects a best-of, rt = 0); '{PER_SEED}' is the largest of "
+            "these over the seeds, a release of one seed's model alone. The tables above report means over seeds, "
+            "which release every seed's pick at once, each selected on the same data: "
+            f"'{MEAN_OVER_SEEDS}' composes them (RDP composition of every config trained in every seed the mean "
+            "uses, the sum of their ε for pure-DP rows where that is smaller, or the seeds' repeat-and-select "
+            f"RDP summed), the cost of the mean. Each ε is of its row's guarantee kind. "
+            f"{NOT_COVERED[0].upper()}{NOT_COVERED[1:]}. Not covered either: local guarantees per representation "
+            "(no accountant event); releasing several picks (one per by-value, a Pareto front).",
+            [("display", display_strings(release_summary(released, df, rt, by)))],
         ))
     rates = positive_rates(selected, by)
     if len(rates):
@@ -426,23 +494,29 @@ def write_report(
             "1), mean ± std over seeds, beside the labels' own rate; 'constant' counts the seeds whose model "
             f"predicts one class for all but {CONSTANT_RATE:g}% of the rows, whose fairness gaps are then 0 for "
             "that reason alone.",
-            [("display", _rates_table(rates, by))],
+            [("display", _rates_table(rates, by, kinds))],
         ))
     if ci is not None and (agg["n_seeds"] >= 2).any():
+        differences = [(f"{_metric_title(m, fairness)}", supported_differences(agg, m, group)) for m in ci_cols]
+        crossed = any(t[c].astype(str).str.endswith(CROSS_KIND).any()
+                      for _, t in differences for c in t.columns if c not in (*group, "method", "guarantee"))
         sections.append((
             "Differences the intervals support",
             f"For each test metric, each pair of methods: < or > where their {ci:g}% t-intervals over seeds do not "
             "overlap (the row method's mean is lower or higher), ≈ where they do (the difference is not "
-            "supported), ? where a method has a single seed.",
-            [("subtable", (f"{_metric_title(m, fairness)}", supported_differences(agg, m, group)))
-             for m in ci_cols],
+            "supported), ? where a method has a single seed."
+            + (f" {CROSS_KIND.strip()} marks a pair whose guarantees differ in kind (the guarantee column): "
+               f"{DIFFERENT_GUARANTEES}. Such a pair is compared at each method's own ε"
+               + (", and one ε value is not one privacy level across them" if "eps" in by else "")
+               + "; no ranking of them by privacy follows." if crossed else ""),
+            [("subtable", d) for d in differences],
         ))
     if sweep is not None:
         sections.append(("Relaxation-threshold sweep",
                          "The same selection for each RT (FEDERATE Fig. 2, Tables 4-6): one figure, then a table "
                          "per method with its test metrics (mean ± std over seeds) at each RT.",
                          [("figure", "rt_sweep"),
-                          *(("subtable", t) for t in sweep_tables(sweep, fairness, by=by))]))
+                          *(("subtable", t) for t in sweep_tables(sweep, fairness, by=by, kinds=kinds))]))
     sections.append(("Fairness-accuracy trade-off",
                      "Validation accuracy in 1-point intervals centred on integers ([71.5, 72.5) → 72); the best "
                      f"validation {label} per interval and seed, averaged over the seeds that reached it. "
@@ -456,8 +530,11 @@ def write_report(
                          [("figure", "violation_accuracy_eps"), ("display", _notion_table(notions))]))
     if by_eps is not None and not by_eps.empty:
         sections.append(("Privacy-accuracy trade-off",
-                         "Per ε and seed the config with the best validation accuracy (RT = 0), mean ± std over seeds.",
-                         [("figure", "privacy_accuracy"), ("display", _eps_table(by_eps, 1)), ("figure", "leakage_vs_eps")]))
+                         "Per ε and seed the config with the best validation accuracy (RT = 0), mean ± std over seeds. "
+                         "Each ε is of its method's guarantee kind (Guarantee): " + _kinds_sentence(by_eps, kinds)
+                         + f" formal ε is one config's guarantee; {NOT_COVERED}.",
+                         [("figure", "privacy_accuracy"), ("display", _eps_table(by_eps, 1, kinds)),
+                          ("figure", "leakage_vs_eps")]))
     if pareto is not None:
         sections.append(("Pareto fronts",
                          "Per seed, the non-dominated configs under validation objectives; hypervolume is "
@@ -470,9 +547,12 @@ def write_report(
                          "the search's constraints), its feasible front and that front's hypervolume, normalised with "
                          "the same worst-value reference point (eps_formal: 20); with a grid, the hypervolume of the "
                          "grid's feasible front under the same objectives and constraints, and the ratio.",
-                         [("figure", "hypervolume_history"), ("display", _progress_table(progress))]))
+                         [("figure", "hypervolume_history"), ("display", _progress_table(progress, kinds))]))
 
     overview = _overview(df, ok, completeness)
+    at = next(i for i, (k, _) in enumerate(overview) if k == "methods") + 1
+    overview.insert(at, ("guarantees", "; ".join(f"{m}: {guarantee_text(kinds.get(m))}"
+                                                 for m in sorted(ok["method"].astype(str).unique()))))
     partial = (f"{completeness.text[0].upper()}{completeness.text[1:]}."
                if completeness is not None and completeness.is_partial else None)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -11,12 +11,14 @@ import numbers
 import warnings
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from fairdp.errors import InputError
 from fairdp.schema import (
     FAIRNESS_METRICS,
     FIXED_COLUMNS,
+    GUARANTEE,
     NOTION_GAP,
     RUN_KEYS,
     SELECTION_FAIRNESS,
@@ -138,13 +140,6 @@ def hyperparameter_columns(df: pd.DataFrame) -> list[str]:
     return own + swept
 
 
-EPS_AXIS = {
-    "local": "local ε (ε-LDP of each representation / attribute)",
-    "central": "central ε ((ε, δ)-DP of the training data)",
-    None: "ε",
-}
-
-
 def eps_scope(method: str) -> str | None:
     """"local", "central" or None: what ``method``'s eps protects (its registry entry's
     ``privacy_scope``; a label like "pfld [dp]" is looked up by its method name)."""
@@ -158,13 +153,94 @@ def eps_scope(method: str) -> str | None:
         return None  # a plugin this process has not loaded
 
 
-def eps_labels(methods) -> tuple[str, dict[str, str]]:
-    """An eps axis's label and each method's legend label: when the methods' eps are of one
-    kind the axis says which; when local and central eps share the axis, each label does."""
-    methods = [str(m) for m in methods]
-    scopes = {m: eps_scope(m) for m in methods}
-    kinds = {k for k in scopes.values() if k is not None}  # non-private methods are drawn as levels
-    if len(kinds) <= 1:
-        return EPS_AXIS[kinds.pop() if kinds else None], {m: m for m in methods}
-    return ("ε (local or central: see each method)",
-            {m: f"{m} ({scopes[m]} ε)" if scopes[m] else m for m in methods})
+# -- the kind of each method's guarantee ---------------------------------------------------------
+
+NOT_PRIVATE = "not private"
+"""How a table or legend shows a method without privacy (its ``guarantee`` is null)."""
+UNKNOWN_GUARANTEE = "unknown (method not loaded)"
+"""The kind of a plugin method this process has not loaded, for rows that do not store it."""
+DIFFERENT_GUARANTEES = "different guarantees: not comparable on ε"
+
+
+def method_guarantee(method: str) -> str | None:
+    """The kind of ``method``'s guarantee from the registry (``Method.guarantee_kind``; a label
+    like "pfld [dp]" is looked up by its method name): None for a method without privacy,
+    ``UNKNOWN_GUARANTEE`` for a plugin this process has not loaded."""
+    from fairdp.methods import get_method  # the registry loads torch: only when a label needs it
+
+    try:
+        return get_method(str(method).split(" [", 1)[0]).guarantee_kind
+    except (InputError, KeyError, ValueError):
+        return UNKNOWN_GUARANTEE
+
+
+def row_guarantees(df: pd.DataFrame) -> pd.Series:
+    """Each row's guarantee kind: its ``guarantee`` column where set; else (rows written before
+    the column existed) None for a row without privacy (``eps_formal`` inf) and its method's
+    kind (``method_guarantee``) otherwise."""
+    require_columns(df, ["method"])
+    methods = df["method"].astype(str)
+    known = {m: method_guarantee(m) for m in methods.unique()}
+    private = (~np.isinf(pd.to_numeric(df["eps_formal"], errors="coerce").to_numpy(float))
+               if "eps_formal" in df.columns else np.ones(len(df), dtype=bool))
+    stored = df[GUARANTEE] if GUARANTEE in df.columns else pd.Series([None] * len(df), index=df.index)
+    out = [s if isinstance(s, str) else (known[m] if p else None) for s, m, p in zip(stored, methods, private)]
+    return pd.Series(out, index=df.index, dtype=object)
+
+
+def guarantees_by_method(df: pd.DataFrame) -> dict[str, str | None]:
+    """Each method label of ``df`` and the kind of its guarantee (``row_guarantees``; several
+    kinds of one method, joined by "; "; None where no row is private). Rows of any status
+    count: a failed row stores its method's kind too."""
+    out: dict[str, str | None] = {}
+    kinds = row_guarantees(df)
+    for method, values in kinds.groupby(df["method"].astype(str), sort=True):
+        found = sorted({str(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))})
+        out[str(method)] = "; ".join(found) if found else None
+    return out
+
+
+def guarantee_text(kind: str | None) -> str:
+    """A kind as a table cell or legend shows it: the label, or "not private"."""
+    return NOT_PRIVATE if kind is None or (isinstance(kind, float) and math.isnan(kind)) else str(kind)
+
+
+def kinds_of(methods, kinds: dict | None = None) -> dict[str, str | None]:
+    """Each method label's kind: from ``kinds`` (e.g. ``guarantees_by_method`` of the rows)
+    where it names the label, else from the registry."""
+    def one(label: str) -> str | None:
+        if kinds is not None:
+            for name in (label, label.split(" [", 1)[0]):  # "pfld [dp]": a view's label of pfld
+                if name in kinds:
+                    return kinds[name]
+        return method_guarantee(label)
+
+    return {str(m): one(str(m)) for m in methods}
+
+
+def different_guarantees(a: str | None, b: str | None) -> bool:
+    """Whether two methods' eps are of different kinds, so not comparable: both private, both
+    known, and not the same kind."""
+    known = (None, UNKNOWN_GUARANTEE)
+    return a not in known and b not in known and a != b
+
+
+def kind_labels(methods, kinds: dict | None = None) -> dict[str, str]:
+    """Each method's legend label: its name and the kind of its guarantee, e.g. "dpsgd
+    (central, add/remove one record)", "unconstrained (not private)"."""
+    return {m: f"{m} ({guarantee_text(k)})" for m, k in kinds_of(methods, kinds).items()}
+
+
+def eps_labels(methods, kinds: dict | None = None) -> tuple[str, dict[str, str]]:
+    """An eps axis's label and each method's legend label (``kind_labels``). When the private
+    methods' eps are of one kind the axis names it; when several kinds share the axis it says
+    they are not comparable, and each label says which is which."""
+    kinds = kinds_of([str(m) for m in methods], kinds)
+    private = {k for k in kinds.values() if k is not None}  # non-private methods are drawn as levels
+    if not private:
+        axis = "ε"
+    elif len(private) == 1:
+        axis = f"ε ({private.pop()})"
+    else:
+        axis = "ε (kinds differ, not comparable: see legend)"
+    return axis, kind_labels(kinds, kinds)

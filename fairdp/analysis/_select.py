@@ -33,13 +33,15 @@ from fairdp.analysis._rows import (
     check_rt,
     describe_rows,
     drop_nan,
+    guarantees_by_method,
     hyperparameter_columns,
     numeric_columns,
     ok_rows,
     require_columns,
+    row_guarantees,
 )
 from fairdp.errors import InputError
-from fairdp.schema import NOTION_GAP, NOTION_METRICS
+from fairdp.schema import GUARANTEE, NOTION_GAP, NOTION_METRICS
 
 # Accuracy is stored in percent with float noise (75.3 - 1.0 is not exactly 74.3), so the
 # RT window is widened by this many points; far below any reported precision.
@@ -170,7 +172,9 @@ def aggregate_seeds(
     sample standard deviation (ddof=1, as the papers' "± std over seeds"); it is NaN when a
     method has a single seed. NaN values of a metric are skipped in its mean and std;
     ``n_seeds`` counts the selected seeds. Columns: dataset, method, n_seeds, then M_mean,
-    M_std per metric in order (the ``fairdp analyze --format csv`` contract).
+    M_std per metric in order, then ``guarantee``, the kind of the method's guarantee (null:
+    not private; ``analysis._rows.row_guarantees``) (the ``fairdp analyze --format csv``
+    contract).
     """
     fairness = check_fairness(fairness)
     metrics = _default_metrics(fairness) if metrics is None else list(metrics)
@@ -186,7 +190,10 @@ def aggregate_seeds(
             f"selected: several rows for one ({', '.join([*RUN_KEYS, *by])}), e.g. "
             f"{describe_rows(rows[dup], limit=1)}; select one config per seed first (select_by_rt, with the same by)"
         )
-    return _aggregate(rows, ["dataset", "method", *by], metrics)
+    out = _aggregate(rows, ["dataset", "method", *by], metrics)
+    kinds = guarantees_by_method(rows) if len(rows) else {}
+    out[GUARANTEE] = pd.Series([kinds.get(str(m)) for m in out["method"]], index=out.index, dtype=object)
+    return out
 
 
 def rt_sweep(
@@ -279,14 +286,16 @@ def selected_configs(selected: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     ``selected`` has one row per (dataset, method, seed), e.g. from ``select_by_rt``. Columns:
     dataset, method, seed, config_id, every hyperparameter column some selected row sets
     (NaN where a method has no such hyperparameter), then valid and test accuracy and
-    <fairness>, sorted by dataset, method, seed; after them eps_formal, eps_released,
-    delta_released and released_under when ``selected`` has them (``released_guarantees``).
+    <fairness>, sorted by dataset, method, seed; then ``guarantee``, the kind of the row's
+    guarantee (``row_guarantees``), and after it eps_formal, eps_released, delta_released
+    and released_under when ``selected`` has them (``released_guarantees``).
     """
     fairness = check_fairness(fairness)
     rows = ok_rows(selected, "selected")
     metrics = ["valid_accuracy", f"valid_{fairness}", "test_accuracy", f"test_{fairness}"]
     require_columns(rows, [*RUN_KEYS, "config_id", *metrics], "selected")
-    columns = [*RUN_KEYS, "config_id", *hyperparameter_columns(rows), *metrics]
+    columns = [*RUN_KEYS, "config_id", *hyperparameter_columns(rows), *metrics, GUARANTEE]
+    rows[GUARANTEE] = row_guarantees(rows) if len(rows) else pd.Series(dtype=object)
     if "eps_released" in rows.columns:  # released_guarantees' columns, beside eps_formal
         columns += ["eps_formal", "eps_released", "delta_released", "released_under"]
     return rows[columns].sort_values(list(RUN_KEYS), kind="mergesort").reset_index(drop=True)

@@ -14,9 +14,16 @@ import math
 
 import pandas as pd
 
-from fairdp.analysis._rows import as_frame, check_by, check_fairness, require_columns
+from fairdp.analysis._rows import (
+    as_frame,
+    check_by,
+    check_fairness,
+    guarantee_text,
+    kinds_of,
+    require_columns,
+)
 from fairdp.errors import InputError
-from fairdp.schema import METRIC_COLUMNS
+from fairdp.schema import GUARANTEE, METRIC_COLUMNS
 
 FORMATS = ("md", "csv", "latex", "html")
 
@@ -29,6 +36,18 @@ FAIRNESS_LABELS = {
     "notion_gap": "Violation",  # each row's own notion's (Tran et al.)
 }
 BY_LABELS = {"fairness_notion": "Notion", "eps": "ε", "clip_primal": "C_p", "clip_dual": "C_d"}
+GUARANTEE_LABEL = "Guarantee"
+"""The column of every table that shows what each method's ε protects (``guarantee``)."""
+
+
+def guarantee_cells(table: pd.DataFrame, kinds: dict | None = None) -> list[str]:
+    """Each row's guarantee kind as a table cell: the table's ``guarantee`` column where it has
+    one, else its method's (``kinds``, e.g. ``guarantees_by_method`` of the rows, else the
+    registry); "not private" for a method without privacy."""
+    if GUARANTEE in table.columns:
+        return [guarantee_text(k) for k in table[GUARANTEE]]
+    known = kinds_of(table["method"].astype(str).unique(), kinds)
+    return [guarantee_text(known[str(m)]) for m in table["method"]]
 
 
 def by_cell(v) -> str:
@@ -81,13 +100,15 @@ def interval_text(lo: float, hi: float, decimals: int = 1) -> str:
 
 
 def sweep_tables(sweep: pd.DataFrame, fairness: str = "tpr_gap", decimals: int = 1,
-                 by=()) -> list[tuple[str, pd.DataFrame]]:
+                 by=(), kinds: dict | None = None) -> list[tuple[str, pd.DataFrame]]:
     """``rt_sweep`` output as one small table per (dataset, method[, by values]): a row per
-    metric, a column per RT, cells "mean ± std" over seeds."""
+    metric, a column per RT, cells "mean ± std" over seeds; the title names the method's
+    guarantee kind (``kinds``, e.g. ``guarantees_by_method`` of the rows, else the registry)."""
     sweep = as_frame(sweep, "sweep")
     require_columns(sweep, ["dataset", "method", "rt", *by], "sweep")
     cols = [c for c in _columns(fairness) if f"{c[0]}_mean" in sweep.columns]
     tables = []
+    known = kinds_of(sweep["method"].astype(str).unique(), kinds)
     for key, g in sweep.groupby(["dataset", "method", *by], sort=True):
         key = key if isinstance(key, tuple) else (key,)
         g = g.sort_values("rt")
@@ -97,18 +118,21 @@ def sweep_tables(sweep: pd.DataFrame, fairness: str = "tpr_gap", decimals: int =
             rows[rt] = [mean_std(r[f"{m}_mean"], r[f"{m}_std"], decimals) for m, _, _ in cols]
         seeds = sorted({int(v) for v in g["n_seeds"]}) if "n_seeds" in g.columns else []
         extra = "".join(f", {BY_LABELS.get(k, k)} {by_cell(v)}" for k, v in zip(by, key[2:]))
-        title = f"{key[1]} on {key[0]}{extra}" + (f" ({'/'.join(map(str, seeds))} seeds)" if seeds else "")
+        counted = [f"{'/'.join(map(str, seeds))} seeds"] if seeds else []
+        title = f"{key[1]} on {key[0]}{extra} ({'; '.join([*counted, guarantee_text(known[str(key[1])])])})"
         tables.append((title, pd.DataFrame(rows)))
     return tables
 
 
 def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = False, by=(),
-             marks: dict | None = None) -> pd.DataFrame:
-    """The aggregate as display strings: Dataset, Method, [by keys,] [RT,] Seeds, the metrics."""
+             marks: dict | None = None, kinds: dict | None = None) -> pd.DataFrame:
+    """The aggregate as display strings: Dataset, Method, Guarantee, [by keys,] [RT,] Seeds,
+    the metrics."""
     cols = _columns(fairness)
     require_columns(agg, ["dataset", "method", *by, "n_seeds"]
                     + [f"{m}_{s}" for m, _, _ in cols for s in ("mean", "std")], "agg")
     out = pd.DataFrame({"Dataset": agg["dataset"].astype(str), "Method": agg["method"].astype(str)})
+    out[GUARANTEE_LABEL] = guarantee_cells(agg, kinds)
     for key in by:
         out[BY_LABELS.get(key, key)] = [by_cell(v) for v in agg[key]]
     if "rt" in agg.columns:
@@ -135,7 +159,7 @@ def markdown_table(table: pd.DataFrame) -> str:
     def cell(v: str) -> str:
         return str(v).replace("|", "\\|")
 
-    align = [":--" if i < 2 else "--:" for i in range(table.shape[1])]
+    align = [":--" if i < 2 or c == GUARANTEE_LABEL else "--:" for i, c in enumerate(table.columns)]
     lines = ["| " + " | ".join(cell(c) for c in table.columns) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
     return "\n".join(lines) + "\n"
@@ -150,7 +174,7 @@ def _latex_escape(text: str) -> str:
 
 
 def _latex(table: pd.DataFrame) -> str:
-    n_left = 2
+    n_left = 3 if GUARANTEE_LABEL in table.columns else 2
     n_num = table.shape[1] - n_left - 4
     spec = "l" * n_left + "r" * n_num + "c" * 4
     head = [_latex_escape(c) if i < table.shape[1] - 4 else c for i, c in enumerate(table.columns)]
@@ -177,14 +201,16 @@ the best is not supported (``analysis._intervals.not_distinguishable``)."""
 
 
 def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", decimals: int = 1,
-                 by=(), marks: dict | None = None) -> str:
+                 by=(), marks: dict | None = None, kinds: dict | None = None) -> str:
     """Render ``aggregate_seeds`` output as a FEDERATE Table 1 style table.
 
     ``fmt`` is "md" (Markdown), "latex" (booktabs tabular), "html" (a plain <table>) or
-    "csv" (the raw aggregate columns: dataset, method, n_seeds, M_mean, M_std, ... as the
-    ``fairdp analyze --format csv`` contract says). An ``rt`` column, as in ``rt_sweep``
-    output, becomes an RT column; ``by`` columns (report-by keys) follow Method. Cells are
-    "mean ± std" with ``decimals`` decimals.
+    "csv" (the raw aggregate columns: dataset, method, n_seeds, M_mean, M_std, ...,
+    guarantee as the ``fairdp analyze --format csv`` contract says). A Guarantee column
+    follows Method: what each method's ε protects (the aggregate's ``guarantee``, else
+    ``kinds`` or the registry), since ε of different kinds are not comparable. An ``rt``
+    column, as in ``rt_sweep`` output, becomes an RT column; ``by`` columns (report-by keys)
+    follow. Cells are "mean ± std" with ``decimals`` decimals.
     """
     agg = as_frame(agg, "agg")
     fairness = check_fairness(fairness)
@@ -195,7 +221,7 @@ def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", 
     if fmt == "csv":
         require_columns(agg, ["dataset", "method", "n_seeds"], "agg")
         return agg.to_csv(index=False, lineterminator="\n")
-    table = _display(agg, fairness, decimals, latex=fmt == "latex", by=check_by(by, agg), marks=marks)
+    table = _display(agg, fairness, decimals, latex=fmt == "latex", by=check_by(by, agg), marks=marks, kinds=kinds)
     return {"md": markdown_table, "latex": _latex, "html": html_table}[fmt](table)
 
 

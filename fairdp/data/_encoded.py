@@ -135,6 +135,10 @@ def load_twitter(
     ``train_size`` training rows: happy ``ratio`` from AAE (pos_pos) and ``1 - ratio`` from SAE
     (pos_neg), sad the reverse, which with the defaults gives 40/10/10/40% of 80,000 rows;
     dev and test are balanced. Every file needs ``train_size + dev_size + test_size`` rows.
+
+    Unlike every other loader's split, this published protocol picks training rows by group
+    (the file a row is in names its race): the split reads the attribute, so the
+    attribute-level guarantees (PF-LD, the private reductions) do not cover it.
     """
     root = existing_dir(path)
     train_size = int_option("train_size", train_size, 1)
@@ -362,8 +366,8 @@ def load_celeba(
     """Read ``list_attr_celeba.txt`` (original layout) or the Kaggle ``.csv`` (``image_id`` + attributes).
 
     Attributes are -1/1; features are the attributes other than ``label`` and ``sensitive``
-    mapped to 0/1. Splits are stratified 60/20/20 with ``seed`` rather than the official
-    partition, as in FEDERATE.
+    mapped to 0/1. Splits are 60/20/20 stratified by label only with ``seed`` rather than the
+    official partition, as in FEDERATE (never by the sensitive attribute: see ``stratified_split``).
     """
     file = existing_file(path)
     seed = int_option("seed", seed, 0)
@@ -382,7 +386,7 @@ def load_celeba(
         X=binary[:, [names.index(c) for c in features]].astype(np.float32),
         y=y,
         s=s,
-        splits=stratified_split(y, s, seed=seed),
+        splits=stratified_split(y, seed=seed),
         feature_names=tuple(features),
         class_names=(f"not {label}", label),
         group_names=("female", "male") if sensitive == "Male" else (f"not {sensitive}", sensitive),
@@ -392,8 +396,8 @@ def load_celeba(
         sha256=_file_sha([file]),
         preprocessing=(
             f"Attributes -1/1 mapped to 0/1; features: the {len(features)} attributes other than "
-            f"{label} (label) and {sensitive} (sensitive); stratified 60/20/20 split with seed "
-            f"{seed} (not the official partition)."
+            f"{label} (label) and {sensitive} (sensitive); 60/20/20 split stratified by label only, "
+            f"seed {seed} (not the official partition)."
         ),
     )
 
@@ -500,7 +504,8 @@ def load_generic(
     list of columns (default: every other numeric column). .npz: they are array names, and
     ``features`` (default ``X``) names one 2-D array. Label and sensitive values may be
     strings or numbers; they are integer-coded in sorted order. ``split_column`` holds
-    train/valid/test (dev = valid) per row; without it the split is stratified 60/20/20.
+    train/valid/test (dev = valid) per row; without it the split is 60/20/20 stratified by
+    label only (never by the sensitive attribute), with ``seed``.
     """
     file = existing_file(path)
     seed = int_option("seed", seed, 0)
@@ -528,8 +533,8 @@ def load_generic(
         splits = _named_splits(file, split_column, arrays["split_column"])
         split_how = f"split given by column '{split_column}'"
     else:
-        splits = stratified_split(y, s, seed=seed)
-        split_how = f"stratified 60/20/20 split with seed {seed}"
+        splits = stratified_split(y, seed=seed)
+        split_how = f"60/20/20 split stratified by label only, seed {seed}"
     return Dataset(
         name="generic",
         X=X,

@@ -64,7 +64,7 @@ def make_synthetic(
       ``leakage = 0``, X depends on ``s`` only through ``y``; as it grows a probe recovers
       ``s`` from X ever better.
 
-    ``seed`` fixes the draw and ``split_seed`` the stratified 60/20/20 split.
+    ``seed`` fixes the draw and ``split_seed`` the 60/20/20 split, stratified by label only.
     """
     rows = int_option("rows", rows, 10)
     features = int_option("features", features, 2)
@@ -97,7 +97,7 @@ def make_synthetic(
         X=X.astype(np.float32),
         y=y,
         s=s,
-        splits=stratified_split(y, s, seed=split_seed),
+        splits=stratified_split(y, seed=split_seed),
         feature_names=tuple(f"label_{j}" for j in range(n_label))
         + tuple(f"leak_{j}" for j in range(n_leak)),
         class_names=tuple(str(c) for c in range(classes)),
@@ -108,7 +108,7 @@ def make_synthetic(
         preprocessing=(
             f"Generated: P(y = s mod {classes}) = {1 / classes + rho * (1 - 1 / classes):.3g}; "
             f"{n_label} label features (class centroids of norm {LABEL_SIGNAL:g}), {n_leak} "
-            f"leak features (group shifts of norm {scale:g}), unit Gaussian noise; stratified "
-            f"60/20/20 split with seed {split_seed}."
+            f"leak features (group shifts of norm {scale:g}), unit Gaussian noise; 60/20/20 split "
+            f"stratified by label only, seed {split_seed}."
         ),
     )

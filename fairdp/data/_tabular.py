@@ -1,10 +1,19 @@
 """Fetched tabular datasets: UCI Adult, ProPublica COMPAS, UCI German credit.
 
-Shared preprocessing: rows are split 60/20/20 (train/valid/test) stratified by
-(label, sensitive group) with ``split_seed``; numerical features are standardised with
-the *training* rows' mean and standard deviation only; categorical features are one-hot
+Shared preprocessing: rows are split 60/20/20 (train/valid/test) stratified by label
+only, with the public ``split_seed``; numerical features are standardised with the
+*training* rows' mean and standard deviation only; categorical features are one-hot
 encoded over the categories present in the file (sorted); the sensitive attribute's own
 column is left out of the features unless ``include_sensitive=True``.
+
+Nothing here reads the sensitive attribute except to code ``s`` (and, by option, to put
+its column among the features): the split, hence ``n_train`` and the standardisation
+statistics, are the same for any two datasets that differ only in records' attribute
+values, the neighbouring relation of the attribute-level guarantees (PF-LD's Definition 1,
+the private reductions). When ``include_sensitive=True`` the attribute's own column is
+encoded without data statistics: a categorical one one-hot (fixed 0/1 values), a numerical
+one (German credit's age) with fixed public constants (``public_scaling``), not with the
+training rows' mean and standard deviation, which would move with the attribute.
 """
 
 from __future__ import annotations
@@ -60,19 +69,30 @@ def _build(
     paths: dict,
     class_names: tuple[str, ...] | None = None,
     preprocessing: str,
+    public_scaling: dict[str, tuple[float, float]] | None = None,
 ) -> Dataset:
+    """``public_scaling`` maps a numerical column to fixed (centre, scale) constants used in
+    place of the training rows' statistics: required for the sensitive attribute's own column
+    when it is numerical and included, so that its scaling does not depend on attribute values."""
     source = ", ".join(str(p) for p in paths.values())
     y, label_names = encode(df[label].to_numpy(), origin=source, column=label)
     s, group_names = encode(sensitive_values.to_numpy(), origin=source, column=sensitive)
-    if not include_sensitive:  # the column the groups are derived from, when that differs
-        excluded = sensitive_column or sensitive
-        numeric = [c for c in numeric if c != excluded]
-        categorical = [c for c in categorical if c != excluded]
-    splits = stratified_split(y, s, seed=split_seed)
+    own = sensitive_column or sensitive  # the column the groups are derived from, when that differs
+    public_scaling = dict(public_scaling or {})
+    if not include_sensitive:
+        numeric = [c for c in numeric if c != own]
+        categorical = [c for c in categorical if c != own]
+    elif own in numeric and own not in public_scaling:
+        raise ValueError(f"{name}: numerical sensitive column '{own}' included without a public scaling")
+    # Stratified by label only: the split, n_train and the train statistics below never read s.
+    splits = stratified_split(y, seed=split_seed)
     num = df[numeric].to_numpy(dtype=np.float64)
     train = num[splits["train"]]
-    scale = train.std(axis=0)
-    num = (num - train.mean(axis=0)) / np.where(scale > 0, scale, 1.0)
+    centre, scale = train.mean(axis=0), train.std(axis=0)
+    for j, col in enumerate(numeric):
+        if col in public_scaling:
+            centre[j], scale[j] = public_scaling[col]
+    num = (num - centre) / np.where(scale > 0, scale, 1.0)
     onehot = pd.get_dummies(df[categorical].astype(str), prefix_sep="=", dtype=np.float32)
     X = np.hstack([num.astype(np.float32), onehot.to_numpy()])
     return Dataset(
@@ -113,7 +133,8 @@ def load_adult(sensitive: str = "sex", split_seed: int = 0, include_sensitive: b
             "('?') dropped (45,222 left); label income >50K; fnlwgt (a census sampling weight) and "
             "education (duplicated by education-num) dropped; 5 numerical features standardised on "
             "train rows only; 7 categoricals one-hot; sensitive column excluded from features"
-            + (" (included by option)" if include_sensitive else "")
+            + (" (included by option, one-hot)" if include_sensitive else "")
+            + f"; split 60/20/20 stratified by label only, seed {split_seed}"
         ),
     )
 
@@ -147,7 +168,8 @@ def load_compas(sensitive: str = "race", all_races: bool = False, split_seed: in
             + "; label two_year_recid; features age, priors and juvenile counts (standardised on "
             "train rows only), charge degree, sex and race one-hot; COMPAS's own scores not used; "
             "sensitive column excluded from features"
-            + (" (included by option)" if include_sensitive else "")
+            + (" (included by option, one-hot)" if include_sensitive else "")
+            + f"; split 60/20/20 stratified by label only, seed {split_seed}"
         ),
     )
 
@@ -160,6 +182,10 @@ GERMAN_COLUMNS = ["status", "duration", "credit_history", "purpose", "credit_amo
 GERMAN_NUMERIC = ["duration", "credit_amount", "installment_rate", "present_residence_since", "age",
                   "number_of_existing_credits", "number_of_people_liable_for"]
 GERMAN_FEMALE = ("A92", "A95")  # personal status codes: female divorced/married, female single
+# Age included as a feature while it defines the groups (sensitive age, include_sensitive) is
+# scaled by these public constants, years from the group threshold in decades (its sign is the
+# group), not by the training rows' mean and deviation, which move when a record's age does.
+GERMAN_AGE_SCALING = (25.0, 10.0)
 
 
 @register("german", kind="fetched", files=GERMAN_FILES,
@@ -181,11 +207,14 @@ def load_german(sensitive: str = "age", split_seed: int = 0, include_sensitive: 
         numeric=GERMAN_NUMERIC,
         categorical=[c for c in GERMAN_COLUMNS if c not in GERMAN_NUMERIC and c != "credit"],
         include_sensitive=include_sensitive, split_seed=split_seed, files=GERMAN_FILES, paths=paths,
+        public_scaling={"age": GERMAN_AGE_SCALING} if sensitive == "age" else None,
         preprocessing=(
             "label credit risk (1 = good, 2 = bad in german.data); sensitive "
             + ("age < 25 vs >= 25" if sensitive == "age" else "sex from personal status (A92, A95 female)")
             + "; 7 numerical attributes standardised on train rows only, 13 categoricals one-hot; "
             "the sensitive attribute's source column excluded from features"
-            + (" (included by option)" if include_sensitive else "")
+            + ((" (included by option, as (age - 25) / 10, public constants)" if sensitive == "age"
+                else " (included by option, one-hot)") if include_sensitive else "")
+            + f"; split 60/20/20 stratified by label only, seed {split_seed}"
         ),
     )

@@ -74,8 +74,8 @@ def load_text(
     Encoding is the slow step, so its result is cached under ``data_dir()/text/`` keyed by
     the file's sha256, the model's identity and the three column names; a later load with the
     same inputs reads the cache. The cache is written only after the Dataset has been built
-    and validated, so a failed load leaves nothing behind. Splits are stratified 60/20/20
-    with ``seed``.
+    and validated, so a failed load leaves nothing behind. Splits are 60/20/20 stratified by
+    label only, with ``seed``.
     """
     file = existing_file(path)
     seed = int_option("seed", seed, 0)
@@ -116,7 +116,7 @@ def load_text(
         X=X,
         y=y,
         s=s,
-        splits=stratified_split(y, s, seed=seed),
+        splits=stratified_split(y, seed=seed),
         feature_names=tuple(f"emb_{j}" for j in range(X.shape[1])),
         class_names=class_names,
         group_names=group_names,
@@ -128,7 +128,7 @@ def load_text(
             f"Column '{text}' embedded with sentence-transformers model '{model}' into "
             f"{X.shape[1]}-d float32 vectors, as the model's own pipeline outputs them; cached as "
             f"text/{key}.npz in the data directory. Label '{label}' and sensitive '{sensitive}' "
-            f"integer-coded in sorted order; stratified 60/20/20 split with seed {seed}."
+            f"integer-coded in sorted order; 60/20/20 split stratified by label only, seed {seed}."
         ),
     )
     if not cached:

@@ -17,6 +17,7 @@ from fairdp.engine._checkpoint import (
     CheckpointFile,
     checkpointing,
     data_fingerprint,
+    published_data_fingerprint,
     without_checkpoints,
 )
 from fairdp.engine._loop import EVAL_CHUNK, BestEpochs, fit_pack, merge_results
@@ -30,6 +31,7 @@ from fairdp.engine._losses import (
 from fairdp.engine._memory import (
     ACTIVATION_COPIES,
     CUDA_MEMORY_SHARE,
+    PRIVATISER_BYTES,
     bytes_per_config,
     config_chunk,
     cuda_config_chunk,
@@ -61,6 +63,7 @@ from fairdp.engine.contract import (
 
 __all__ = [
     "ACTIVATION_COPIES",
+    "PRIVATISER_BYTES",
     "CUDA_MEMORY_SHARE",
     "DEFAULT_KEEP",
     "DEFAULT_MARGIN",
@@ -91,6 +94,7 @@ __all__ = [
     "config_chunk",
     "config_id",
     "data_fingerprint",
+    "published_data_fingerprint",
     "configs_to_stop",
     "cuda_config_chunk",
     "describe_architecture",

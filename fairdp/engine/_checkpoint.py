@@ -108,10 +108,24 @@ def identity(**parts) -> str:
 def data_fingerprint(data) -> str:
     """A digest of a dataset's labels, groups, splits and a strided sample of its feature rows:
     a checkpoint trained on other data (another encoding, sensitive attribute or split seed
-    of the same dataset) is not resumed, and hashing stays milliseconds for large datasets."""
+    of the same dataset) is not resumed, and hashing stays milliseconds for large datasets.
+    Kept in local checkpoints only: rows publish ``published_data_fingerprint``."""
     h = hashlib.sha256(data.name.encode())
     stride = max(1, len(data.X) // 4096)
     for array in (data.X[::stride], data.y, data.s, *(data.splits[n] for n in sorted(data.splits))):
+        h.update(str(array.shape).encode())
+        h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
+
+
+def published_data_fingerprint(data) -> str:
+    """The digest a result row publishes (its ``protocol``): the dataset's name, labels, splits
+    and feature shape, never its protected attributes nor feature values (which hold the
+    attribute when it is a feature). ``data_fingerprint`` hashes the groups too: anyone who
+    knows the other records could try each single change of a record's attribute against a
+    published hash of them and read it off, outside every mechanism's guarantee."""
+    h = hashlib.sha256(data.name.encode())
+    for array in (np.asarray(data.X.shape), data.y, *(data.splits[n] for n in sorted(data.splits))):
         h.update(str(array.shape).encode())
         h.update(np.ascontiguousarray(array).tobytes())
     return h.hexdigest()

@@ -19,6 +19,11 @@ CUDA_MEMORY_SHARE = 0.6
 # Float32 copies of each layer's output alive in a training step: pre- and post-activation,
 # dropout mask, privacy noise, and the two gradients flowing back.
 ACTIVATION_COPIES = 6
+# Bytes per representation entry a privatiser holds at once on top of those copies: the grid
+# Laplace mechanism's three 64-bit words (twice: a replayed draw's graph output and its clone),
+# its float64 input and output, and (run eagerly) its int64 rounded input and noise. On an H200
+# 8 * (2 * 3 + 2) fell 0.5% short of a 32-config FEDERATE pack's peak.
+PRIVATISER_BYTES = 8 * (2 * 3 + 4)
 
 
 def bytes_per_config(shapes: list[tuple[int, int]], batch_size: int, eval_rows: int, kept_rows: int = 0,
@@ -26,11 +31,14 @@ def bytes_per_config(shapes: list[tuple[int, int]], batch_size: int, eval_rows: 
     """Memory estimate of one config in a pack: parameters with their gradient, two Adam
     moments and the best epoch's copy; a training step's activations; one evaluation chunk's
     forward pass (``eval_rows``: the loop evaluates ``EVAL_CHUNK`` rows at a time, not a whole
-    split); and the representations the pack keeps on the device for ``kept_rows`` rows."""
+    split); the representations the pack keeps on the device for ``kept_rows`` rows; and a
+    privatiser's transient words for the larger of a batch and an evaluation chunk of
+    representations (``PRIVATISER_BYTES``; counted for every method with a representation)."""
     params = sum(a * b + b for a, b in shapes)
     widths = sum(b for _, b in shapes)
-    return itemsize * (5 * params + ACTIVATION_COPIES * batch_size * widths + eval_rows * widths
-                       + kept_rows * representation_dim)
+    return (itemsize * (5 * params + ACTIVATION_COPIES * batch_size * widths + eval_rows * widths
+                        + kept_rows * representation_dim)
+            + PRIVATISER_BYTES * max(batch_size, eval_rows) * representation_dim)
 
 
 def cuda_config_chunk(per_config: int, device_bytes: int, gpu_share: float, k: int) -> int:

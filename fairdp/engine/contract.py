@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from fairdp import _rng
-from fairdp._rng import PackStream, bernoulli_mask, dropout, laplace, normal, uniform
+from fairdp._rng import PackStream, bernoulli_mask, coins, dropout, normal, uniform
 from fairdp.data import Dataset
 from fairdp.engine._arch import Architecture
 from fairdp.engine._seeds import stream_key
@@ -31,7 +31,7 @@ from fairdp.schema import FAIRNESS_METRICS
 
 # the streams of ``PackContext.generators`` and the draws a step makes from them, (K, ...) each
 __all__ = ["Batch", "EpochReport", "PackContext", "PackResult", "PackStep", "PackStream", "SplitTensors",
-           "bernoulli_mask", "dropout", "laplace", "normal", "uniform"]
+           "bernoulli_mask", "coins", "dropout", "normal", "uniform"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ class PackContext:
         """The configs' counter-based streams of ``stream`` (init, dropout, noise, eval_noise,
         predict, sample): config k's keyed by (seed, config id, stream) only, so its numbers do
         not depend on the pack. Draw from it with this module's ``uniform``, ``normal``,
-        ``laplace``, ``bernoulli_mask`` and ``dropout``, which give (K, ...) draws."""
+        ``coins`` (exact rates, for privacy sampling), ``bernoulli_mask`` and ``dropout``, which
+        give (K, ...) draws; privatise with ``fairdp.privacy``'s mechanisms."""
         if stream not in self._generators:
             self._generators[stream] = _rng.PackStream.from_names(
                 [stream_key(self.seed, c, stream) for c in self.config_ids], self.device)

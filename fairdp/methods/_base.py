@@ -29,7 +29,15 @@ from fairdp.engine import (
 )
 from fairdp.errors import InputError
 from fairdp.methods._representation import RepresentationStep
-from fairdp.privacy import NOT_PRIVATE, Guarantee, event_to_json, minmax_true_epsilon
+from fairdp.privacy import (
+    LARGEST_L1_EPS,
+    LARGEST_SCALE_EPS,
+    NOT_PRIVATE,
+    Guarantee,
+    event_to_json,
+    guarantee_kind,
+    minmax_true_epsilon,
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,10 @@ class HyperParam:
         return int(value) if self.integer else float(value)
 
 
-EPS = HyperParam("eps", low=0.0, low_open=True, doc="privacy budget of the Laplace layer")
+EPS = HyperParam("eps", low=0.0, low_open=True, high=LARGEST_L1_EPS,
+                 doc="privacy budget of the Laplace layer (its exact tables reach eps 24)")
+MINMAX_EPS = HyperParam("eps", low=0.0, low_open=True, high=LARGEST_SCALE_EPS,
+                        doc="claimed budget of the min-max Laplace layer, noise 1/eps (tables reach eps 12)")
 LAM = HyperParam("lam", low=0.0, doc="adversarial weight lambda")
 # DP-SGD and PF-LD: the eps their noise is calibrated to, by the RDP accountant at delta 1e-5
 TARGET_EPS = HyperParam("eps", low=0.0, low_open=True, doc="target eps of the RDP accountant (delta 1e-5)")
@@ -131,6 +142,11 @@ class Method(ABC):
     # What its ``eps`` protects: "local" (eps-LDP of each released representation or
     # attribute), "central" ((eps, delta)-DP of the training data), None (not private).
     privacy_scope: ClassVar[str | None] = None
+    # What one neighbouring change alters: "record" (the whole training record), "attribute"
+    # (its sensitive attribute only) or "representation" (the representation it releases);
+    # None: "attribute" under the relation replace_attribute, else "representation" for a
+    # local guarantee and "record" for a central one (``guarantee_kind``).
+    privacy_unit: ClassVar[str | None] = None
 
     def check_dataset(self, data: Dataset, path: str | None = None) -> None:
         """Refuse, before any training, a dataset this method cannot train on."""
@@ -159,6 +175,15 @@ class Method(ABC):
 
     # the adjacency ``dp_event``'s guarantee is stated under (a key of fairdp.privacy._release.RELATIONS)
     neighbour_relation: ClassVar[str] = "add_or_remove_one"
+
+    @property
+    def guarantee_kind(self) -> str | None:
+        """The kind of this method's guarantee, what every row it trains stores as
+        ``guarantee``: scope, neighbouring relation and the unit protected, e.g. "central,
+        add/remove one record" (``fairdp.privacy._guarantee.guarantee_kind``); None for a
+        method without privacy. The one source of the kind: tables and figures label each
+        method's eps with it."""
+        return guarantee_kind(self.privacy_scope, self.neighbour_relation, self.privacy_unit)
 
     def dp_event(self, config: dict, run: RunInfo):
         """The ``dp_accounting.DpEvent`` of training ``config`` on the training data, for a

@@ -306,7 +306,8 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         at rate q, padded to the longest. Every row draws its coin, whatever its group, so the
         sample does not depend on the attributes beyond whom it keeps."""
         train = self.ctx.split("train")
-        coins = _rng.bernoulli_mask((self.n,), self.q, self.ctx.generators("sample"), device=self.lam.device)
+        # exact integer coins: the rate is never above the q the accountant charges for
+        coins = _rng.coins((self.n,), self.q, self.ctx.generators("sample"), device=self.lam.device)
         keep = coins & (train.s == 1).unsqueeze(0)
         counts = keep.sum(dim=1)
         m = max(int(counts.max()), 1)

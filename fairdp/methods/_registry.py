@@ -23,7 +23,8 @@ def register_method(cls: type[Method]) -> type[Method]:
     """Register ``cls`` under ``cls.name`` (a class decorator). Refused: a name taken or not
     lowercase letters, digits and '_' (it names results directories); a hyperparameter
     named like a result column, or with another column type than a registered method's
-    hyperparameter of the same name (they share one column)."""
+    hyperparameter of the same name (they share one column); a guarantee whose kind cannot
+    be stated (``Method.guarantee_kind``: an unknown scope, relation or unit)."""
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"method class {cls.__qualname__}: name must be lowercase letters, digits and '_', "
@@ -34,7 +35,12 @@ def register_method(cls: type[Method]) -> type[Method]:
     if len(set(names)) != len(names):
         raise ValueError(f"method {name!r}: a hyperparameter declared twice in {names}")
     schema.hyperparameter_columns([h for m in _METHODS.values() for h in m.hyperparams] + list(cls.hyperparams))
-    _METHODS[name] = cls()
+    instance = cls()
+    try:  # the kind every row of the method stores (``guarantee``): refused now, not at the first row
+        instance.guarantee_kind  # noqa: B018
+    except ValueError as e:
+        raise ValueError(f"method {name!r}: privacy_scope, neighbour_relation, privacy_unit: {e}") from None
+    _METHODS[name] = instance
     return cls
 
 

@@ -35,9 +35,12 @@ class RepresentationStep(PackStep):
         data = ctx.data
         self.model = PackedModel(spec, ctx.arch, data.n_features, data.n_classes, data.n_groups,
                                  ctx.generators("init"), device=ctx.device, dtype=ctx.dtype)
-        self.eps = ctx.per_config("eps").reshape(ctx.k, 1, 1) if spec.privatizer != "none" else None
-        if self.eps is not None:
-            check_eps(self.eps)  # once per pack: every step privatises with eps_checked
+        self.eps = None
+        if spec.privatizer != "none":
+            eps = ctx.per_config("eps")
+            check_eps(eps)  # once per pack: every step privatises with eps_checked
+            # host floats: the mechanism's tables are built once from them, and a GPU never waits
+            self.eps = tuple(float(e) for e in eps.cpu().tolist())
         self.lam = ctx.per_config("lam") if spec.adversaries else None
         self.lam_ort = ctx.per_config("lam_ort") if spec.orthogonality else None
         self.lam_epoch = None

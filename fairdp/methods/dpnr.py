@@ -7,7 +7,7 @@ it is provided as a mechanism (``fairdp.privacy.word_dropout``) and not used her
 """
 
 from fairdp.engine import ModelSpec
-from fairdp.methods._base import EPS, NeuralMethod
+from fairdp.methods._base import MINMAX_EPS, NeuralMethod
 from fairdp.methods._registry import register_method
 
 DPNR_EPS = [0.05, 0.1, 0.5, 1.0, 5.0]  # DPNR Table 2
@@ -17,7 +17,7 @@ DPNR_EPS = [0.05, 0.1, 0.5, 1.0, 5.0]  # DPNR Table 2
 class DPNR(NeuralMethod):
     name = "dpnr"
     privacy_scope = "local"
-    hyperparams = (EPS,)
+    hyperparams = (MINMAX_EPS,)
     spec = ModelSpec(privatizer="minmax")
 
     def paper_grid(self, dataset):

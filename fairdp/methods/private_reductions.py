@@ -99,6 +99,7 @@ def corrected_bound(z: np.ndarray, y: np.ndarray, n_groups: int, notion: str, bo
 class PrivateReductions(Method):
     name = "private_reductions"
     privacy_scope = "local"
+    privacy_unit = "attribute"  # each record's attribute is randomized, not a representation
     binary_only = True
     hyperparams = (NOTION, BOUND, EPS)
 

@@ -1,6 +1,7 @@
 """Privacy: local DP mechanisms for encoded representations, RDP accounting, guarantees.
 
-``laplace_privatize`` is the sound mechanism (FEDERATE eq. 3, eps-LDP per row);
+``laplace_privatize`` is the sound mechanism (FEDERATE eq. 3, eps-LDP per row, its noise the
+exact grid discrete Laplace of ``_discrete``, whose eps is computed from the tables it samples);
 ``minmax_privatize`` reproduces DPNR/CAPE as published, whose true budget is
 ``minmax_true_epsilon`` = D * eps; ``word_dropout`` and ``word_dropout_epsilon`` are DPNR's
 word-level amplification. ``composed_epsilon`` and ``repeat_and_select_epsilon`` bound what
@@ -20,20 +21,26 @@ from fairdp.privacy._accounting import (
     pfld_epsilon,
     pfld_event,
 )
-from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee
+from fairdp.privacy._discrete import LARGEST_L1_EPS, LARGEST_SCALE_EPS
+from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee, guarantee_kind
 from fairdp.privacy._release import (
     COUNTS,
     TrialCount,
     composed_epsilon,
+    epsilon_of_rdp,
     event_from_json,
     event_to_json,
     repeat_and_select_epsilon,
+    repeat_and_select_rdp,
     trial_count_from_dict,
 )
 
 __all__ = [
+    "LARGEST_L1_EPS",
+    "LARGEST_SCALE_EPS",
     "NOT_PRIVATE",
     "Guarantee",
+    "guarantee_kind",
     "PFLD_CLIP_DUAL",
     "PFLD_CLIP_PRIMAL",
     "PFLD_DELTA",
@@ -48,9 +55,11 @@ __all__ = [
     "COUNTS",
     "TrialCount",
     "composed_epsilon",
+    "epsilon_of_rdp",
     "event_from_json",
     "event_to_json",
     "repeat_and_select_epsilon",
+    "repeat_and_select_rdp",
     "trial_count_from_dict",
     "check_eps",
     "l1_normalize",

@@ -2,8 +2,10 @@
 
 Every mechanism works on rows: the last dimension holds the D features of one example,
 and any leading dimensions are batch or config axes. Normalisation is per row, and the
-Laplace noise is i.i.d. per entry, drawn through :mod:`fairdp._rng` so that a packed
-(K, B, D) call with K generators equals K separate (B, D) calls.
+noise is i.i.d. per entry: the grid discrete Laplace mechanism (``fairdp.privacy._discrete``),
+whose eps is computed from the integer tables it samples, drawn from 64-bit words of
+:mod:`fairdp._rng` so that a packed (K, B, D) call with K generators equals K separate
+(B, D) calls.
 
 Three defects of the public reference code are deliberately not repeated:
 FEDERATE's code divides by the L2 norm (the proof of its eq. 3 needs L1; the variant is
@@ -14,14 +16,20 @@ normalises over the whole batch and shares one noise vector across the batch.
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from fairdp import _rng
 from fairdp.errors import InputError
+from fairdp.privacy._discrete import V_CUMULATIVE, GridLaplace, laplace_l1, laplace_minmax
 
-Eps = float | torch.Tensor
+Eps = float | Sequence[float] | torch.Tensor
 
 
 def _check_positive(name: str, value: float | torch.Tensor) -> None:
@@ -31,8 +39,12 @@ def _check_positive(name: str, value: float | torch.Tensor) -> None:
         if bad.numel():
             _check_positive(name, bad[0].item())
         return
+    if isinstance(value, (list, tuple)) and value:
+        for v in value:
+            _check_positive(name, v)
+        return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"{name} must be a number or a tensor, got {type(value).__name__}")
+        raise InputError(f"{name} must be a number, a sequence of numbers or a tensor, got {type(value).__name__}")
     if not math.isfinite(value):
         raise InputError(f"{name} must be finite, got {value}")
     if value <= 0:
@@ -64,13 +76,199 @@ def _noise_shape(x: torch.Tensor, generator: _rng.Generators) -> tuple[int, ...]
     return tuple(x.shape[1:])
 
 
-def _add_laplace(
-    x: torch.Tensor, scale: float | torch.Tensor, generator: _rng.Generators
-) -> torch.Tensor:
-    noise = _rng.laplace(
-        _noise_shape(x, generator), scale, generator, device=x.device, dtype=x.dtype
-    )
-    return x + noise
+# -- the grid discrete Laplace mechanism on tensors (tables: fairdp.privacy._discrete) -----------
+
+_SIGN = -(1 << 63)  # flips the sign bit: unsigned order of 64-bit words as signed order
+
+
+@dataclass(frozen=True)
+class _DeviceTables:
+    """M mechanisms' tables stacked on one device, and which of them each leading slice uses."""
+
+    which: torch.Tensor         # (K,) index of each slice's mechanism
+    u_table: torch.Tensor       # (M * W,) int64 bits: mechanism j's packed alias bucket i at j * W + i
+    u_bits: torch.Tensor        # (M,)
+    v_cumulative: torch.Tensor  # (VMAX,) V's cumulative counts, sign bit flipped (signed order)
+    zero: torch.Tensor          # (M,)
+    t: torch.Tensor             # (M,)
+    bound: torch.Tensor         # (M,)
+    clamp: torch.Tensor         # (M,)
+    scale_up: torch.Tensor      # (M,) 2^g, float64: x * 2^g is exact
+    gamma: torch.Tensor         # (M,) 2^-g, float64
+
+
+def _stack(mechs: list[GridLaplace], which: list[int], device: torch.device) -> _DeviceTables:
+    width = 1 << max(m.u_bits for m in mechs)
+    table = np.zeros((len(mechs), width), dtype=np.uint64)
+    for j, m in enumerate(mechs):
+        table[j, :len(m.u_table)] = m.u_table
+
+    def per(values, dtype=torch.int64):
+        return torch.tensor(values, device=device, dtype=dtype)
+
+    return _DeviceTables(
+        per(which), torch.as_tensor(table.reshape(-1).view(np.int64), device=device),
+        per([m.u_bits for m in mechs]),
+        torch.as_tensor(V_CUMULATIVE.view(np.int64) ^ np.int64(_SIGN), device=device),
+        per([m.zero_threshold for m in mechs]), per([m.t for m in mechs]), per([m.bound for m in mechs]),
+        per([m.clamp for m in mechs]), per([math.ldexp(1.0, m.grid_exponent) for m in mechs], torch.float64),
+        per([m.gamma for m in mechs], torch.float64))
+
+
+def _grid_laplace(x: torch.Tensor, tables: _DeviceTables, generator: _rng.Generators) -> torch.Tensor:
+    """The mechanism of ``fairdp.privacy._discrete`` on ``x`` viewed as (K, n): slice k rounded to
+    its mechanism's grid, plus its exact discrete Laplace noise, clamped, released as grid points.
+    Three words per entry, interleaved (zero and sign, V, U). The value is the grid point
+    exactly; the gradient is the identity (the noise is additive, as in the continuous mechanism)."""
+    k = len(tables.which)
+    flat = x.detach().reshape(k, -1)
+    if isinstance(generator, _rng.PackStream) and x.device.type == "cpu":
+        released = _released_on_host(flat, tables, generator)
+    else:
+        released = _released(flat, tables, generator)
+    released = released.view_as(x)
+    if not x.requires_grad:
+        return released
+    # the value is exactly the released grid point (x - x is +0 for finite x); d out / d x = I
+    return released + (x - x.detach())
+
+
+def _released(flat: torch.Tensor, tables: _DeviceTables, generator: _rng.Generators) -> torch.Tensor:
+    """(K, n) released values computed as tensor operations (any device, any generator); on
+    CUDA one compiled kernel where torch.compile works (some twenty elementwise passes else)."""
+    k, n = flat.shape
+    if _rng.per_config(generator):
+        w = _rng.words(3 * n, generator, device=flat.device).view(k, n, 3)
+    else:
+        w = _rng.words(3 * k * n, generator, device=flat.device).view(k, n, 3)
+    args = (w, flat, tables.which.view(k, 1), tables.u_table, tables.u_bits, tables.v_cumulative, tables.t,
+            tables.zero, tables.bound, tables.clamp, tables.scale_up, tables.gamma)
+    global _compiled_release
+    if flat.device.type == "cuda" and _compiled_release is not False:
+        try:
+            if _compiled_release is None:
+                _compiled_release = torch.compile(_release_from_words, dynamic=True, fullgraph=True)
+            return _compiled_release(*args)
+        except Exception as err:  # noqa: BLE001 - any compiler failure: the eager result is the same
+            warnings.warn(f"fairdp: the compiled Laplace mechanism is off ({type(err).__name__}: {err}); "
+                          "computing it eagerly", stacklevel=2)
+            _compiled_release = False
+    return _release_from_words(*args)
+
+
+# None: not compiled yet; False: compiling failed once, the mechanism runs eagerly
+_compiled_release = None
+
+
+def _release_from_words(w, flat, which, u_table, u_bits, v_cumulative, t, zero, bound, clamp, scale_up,
+                        gamma) -> torch.Tensor:
+    wz, wv, wu = w[..., 0], w[..., 1], w[..., 2]
+    # V: how many of its cumulative counts the word reaches (unsigned, as signed with flipped sign bits)
+    v = torch.searchsorted(v_cumulative, (wv ^ _SIGN).contiguous(), right=True)
+    # U: a packed alias table, threshold << bits | alias
+    bits = u_bits[which]
+    one = torch.ones_like(bits)
+    low = 64 - bits
+    bucket = (wu >> low) & ((one << bits) - 1)
+    entry = u_table[which * (u_table.shape[0] // t.shape[0]) + bucket]
+    keep = (wu & ((one << low) - 1)) < ((entry >> bits) & ((one << low) - 1))
+    u = torch.where(keep, bucket, entry & ((one << bits) - 1))
+    magnitude = 1 + t[which] * v + u
+    is_zero = ((wz >> 1) & ((1 << 63) - 1)) < zero[which]
+    noise = torch.where(is_zero, 0, torch.where((wz & 1) == 1, magnitude, -magnitude))
+    lo, hi = bound[which], clamp[which]
+    # x * 2^g and o * 2^-g are exact in float32 as in float64 (powers of two; |o| < 2^24): the
+    # release is computed in the input's dtype, with the same values in either
+    m = torch.trunc(flat * scale_up[which].to(flat.dtype)).to(torch.int64)
+    o = torch.clamp(torch.clamp(m, -lo, lo) + noise, -hi, hi)
+    return o.to(flat.dtype) * gamma[which].to(flat.dtype)
+
+
+def _released_on_host(flat: torch.Tensor, tables: _DeviceTables, stream: _rng.PackStream) -> torch.Tensor:
+    """``_released`` for a CPU pack, bit for bit: NumPy on cache-sized pieces of the draw in the
+    threads that draw its words (``PackStream.map_words``)."""
+    k, n = flat.shape
+    x = flat.contiguous().numpy()
+    out = np.empty((k, n), dtype=x.dtype)
+    which = tables.which.numpy()
+    u_table = tables.u_table.numpy().view(np.uint64)
+    width = len(u_table) // len(tables.t)
+    u_bits, zero, t = tables.u_bits.numpy(), tables.zero.numpy(), tables.t.numpy()
+    bound, clamp = tables.bound.numpy(), tables.clamp.numpy()
+    scale_up, gamma = tables.scale_up.numpy().astype(x.dtype), tables.gamma.numpy().astype(x.dtype)
+
+    def fill(c: int, start: int, words: np.ndarray, part: np.ndarray) -> None:
+        j = int(which[c])
+        bits = int(u_bits[j])
+        wz, wv, wu = words[:, 0], words[:, 1], words[:, 2]
+        # V by its inverse CDF: the first thresholds by comparison (V < 3 for 95% of words),
+        # the rest by binary search; np.searchsorted over every word costs more
+        noise = (wv >= V_CUMULATIVE[0]).view(np.int8).astype(np.int64)
+        noise += wv >= V_CUMULATIVE[1]
+        far = wv >= V_CUMULATIVE[2]
+        if far.any():
+            noise[far] = np.searchsorted(V_CUMULATIVE, wv[far], side="right")
+        noise *= int(t[j])
+        table = u_table[j * width:(j + 1) * width]
+        bucket = wu >> np.uint64(64 - bits)
+        entry = table[bucket]
+        low = np.uint64((1 << (64 - bits)) - 1)
+        u = np.where((wu & low) < (entry >> np.uint64(bits)), bucket, entry & np.uint64((1 << bits) - 1))
+        noise += u.view(np.int64)
+        noise += 1
+        np.negative(noise, out=noise, where=(wz & np.uint64(1)) == 0)
+        noise[(wz >> np.uint64(1)) < np.uint64(zero[j])] = 0
+        m = np.trunc(x[c, start:start + len(part)] * scale_up[j]).astype(np.int64)
+        np.clip(m, -int(bound[j]), int(bound[j]), out=m)
+        m += noise
+        np.clip(m, -int(clamp[j]), int(clamp[j]), out=m)
+        np.multiply(m, gamma[j], out=part)
+
+    stream.map_words(out, 3, fill)
+    return torch.from_numpy(out)
+
+
+def _eps_values(eps: Eps, x: torch.Tensor, generator: _rng.Generators) -> tuple[float, ...]:
+    """One eps per slice the noise is drawn for: per config with K streams (``x``'s leading
+    axis), else the whole of ``x``, or its leading slices when ``eps`` has one value per slice."""
+    if isinstance(eps, torch.Tensor):
+        values = tuple(float(v) for v in eps.detach().reshape(-1).cpu().tolist())
+    elif isinstance(eps, (list, tuple)):
+        values = tuple(float(v) for v in eps)
+    else:
+        values = (float(eps),)
+    if _rng.per_config(generator):
+        _noise_shape(x, generator)  # the leading axis is the streams'
+        slices = len(generator)
+    else:
+        slices = len(values) if len(values) > 1 else 1
+    if len(values) not in (1, slices) or (slices > 1 and (x.dim() == 0 or x.shape[0] != slices)):
+        raise InputError(f"eps: one value, or one per leading slice of the input (shape {tuple(x.shape)}), "
+                         f"got {len(values)}")
+    return values * slices if len(values) == 1 else values
+
+
+def _mantissa_bits(dtype: torch.dtype) -> int:
+    return 53 if dtype == torch.float64 else 24
+
+
+@functools.lru_cache(maxsize=64)
+def _l1_tables(values: tuple[float, ...], dim: int, bits: int, device: torch.device) -> _DeviceTables:
+    distinct = sorted(set(values))
+    mechs = [laplace_l1(e, dim, bits) for e in distinct]
+    return _stack(mechs, [distinct.index(e) for e in values], device)
+
+
+@functools.lru_cache(maxsize=64)
+def _minmax_tables(values: tuple[float, ...], device: torch.device) -> _DeviceTables:
+    distinct = sorted(set(values))
+    mechs = [laplace_minmax(e) for e in distinct]
+    return _stack(mechs, [distinct.index(e) for e in values], device)
+
+
+def _full_precision_rows(h: torch.Tensor) -> torch.Tensor:
+    """float32 for half-precision input: the guarantee is computed for float32's rounding or float64's."""
+    return h if h.dtype in (torch.float32, torch.float64) else h.float()
 
 
 def l1_normalize(h: torch.Tensor) -> torch.Tensor:
@@ -105,17 +303,24 @@ def laplace_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = No
                       eps_checked: bool = False) -> torch.Tensor:
     """FEDERATE eq. 3: ``l1_normalize(h)`` plus i.i.d. Laplace(2/eps) noise per entry.
 
-    eps-LDP per row: an L1-normalised row has L1 sensitivity 2 (see :func:`l1_normalize`
-    for the zero row). ``h`` is (B, D) or (K, B, D), any float dtype and device, which the
-    output keeps. ``eps`` is a positive float or a tensor broadcastable to ``h`` (the
-    engine passes shape (K, 1, 1) for per-config budgets). ``generator`` is None, one
-    generator, or a list of K generators, one per leading slice of ``h``. Differentiable
-    in ``h``; the noise is additive and independent of ``h``. ``eps_checked``: the caller
-    has passed ``eps`` through :func:`check_eps` already.
+    eps-LDP per row, exactly: an L1-normalised row has L1 sensitivity 2 (see
+    :func:`l1_normalize` for the zero row), and the noise is the grid discrete Laplace
+    mechanism of ``fairdp.privacy._discrete`` (``laplace_l1``): the row is rounded to a grid
+    of 2^-g, noise of scale about 2/eps in exact integer arithmetic is added, the result is
+    clamped far out in the tails and released as grid points. Its eps is computed from the
+    tables it samples, rounding included, so there is no support gap and no floating-point
+    hole (Mironov 2012). ``h`` is (B, D) or (K, B, D), any float dtype and device, which the
+    output keeps (half precision is normalised in float32). ``eps`` is a positive float, one
+    float per leading slice of ``h`` (a (K, 1, 1) tensor or a sequence of K floats: pass
+    floats to keep a GPU from waiting on the host). ``generator`` is None, one generator, or
+    K per-config streams. Differentiable in ``h`` (the gradient of the additive mechanism, the
+    identity). ``eps_checked``: the caller has passed ``eps`` through :func:`check_eps` already.
     """
     if not eps_checked:
         check_eps(eps)
-    return _add_laplace(l1_normalize(h), 2.0 / eps, generator)
+    x = l1_normalize(_full_precision_rows(h))
+    tables = _l1_tables(_eps_values(eps, x, generator), x.shape[-1], _mantissa_bits(x.dtype), x.device)
+    return _grid_laplace(x, tables, generator).to(h.dtype)
 
 
 def minmax_normalize(h: torch.Tensor) -> torch.Tensor:
@@ -133,7 +338,8 @@ def minmax_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = Non
                      eps_checked: bool = False) -> torch.Tensor:
     """DPNR/CAPE as published: ``minmax_normalize(h)`` plus i.i.d. Laplace(1/eps) per entry.
 
-    The published analysis is wrong: it takes the L1 sensitivity of a min-max-normalised
+    The noise is the grid discrete Laplace of scale 1/eps (``laplace_minmax``), whose tables
+    give one entry's range [0, 1] a loss of at most eps. The published analysis is wrong: it takes the L1 sensitivity of a min-max-normalised
     row to be 1, but it is D, the row dimension (FEDERATE appendix C: x = [0, 1, ..., 1]
     and x' = [1, 0, ..., 0] are both normalised and lie at L1 distance D). With noise
     Laplace(1/eps) the true guarantee is therefore D * eps-LDP per row, as
@@ -143,11 +349,14 @@ def minmax_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = Non
     """
     if not eps_checked:
         check_eps(eps)
-    return _add_laplace(minmax_normalize(h), 1.0 / eps, generator)
+    x = minmax_normalize(_full_precision_rows(h))
+    return _grid_laplace(x, _minmax_tables(_eps_values(eps, x, generator), x.device), generator).to(h.dtype)
 
 
 def minmax_true_epsilon(eps: float, dim: int) -> float:
-    """The real budget of :func:`minmax_privatize` at claimed ``eps`` on D = ``dim`` features: D * eps."""
+    """The real budget of :func:`minmax_privatize` at claimed ``eps`` on D = ``dim`` features:
+    D * eps. Its tables (``laplace_minmax``) give one entry's whole range [0, 1] a loss of at
+    most eps, and a row's entries can all move across theirs (FEDERATE appendix C)."""
     _check_positive("eps", eps)
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
         raise InputError(f"dim must be an integer >= 1, got {dim}")
@@ -171,9 +380,8 @@ def word_dropout(
     a tensor broadcastable to it (per-config rates). Returns a new tensor, same dtype.
     """
     _check_unit_interval("mu", mu)
-    keep = _rng.bernoulli_mask(
-        _noise_shape(tokens, generator), 1 - mu, generator, device=tokens.device
-    )
+    # kept with probability floor((1 - mu) 2^64) / 2^64 <= 1 - mu: dropped with at least mu
+    keep = _rng.coins(_noise_shape(tokens, generator), 1 - mu, generator, device=tokens.device)
     return tokens.masked_fill(~keep, pad_id)
 
 
@@ -209,4 +417,6 @@ def l2_privatize_like_federate_code(
     norm = torch.linalg.vector_norm(h, dim=-1, keepdim=True)
     nonzero = norm > 0
     unit = torch.where(nonzero, h / torch.where(nonzero, norm, 1), h.shape[-1] ** -0.5)
-    return _add_laplace(unit, 2.0 / eps, generator)
+    # the L1 mechanism's noise at eps, on rows it was not built for (|entries| <= 1 still holds)
+    tables = _l1_tables(_eps_values(eps, unit, generator), unit.shape[-1], _mantissa_bits(unit.dtype), unit.device)
+    return _grid_laplace(unit, tables, generator)

@@ -136,6 +136,27 @@ def repeat_and_select_epsilon(events: list[dp_accounting.DpEvent], relation: str
     return float(rdp_module.compute_epsilon(ORDERS, rdp, delta)[0])
 
 
+def repeat_and_select_rdp(events: list[dp_accounting.DpEvent], relation: str, mean: float,
+                          shape: float) -> np.ndarray:
+    """RDP at each of ``ORDERS`` of one ``repeat_and_select_epsilon`` release: curves of
+    releases on the same data add (several seeds' selections, each a best-of)."""
+    distinct = {event_to_json(e, relation): e for e in events}
+    if not distinct:
+        raise ValueError("repeat_and_select_rdp: no events")
+    if len(distinct) == 1:
+        (event,) = distinct.values()
+        return rdp_curve(dp_event_module.RepeatAndSelectDpEvent(event, float(mean), float(shape)), relation)
+    inner = np.max([rdp_curve(e, relation) for e in distinct.values()], axis=0)
+    return np.asarray(rdp_module._compute_rdp_repeat_and_select(ORDERS, inner, float(mean), float(shape)),
+                      dtype=np.float64)
+
+
+def epsilon_of_rdp(rdp: np.ndarray, delta: float) -> float:
+    """eps at ``delta`` of an RDP curve at ``ORDERS`` (dp-accounting's conversion, as its
+    accountant's ``get_epsilon``)."""
+    return float(rdp_module.compute_epsilon(ORDERS, np.asarray(rdp, dtype=np.float64), _check_delta(delta))[0])
+
+
 # -- the random trial count ---------------------------------------------------------------------
 
 @dataclass(frozen=True)

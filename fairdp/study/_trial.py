@@ -28,7 +28,7 @@ from fairdp.engine import (
     PackResult,
     TrainSettings,
     checkpointing,
-    data_fingerprint,
+    published_data_fingerprint,
 )
 from fairdp.errors import InputError
 from fairdp.methods import get_method, load_plugins
@@ -119,11 +119,12 @@ def study_protocol(spec: StudySpec, data=None) -> dict:
     """Every setting of ``spec`` that changes what a result row means and is not a row column
     of its own, derived from the fields of ``StudySpec`` and ``TrainSettings`` (their
     ``protocol`` metadata), so a new setting is compared unless it is marked otherwise; with
-    the loaded ``data``, a fingerprint of its labels, groups, splits and features."""
+    the loaded ``data``, a fingerprint of its labels, splits and feature shape (never of its
+    protected attributes: rows publish it)."""
     out = _protocol_fields(spec)
     out["train"] = _protocol_fields(spec.train)
     if data is not None:
-        out["data"] = data_fingerprint(data)
+        out["data"] = published_data_fingerprint(data)
     return out
 
 
@@ -175,13 +176,15 @@ def _node() -> str:
 
 
 def base_row(ctx: StudyContext, pack: Pack, i: int) -> dict:
-    """Identity, hyperparameters (one column per hyperparameter the method declares) and provenance."""
+    """Identity, the method's guarantee kind, hyperparameters (one column per hyperparameter
+    the method declares) and provenance."""
     config = pack.configs[i]
     row = {"study": ctx.study, "dataset": ctx.dataset, "method": pack.method, "seed": pack.seed,
            "config_id": pack.config_ids[i], "epochs": ctx.train.epochs, "pack_id": pack.id,
            "pack_size": len(pack.configs), "fairdp_version": __version__, "node": _node(),
            "finished_at": datetime.now(timezone.utc), "protocol": ctx.protocol or None}
     method = get_method(pack.method)
+    row[schema.GUARANTEE] = method.guarantee_kind  # what its eps protects, from the method itself
     for h in method.hyperparams:
         row[h.name] = h.to_column(config[h.name])
     row.update(training_provenance(ctx, pack.method))
