@@ -395,7 +395,8 @@ def words(n_words: int, generators: Generators, *, device: torch.device | str | 
     return of(generators)
 
 
-_SIGN = -(1 << 63)  # flips the sign bit: unsigned order of 64-bit words as signed order
+SIGN_BIT = -(1 << 63)
+"""XOR with it flips a word's sign bit: the unsigned order of 64-bit words as the signed order."""
 
 
 def coins(
@@ -419,10 +420,10 @@ def coins(
     w = words(_size(shape), generators, device=device)
     w = w.reshape(*w.shape[:-1], *shape)
     # an unsigned comparison as a signed one: flip both sides' sign bits; 2^64 (prob 1) always holds
-    threshold = torch.tensor([min(t, (1 << 64) - 1) + _SIGN for t in exact], dtype=torch.int64,
+    threshold = torch.tensor([min(t, (1 << 64) - 1) + SIGN_BIT for t in exact], dtype=torch.int64,
                              device=w.device).reshape(values.shape)
     always = torch.tensor([t >= 1 << 64 for t in exact], device=w.device).reshape(values.shape)
-    return ((w ^ _SIGN) < threshold) | always
+    return ((w ^ SIGN_BIT) < threshold) | always
 
 
 def bernoulli_mask(

@@ -78,9 +78,6 @@ def _noise_shape(x: torch.Tensor, generator: _rng.Generators) -> tuple[int, ...]
 
 # -- the grid discrete Laplace mechanism on tensors (tables: fairdp.privacy._discrete) -----------
 
-_SIGN = -(1 << 63)  # flips the sign bit: unsigned order of 64-bit words as signed order
-
-
 @dataclass(frozen=True)
 class _DeviceTables:
     """M mechanisms' tables stacked on one device, and which of them each leading slice uses."""
@@ -109,7 +106,7 @@ def _stack(mechs: list[GridLaplace], which: list[int], device: torch.device) -> 
     return _DeviceTables(
         per(which), torch.as_tensor(table.reshape(-1).view(np.int64), device=device),
         per([m.u_bits for m in mechs]),
-        torch.as_tensor(V_CUMULATIVE.view(np.int64) ^ np.int64(_SIGN), device=device),
+        torch.as_tensor(V_CUMULATIVE.view(np.int64) ^ np.int64(_rng.SIGN_BIT), device=device),
         per([m.zero_threshold for m in mechs]), per([m.t for m in mechs]), per([m.bound for m in mechs]),
         per([m.clamp for m in mechs]), per([math.ldexp(1.0, m.grid_exponent) for m in mechs], torch.float64),
         per([m.gamma for m in mechs], torch.float64))
@@ -164,7 +161,7 @@ def _release_from_words(w, flat, which, u_table, u_bits, v_cumulative, t, zero, 
                         gamma) -> torch.Tensor:
     wz, wv, wu = w[..., 0], w[..., 1], w[..., 2]
     # V: how many of its cumulative counts the word reaches (unsigned, as signed with flipped sign bits)
-    v = torch.searchsorted(v_cumulative, (wv ^ _SIGN).contiguous(), right=True)
+    v = torch.searchsorted(v_cumulative, (wv ^ _rng.SIGN_BIT).contiguous(), right=True)
     # U: a packed alias table, threshold << bits | alias
     bits = u_bits[which]
     one = torch.ones_like(bits)
