@@ -8,20 +8,32 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fairdp-installed
 
-.PHONY: setup test-tools demo test test-slow test-cuda lint clean-venv
+.PHONY: setup test-tools demo notebook test test-slow test-cuda lint clean-venv
 
 setup: $(STAMP)
 
+# pip is quiet; each step says what it installs and for about how long, so a fresh machine's
+# minutes of set-up are not a silent terminal.
 $(STAMP): pyproject.toml Makefile
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,text,s3,tracking,wandb]"
+	@test -x $(PY) || { echo "make setup: creating the virtual environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "make setup: [1/2] installing $(TORCH_SPEC) (seconds from a local wheel, minutes from the network)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH_SPEC)"
+	@echo "make setup: [2/2] installing fairdp and its extras dev,text,s3,tracking,wandb: Ray, Optuna, MLflow, ..."
+	@echo "            (about 3-4 minutes on a fresh machine; pip prints nothing until it is done)"
+	@$(PY) -m pip install --quiet --disable-pip-version-check -e ".[dev,text,s3,tracking,wandb]"
+	@echo "make setup: done ($(VENV))"
 	@touch $@
 
 demo: $(STAMP)
 	$(PY) -m fairdp run studies/demo.yaml
 	@echo "make demo: rows equal results/demo-reference bit for bit only on the same kind of CPU (native bf16) with the same torch"
 	@echo "  build; elsewhere they should agree within seed noise. To see which: $(VENV)/bin/fairdp compare results/demo results/demo-reference"
+
+# examples/quickstart.ipynb in JupyterLab on 127.0.0.1 (the notebook extra, installed on first use)
+notebook: $(STAMP)
+	@test -x $(VENV)/bin/jupyter-lab || { echo "make notebook: installing JupyterLab (the notebook extra, a minute)"; \
+	  $(PY) -m pip install --quiet --disable-pip-version-check -e ".[notebook]"; }
+	$(VENV)/bin/jupyter lab --ip 127.0.0.1 examples/quickstart.ipynb
 
 # Debian's dieharder, the random-number battery tests/test_rng.py runs on the engine's streams,
 # Debian's chromium, the headless browser tests/test_report_browser.py renders the HTML

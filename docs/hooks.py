@@ -6,7 +6,10 @@ A page asks for a table with an HTML comment on a line of its own:
   ``fairdp.schema`` (name, type, what it holds), in the store's column order;
 - ``<!-- fairdp:hyperparameter-columns -->``: the hyperparameter columns fairdp's own methods
   declare (``fairdp.schema.hyperparameter_columns`` over the registry);
-- ``<!-- fairdp:methods -->``: each registered method's grid keys, privacy scope, optimiser.
+- ``<!-- fairdp:methods -->``: each registered method's grid keys, privacy scope, optimiser;
+- ``<!-- fairdp:readme-two-commands -->``: README.md's "Two commands" section, so that the
+  set-up and suite figures (minutes, test counts, the GPU the CUDA set passed on) have one
+  source and the home page cannot disagree with the README.
 
 A schema column without a description here is a warning, which ``strict: true`` turns into a
 failed build: a new column must be described before the docs build again.
@@ -44,6 +47,8 @@ DESCRIPTIONS = {
     "delta": "the delta of the guarantee (0 for pure eps-DP and non-private methods)",
     "test_confusion": "JSON: the test split's counts per (group, y, y_pred), of which every accuracy and gap "
                       "is a function; what the bootstrap intervals resample",
+    "valid_confusion": "JSON: the valid split's counts per (group, y, y_pred), as `test_confusion`: what the "
+                       "per-group tables and the selection's constancy check read for the valid split",
     "guarantee": "the kind of the config's guarantee, from its method (`Method.guarantee_kind`): scope, "
                  "neighbouring relation and what it protects, e.g. `central, add/remove one record` (DP-SGD), "
                  "`central, replace one record's attribute` (PF-LD), `local, replace one record's "
@@ -172,7 +177,20 @@ def methods_table() -> str:
     return "\n".join(lines)
 
 
+def readme_two_commands() -> str:
+    """README.md's "Two commands" section, its links made relative to docs/."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"^## Two commands\n.*?(?=^## )", readme, flags=re.MULTILINE | re.DOTALL)
+    if found is None:
+        log.warning("README.md has no '## Two commands' section for docs/index.md")
+        return ""
+    return found.group(0).replace("](docs/", "](").rstrip() + "\n"
+
+
 TABLES = {
+    "readme-two-commands": readme_two_commands,
     "results-schema": results_schema_table,
     "hyperparameter-columns": hyperparameter_columns_table,
     "methods": methods_table,

@@ -173,3 +173,66 @@ def test_wandb_offline_runs_hold_each_configs_numbers_and_curves(tmp_path):
             pytest.approx(mine.sort_values("epoch")["valid_accuracy"].tolist())
     run_study(parse_spec(spec), str(results), executor="local", checkpoint_every_s=0)
     assert len(offline_runs(where)) == 3  # the ledger: nothing logged twice
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_mlflow_ui_from_the_tracking_extra_serves_a_logged_run(tmp_path):
+    """`pip install "fairdp[tracking]"` gives a working `mlflow ui`: its server starts on
+    127.0.0.1, serves the web app (page and its script bundle) and the run fairdp logged."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    raw = _raw({"mlflow": {"uri": uri}}, seeds=(0,))
+    raw["methods"] = {"unconstrained": {}}
+    run_study(parse_spec(raw), str(tmp_path / "r"), executor="local", checkpoint_every_s=0)
+    (run,), _ = _runs(uri)
+    port = _free_port()
+    mlflow_cli = Path(sys.executable).with_name("mlflow")
+    server = subprocess.Popen([str(mlflow_cli), "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
+                               "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              start_new_session=True, cwd=tmp_path)
+    base = f"http://127.0.0.1:{port}"
+
+    def get(path: str) -> bytes:
+        with urllib.request.urlopen(base + path, timeout=10) as reply:
+            return reply.read()
+
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                get("/health")
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    out = server.stdout.read().decode(errors="replace") if server.poll() is not None else ""
+                    pytest.fail(f"mlflow ui did not start (exit {server.poll()}): {out[-2000:]}")
+                time.sleep(0.5)
+        page = get(f"/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}").decode()
+        scripts = [s for s in __import__("re").findall(r'src="([^"]+\.js)"', page)]
+        assert scripts, page[:500]  # the web app's bundle is installed, not only the API
+        assert len(get("/" + scripts[0].lstrip("./"))) > 10_000
+        served = json.loads(get(f"/ajax-api/2.0/mlflow/runs/get?run_id={run.info.run_id}"))["run"]
+        tags = {t["key"]: t["value"] for t in served["data"]["tags"]}
+        assert tags["fairdp.method"] == "unconstrained" and tags["fairdp.seed"] == "0"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server's own process group: gunicorn/uvicorn workers too
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
