@@ -45,10 +45,13 @@ DESCRIPTIONS = {
                   "DPNR: D * eps; accountant-based methods: the accountant's eps); inf for a non-private "
                   "method",
     "delta": "the delta of the guarantee (0 for pure eps-DP and non-private methods)",
-    "test_confusion": "JSON: the test split's counts per (group, y, y_pred), of which every accuracy and gap "
-                      "is a function; what the bootstrap intervals resample",
-    "valid_confusion": "JSON: the valid split's counts per (group, y, y_pred), as `test_confusion`: what the "
-                       "per-group tables and the selection's constancy check read for the valid split",
+    "test_confusion": "JSON: the test split's counts per (group, y, y_pred), (G, C, C) nested lists, of which "
+                      "every accuracy and gap is a function; what the bootstrap intervals resample, the per-group "
+                      "rates (size, selection rate, TPR, FPR, accuracy: `per_group_rates`) are computed from, and "
+                      "what says whether the model is constant (`constant_models`)",
+    "valid_confusion": "JSON: the valid split's counts per (group, y, y_pred), as `test_confusion`: the per-group "
+                       "rates on the split selection reads (`per_group_rates(rows, \"valid\")`); null for rows "
+                       "written before it existed",
     "guarantee": "the kind of the config's guarantee, from its method (`Method.guarantee_kind`): scope, "
                  "neighbouring relation and what it protects, e.g. `central, add/remove one record` (DP-SGD), "
                  "`central, replace one record's attribute` (PF-LD), `local, replace one record's "

@@ -251,6 +251,11 @@ def _keys(text: str) -> list[str]:
     return keys
 
 
+def _by_keys(text: str) -> list[str]:
+    """``--by``'s columns; an empty value is no columns (to override a study's selection.by)."""
+    return _keys(text) if text.strip() else []
+
+
 def _seed_list(text: str | None) -> list[int] | None:
     if text is None:
         return None
@@ -262,6 +267,7 @@ def _seed_list(text: str | None) -> list[int] | None:
 
 def _cmd_run(args) -> int:
     from fairdp.study import DEFAULT_EXECUTOR, load_spec, run_study, with_overrides
+    from fairdp.study._selection import selection_text
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
     summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor or DEFAULT_EXECUTOR,
@@ -275,6 +281,10 @@ def _cmd_run(args) -> int:
     failed = f", {summary.failed_packs} packs failed (stored as errors; rerun to retry)" if summary.failed_packs else ""
     print(f"\n{spec.name}: {summary.configs} configs in {summary.packs} packs run, {summary.already_stored} "
           f"already stored{failed}; {summary.wall_s:.0f} s; results in {summary.results}\n")
+    # the study's selection, as stored beside the results: what fairdp analyze prints for them
+    print(f"fairdp run: selection from the study {spec.name}: "
+          + ", ".join(selection_text(k, v) for k, v in (("fairness", spec.fairness), ("rt", spec.rt), ("by", spec.by)))
+          + "; stored with the results, fairdp analyze, report and compare default to it", file=sys.stderr)
     _print_results(summary.results, spec.fairness, spec.rt, spec.by)
     return 1 if summary.failed_packs else 0
 
@@ -297,6 +307,14 @@ def _cmd_search(args) -> int:
                                repair=args.repair)
         if not args.dry_run:
             _print_search(one, summary)
+    if not args.dry_run:
+        from fairdp.study._selection import StoredSelection, selection_text
+
+        stored = StoredSelection.of_spec(spec, searched=True)
+        print("fairdp search: stored with the results: the study's selection ("
+              + ", ".join(selection_text(k, getattr(stored, k)) for k in ("fairness", "rt", "by"))
+              + f") and the search's objectives, {stored.search.describe()}; fairdp report draws the search's "
+                "Pareto fronts on them", file=sys.stderr)
     return status
 
 
@@ -365,33 +383,38 @@ def _cmd_analyze(args) -> int:
         check_rt,
         format_table,
         has_release_events,
+        mark_constant_picks,
         released_guarantees,
         render_table,
         seed_intervals,
         select_by_rt,
         selected_configs,
         selected_with_intervals,
+        with_constant_picks,
     )
 
-    check_rt(args.rt, "--rt")
+    if args.rt is not None:
+        check_rt(args.rt, "--rt")
     level = check_level(args.ci, "--ci") if args.ci is not None else None
     df = _load_rows(args.dirs, args.pool)
+    chosen = _chosen_selection("analyze", args, args.dirs)
+    fairness, rt, by = chosen.values["fairness"], chosen.values["rt"], list(chosen.values["by"])
     whole = _completeness(df, args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        selected = select_by_rt(df, rt=args.rt, fairness=args.fairness, by=args.by)
+        selected = select_by_rt(df, rt=rt, fairness=fairness, by=by)
         if args.selected:
             if has_release_events(df):
-                selected = released_guarantees(df, selected, args.rt, args.by)
-            table = selected_configs(selected, args.fairness)
+                selected = released_guarantees(df, selected, rt, by)
+            table = selected_configs(selected, fairness)
             if level is not None:
-                table = selected_with_intervals(selected, table, args.fairness, level, args.draws)
-            out = render_table(table, fmt=args.format)
+                table = selected_with_intervals(selected, table, fairness, level, args.draws)
+            out = render_table(mark_constant_picks(table, selected), fmt=args.format)
         else:
-            agg = aggregate_seeds(selected, fairness=args.fairness, by=args.by)
+            agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
             if level is not None:
                 agg = seed_intervals(agg, level)
-            out = format_table(agg, fmt=args.format, fairness=args.fairness, by=args.by)
+            out = format_table(agg, fmt=args.format, fairness=fairness, by=by)
     if level is not None:
         what = (f"{level:g}% bootstrap intervals over each row's test examples, stratified by group, "
                 f"{args.draws} resamples" if args.selected else
@@ -417,12 +440,15 @@ def _cmd_compare(args) -> int:
         render_table,
     )
 
-    check_rt(args.rt, "--rt")
+    if args.rt is not None:
+        check_rt(args.rt, "--rt")
     a, b = _load_rows([args.a]), _load_rows([args.b])
+    chosen = _chosen_selection("compare", args, [args.a, args.b])
+    fairness, rt, by = chosen.values["fairness"], chosen.values["rt"], list(chosen.values["by"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # rows excluded from a selection are analyze's to list
-        picks = compare_picks(a, b, args.rt, args.fairness)
-        tests = paired_tests(picks, args.fairness)
+        picks = compare_picks(a, b, rt, fairness, by)
+        tests = paired_tests(picks, fairness, by=by)
     same, common, gap = identical_configs(a, b)
     if args.format == "csv":
         sys.stdout.write(render_table(tests, "csv"))
@@ -438,7 +464,8 @@ def _cmd_compare(args) -> int:
     if in_a != in_b:  # e.g. a study without train.precision on CPUs that differ in bf16
         print(f"precision: A computed in {', '.join(in_a) or 'none recorded'}, B in {', '.join(in_b) or 'none recorded'}"
               f": bit-identical rows are not expected, and \"within seed noise\" is the question")
-    print(f"\n## RT picks (rt {args.rt:g}, {args.fairness}): A = {args.a}, B = {args.b}\n")
+    per = f", per {', '.join(by)}" if by else ""
+    print(f"\n## RT picks (rt {rt:g}, {fairness}{per}): A = {args.a}, B = {args.b}\n")
     sys.stdout.write(render_table(picks.round(2), "md"))
     print("\n## Paired differences A - B over seeds (mean, 95% t-interval, two-sided p)\n")
     sys.stdout.write(render_table(tests, "md", decimals=2))
@@ -447,12 +474,32 @@ def _cmd_compare(args) -> int:
     return 0
 
 
+SELECTION_FLAGS = {"fairness": "--fairness", "rt": "--rt", "by": "--by", "rts": "--rts"}
+
+
+def _chosen_selection(command: str, args, dirs: list[str], keys=("fairness", "rt", "by")):
+    """The selection ``command`` uses over ``dirs``: each key from its flag when given, else
+    from the study's selection stored with the results, else fairdp's default; said on stderr."""
+    from fairdp.study import choose_selection, read_selections
+
+    given = {k: getattr(args, k) for k in keys}
+    if given.get("by") is not None:
+        given["by"] = tuple(given["by"])
+    if given.get("rts") is not None:
+        given["rts"] = tuple(given["rts"])
+    chosen = choose_selection(read_selections(*dirs), given, {k: SELECTION_FLAGS[k] for k in keys})
+    print(f"fairdp {command}: {chosen.message}", file=sys.stderr)
+    return chosen
+
+
 def _completeness(df, dirs: list[str]):
     """Whether ``df`` (the rows of ``dirs``) is every config the runs into ``dirs`` planned."""
     from fairdp.analysis import completeness, summarise
-    from fairdp.study import read_plans
+    from fairdp.study import read_plans, read_selections
 
-    return summarise(completeness(df, read_plans(*dirs)))
+    plans = read_plans(*dirs)
+    searched = plans is None and any(s is not None and s.search is not None for s in read_selections(*dirs).values())
+    return summarise(completeness(df, plans), searched=searched)
 
 
 def _rt_list(text: str) -> list[float]:
@@ -490,8 +537,9 @@ def _cmd_report(args) -> int:
     from fairdp._atomic import unwritable_reason
     from fairdp.analysis import check_level, check_rt, get_paper, write_report
 
-    check_rt(args.rt, "--rt")
-    rts = _rt_list(args.rts) if args.rts else (0, 0.5, 1, 2, 3, 5)
+    if args.rt is not None:
+        check_rt(args.rt, "--rt")
+    args.rts = _rt_list(args.rts) if args.rts else None  # None: the study's sweep, else the default
     if not args.no_ci:
         check_level(args.ci, "--ci")
     _check_report_outside_results(args.output, args.dirs)
@@ -501,13 +549,22 @@ def _cmd_report(args) -> int:
     for name in args.compare or ():
         get_paper(name)  # an unknown name is refused before anything is read or written
     df = _load_rows(args.dirs, args.pool)
+    chosen = _chosen_selection("report", args, args.dirs, keys=("fairness", "rt", "by", "rts"))
+    search = chosen.search
+    if search is not None:
+        print(f"fairdp report: Pareto fronts on the search's objectives, from the study: {search.describe()}",
+              file=sys.stderr)
     whole = _completeness(df, args.dirs)
     history, grid = _search_histories(args.dirs, args.compare_grid)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        paths = write_report(df, args.output, rt=args.rt, fairness=args.fairness, rts=rts, by=args.by,
+        paths = write_report(df, args.output, rt=chosen.values["rt"], fairness=chosen.values["fairness"],
+                             rts=chosen.values["rts"], by=list(chosen.values["by"]),
                              ci=None if args.no_ci else args.ci, search_history=history, grid=grid,
-                             compare=args.compare or (), completeness=whole, history=_curves(args.dirs, df))
+                             compare=args.compare or (), completeness=whole, history=_curves(args.dirs, df),
+                             search_objectives=search.objectives if search else None,
+                             search_constraints=search.constraints if search else (),
+                             selection=chosen.message, error_bars=args.error_bars)
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
     if whole.is_partial:
@@ -532,7 +589,7 @@ def _search_histories(dirs: list[str], grid_dirs: list[str] | None):
 
 
 def _print_results(location: str, fairness: str, rt: float, by=()) -> None:
-    from fairdp.analysis import aggregate_seeds, format_table, select_by_rt
+    from fairdp.analysis import aggregate_seeds, format_table, select_by_rt, with_constant_picks
     from fairdp.study import read_results
 
     df = read_results(location)
@@ -540,7 +597,8 @@ def _print_results(location: str, fairness: str, rt: float, by=()) -> None:
     per = f" per {', '.join(by)}" if by else ""
     print(f"relaxation threshold {rt:g} (selection{per} by valid accuracy within {rt:g} points, then lowest "
           f"valid {fairness}); test metrics, mean ± std over seeds\n")
-    print(format_table(aggregate_seeds(selected, fairness=fairness, by=by), fmt="md", fairness=fairness, by=by))
+    agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
+    print(format_table(agg, fmt="md", fairness=fairness, by=by))
 
 
 def _print_table(header: tuple, rows: list[tuple]) -> None:
@@ -654,11 +712,14 @@ def build_parser() -> argparse.ArgumentParser:
     srch.set_defaults(func=_cmd_search)
     ana = sub.add_parser("analyze", help="relaxation-threshold selection, mean ± std over seeds, as a table")
     ana.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")
-    ana.add_argument("--rt", type=float, default=1.0, help="relaxation threshold in accuracy points (default 1)")
-    ana.add_argument("--by", type=_keys, default=[], metavar="KEY,...",
-                     help="select and aggregate per value of these columns too, e.g. fairness_notion,eps")
-    ana.add_argument("--fairness", choices=SELECTION_FAIRNESS, default="tpr_gap",
-                     help="selection and reported fairness metric (default tpr_gap)")
+    ana.add_argument("--rt", type=float, help="relaxation threshold in accuracy points (default: the study's "
+                     "selection.rt stored with the results, else 1)")
+    ana.add_argument("--by", type=_by_keys, metavar="KEY,...",
+                     help="select and aggregate per value of these columns too, e.g. fairness_notion,eps ('': per "
+                          "run only; default: the study's selection.by)")
+    ana.add_argument("--fairness", choices=SELECTION_FAIRNESS,
+                     help="selection and reported fairness metric (default: the study's selection.fairness, else "
+                          "tpr_gap)")
     ana.add_argument("--format", choices=("md", "csv", "latex"), default="md")
     ana.add_argument("--selected", action="store_true",
                      help="print the config selected in each (dataset, method, seed) with its hyperparameters "
@@ -675,15 +736,23 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="tables, figures and a Markdown/HTML report of results")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")
     rep.add_argument("-o", "--output", required=True, metavar="OUT", help="report directory")
-    rep.add_argument("--rt", type=float, default=1.0, help="relaxation threshold of the main table (default 1)")
-    rep.add_argument("--rts", help="RTs of the sweep, comma-separated (default 0,0.5,1,2,3,5)")
-    rep.add_argument("--fairness", choices=SELECTION_FAIRNESS, default="tpr_gap",
-                     help="selection and reported fairness metric; notion_gap: each notion's own violation")
-    rep.add_argument("--by", type=_keys, default=[], metavar="KEY,...",
-                     help="select and aggregate per value of these columns too, e.g. fairness_notion,eps")
+    rep.add_argument("--rt", type=float, help="relaxation threshold of the main table (default: the study's "
+                     "selection.rt, else 1)")
+    rep.add_argument("--rts", help="RTs of the sweep, comma-separated (default: the study's selection.rts, else "
+                     "0,0.5,1,2,3,5)")
+    rep.add_argument("--fairness", choices=SELECTION_FAIRNESS,
+                     help="selection and reported fairness metric; notion_gap: each notion's own violation "
+                          "(default: the study's selection.fairness, else tpr_gap)")
+    rep.add_argument("--by", type=_by_keys, metavar="KEY,...",
+                     help="select and aggregate per value of these columns too, e.g. fairness_notion,eps ('': per "
+                          "run only; default: the study's selection.by)")
     rep.add_argument("--ci", type=float, default=95.0, metavar="LEVEL",
                      help="confidence level of the intervals, percent (default 95)")
     rep.add_argument("--no-ci", action="store_true", help="no confidence intervals")
+    rep.add_argument("--error-bars", choices=("t", "std", "bootstrap", "none"), default="std",
+                     help="what the figures' error bars show over seeds: the t-interval of the mean (at --ci), "
+                          "± 1 std (default: the spread the tables print), a percentile bootstrap of the mean, or "
+                          "none; an interval over fewer than 3 seeds is warned about")
     rep.add_argument("--compare", action="append", metavar="PAPER_TABLE",
                      help="put a paper's published values and claims beside the study's: "
                           "federate-table3, pfld-adult or pfld-compas (repeatable)")
@@ -696,9 +765,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="two runs of one study: bit-identical rows, RT picks, paired tests over seeds")
     cmp_.add_argument("a", metavar="DIR_A", help="results of one run")
     cmp_.add_argument("b", metavar="DIR_B", help="results of the other run (e.g. results/demo-reference)")
-    cmp_.add_argument("--rt", type=float, default=1.0, help="relaxation threshold of the picks (default 1)")
-    cmp_.add_argument("--fairness", choices=SELECTION_FAIRNESS, default="tpr_gap",
-                      help="selection and compared fairness metric (default tpr_gap)")
+    cmp_.add_argument("--rt", type=float, help="relaxation threshold of the picks (default: the study's "
+                      "selection.rt stored with the results, else 1)")
+    cmp_.add_argument("--fairness", choices=SELECTION_FAIRNESS,
+                      help="selection and compared fairness metric (default: the study's selection.fairness, else "
+                           "tpr_gap)")
+    cmp_.add_argument("--by", type=_by_keys, metavar="KEY,...",
+                      help="pick per value of these columns too ('': per run only; default: the study's selection.by)")
     cmp_.add_argument("--format", choices=("md", "csv"), default="md",
                       help="md: a summary line and both tables; csv: the paired tests")
     cmp_.set_defaults(func=_cmd_compare)

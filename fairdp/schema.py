@@ -50,10 +50,16 @@ OBJECTIVES = (
 # when a run resumes into stored rows.
 IDENTITY_COLUMNS = (("study", "string"), ("dataset", "string"), ("method", "string"), ("seed", "int64"),
                     ("config_id", "string"))
-# Per (group, y, y_pred) counts of the test split, JSON: every accuracy and fairness metric is
-# a function of them, so a row can be bootstrapped without its predictions.
+# Per (group, y, y_pred) counts of a split, JSON (G, C, C) nested lists: every accuracy and
+# fairness metric, and every per-group rate (size, selection rate, TPR, FPR, accuracy), is a
+# function of them, so a row can be bootstrapped and broken down by group without its
+# predictions. valid_confusion is absent from result sets written before it existed (null
+# when read with newer ones); test_confusion is too, in sets older still.
 TEST_CONFUSION = "test_confusion"
-COUNT_COLUMNS = ((TEST_CONFUSION, "string"),)
+VALID_CONFUSION = "valid_confusion"
+CONFUSION_COLUMNS = {"valid": VALID_CONFUSION, "test": TEST_CONFUSION}
+"""Each split's counts column."""
+COUNT_COLUMNS = ((TEST_CONFUSION, "string"), (VALID_CONFUSION, "string"))
 # The kind of the row's guarantee (its method's ``Method.guarantee_kind``): scope, neighbouring
 # relation and the unit protected, e.g. "central, add/remove one record", "central, replace one
 # record's attribute", "local, replace one record's representation"; null for a method without
@@ -107,7 +113,7 @@ def hyperparameter_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
 
 def result_columns(hyperparams: Iterable) -> list[tuple[str, str]]:
     """(name, type) of every column of a result row, in order: identity, hyperparameters,
-    metrics (float64), the test split's confusion counts, the guarantee's kind, the privacy
+    metrics (float64), the test and valid splits' confusion counts, the guarantee's kind, the privacy
     event and trial count, provenance."""
     return [*IDENTITY_COLUMNS, *hyperparameter_columns(hyperparams),
             *((m, "float64") for m in METRIC_COLUMNS), *COUNT_COLUMNS, *RELEASE_COLUMNS, *PROVENANCE_COLUMNS]

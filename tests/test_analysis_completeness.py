@@ -60,11 +60,23 @@ def test_all_planned_configs_finished_is_complete():
     (FULL_A + [("b", 0, "c0", "ok"), ("b", 1, "c0", "ok")], "unknown", "not recorded"),
     (FULL_A + [("b", 0, "c0", "ok"), ("b", 0, "c1", "ok"), ("b", 1, "c0", "ok")], "uneven",
      "b has 2 configs in some seeds but 1 in seed 1"),
-    (FULL_A + [("b", 0, "c0", "ok")], "uneven", "b has 1 configs in some seeds but none in seed 1"),
+    (FULL_A + [("b", 0, "c0", "ok")], "uneven", "b has 1 config in some seeds but none in seed 1"),
 ])
 def test_without_a_plan_only_uneven_seeds_can_be_told(entries, state, words):
     whole = summarise(completeness(_rows(entries)))
     assert whole.state == state and words in whole.text
+
+
+@pytest.mark.parametrize("entries, state", [
+    (FULL_A + [("b", 0, "c0", "ok"), ("b", 1, "c0", "ok")], "unknown"),
+    (FULL_A + [("b", 0, "c0", "ok")], "uneven"),
+])
+def test_a_search_is_not_told_to_write_a_plan_it_cannot_have(entries, state):
+    """A search draws its trials as it runs: its report said "no plan (fairdp run writes
+    <results>.plan.parquet)", advice a search cannot follow."""
+    whole = summarise(completeness(_rows(entries)), searched=True)
+    assert whole.state == state and "fairdp run writes" not in whole.text
+    assert whole.text.startswith("a search's trials") and "trials finished: a: 3, 3 in seeds 0, 1" in whole.text
 
 
 def _spec(tmp_path, **overrides):

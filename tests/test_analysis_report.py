@@ -289,8 +289,8 @@ def test_fairdps_methods_have_distinct_styles_and_plugins_get_stable_ones():
 def test_format_table_bad_input(agg):
     with pytest.raises(InputError, match="fmt"):
         format_table(agg, "xlsx")
-    with pytest.raises(InputError, match="leakage_mean"):
-        format_table(agg.drop(columns="leakage_mean"), "md")
+    with pytest.raises(InputError, match="leakage_std"):
+        format_table(agg.drop(columns="leakage_std"), "md")
 
 
 def test_figures_have_a_legend_with_the_method_names_and_their_guarantees(results):

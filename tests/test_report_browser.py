@@ -2,14 +2,25 @@
 `chromium`, installed by `make test-tools` where it runs as root with apt-get; this test
 skips and says so elsewhere). A script run in the page after it loads checks that nothing
 makes the page wider than the window (wide tables scroll inside their own box) and that
-every figure loaded; a screenshot is written beside the report."""
+every figure loaded; a full-page screenshot is written beside the report.
+
+``screenshot(report_html, out_png)`` writes a full-page screenshot of any report; from the
+repository root::
+
+    .venv/bin/python -m tests.test_report_browser results/pfld-adult/_report/report.html \
+        results/pfld-adult/_report/screenshot.png
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -38,10 +49,69 @@ window.addEventListener('load', () => {
 </script>"""
 
 
-def _chromium(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+SIZE = """<pre id="fairdp-size"></pre><script>
+window.addEventListener('load', () => {
+  document.getElementById('fairdp-size').textContent = JSON.stringify({
+    width: document.documentElement.scrollWidth, height: document.documentElement.scrollHeight});
+});
+</script>"""
+# Chromium draws a window taller than about 50,000 px only in part ("tile memory limits
+# exceeded"): a long report is shot in slices of this height and stitched.
+SLICE_HEIGHT = 8000
+
+
+def _chromium(*args: str, timeout: float = 120, size: tuple[int, int] = (WIDTH, HEIGHT)) -> subprocess.CompletedProcess:
     return subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                           f"--window-size={WIDTH},{HEIGHT}", *args], capture_output=True, text=True,
+                           f"--window-size={size[0]},{size[1]}", *args], capture_output=True, text=True,
                           timeout=timeout)
+
+
+def _with(page: str, html: str) -> str:
+    """``page`` with ``html`` added at the end of its body."""
+    return page.replace("</body>", html + "\n</body>") if "</body>" in page else page + html
+
+
+def page_height(report_html: Path, width: int = WIDTH) -> int:
+    """The height in CSS pixels of ``report_html`` laid out in a window ``width`` wide."""
+    page = Path(report_html).read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        measured = Path(tmp) / "measured.html"
+        measured.write_text(_with(page, SIZE), encoding="utf-8")
+        dom = _chromium("--virtual-time-budget=10000", "--dump-dom", measured.as_uri(), size=(width, HEIGHT))
+    found = re.search(r'<pre id="fairdp-size">(.*?)</pre>', dom.stdout, flags=re.S)
+    if not found or not found.group(1):
+        raise RuntimeError(f"chromium did not lay out {report_html}: {dom.stderr[-2000:]}")
+    return int(json.loads(found.group(1).replace("&quot;", '"'))["height"])
+
+
+def screenshot(report_html: str | Path, out_png: str | Path, width: int = WIDTH, scale: float = 1.0) -> Path:
+    """Write a full-page screenshot of ``report_html`` (a self-contained report.html) as the
+    PNG ``out_png``: the page laid out ``width`` CSS pixels wide, every pixel of its height,
+    at ``scale`` device pixels per CSS pixel (0.5 halves each side, for a smaller file).
+    Shot in slices of ``SLICE_HEIGHT`` (the page shifted up under the window), stitched."""
+    from PIL import Image
+
+    if BROWSER is None:
+        raise RuntimeError("needs a headless Chromium: apt-get install chromium")
+    report_html, out_png = Path(report_html), Path(out_png)
+    page = report_html.read_text(encoding="utf-8")
+    height = page_height(report_html, width)
+    out = Image.new("RGB", (round(width * scale), round(height * scale)), "white")
+    with tempfile.TemporaryDirectory() as tmp:
+        for top in range(0, height, SLICE_HEIGHT):
+            rows = min(SLICE_HEIGHT, height - top)
+            part, shot = Path(tmp) / f"part{top}.html", Path(tmp) / f"part{top}.png"
+            # the body drawn `top` pixels higher: the window shows the page from `top` down
+            part.write_text(_with(page, f"<style>body{{position:relative;top:-{top}px}}</style>"), encoding="utf-8")
+            done = _chromium(f"--force-device-scale-factor={scale}", f"--screenshot={shot}", part.as_uri(),
+                             size=(width, rows), timeout=300)
+            if not shot.exists():
+                raise RuntimeError(f"chromium wrote no screenshot of {report_html}: {done.stderr[-2000:]}")
+            with Image.open(shot) as image:
+                out.paste(image.convert("RGB"), (0, round(top * scale)))
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    out.save(out_png, optimize=True)
+    return out_png
 
 
 def test_the_html_report_fits_the_window_and_every_figure_loads_in_chromium(tmp_path):
@@ -56,6 +126,43 @@ def test_the_html_report_fits_the_window_and_every_figure_loads_in_chromium(tmp_
     result = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
     assert result["wide"] == [] and result["pageWidth"] <= result["view"], result
     assert result["images"] == page.count("data:image/png;base64,") >= 5 and result["broken"] == 0, result
-    shot = tmp_path / "report.png"
-    _chromium(f"--screenshot={shot}", (tmp_path / "report" / "report.html").as_uri())
-    assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    shot = screenshot(tmp_path / "report" / "report.html", tmp_path / "report" / "screenshot.png")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_screenshot_holds_the_whole_page_however_long(tmp_path, monkeypatch):
+    """The screenshot was the first 900 pixels of the page; it is now every pixel of it, in
+    slices (made small here so that the test stitches several) that join without a seam."""
+    from PIL import Image
+
+    write_report(synthetic_results(), tmp_path, rt=1.0, rts=(0, 1))
+    report = tmp_path / "report.html"
+    height = page_height(report)
+    assert height > 3 * HEIGHT
+    monkeypatch.setattr(sys.modules[__name__], "SLICE_HEIGHT", 3000)
+    whole = screenshot(report, tmp_path / "whole.png")
+    half = screenshot(report, tmp_path / "half.png", scale=0.5)
+    with Image.open(whole) as a, Image.open(half) as b:
+        assert a.size == (WIDTH, height) and b.size == (WIDTH // 2, round(height / 2))
+        pixels = a.convert("L")
+        # every slice drew the page: no slice is blank (a blank one is a single colour)
+        for top in range(0, height, 3000):
+            band = pixels.crop((0, top, WIDTH, min(top + 3000, height)))
+            assert band.getextrema()[0] < 128, top  # some dark text in each slice
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.test_report_browser",
+                                     description="a full-page screenshot of a report.html")
+    parser.add_argument("report", help="the report.html")
+    parser.add_argument("png", help="the PNG to write")
+    parser.add_argument("--width", type=int, default=WIDTH, help=f"window width in CSS pixels (default {WIDTH})")
+    parser.add_argument("--scale", type=float, default=1.0, help="device pixels per CSS pixel (default 1)")
+    args = parser.parse_args(argv)
+    path = screenshot(args.report, args.png, args.width, args.scale)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -218,5 +218,13 @@ def test_the_report_draws_the_history_against_a_grid_of_the_same_method(searched
     assert expected["grid_configs"].iloc[0] == 5 and expected["ratio"].notna().all()
     last = [ln for ln in md.splitlines() if ln.startswith("| synthetic") and "eps_formal <= 4" in ln][-1]
     assert f"| {expected['ratio'].iloc[-1]:.3f} |" in last
+    assert "(dashed: the grid's front)" in md
+    # without a grid nothing is dashed, and the caption says nothing of it; a search has no plan,
+    # and the report does not advise writing one
+    alone = tmp_path / "alone"
+    assert main(["report", str(results), "-o", str(alone), "--no-ci"]) == 0
+    md = (alone / "report.md").read_text()
+    assert "## Search progress" in md and "dashed" not in md.split("## Search progress")[1].split("\n## ")[0]
+    assert "fairdp run writes" not in md and "a search's trials" in md
     # a report without a search history refuses --compare-grid
     assert main(["report", str(grid), "-o", str(tmp_path / "r2"), "--compare-grid", str(grid)]) == 2

@@ -8,6 +8,8 @@ files, and only into the path or folder they are given.
 from fairdp.analysis._compare import compare_picks, identical_configs, paired_tests, precisions
 from fairdp.analysis._completeness import Completeness, completeness, summarise
 from fairdp.analysis._curves import selected_curves
+from fairdp.analysis._error_bars import ERROR_BARS, bootstrap_over_seeds, per_seed
+from fairdp.analysis._groups import aggregate_group_rates, per_group_rates
 from fairdp.analysis._intervals import (
     bootstrap_intervals,
     check_level,
@@ -24,7 +26,12 @@ from fairdp.analysis._pareto import (
     pareto_front,
     select_per_run,
 )
-from fairdp.analysis._predictions import positive_rates
+from fairdp.analysis._predictions import (
+    constant_models,
+    mark_constant_picks,
+    positive_rates,
+    with_constant_picks,
+)
 from fairdp.analysis._release import has_release_events, released_guarantees
 from fairdp.analysis._rows import FAIRNESS_METRICS, check_rt
 from fairdp.analysis._search_progress import (
@@ -53,7 +60,12 @@ __all__ = [
     "Completeness",
     "completeness",
     "summarise",
+    "aggregate_group_rates",
     "bootstrap_intervals",
+    "constant_models",
+    "mark_constant_picks",
+    "per_group_rates",
+    "with_constant_picks",
     "check_level",
     "check_rt",
     "get_paper",
@@ -105,6 +117,10 @@ __all__ = [
     "plot_learning_curves",
     "violation_accuracy_by_eps",
     "write_report",
+    "report_figures",
+    "ERROR_BARS",
+    "bootstrap_over_seeds",
+    "per_seed",
 ]
 
 # Figures are matplotlib's: imported on first use, so that selecting and aggregating rows
@@ -117,8 +133,8 @@ def __getattr__(name: str):
         from fairdp.analysis import _plots  # matplotlib: only when a figure is drawn
 
         return getattr(_plots, name)
-    if name == "write_report":
+    if name in ("write_report", "report_figures"):
         from fairdp.analysis import _report  # draws figures: matplotlib
 
-        return _report.write_report
+        return getattr(_report, name)
     raise AttributeError(f"module 'fairdp.analysis' has no attribute {name!r}")

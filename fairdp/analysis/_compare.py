@@ -11,6 +11,7 @@ test metrics are paired by seed and their differences tested with a paired t-tes
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -49,30 +50,35 @@ def identical_configs(a: pd.DataFrame, b: pd.DataFrame) -> tuple[int, int, float
     return int(same.sum()), len(both), float(gap.max())
 
 
-def compare_picks(a: pd.DataFrame, b: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap") -> pd.DataFrame:
-    """The RT pick of each (dataset, method, seed) in both runs: columns dataset, method, seed,
-    config_id_a, config_id_b, same_pick, then test_accuracy and test_<fairness> of each."""
+def compare_picks(a: pd.DataFrame, b: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap",
+                  by: Sequence[str] = ()) -> pd.DataFrame:
+    """The RT pick of each (dataset, method, seed, *by) in both runs: columns dataset, method,
+    seed, the ``by`` columns, config_id_a, config_id_b, same_pick, then test_accuracy and
+    test_<fairness> of each."""
     metrics = ["test_accuracy", f"test_{fairness}"]
-    pa = select_by_rt(a, rt=rt, fairness=fairness)[[*RUN, "config_id", *metrics]]
-    pb = select_by_rt(b, rt=rt, fairness=fairness)[[*RUN, "config_id", *metrics]]
-    picks = pa.merge(pb, on=RUN, suffixes=("_a", "_b"))
+    keys = [*RUN, *by]
+    pa = select_by_rt(a, rt=rt, fairness=fairness, by=by)[[*keys, "config_id", *metrics]]
+    pb = select_by_rt(b, rt=rt, fairness=fairness, by=by)[[*keys, "config_id", *metrics]]
+    picks = pa.merge(pb, on=keys, suffixes=("_a", "_b"))  # a by-value NaN in both (a method without eps) pairs
     if picks.empty:
         raise InputError("the two runs have no (dataset, method, seed) in common: they are not runs of one study")
     picks["same_pick"] = picks["config_id_a"] == picks["config_id_b"]
-    order = [*RUN, "config_id_a", "config_id_b", "same_pick"] + [f"{m}_{s}" for m in metrics for s in "ab"]
-    return picks[order].sort_values(RUN).reset_index(drop=True)
+    order = [*keys, "config_id_a", "config_id_b", "same_pick"] + [f"{m}_{s}" for m in metrics for s in "ab"]
+    return picks[order].sort_values(keys).reset_index(drop=True)
 
 
-def paired_tests(picks: pd.DataFrame, fairness: str = "tpr_gap", level: float = 95.0) -> pd.DataFrame:
-    """Per (dataset, method) and metric: the picks' differences (a - b) paired by seed, their
-    mean, the ``level``% t-interval of that mean, the paired t-test's two-sided p-value and a
-    verdict: "identical" (every difference 0), "differ" (the interval excludes 0), "within
-    seed noise" (it does not), or "one seed: no test"."""
+def paired_tests(picks: pd.DataFrame, fairness: str = "tpr_gap", level: float = 95.0,
+                 by: Sequence[str] = ()) -> pd.DataFrame:
+    """Per (dataset, method, *by) and metric: the picks' differences (a - b) paired by seed,
+    their mean, the ``level``% t-interval of that mean, the paired t-test's two-sided p-value
+    and a verdict: "identical" (every difference 0), "differ" (the interval excludes 0),
+    "within seed noise" (it does not), or "one seed: no test"."""
     from scipy.stats import t as student_t
 
     level = check_level(level)
     out = []
-    for (ds, method), g in picks.groupby(["dataset", "method"], sort=True):
+    for key, g in picks.groupby(["dataset", "method", *by], sort=True, dropna=False):
+        ds, method, values = key[0], key[1], dict(zip(by, key[2:]))
         for m in ("test_accuracy", f"test_{fairness}"):
             d = (pd.to_numeric(g[f"{m}_a"]) - pd.to_numeric(g[f"{m}_b"])).dropna().to_numpy(float)
             n = len(d)
@@ -88,6 +94,6 @@ def paired_tests(picks: pd.DataFrame, fairness: str = "tpr_gap", level: float = 
             else:
                 p = float(2 * student_t.sf(abs(mean) / (sd / math.sqrt(n)), n - 1))
                 verdict = "differ" if abs(mean) > half else "within seed noise"
-            out.append({"dataset": ds, "method": method, "metric": m, "seeds": n, "mean_diff": mean,
+            out.append({"dataset": ds, "method": method, **values, "metric": m, "seeds": n, "mean_diff": mean,
                         "ci_lo": mean - half, "ci_hi": mean + half, "p_value": p, "verdict": verdict})
     return pd.DataFrame(out)

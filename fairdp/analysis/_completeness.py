@@ -74,8 +74,9 @@ def _name(dataset: str, method: str, datasets: int) -> str:
     return f"{dataset}/{method}" if datasets > 1 else method
 
 
-def summarise(table: pd.DataFrame) -> Completeness:
-    """One sentence over ``completeness``'s table."""
+def summarise(table: pd.DataFrame, searched: bool = False) -> Completeness:
+    """One sentence over ``completeness``'s table. ``searched``: the rows are a search's
+    trials, which no plan lists in advance (a search draws its configs as it runs)."""
     n_datasets = table["dataset"].nunique()
     planned = table.dropna(subset=["planned"])
     if len(planned):
@@ -103,7 +104,15 @@ def summarise(table: pd.DataFrame) -> Completeness:
         if len(fewer) or absent:
             what = [f"{int(r.finished)} in seed {int(r.seed)}" for r in fewer.itertuples()]
             what += [f"none in seed {s}" for s in sorted(absent)]
-            parts.append(f"{_name(d, m, n_datasets)} has {most} configs in some seeds but {', '.join(what)}")
+            parts.append(f"{_name(d, m, n_datasets)} has {most} config{'' if most == 1 else 's'} in some seeds but "
+                         f"{', '.join(what)}")
+    if searched:
+        counts = "; ".join(f"{_name(d, m, n_datasets)}: {', '.join(str(int(n)) for n in g.sort_values('seed')['finished'])} "
+                           f"in {_seeds(g['seed'])}" for (d, m), g in table.groupby(["dataset", "method"], sort=True))
+        return Completeness("uneven" if parts else "unknown",
+                            f"a search's trials, which it draws as it runs, so no plan lists them in advance; trials "
+                            f"finished: {counts}" + (" (uneven across seeds: a search stopped early in some)" if parts
+                                                     else ""))
     if parts:
         return Completeness("uneven", "uneven: " + "; ".join(parts) + ". No plan is stored beside these results "
                                       "(fairdp run writes <results>.plan.parquet) to say which configs are missing")

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from fairdp.analysis._predictions import CONSTANT_PICKS
 from fairdp.analysis._rows import (
     as_frame,
     check_fairness,
@@ -26,7 +27,7 @@ from fairdp.analysis._rows import (
     kinds_of,
     require_columns,
 )
-from fairdp.analysis._tables import enough_decimals, interval_text
+from fairdp.analysis._tables import enough_decimals, has_constant_picks, interval_text
 from fairdp.errors import InputError
 from fairdp.fairness import SCORES, scores_from_confusion
 from fairdp.schema import GUARANTEE, TEST_CONFUSION
@@ -129,18 +130,32 @@ different kinds (``analysis._rows.DIFFERENT_GUARANTEES``): a difference at their
 one at the same privacy."""
 
 
+def constant_rows(table: pd.DataFrame) -> np.ndarray:
+    """Per row of a table of seeds' aggregates: whether some seed's pick is a constant model
+    (its ``n_constant``, ``analysis._predictions.with_constant_picks``, above 0); all False
+    for a table without the column. A constant model's gaps are 0 for that reason alone, so
+    it is no fair method to rank others against."""
+    if CONSTANT_PICKS not in table.columns:
+        return np.zeros(len(table), dtype=bool)
+    return np.array([has_constant_picks(v) for v in table[CONSTANT_PICKS]], dtype=bool)
+
+
 def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[str] = ("dataset",),
-                          kinds: dict | None = None) -> pd.DataFrame:
+                          kinds: dict | None = None, keep_constant: bool = False) -> pd.DataFrame:
     """For each pair of methods within each ``group``: "<" or ">" where their intervals on
     ``metric`` (``<metric>_lo`` / ``_hi``, e.g. from ``seed_intervals``) do not overlap, "≈"
     where they do (the difference is not supported), "?" where an interval is missing; each
     followed by " †" (``CROSS_KIND``) where the two methods' guarantees are of different kinds
     (not comparable on ε: with ε among the ``group`` keys, one ε value is not one privacy
     level). Kinds: the table's ``guarantee`` column (``aggregate_seeds``), else ``kinds`` or
-    the registry. Columns: *group, method, guarantee, then one column per method."""
+    the registry. Columns: *group, method, guarantee, then one column per method. Methods
+    whose pick is a constant model in some seed (``constant_rows``) are left out unless
+    ``keep_constant``: their low gaps are no difference the intervals support."""
     intervals = as_frame(intervals, "intervals")
     group = list(group)
     require_columns(intervals, [*group, "method", f"{metric}_mean", f"{metric}_lo", f"{metric}_hi"], "intervals")
+    if not keep_constant:
+        intervals = intervals[~constant_rows(intervals)]
     if GUARANTEE in intervals.columns:
         kinds = {str(m): (k if isinstance(k, str) else None) for m, k in zip(intervals["method"], intervals[GUARANTEE])}
     kinds = kinds_of(intervals["method"].astype(str).unique(), kinds)
@@ -199,19 +214,22 @@ def selected_with_intervals(selected: pd.DataFrame, table: pd.DataFrame, fairnes
 
 
 def not_distinguishable(intervals: pd.DataFrame, metric: str, direction: str,
-                        group: Sequence[str] = ("dataset",)) -> np.ndarray:
+                        group: Sequence[str] = ("dataset",), keep_constant: bool = False) -> np.ndarray:
     """Per row of ``intervals``: True where its interval on ``metric`` overlaps that of the
     best row of its ``group`` (highest mean for ``direction`` "max", lowest for "min"), so
     the difference from the best is not supported; False for the best itself, for rows
-    whose interval lies apart, and where an interval is missing."""
+    whose interval lies apart, and where an interval is missing. Rows whose pick is a
+    constant model in some seed (``constant_rows``) are neither the best nor marked, unless
+    ``keep_constant``."""
     intervals = as_frame(intervals, "intervals")
     require_columns(intervals, [f"{metric}_mean", f"{metric}_lo", f"{metric}_hi"], "intervals")
     out = np.zeros(len(intervals), dtype=bool)
     mean, lo, hi = (intervals[f"{metric}_{s}"].to_numpy(float) for s in ("mean", "lo", "hi"))
     keys = np.array(["|".join(map(str, t)) for t in intervals[list(group)].itertuples(index=False)]
                     if group else [""] * len(intervals))
+    compared = ~np.isnan(mean) & (True if keep_constant else ~constant_rows(intervals))
     for key in np.unique(keys):
-        idx = np.flatnonzero((keys == key) & ~np.isnan(mean))
+        idx = np.flatnonzero((keys == key) & compared)
         if len(idx) < 2:
             continue
         best = idx[np.argmax(mean[idx]) if direction == "max" else np.argmin(mean[idx])]

@@ -1,45 +1,163 @@
-"""What the selected models predict: their test positive rate against the labels'.
+"""What the selected models predict: their test positive rate against the labels', and which
+of them are constant.
 
 A model can score a low fairness gap by predicting one class for everyone (a constant
 classifier's gaps are all 0). Each row stores its test split's counts per (group, y, y_pred)
-(``test_confusion``), so the rate of positive predictions, and the labels' own rate, are
-functions of the row alone. Binary tasks only: "positive" is class 1.
+(``test_confusion``), so the rate of positive predictions, the labels' own rate, and whether
+the model is constant are functions of the row alone. ``CONSTANT_RATE`` and
+``constant_models`` are the one definition of a constant model every table, the supported
+differences and the Pareto fronts use. Positive rates are for binary tasks only ("positive"
+is class 1); constancy holds for any number of classes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from fairdp.analysis._rows import check_by, ok_rows
+from fairdp.analysis._rows import as_frame, check_by, ok_rows
+from fairdp.analysis._select import select_by_rt
 from fairdp.schema import TEST_CONFUSION
 
 CONSTANT_RATE = 1.0
-"""A model whose test positive rate is below this many percent, or above 100 minus it,
-predicts one class for (nearly) everyone: counted as constant."""
+"""A model that predicts one class for all but fewer than this many percent of the test rows
+is counted as constant (exactly or nearly: its fairness gaps are near 0 for that reason
+alone). For a binary task: a positive rate below it, or above 100 minus it."""
+
+CONSTANT_PICKS = "n_constant"
+"""The column ``with_constant_picks`` adds to a table of seeds' aggregates: how many seeds'
+picks are constant models (``constant_models``)."""
+
+CONSTANT_SENTENCE = (f"predicts one class for all but fewer than {CONSTANT_RATE:g}% of the test rows, so its "
+                     "fairness gaps are (near) 0 for that reason alone")
+"""What a constant model is, as tables' footnotes and captions say it."""
+
+
+def _counts(confusion: str | None) -> np.ndarray | None:
+    """A row's ``test_confusion`` JSON as (G, C, C) counts, None without usable counts."""
+    if not isinstance(confusion, str) or not confusion:
+        return None
+    conf = np.asarray(json.loads(confusion), dtype=np.float64)
+    if conf.ndim != 3 or conf.shape[1] != conf.shape[2] or conf.sum() == 0:
+        return None
+    return conf
 
 
 def positive_rate(confusion: str | None) -> tuple[float, float]:
     """(percent of test rows predicted 1, percent labelled 1) from a row's ``test_confusion``
     JSON, (G, 2, 2) counts of (group, y, y_pred); NaN for a row without counts or a task with
     more than two classes."""
-    if not isinstance(confusion, str) or not confusion:
-        return float("nan"), float("nan")
-    conf = np.asarray(json.loads(confusion), dtype=np.float64)
-    if conf.ndim != 3 or conf.shape[1:] != (2, 2) or conf.sum() == 0:
+    conf = _counts(confusion)
+    if conf is None or conf.shape[1:] != (2, 2):
         return float("nan"), float("nan")
     total = conf.sum()
     return 100 * conf[:, :, 1].sum() / total, 100 * conf[:, 1, :].sum() / total
 
 
+def majority_share(confusion: str | None) -> float:
+    """Percent of the test rows predicted as the class the model predicts most, from a row's
+    ``test_confusion`` JSON; NaN for a row without counts."""
+    conf = _counts(confusion)
+    if conf is None:
+        return float("nan")
+    return float(100 * conf.sum(axis=(0, 1)).max() / conf.sum())
+
+
+def _is_constant(share: float) -> bool:
+    return share > 100 - CONSTANT_RATE
+
+
+def constant_models(rows: pd.DataFrame) -> pd.Series:
+    """Per row of ``rows``, whether its model is constant: it predicts one class for all but
+    fewer than ``CONSTANT_RATE`` percent of the test rows (nullable boolean, NA for a row
+    without stored counts: written before fairdp stored them, or failed). Same index as
+    ``rows``."""
+    rows = as_frame(rows, "rows")
+    if TEST_CONFUSION not in rows.columns:
+        return pd.Series(pd.NA, index=rows.index, dtype="boolean")
+    shares = np.array([majority_share(c) for c in rows[TEST_CONFUSION]], dtype=float)
+    flags = pd.array([pd.NA if np.isnan(v) else _is_constant(v) for v in shares], dtype="boolean")
+    return pd.Series(flags, index=rows.index)
+
+
+def without_constant_models(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` less those whose model is constant (``constant_models``); rows without stored
+    counts are kept (nothing says they are constant)."""
+    return rows[~constant_models(rows).fillna(False).to_numpy(bool)]
+
+
+def constant_picks(selected: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    """Per (dataset, method, *by) of the selected rows (one per seed, e.g. ``select_by_rt``'s):
+    ``n_constant``, how many seeds' picks are constant models. Groups none of whose rows store
+    counts are left out."""
+    rows = ok_rows(selected, "selected")
+    by = check_by(by, rows)
+    keys = ["dataset", "method", *by]
+    flags = constant_models(rows)
+    known = rows.assign(_constant=flags)[flags.notna().to_numpy(bool)]
+    if known.empty:
+        return pd.DataFrame({k: pd.Series(dtype=object) for k in keys}).assign(
+            **{CONSTANT_PICKS: pd.Series(dtype="Int64")})
+    counted = known.groupby(keys, sort=True, dropna=False)["_constant"].sum().astype("Int64")
+    return counted.rename(CONSTANT_PICKS).reset_index()
+
+
+def with_constant_picks(table: pd.DataFrame, selected: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
+    """``table`` (one row per (dataset, method, *by), e.g. ``aggregate_seeds`` output, or
+    ``rt_sweep``'s with "rt" among ``by`` and ``selected`` holding every RT's picks) with
+    ``n_constant`` (``CONSTANT_PICKS``): how many of the seeds' picks in ``selected`` are
+    constant models; NA for a group whose rows store no counts. ``table`` is returned
+    unchanged when no selected row stores counts (rows written before fairdp stored them):
+    there is then nothing to say."""
+    table = as_frame(table, "table")
+    picks = constant_picks(selected, by)
+    if picks.empty:
+        return table
+    keys = ["dataset", "method", *by]
+    merged = table[keys].merge(picks, on=keys, how="left")  # left merge keeps table's row order
+    return table.assign(**{CONSTANT_PICKS: pd.array(merged[CONSTANT_PICKS].to_numpy(), dtype="Int64")})
+
+
+def selections_at(df: pd.DataFrame, rts: Iterable[float], fairness: str = "tpr_gap",
+                  by: Sequence[str] = ()) -> pd.DataFrame:
+    """``select_by_rt`` at every RT of ``rts``, stacked (each pick has its ``rt``): what
+    ``with_constant_picks`` needs beside an ``rt_sweep``, with "rt" among its keys. Warnings
+    about excluded rows are ``rt_sweep``'s to give, and are not repeated."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parts = [select_by_rt(df, rt, fairness, by) for rt in rts]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def mark_constant_picks(table: pd.DataFrame, selected: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (one row per selected row, e.g. ``selected_configs`` output, with dataset,
+    method, seed, config_id) with a ``constant`` column (nullable boolean: the pick is a
+    constant model, ``constant_models``) after its last test metric; unchanged when no
+    selected row stores counts."""
+    table = as_frame(table, "table")
+    rows = ok_rows(selected, "selected")
+    flags = constant_models(rows)
+    if flags.isna().all():
+        return table
+    keys = ["dataset", "method", "seed", "config_id"]
+    known = rows[keys].assign(constant=flags).drop_duplicates(keys)
+    merged = table[keys].merge(known, on=keys, how="left")
+    tests = [i for i, c in enumerate(table.columns) if str(c).startswith("test_")]
+    at = tests[-1] + 1 if tests else len(table.columns)
+    out = table.copy()
+    out.insert(at, "constant", pd.array(merged["constant"].to_numpy(), dtype="boolean"))
+    return out
+
+
 def positive_rates(selected: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:
     """Per (dataset, method, *by) over the selected rows (one per seed): ``n_seeds``, mean and
     sample std of the test positive rate (percent), the labels' positive rate, and how many
-    seeds' models are ``constant`` (rate within ``CONSTANT_RATE`` points of 0 or 100). Rows
-    without stored counts are left out; empty when no row has them."""
+    seeds' models are ``constant`` (``constant_models``). Rows without stored counts, or of
+    tasks of more than two classes, are left out; empty when no row has them."""
     rows = ok_rows(selected, "selected")
     by = check_by(by, rows)
     columns = ["dataset", "method", *by, "n_seeds", "positive_rate_mean", "positive_rate_std", "label_rate",
@@ -47,7 +165,8 @@ def positive_rates(selected: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFra
     if TEST_CONFUSION not in rows.columns:
         return pd.DataFrame(columns=columns)
     rates = [positive_rate(c) for c in rows[TEST_CONFUSION]]
-    rows = rows.assign(_rate=[r for r, _ in rates], _label=[lab for _, lab in rates]).dropna(subset=["_rate"])
+    rows = rows.assign(_rate=[r for r, _ in rates], _label=[lab for _, lab in rates],
+                       _constant=constant_models(rows)).dropna(subset=["_rate"])
     out = []
     for key, grp in rows.groupby(["dataset", "method", *by], dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
@@ -56,5 +175,5 @@ def positive_rates(selected: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFra
                     "positive_rate_mean": float(rate.mean()),
                     "positive_rate_std": float(rate.std(ddof=1)) if len(grp) > 1 else float("nan"),
                     "label_rate": float(grp["_label"].mean()),
-                    "constant": int(((rate < CONSTANT_RATE) | (rate > 100 - CONSTANT_RATE)).sum())})
+                    "constant": int(grp["_constant"].sum())})
     return pd.DataFrame(out, columns=columns)

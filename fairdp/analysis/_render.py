@@ -9,6 +9,7 @@ document once for either.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import re
 from dataclasses import dataclass, field
@@ -60,8 +61,43 @@ class Renderer:
         return self.wrap(parts)
 
 
+_HTML_START = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)")
+
+
+def _md(text) -> str:
+    """Text from the rows (a method's, a dataset's name) made inert in Markdown: viewers render
+    raw HTML, so ``<script>`` in a method name would run there as it would in report.html
+    without escaping. Only what could open a tag or an entity is escaped (CommonMark's raw
+    HTML starts with ``<`` and a letter, ``/``, ``!`` or ``?``), so the tables' ``<`` and ``>``
+    marks stay as they are; the entities show as the characters they stand for."""
+    return _HTML_START.sub(lambda m: "&lt;" if m.group(0) == "<" else "&amp;", str(text))
+
+
+def _md_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its text cells and column names escaped by ``_md`` (numbers unchanged,
+    the index kept for the marks that refer to rows)."""
+    out = table.copy()
+    for col in out.columns:
+        if out[col].dtype == object or pd.api.types.is_string_dtype(out[col]):
+            out[col] = out[col].map(lambda v: _md(v) if isinstance(v, str) else v)
+    return out.rename(columns=lambda c: _md(c) if isinstance(c, str) else c)
+
+
 class MarkdownRenderer(Renderer):
     format = "md"
+
+    def render(self, doc: Document) -> str:
+        main = _md_frame(doc.main) if doc.main is not None else None
+        sections = [(_md(title), _md(text),
+                     [(kind, main if item is doc.main else _md_frame(item)) if kind in ("table", "display")
+                      else (kind, (_md(item[0]), _md_frame(item[1]))) if kind == "subtable" else (kind, item)
+                      for kind, item in items])
+                    for title, text, items in doc.sections]
+        safe = dataclasses.replace(doc, overview=[(_md(k), _md(v)) for k, v in doc.overview],
+                                   partial=_md(doc.partial) if doc.partial else doc.partial, sections=sections,
+                                   notes=[_md(n) for n in doc.notes], main=main,
+                                   captions={k: _md(v) for k, v in doc.captions.items()})
+        return super().render(safe)
 
     def head(self, doc):
         parts = [f"# fairdp report\n\n_Generated {doc.stamp}._\n", "| | |\n|:--|:--|",
@@ -74,7 +110,7 @@ class MarkdownRenderer(Renderer):
         return f"\n## {title}\n\n{text}\n"
 
     def figure(self, name, path, caption):
-        return f"![{caption}](figures/{name}.png)\n"
+        return f"![{caption.replace('[', '(').replace(']', ')')}](figures/{name}.png)\n"
 
     def subtable(self, title, table):
         return f"**{title}**\n\n{markdown_table(table)}"

@@ -24,9 +24,18 @@ import pandas as pd
 from fairdp._atomic import atomic_path
 from fairdp.analysis._completeness import Completeness
 from fairdp.analysis._curves import selected_curves
+from fairdp.analysis._error_bars import (
+    DEFAULT_ERROR_BARS,
+    bootstrap_over_seeds,
+    check_error_bars,
+    error_bars_text,
+    per_seed,
+)
+from fairdp.analysis._groups import aggregate_group_rates, group_rates_table
 from fairdp.analysis._intervals import (
     CROSS_KIND,
     check_level,
+    constant_rows,
     not_distinguishable,
     seed_intervals,
     selected_with_intervals,
@@ -36,16 +45,27 @@ from fairdp.analysis._papers import comparison_section, get_paper
 from fairdp.analysis._pareto import hypervolume, pareto_front
 from fairdp.analysis._plots import (
     default_direction,
-    plot_fairness_accuracy_bins,
-    plot_hypervolume_history,
-    plot_leakage_vs_eps,
-    plot_learning_curves,
-    plot_pareto_fronts,
-    plot_privacy_accuracy,
-    plot_rt_sweep,
-    plot_violation_accuracy_by_eps,
+    figure_fairness_accuracy_bins,
+    figure_hypervolume_history,
+    figure_leakage_vs_eps,
+    figure_learning_curves,
+    figure_pareto_fronts,
+    figure_privacy_accuracy,
+    figure_rt_sweep,
+    figure_violation_accuracy_by_eps,
+    save_png,
 )
-from fairdp.analysis._predictions import CONSTANT_RATE, positive_rates
+from fairdp.analysis._predictions import (
+    CONSTANT_PICKS,
+    CONSTANT_RATE,
+    CONSTANT_SENTENCE,
+    constant_models,
+    mark_constant_picks,
+    positive_rates,
+    selections_at,
+    with_constant_picks,
+    without_constant_models,
+)
 from fairdp.analysis._release import (
     MEAN_OVER_SEEDS,
     NOT_COVERED,
@@ -67,7 +87,7 @@ from fairdp.analysis._rows import (
     guarantees_by_method,
     kinds_of,
 )
-from fairdp.analysis._search_progress import search_progress
+from fairdp.analysis._search_progress import normalised_hypervolume, search_progress
 from fairdp.analysis._select import (
     aggregate_seeds,
     fairness_accuracy_bins,
@@ -79,6 +99,7 @@ from fairdp.analysis._select import (
     violation_accuracy_by_eps,
 )
 from fairdp.analysis._tables import (
+    CONSTANT_MARK,
     FAIRNESS_LABELS,
     GUARANTEE_LABEL,
     by_cell,
@@ -88,21 +109,28 @@ from fairdp.analysis._tables import (
     mean_std,
     sweep_tables,
 )
+from fairdp.constraints import feasible
 from fairdp.errors import InputError
 from fairdp.schema import NOTION_GAP
 
 FIGURES = {
-    "rt_sweep": "Validation accuracy, fairness and leakage against the relaxation threshold (FEDERATE Fig. 2)",
+    "rt_sweep": "Validation accuracy, fairness and leakage against the relaxation threshold (FEDERATE Fig. 2): the "
+                "validation metrics the selection reads; the tables below it give the test metrics",
     "fairness_accuracy_bins": "Best validation fairness per 1-point validation-accuracy interval (FEDERATE Fig. 3)",
     "privacy_accuracy": "Test accuracy and leakage of the best-accuracy config per ε (FEDERATE Fig. 4)",
     "leakage_vs_eps": "Leakage of every config against ε",
     "violation_accuracy_eps": "Test violation and accuracy against ε per fairness notion (Tran et al. Figs. 1-2)",
     "pareto_fronts": "Pareto fronts of validation accuracy, fairness and leakage (all seeds pooled)",
     "learning_curves": "Validation accuracy, fairness gap and loss of the selected configs against the epoch",
-    "hypervolume_history": "Normalised hypervolume of each search's feasible front against its trials "
-                           "(dashed: the grid's front)",
+    "hypervolume_history": "Normalised hypervolume of each search's feasible front against its trials",
 }
 
+PARETO_CAVEAT = (
+    " The figure pools every config of every seed and draws each method's front under each pair of objectives; "
+    "the hypervolume measures how much of the objective space a method's front dominates, from that reference "
+    "point. Neither ranks methods: a constant or random classifier has fairness gaps near 0, so it dominates on the "
+    "gap axis at any accuracy and its hypervolume can exceed that of a method that learns something, and a method "
+    "with more configs tends to have a larger front. Read a front as the trade-offs a method's configs reached.")
 # Percent metrics have natural worst values, which make a reference point independent of
 # the results: accuracy 0, gaps and leakage 100.
 _HV_REFERENCE = {"max": 0.0, "min": 100.0}
@@ -157,14 +185,6 @@ def _per_notion_view(df: pd.DataFrame) -> pd.DataFrame:
     return view
 
 
-def _labelled_by(table: pd.DataFrame | None, by: Sequence[str]) -> pd.DataFrame | None:
-    """The by-values folded into the method label, so a figure draws one line per group."""
-    if table is None or not by:
-        return table
-    labels = table[list(by)].apply(lambda r: ", ".join(f"{k} {by_cell(v)}" for k, v in r.items()), axis=1)
-    return table.assign(method=table["method"].astype(str) + " [" + labels + "]")
-
-
 def _notion_table(notions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "Dataset": notions["dataset"].astype(str), "Method": notions["method"].astype(str),
@@ -206,19 +226,25 @@ def _probe_sentence(ok: pd.DataFrame) -> str:
     return text
 
 
-def _pareto_summary(rows: pd.DataFrame, fairness: str, kinds: dict | None = None) -> pd.DataFrame | None:
-    """Per (dataset, method): Pareto-front size and normalised hypervolume, mean ± std over seeds."""
-    objectives = {"valid_accuracy": "max", f"valid_{fairness}": "min"}
-    if "leakage" in rows.columns and pd.to_numeric(rows["leakage"], errors="coerce").notna().any():
-        objectives["leakage"] = "min"
-    reference = [_HV_REFERENCE[d] for d in objectives.values()]
+def _pareto_summary(rows: pd.DataFrame, fairness: str, kinds: dict | None = None,
+                    objectives: dict[str, str] | None = None) -> pd.DataFrame | None:
+    """Per (dataset, method): Pareto-front size and normalised hypervolume, mean ± std over
+    seeds; under ``objectives`` (a search's, ``rows`` its feasible ones) when given, else
+    validation accuracy, the fairness gap and leakage."""
+    searched = objectives is not None
+    if not searched:
+        objectives = {"valid_accuracy": "max", f"valid_{fairness}": "min"}
+        if "leakage" in rows.columns and pd.to_numeric(rows["leakage"], errors="coerce").notna().any():
+            objectives["leakage"] = "min"
     scale = 100.0 ** len(objectives)
     per_seed = []
     for key, group in rows.groupby(list(RUN_KEYS), sort=True):
         front = pareto_front(group, objectives)
         if front.empty:
             continue
-        hv = hypervolume(front[list(objectives)], reference, list(objectives.values())) / scale
+        # a search's objectives may leave percent (eps_formal, MDL): the reference point of its history
+        hv = normalised_hypervolume(front, objectives) if searched else hypervolume(
+            front[list(objectives)], [_HV_REFERENCE[d] for d in objectives.values()], list(objectives.values())) / scale
         per_seed.append((*key, len(front), hv))
     if not per_seed:
         return None
@@ -228,6 +254,8 @@ def _pareto_summary(rows: pd.DataFrame, fairness: str, kinds: dict | None = None
         hv_mean=("hv", "mean"), hv_std=("hv", "std"),
     ).reset_index()
     names = {"valid_accuracy": "accuracy ↑", f"valid_{fairness}": f"{FAIRNESS_LABELS[fairness]} ↓", "leakage": "leakage ↓"}
+    if searched:
+        names = {c: f"{c} {'↑' if d == 'max' else '↓'}" for c, d in objectives.items()}
     objs = ", ".join(names[c] for c in objectives)
     return pd.DataFrame({
         "Dataset": agg["dataset"].astype(str),
@@ -237,6 +265,19 @@ def _pareto_summary(rows: pd.DataFrame, fairness: str, kinds: dict | None = None
         "Front size": [mean_std(a, b, 1) for a, b in zip(agg["front_mean"], agg["front_std"])],
         f"Hypervolume ({objs})": [mean_std(a, b, 3) for a, b in zip(agg["hv_mean"], agg["hv_std"])],
     })
+
+
+def _search_front_caption(objectives: dict[str, str], constraints: Sequence[str], feasible_rows: int,
+                          rows: int) -> str:
+    """The Pareto section's text when it draws a search's front: on its objectives, over the rows
+    that meet its constraints (as its front file holds them)."""
+    objs = ", ".join(f"{c} ({d})" for c, d in objectives.items())
+    among = (f"only the {feasible_rows} of {rows} rows that meet its constraints ({'; '.join(map(str, constraints))})"
+             if constraints else f"all {rows} rows (it has no constraints)")
+    return (f"The search's Pareto fronts: per seed, the non-dominated configs under its objectives, {objs}, among "
+            f"{among}, as its front file holds them; hypervolume is normalised to [0, 1] with each objective's "
+            "worst possible value as reference point (accuracy 0 %, gaps and leakage 100 %, eps_formal 20), as the "
+            "search's history is." + ("" if feasible_rows else " No row meets the constraints: there is no front."))
 
 
 def _progress_table(progress: pd.DataFrame, kinds: dict | None = None) -> pd.DataFrame:
@@ -309,6 +350,10 @@ def _guarantee_sentence(agg: pd.DataFrame, by: Sequence[str], kinds: dict | None
                    "another kind compares the metric only.")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _overview(df: pd.DataFrame, ok: pd.DataFrame, completeness: Completeness | None) -> list[tuple[str, str]]:
     def values(col: str) -> str:
         if col not in df.columns:
@@ -318,7 +363,8 @@ def _overview(df: pd.DataFrame, ok: pd.DataFrame, completeness: Completeness | N
     per_method = ok.groupby(["dataset", "method"], sort=True).agg(
         seeds=("seed", "nunique"), configs=("config_id", "nunique"), rows=("seed", "size")
     )
-    runs = "; ".join(f"{d}/{m}: {r.seeds} seeds × {r.configs} configs" for (d, m), r in per_method.iterrows())
+    runs = "; ".join(f"{d}/{m}: {_count(r.seeds, 'seed')} × {_count(r.configs, 'config')}"
+                     for (d, m), r in per_method.iterrows())
     return [
         ("studies", values("study")),
         ("datasets", values("dataset")),
@@ -328,6 +374,56 @@ def _overview(df: pd.DataFrame, ok: pd.DataFrame, completeness: Completeness | N
         *([("completeness", completeness.text)] if completeness is not None else []),
         ("fairdp versions", values("fairdp_version")),
     ]
+
+
+def _unmeasured(agg: pd.DataFrame) -> list[str]:
+    """The probe metrics (leakage, MDL) no selected row measured: their probe was off."""
+    return [m for m in ("leakage", "mdl") if f"{m}_mean" in agg.columns and pd.to_numeric(
+        agg[f"{m}_mean"], errors="coerce").isna().all()]
+
+
+# the figures whose points are means over seeds, with error bars
+_BARRED_FIGURES = ("rt_sweep", "fairness_accuracy_bins", "privacy_accuracy", "violation_accuracy_eps")
+
+
+def _seed_bounds(table: pd.DataFrame | None, rows: pd.DataFrame, compute, keys: Sequence[str], error_bars: str,
+                 level: float) -> pd.DataFrame | None:
+    """``table`` (``compute(rows)``, means over seeds) with the bounds of a bootstrap over
+    seeds where ``error_bars`` is ``bootstrap``: ``compute`` on each seed's rows gives the
+    values the means average. Their warnings repeat the full table's and are dropped."""
+    if table is None or error_bars != "bootstrap" or table.empty:
+        return table
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seeds = per_seed(compute, rows)
+    metrics = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
+    return bootstrap_over_seeds(table, seeds, keys, metrics, level) if len(seeds) else table
+
+
+def _error_bar_captions(drawn: dict, error_bars: str, level: float) -> dict[str, str]:
+    """The captions of the figures with error bars, saying what the bars are."""
+    return {name: f"{FIGURES[name]} ({error_bars_text(error_bars, level)})"
+            for name in _BARRED_FIGURES if drawn.get(name) is not None}
+
+
+def report_figures(
+    df: pd.DataFrame,
+    rt: float = 1.0,
+    fairness: str = "tpr_gap",
+    rts: Iterable[float] = (0, 0.5, 1, 2, 3, 5),
+    by: Sequence[str] = (),
+    ci: float | None = 95.0,
+    error_bars: str = DEFAULT_ERROR_BARS,
+    **settings,
+) -> dict:
+    """The figures ``write_report(df, out_dir, ...)`` saves with the same settings, as
+    matplotlib Figures by name ("rt_sweep", "pareto_fronts", ...; None where the report
+    draws none), built by the same code from the same tables; nothing is written. For
+    checking a report's figures (``fairdp.testing.figures.assert_readable``) without files.
+    ``settings``: write_report's other keywords (history, search_history, keep_constant, ...)."""
+    # write_report returns the figures before it creates or writes anything under out_dir
+    return write_report(df, ".", rt=rt, fairness=fairness, rts=rts, by=by, ci=ci, error_bars=error_bars,
+                        _figures_only=True, **settings)
 
 
 def write_report(
@@ -343,6 +439,12 @@ def write_report(
     compare: Sequence[str] = (),
     completeness: Completeness | None = None,
     history: pd.DataFrame | None = None,
+    keep_constant: bool = False,
+    search_objectives: dict[str, str] | None = None,
+    search_constraints: Sequence[str] = (),
+    selection: str | None = None,
+    error_bars: str = DEFAULT_ERROR_BARS,
+    _figures_only: bool = False,
 ) -> list[Path]:
     """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
 
@@ -364,9 +466,22 @@ def write_report(
     ``completeness`` (``summarise(completeness(df, plan))``) says in the overview whether the
     rows are the whole study, and, when they are not, in a warning above every table.
     ``history`` (``fairdp.read_history`` of the same results) adds the selected configs'
-    per-epoch validation curves.
+    per-epoch validation curves. A method whose pick is a constant model in some seed
+    (``analysis._predictions.constant_models``) is marked in every table that shows it and
+    footnoted; it is left out of the supported differences (and the ≈ marks' best), and
+    constant configs are left out of the Pareto fronts, unless ``keep_constant``. Rows that
+    store their counts add the selected models' per-group rates (``aggregate_group_rates``).
+    ``search_objectives`` and ``search_constraints`` (a search's, ``fairdp.constraints``
+    strings) draw the Pareto fronts on the search's objectives over the rows that meet its
+    constraints, as its front file holds them. ``selection`` (which selection the caller
+    chose, and from where) is shown in the overview. ``error_bars`` (``t``, ``std``, ``bootstrap``
+    or ``none``; default ± 1 std, the spread the tables print) is what the figures' error bars
+    show over seeds, at the ``ci`` level (95 without one) for an interval; each figure's title
+    and caption say which, and an interval over fewer than 3 seeds is warned about.
+    ``report_figures`` returns the figures as Figure objects instead, writing nothing.
     """
     df = as_frame(df)
+    error_bars = check_error_bars(error_bars)
     by = check_by(by, df)
     fairness = check_fairness(fairness)
     rt = check_rt(rt)
@@ -378,14 +493,16 @@ def write_report(
     kinds = guarantees_by_method(df)  # what each method's ε protects: the rows' own, else the registry's
     out = Path(out_dir)
     fig_dir = out / "figures"
-    fig_dir.mkdir(parents=True, exist_ok=True)
     label = FAIRNESS_LABELS[fairness]
+    level = ci if ci is not None else 95.0  # of the figures' interval bars
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         selected = select_by_rt(df, rt, fairness, by)
-        agg = aggregate_seeds(selected, fairness=fairness, by=by)
-        sweep = rt_sweep(df, rts, fairness, by=by) if rts else None
+        # each table counts the seeds whose pick is a constant model (marked, footnoted)
+        agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
+        sweep = (with_constant_picks(rt_sweep(df, rts, fairness, by=by), selections_at(df, rts, fairness, by),
+                                     [*by, "rt"]) if rts else None)
         # the per-run views (bins, fronts) read each notion's own violation; a method's
         # notions are drawn apart ("pfld [dp]")
         view = _per_notion_view(df) if fairness == NOTION_GAP else df
@@ -395,39 +512,62 @@ def write_report(
         notions = (violation_accuracy_by_eps(df, rt)
                    if {"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
                    and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
-        pareto = _pareto_summary(ok if fairness != NOTION_GAP else view, fairness, kinds)
+        front_rows, pareto_rows = view, ok if fairness != NOTION_GAP else view
+        if not keep_constant:  # a constant model is on no front unless asked: its gaps are 0 for that reason alone
+            front_rows, pareto_rows = without_constant_models(view), without_constant_models(pareto_rows)
+        constant_off = 0 if keep_constant else int(constant_models(ok).fillna(False).sum())
+        if search_objectives:  # the search's front: its objectives, over the rows that meet its constraints
+            searched = ok if keep_constant else without_constant_models(ok)
+            front_rows = pareto_rows = searched[feasible(searched, search_constraints)]
+        pareto = _pareto_summary(pareto_rows, fairness, kinds, search_objectives)
         progress = search_progress(search_history, grid) if search_history is not None else None
         curves = selected_curves(history, selected, fairness) if history is not None and len(history) else None
         pairs = [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"),
                  (f"valid_{fairness}", "leakage")]
-        figures = {
-            "rt_sweep": (plot_rt_sweep(_labelled_by(sweep, by), fig_dir / "rt_sweep.png", fairness)
+        if search_objectives:
+            names = list(search_objectives)
+            pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
+        bars = {"error_bars": error_bars, "level": level}
+        eps_fairness = fairness if fairness != NOTION_GAP else "dp_gap"
+        drawn = {
+            "rt_sweep": (figure_rt_sweep(_seed_bounds(sweep, df, lambda rows: rt_sweep(rows, rts, fairness, by=by),
+                                                      ["dataset", "method", *by, "rt"], **bars), fairness, by, **bars)
                          if sweep is not None else None),
-            "violation_accuracy_eps": (plot_violation_accuracy_by_eps(notions, fig_dir / "violation_accuracy_eps.png")
-                                       if notions is not None else None),
-            "fairness_accuracy_bins": plot_fairness_accuracy_bins(bins, fig_dir / "fairness_accuracy_bins.png", fairness),
-            "privacy_accuracy": plot_privacy_accuracy(by_eps, fig_dir / "privacy_accuracy.png") if by_eps is not None else None,
-            "leakage_vs_eps": plot_leakage_vs_eps(df, fig_dir / "leakage_vs_eps.png") if {"eps", "leakage"} <= set(df.columns) else None,
-            "pareto_fronts": plot_pareto_fronts(view, fig_dir / "pareto_fronts.png", pairs),
-            "hypervolume_history": (plot_hypervolume_history(progress, fig_dir / "hypervolume_history.png")
-                                    if progress is not None else None),
-            "learning_curves": (plot_learning_curves(curves, fig_dir / "learning_curves.png", fairness,
-                                                     f"Validation curves of the configs selected at RT = {rt:g}")
+            "violation_accuracy_eps": (figure_violation_accuracy_by_eps(_seed_bounds(
+                notions, df, lambda rows: violation_accuracy_by_eps(rows, rt),
+                ["dataset", "method", "fairness_notion", "eps"], **bars), **bars) if notions is not None else None),
+            "fairness_accuracy_bins": figure_fairness_accuracy_bins(_seed_bounds(
+                bins, view, lambda rows: fairness_accuracy_bins(rows, fairness), ["dataset", "method", "accuracy_bin"],
+                **bars), fairness, **bars),
+            "privacy_accuracy": (figure_privacy_accuracy(_seed_bounds(
+                by_eps, df, lambda rows: privacy_accuracy_by_eps(rows, eps_fairness), ["dataset", "method", "eps"],
+                **bars), **bars) if by_eps is not None else None),
+            "leakage_vs_eps": figure_leakage_vs_eps(df) if {"eps", "leakage"} <= set(df.columns) else None,
+            "pareto_fronts": figure_pareto_fronts(front_rows, pairs, search_objectives),  # a search's directions
+            "hypervolume_history": figure_hypervolume_history(progress) if progress is not None else None,
+            "learning_curves": (figure_learning_curves(curves, fairness,
+                                                       f"Validation curves of the configs selected at RT = {rt:g}")
                                 if curves is not None else None),
         }
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
     for msg in notes:
         warnings.warn(msg, UserWarning, stacklevel=2)
+    if _figures_only:  # report_figures: the figures as drawn, nothing written
+        return drawn
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    figures = {name: None if fig is None else save_png(fig, fig_dir / f"{name}.png") for name, fig in drawn.items()}
     for name, path in figures.items():
         if path is None:
             (fig_dir / f"{name}.png").unlink(missing_ok=True)
 
     marks = None
     group = ["dataset", *by]
+    # a probe that was off (leakage, MDL) is no column and no comparison, rather than "-" and "?"
+    agg = agg.drop(columns=[c for m in _unmeasured(agg) for c in agg.columns if c.startswith(f"{m}_")])
     if ci is not None:
         agg = seed_intervals(agg, ci)
         ci_cols = [c[: -len("_mean")] for c in agg.columns if c.endswith("_mean")]
-        marks = {m: not_distinguishable(agg, m, default_direction(m), group) for m in ci_cols}
+        marks = {m: not_distinguishable(agg, m, default_direction(m), group, keep_constant) for m in ci_cols}
     per = "".join(f", {k}" for k in by)
     own = " (each notion's own violation: DP-gap for dp, EO-gap for eo, AP-gap for ap; methods without a " \
           "notion repeated under each)" if fairness == NOTION_GAP else ""
@@ -455,10 +595,11 @@ def write_report(
     sections.append((
         "Selected configurations",
         f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "
-        "and test metrics (percent).",
-        [("display", display_strings(_guarantees_shown(
+        "and test metrics (percent)" + (f"; constant: the pick is a constant model, which {CONSTANT_SENTENCE}"
+                                        if CONSTANT_PICKS in agg.columns else "") + ".",
+        [("display", display_strings(_guarantees_shown(mark_constant_picks(
             selected_with_intervals(selected, selected_configs(selected, fairness), fairness, ci)
-            if ci is not None else selected_configs(selected, fairness))))],
+            if ci is not None else selected_configs(selected, fairness), selected))))],
     ))
     if figures["learning_curves"] is not None:
         sections.append((
@@ -473,7 +614,10 @@ def write_report(
         released = released_guarantees(df, selected, rt, by)
         sections.append((
             "What a selection releases",
-            "ε of one config is one config's guarantee (eps_formal). The selection looked at every config its run "
+            "ε of one config is the largest guarantee (eps_formal) of the configs selected: the ε the method's "
+            "analysis gives the config as trained, e.g. the accountant's ε at the noise calibrated for the grid's "
+            "eps, which calibration leaves at or just below that target (the smallest noise that meets it): a "
+            "figure a little under the grid's eps is the config's exact ε, not a rounding. The selection looked at every config its run "
             "trained, so releasing one seed's pick is (ε, δ)-DP for the training data by the bound named (bound, "
             "one seed: composition of every config trained, or Papernot & Steinke's repeat-and-select when the "
             f"study drew a random number of trials and selects a best-of, rt = 0); '{PER_SEED}' is the largest of "
@@ -496,25 +640,43 @@ def write_report(
             "that reason alone.",
             [("display", _rates_table(rates, by, kinds))],
         ))
+    group_rates = aggregate_group_rates(selected, "test", by)
+    if len(group_rates):
+        sections.append((
+            "Per-group rates of the selected models",
+            "Per (dataset, method" + per + ", group) the selected models' test selection rate, TPR, FPR and "
+            "accuracy (percent; binary tasks: of the positive class), computed from each row's stored counts "
+            "(test_confusion) as fairlearn's MetricFrame by_group would from its predictions, then mean ± std over "
+            "seeds; Rows is the group's size. The gaps above are the spreads of these rates over the groups. "
+            "Groups are the dataset's codes, 0 to G-1 in the order of its group_names.",
+            [("display", group_rates_table(group_rates, by, kinds))],
+        ))
     if ci is not None and (agg["n_seeds"] >= 2).any():
-        differences = [(f"{_metric_title(m, fairness)}", supported_differences(agg, m, group)) for m in ci_cols]
+        differences = [(f"{_metric_title(m, fairness)}", supported_differences(agg, m, group, keep_constant=keep_constant))
+                       for m in ci_cols]
+        constant_left = sorted({f"{r['method']} on {r['dataset']}" for (_, r), flag in
+                                zip(agg.iterrows(), constant_rows(agg)) if flag}) if not keep_constant else []
         crossed = any(t[c].astype(str).str.endswith(CROSS_KIND).any()
                       for _, t in differences for c in t.columns if c not in (*group, "method", "guarantee"))
         sections.append((
             "Differences the intervals support",
             f"For each test metric, each pair of methods: < or > where their {ci:g}% t-intervals over seeds do not "
             "overlap (the row method's mean is lower or higher), ≈ where they do (the difference is not "
-            "supported), ? where a method has a single seed."
+            "supported), ? where a method has a single seed or no value of the metric (a baseline without a representation has no leakage)."
             + (f" {CROSS_KIND.strip()} marks a pair whose guarantees differ in kind (the guarantee column): "
                f"{DIFFERENT_GUARANTEES}. Such a pair is compared at each method's own ε"
                + (", and one ε value is not one privacy level across them" if "eps" in by else "")
-               + "; no ranking of them by privacy follows." if crossed else ""),
+               + "; no ranking of them by privacy follows." if crossed else "")
+            + (f" Left out, their pick being a constant model in some seed ({CONSTANT_MARK.strip()} in the tables): "
+               f"{', '.join(constant_left)}." if constant_left else ""),
             [("subtable", d) for d in differences],
         ))
     if sweep is not None:
         sections.append(("Relaxation-threshold sweep",
-                         "The same selection for each RT (FEDERATE Fig. 2, Tables 4-6): one figure, then a table "
-                         "per method with its test metrics (mean ± std over seeds) at each RT.",
+                         "The same selection for each RT (FEDERATE Fig. 2, Tables 4-6): one figure of the validation "
+                         "metrics the selection reads (valid accuracy, valid fairness gap, leakage), then a table per "
+                         "method with its test metrics (mean ± std over seeds) at each RT: the figure and the tables "
+                         "show different splits.",
                          [("figure", "rt_sweep"),
                           *(("subtable", t) for t in sweep_tables(sweep, fairness, by=by, kinds=kinds))]))
     sections.append(("Fairness-accuracy trade-off",
@@ -535,12 +697,18 @@ def write_report(
                          + f" formal ε is one config's guarantee; {NOT_COVERED}.",
                          [("figure", "privacy_accuracy"), ("display", _eps_table(by_eps, 1, kinds)),
                           ("figure", "leakage_vs_eps")]))
-    if pareto is not None:
+    if pareto is not None or search_objectives:
         sections.append(("Pareto fronts",
-                         "Per seed, the non-dominated configs under validation objectives; hypervolume is "
-                         "normalised to [0, 1] with the worst possible values (accuracy 0 %, gaps and leakage 100 %) "
-                         "as reference point.",
-                         [("figure", "pareto_fronts"), ("display", pareto)]))
+                         (_search_front_caption(search_objectives, search_constraints,
+                                                int(feasible(ok, search_constraints).sum()), len(ok))
+                          if search_objectives else
+                          "Per seed, the non-dominated configs under validation objectives; hypervolume is "
+                          "normalised to [0, 1] with the worst possible values (accuracy 0 %, gaps and leakage 100 %) "
+                          "as reference point.")
+                         + PARETO_CAVEAT
+                         + (f" {constant_off} configs whose model is constant (it {CONSTANT_SENTENCE}) are left out "
+                            "(write_report(keep_constant=True) keeps them)." if constant_off else ""),
+                         [("figure", "pareto_fronts"), *([("display", pareto)] if pareto is not None else [])]))
     if progress is not None and not progress.empty:
         sections.append(("Search progress",
                          "Per search, after every generation (population trials), the feasible trials (those meeting "
@@ -550,6 +718,15 @@ def write_report(
                          [("figure", "hypervolume_history"), ("display", _progress_table(progress, kinds))]))
 
     overview = _overview(df, ok, completeness)
+    if selection:
+        overview.insert(len(overview) - 1, ("selection", selection))
+    captions = dict(FIGURES)
+    captions.update(_error_bar_captions(drawn, error_bars, level))
+    if progress is not None and "grid_hypervolume" in progress.columns and progress["grid_hypervolume"].notna().any():
+        captions["hypervolume_history"] += " (dashed: the grid's front)"  # drawn only with a grid to compare
+    if search_objectives:
+        captions["pareto_fronts"] = ("Pareto fronts of the search's objectives over the rows that meet its "
+                                     "constraints (all seeds pooled)")
     at = next(i for i, (k, _) in enumerate(overview) if k == "methods") + 1
     overview.insert(at, ("guarantees", "; ".join(f"{m}: {guarantee_text(kinds.get(m))}"
                                                  for m in sorted(ok["method"].astype(str).unique()))))
@@ -557,7 +734,7 @@ def write_report(
                if completeness is not None and completeness.is_partial else None)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
-    doc = Document(stamp, overview, partial, sections, notes, figures, FIGURES, fairness, tuple(by), agg, marks)
+    doc = Document(stamp, overview, partial, sections, notes, figures, captions, fairness, tuple(by), agg, marks)
     md_text, html_text = MarkdownRenderer().render(doc), HtmlRenderer().render(doc)
 
     written = [p for p in figures.values() if p is not None]

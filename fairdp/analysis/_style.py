@@ -5,6 +5,13 @@ method changed colour between figures. A method's style is now a pure function o
 fairdp's methods have fixed, distinct styles (colour-blind-safe colours from the Okabe-Ito
 and Tol palettes, each with its own marker, so that two methods never share both), and a
 plugin method gets a style from a hash of its name, stable across runs and machines.
+
+Methods that share a study have clearly different hues (Okabe-Ito for FEDERATE's set, Tol's
+bright scheme for PF-LD's): in the first palette FEDERATE and the noise baseline were
+vermillion and orange, F-LD and PF-LD teal and green, which a reader could not tell apart in
+a figure's thin lines. Where a figure has a second key (a report's ``--by`` values, or a
+method's fairness notion), colour stays the method's and the key's values take a line style
+and marker each (``variant_style``).
 """
 
 from __future__ import annotations
@@ -19,29 +26,52 @@ class MethodStyle(NamedTuple):
 
 
 BUILTIN_STYLES = {
-    "federate": MethodStyle("#D55E00", "o"),
+    # FEDERATE's studies: black, grey and five Okabe-Ito hues
     "unconstrained": MethodStyle("#000000", "s"),
     "random": MethodStyle("#999999", "x"),
-    "noise": MethodStyle("#E69F00", "^"),
-    "adversarial": MethodStyle("#0072B2", "v"),
-    "multi_adversarial": MethodStyle("#56B4E9", "<"),
-    "inlp": MethodStyle("#009E73", "D"),
-    "dpnr": MethodStyle("#CC79A7", "P"),
-    "cape": MethodStyle("#882255", "X"),
-    "dpsgd": MethodStyle("#332288", ">"),
-    "fld": MethodStyle("#44AA99", "h"),
-    "pfld": MethodStyle("#117733", "*"),
-    "reductions": MethodStyle("#999933", "d"),
-    "private_reductions": MethodStyle("#AA4499", "p"),
+    "federate": MethodStyle("#D55E00", "o"),
+    "noise": MethodStyle("#0072B2", "^"),
+    "adversarial": MethodStyle("#009E73", "v"),
+    "multi_adversarial": MethodStyle("#CC79A7", "<"),
+    "inlp": MethodStyle("#999933", "D"),
+    # CAPE's study (with unconstrained and federate)
+    "dpnr": MethodStyle("#882255", "P"),
+    "cape": MethodStyle("#44AA99", "X"),
+    # PF-LD's studies (with unconstrained): Tol's bright hues
+    "dpsgd": MethodStyle("#4477AA", ">"),
+    "fld": MethodStyle("#228833", "h"),
+    "pfld": MethodStyle("#EE6677", "*"),
+    "reductions": MethodStyle("#DDAA33", "d"),
+    "private_reductions": MethodStyle("#8E44AD", "p"),
 }
 _PLUGIN_COLORS = ("#88CCEE", "#DDCC77", "#CC6677", "#661100", "#6699CC", "#AA4466")
 _PLUGIN_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
 
 
 def method_style(method: str) -> MethodStyle:
-    """The colour and marker of ``method`` in every figure."""
+    """The colour and marker of ``method`` in every figure ("pfld [dp]", a view's label of
+    pfld, has pfld's)."""
+    method = method.split(" [", 1)[0]
     if method in BUILTIN_STYLES:
         return BUILTIN_STYLES[method]
     h = int.from_bytes(hashlib.sha256(method.encode()).digest()[:8], "big")
     return MethodStyle(_PLUGIN_COLORS[h % len(_PLUGIN_COLORS)],
                        _PLUGIN_MARKERS[(h // len(_PLUGIN_COLORS)) % len(_PLUGIN_MARKERS)])
+
+
+class VariantStyle(NamedTuple):
+    marker: str
+    linestyle: str
+
+
+# The second key's values, in sorted order: a marker and a line style each, both changing
+# from one value to the next (a reader tells neighbours apart by either), the pair distinct
+# for 32 values.
+VARIANT_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
+VARIANT_LINESTYLES = ("-", "--", "-.", ":")
+
+
+def variant_style(index: int) -> VariantStyle:
+    """The marker and line style of the ``index``-th value of a figure's second key."""
+    return VariantStyle(VARIANT_MARKERS[index % len(VARIANT_MARKERS)],
+                        VARIANT_LINESTYLES[(index + index // len(VARIANT_MARKERS)) % len(VARIANT_LINESTYLES)])

@@ -4,7 +4,9 @@ Columns Accuracy ↑, <fairness> ↓, Leakage ↓, MDL ↑ as "mean ± std" over
 are the paper's: fairness gaps and leakage are better lower; MDL is better higher (a higher
 MDL means the sensitive attribute is harder to extract from the representation). A metric
 that a method does not have (NaN mean, e.g. Random's leakage) prints as "-", and a single
-seed (NaN std) prints the mean alone.
+seed (NaN std) prints the mean alone. A method whose pick is a constant model in some seed
+(the table's ``n_constant``, ``analysis._predictions.with_constant_picks``) has ``CONSTANT_MARK``
+after its name and a footnote saying in how many seeds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 
 import pandas as pd
 
+from fairdp.analysis._predictions import CONSTANT_PICKS, CONSTANT_SENTENCE
 from fairdp.analysis._rows import (
     as_frame,
     check_by,
@@ -99,11 +102,17 @@ def interval_text(lo: float, hi: float, decimals: int = 1) -> str:
     return f" [{float(lo):.{decimals}f}, {float(hi):.{decimals}f}]"
 
 
+CONSTANT_ROW = "Constant picks (seeds)"
+"""The row of a sweep table that counts, per RT, the seeds whose pick is a constant model."""
+
+
 def sweep_tables(sweep: pd.DataFrame, fairness: str = "tpr_gap", decimals: int = 1,
                  by=(), kinds: dict | None = None) -> list[tuple[str, pd.DataFrame]]:
     """``rt_sweep`` output as one small table per (dataset, method[, by values]): a row per
     metric, a column per RT, cells "mean ± std" over seeds; the title names the method's
-    guarantee kind (``kinds``, e.g. ``guarantees_by_method`` of the rows, else the registry)."""
+    guarantee kind (``kinds``, e.g. ``guarantees_by_method`` of the rows, else the registry).
+    Where ``sweep`` has ``n_constant`` (``with_constant_picks`` over every RT's picks), a last
+    row ``CONSTANT_ROW`` says per RT in how many seeds the pick is a constant model."""
     sweep = as_frame(sweep, "sweep")
     require_columns(sweep, ["dataset", "method", "rt", *by], "sweep")
     cols = [c for c in _columns(fairness) if f"{c[0]}_mean" in sweep.columns]
@@ -116,22 +125,60 @@ def sweep_tables(sweep: pd.DataFrame, fairness: str = "tpr_gap", decimals: int =
         rows = {"Metric": [f"{label} {arrow}" for _, label, arrow in cols]}
         for rt, (_, r) in zip(rts, g.iterrows()):
             rows[rt] = [mean_std(r[f"{m}_mean"], r[f"{m}_std"], decimals) for m, _, _ in cols]
+        if CONSTANT_PICKS in g.columns:  # with_constant_picks: seeds whose pick at that RT is constant
+            rows["Metric"].append(CONSTANT_ROW)
+            for rt, (_, r) in zip(rts, g.iterrows()):
+                n = r[CONSTANT_PICKS]
+                rows[rt].append("-" if pd.isna(n) else f"{int(n)} of {int(r['n_seeds'])}" + (CONSTANT_MARK if n else ""))
         seeds = sorted({int(v) for v in g["n_seeds"]}) if "n_seeds" in g.columns else []
         extra = "".join(f", {BY_LABELS.get(k, k)} {by_cell(v)}" for k, v in zip(by, key[2:]))
-        counted = [f"{'/'.join(map(str, seeds))} seeds"] if seeds else []
+        counted = [f"{'/'.join(map(str, seeds))} seed{'' if seeds == [1] else 's'}"] if seeds else []
         title = f"{key[1]} on {key[0]}{extra} ({'; '.join([*counted, guarantee_text(known[str(key[1])])])})"
         tables.append((title, pd.DataFrame(rows)))
     return tables
+
+
+CONSTANT_MARK = " ‡"
+"""After the method of a table row whose pick is a constant model in some seed (its
+``n_constant``, ``analysis._predictions.CONSTANT_PICKS``, above 0); the table's footnote
+(``constant_footnote``) says in how many seeds."""
+
+
+def has_constant_picks(value) -> bool:
+    """Whether an ``n_constant`` cell says some seed's pick is constant (NA: unknown, no)."""
+    return value is not None and not pd.isna(value) and int(value) > 0
+
+
+def constant_footnote(table: pd.DataFrame, by=()) -> str:
+    """The footnote of a table whose rows carry ``n_constant`` and ``n_seeds``: which rows'
+    picks are constant models, in how many seeds; "" when none is (or the table cannot say)."""
+    if CONSTANT_PICKS not in table.columns:
+        return ""
+    flagged = [(r, n) for (_, r), n in zip(table.iterrows(), table[CONSTANT_PICKS]) if has_constant_picks(n)]
+    if not flagged:
+        return ""
+    items = []
+    for r, n in flagged:
+        extra = "".join(f", {BY_LABELS.get(k, k)} {by_cell(r[k])}" for k in by if k in r.index)
+        seeds = f" of {int(r['n_seeds'])}" if "n_seeds" in r.index and pd.notna(r["n_seeds"]) else ""
+        items.append(f"{r['method']} on {r['dataset']}{extra}: {int(n)}{seeds} seeds")
+    return (f"{CONSTANT_MARK.strip()} The pick is a constant model in some seeds ({'; '.join(items)}). A constant "
+            f"model {CONSTANT_SENTENCE}.")
 
 
 def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = False, by=(),
              marks: dict | None = None, kinds: dict | None = None) -> pd.DataFrame:
     """The aggregate as display strings: Dataset, Method, Guarantee, [by keys,] [RT,] Seeds,
     the metrics."""
-    cols = _columns(fairness)
+    # a probe that was off (every mean NaN, or its columns dropped) is no column of the table
+    cols = [c for c in _columns(fairness) if not c[0].startswith(("leakage", "mdl")) or (
+        f"{c[0]}_mean" in agg.columns and pd.to_numeric(agg[f"{c[0]}_mean"], errors="coerce").notna().any())]
     require_columns(agg, ["dataset", "method", *by, "n_seeds"]
                     + [f"{m}_{s}" for m, _, _ in cols for s in ("mean", "std")], "agg")
-    out = pd.DataFrame({"Dataset": agg["dataset"].astype(str), "Method": agg["method"].astype(str)})
+    methods = agg["method"].astype(str)
+    if CONSTANT_PICKS in agg.columns:
+        methods = [m + (CONSTANT_MARK if has_constant_picks(n) else "") for m, n in zip(methods, agg[CONSTANT_PICKS])]
+    out = pd.DataFrame({"Dataset": agg["dataset"].astype(str), "Method": methods})
     out[GUARANTEE_LABEL] = guarantee_cells(agg, kinds)
     for key in by:
         out[BY_LABELS.get(key, key)] = [by_cell(v) for v in agg[key]]
@@ -175,12 +222,15 @@ def _latex_escape(text: str) -> str:
 
 def _latex(table: pd.DataFrame) -> str:
     n_left = 3 if GUARANTEE_LABEL in table.columns else 2
-    n_num = table.shape[1] - n_left - 4
-    spec = "l" * n_left + "r" * n_num + "c" * 4
-    head = [_latex_escape(c) if i < table.shape[1] - 4 else c for i, c in enumerate(table.columns)]
+    # the metric columns are last, their heads already LaTeX (an arrow); a probe that was off has none
+    n_metric = sum(1 for c in table.columns if str(c).endswith(("$\\uparrow$", "$\\downarrow$")))
+    n_num = table.shape[1] - n_left - n_metric
+    spec = "l" * n_left + "r" * n_num + "c" * n_metric
+    head = [_latex_escape(c) if i < table.shape[1] - n_metric else c for i, c in enumerate(table.columns)]
     lines = [f"\\begin{{tabular}}{{{spec}}}", r"\toprule", " & ".join(head) + r" \\", r"\midrule"]
     for row in table.itertuples(index=False):
-        cells = [_latex_escape(v) if i < len(row) - 4 else v for i, v in enumerate(row)]
+        cells = [_latex_escape(v).replace(CONSTANT_MARK, r"$^\ddagger$") if i < len(row) - n_metric else v
+                 for i, v in enumerate(row)]
         lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     return "\n".join(lines) + "\n"
@@ -210,7 +260,10 @@ def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", 
     follows Method: what each method's ε protects (the aggregate's ``guarantee``, else
     ``kinds`` or the registry), since ε of different kinds are not comparable. An ``rt``
     column, as in ``rt_sweep`` output, becomes an RT column; ``by`` columns (report-by keys)
-    follow. Cells are "mean ± std" with ``decimals`` decimals.
+    follow. Cells are "mean ± std" with ``decimals`` decimals. Where ``agg`` has
+    ``n_constant`` (``with_constant_picks``), a method whose pick is a constant model in some
+    seed is marked ``CONSTANT_MARK`` and a footnote below the table names it and in how many
+    seeds (csv: the column itself).
     """
     agg = as_frame(agg, "agg")
     fairness = check_fairness(fairness)
@@ -221,8 +274,17 @@ def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", 
     if fmt == "csv":
         require_columns(agg, ["dataset", "method", "n_seeds"], "agg")
         return agg.to_csv(index=False, lineterminator="\n")
-    table = _display(agg, fairness, decimals, latex=fmt == "latex", by=check_by(by, agg), marks=marks, kinds=kinds)
-    return {"md": markdown_table, "latex": _latex, "html": html_table}[fmt](table)
+    by = check_by(by, agg)
+    table = _display(agg, fairness, decimals, latex=fmt == "latex", by=by, marks=marks, kinds=kinds)
+    text = {"md": markdown_table, "latex": _latex, "html": html_table}[fmt](table)
+    note = constant_footnote(agg, by)
+    if not note:
+        return text
+    if fmt == "md":
+        return f"{text}\n{note}\n"
+    if fmt == "html":
+        return f'{text}<p class="footnote">{html.escape(note)}</p>\n'
+    return f"{text}{{\\footnotesize $^\\ddagger$ {_latex_escape(note[len(CONSTANT_MARK.strip()):].strip())}\\par}}\n"
 
 
 def display_strings(df: pd.DataFrame, decimals: int = 1) -> pd.DataFrame:
@@ -231,7 +293,7 @@ def display_strings(df: pd.DataFrame, decimals: int = 1) -> pd.DataFrame:
     metric = {c for c in df.columns if c in METRIC_COLUMNS}
 
     def cell(col, v) -> str:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
+        if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):  # NA: a nullable column's
             return "-"
         if isinstance(v, float):
             return f"{v:.{decimals}f}" if col in metric else f"{v:g}"

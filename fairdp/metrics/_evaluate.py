@@ -19,8 +19,10 @@ def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = Tru
     """One dict of metrics per config of ``result``: accuracy and fairness gaps on valid and
     test (percent), leakage (probe trained on valid representations, scored on test),
     MDL of the test representations (kbits) beside the uniform code of the same labels
-    (mdl_uniform), and the config's guarantee (eps_formal, delta)
-    as its method's privacy hook reported it (``result.privacy``).
+    (mdl_uniform), each split's counts per (group, y, y_pred) as JSON (``valid_confusion``,
+    ``test_confusion``: what per-group rates and bootstrap intervals are computed from), and
+    the config's guarantee (eps_formal, delta) as its method's privacy hook reported it
+    (``result.privacy``).
 
     Every metric is computed for the whole pack at once (fairness from one bincount,
     probes batched over the K representations).
@@ -51,7 +53,8 @@ def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = Tru
         row = {name: (int(v[i]) if name == "best_epoch" else float(v[i])) for name, v in cols.items()}
         eps_formal, delta = result.privacy[i]
         row.update(eps_formal=float(eps_formal), delta=float(delta))
-        row[schema.TEST_CONFUSION] = json.dumps(counts["test"][i].tolist(), separators=(",", ":"))
+        for split, column in schema.CONFUSION_COLUMNS.items():
+            row[column] = json.dumps(counts[split][i].tolist(), separators=(",", ":"))
         row[schema.PRIVACY_EVENT] = result.privacy_events[i] if result.privacy_events is not None else None
         rows.append(row)
     return rows

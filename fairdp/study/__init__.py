@@ -13,6 +13,15 @@ from fairdp.study._precision import PrecisionChoice, choose_precision, stored_pr
 from fairdp.study._ray import keep_ray_on_loopback, ray_session
 from fairdp.study._runner import RunSummary, default_results, run_study, with_overrides
 from fairdp.study._search import SearchSummary, read_hypervolume_histories, search_study
+from fairdp.study._selection import (
+    ChosenSelection,
+    SearchSelection,
+    StoredSelection,
+    choose_selection,
+    read_selection,
+    read_selections,
+    write_selection,
+)
 from fairdp.study._spec import SearchSpec, StudySpec, load_spec, parse_spec
 from fairdp.study._store import ResultStore, read_history, read_results, study_columns
 from fairdp.study._trial import StudyContext, pack_rows, run_pack
@@ -23,4 +32,6 @@ __all__ = [
     "auto_pack_size", "choose_precision", "default_results", "keep_ray_on_loopback", "load_spec", "pack_rows", "parse_spec",
     "plan_packs", "plan_table", "ray_session", "read_history", "read_hypervolume_histories", "read_plans", "read_results", "run_pack", "run_study", "search_study", "stored_precision",
     "study_columns", "with_overrides",
+    "ChosenSelection", "SearchSelection", "StoredSelection", "choose_selection", "read_selection", "read_selections",
+    "write_selection",
 ]

@@ -22,6 +22,7 @@ from fairdp.study._plan import Backlog, Pack, record_plan
 from fairdp.study._precision import PrecisionChoice
 from fairdp.study._prepare import Prepared, default_results, prepare, settings_lines
 from fairdp.study._progress import Progress, duration
+from fairdp.study._selection import store_selection
 from fairdp.study._signals import sigterm_as_ctrl_c
 from fairdp.study._spec import GPU_PACK_CAP, MAX_SEED, StudySpec
 from fairdp.study._store import CHECKPOINTS, ResultStore
@@ -63,6 +64,7 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         backlog = Backlog.from_stored(spec, stored)
         _drop_finished_checkpoints(prep.store, stored)
         record_plan(prep.store, spec, repair, prep.stream, backlog.plan())  # an interrupted run's analysis knows what is missing
+        store_selection(prep, repair)  # the analysis commands' defaults: the table this run prints
         prep.settle_precision(stored)
         for line in settings_lines(spec, prep.precision):
             print(line, file=prep.stream, flush=True)

@@ -53,6 +53,7 @@ from fairdp.study._optuna import (
 )
 from fairdp.study._prepare import Prepared, prepare, settings_lines
 from fairdp.study._progress import Progress
+from fairdp.study._selection import store_selection
 from fairdp.study._spec import SearchSpec, StudySpec
 from fairdp.study._store import ResultStore
 from fairdp.study._trial import protocol_difference
@@ -155,6 +156,7 @@ def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair
     spec, search, store, stream = prep.spec, prep.spec.search, prep.store, prep.stream
     stored_df, _ = prep.read_stored(repair)
     store.fs.create_dir(store.root, recursive=True)
+    store_selection(prep, repair, searched=True)  # the report draws the front on these objectives
     name = study_name(spec)
     study, storage = open_study(search, name, journal, stream)
     check_search_settings(study, search, journal)

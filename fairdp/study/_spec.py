@@ -102,6 +102,7 @@ class StudySpec:
     probe: ProbeSettings = field(default=None, metadata={"protocol": "column"})
     fairness: str = _not_protocol("tpr_gap", why="how rows are selected, not what they are")
     rt: float = _not_protocol(1.0, why="how rows are selected")
+    rts: tuple[float, ...] | None = _not_protocol(None, why="the report's RT sweep")  # None: the report's default
     methods: tuple[MethodPlan, ...] = _not_protocol((), why="grids: which configs; each method's settings are columns")
     search: SearchSpec | None = _not_protocol(None, why="compared by the search's own study")
     resources: Resources = _not_protocol(None, why="where it runs")
@@ -193,7 +194,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     leakage, mdl, probe = _evaluate(top.get("evaluate") or {})
     study_arch = top.get("architecture")
     methods = _methods(top["methods"], dataset, train, study_arch)
-    fairness, rt, by = _selection(top.get("selection") or {}, methods)
+    fairness, rt, by, rts = _selection(top.get("selection") or {}, methods)
     resources = _resources(top.get("resources") or {})
     pack_size = top.get("pack_size")
     if pack_size is not None:
@@ -209,7 +210,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     tuning = _tuning(top["tuning"], by, search) if top.get("tuning") is not None else None
     tracking = parse_tracking(top["tracking"]) if top.get("tracking") is not None else None
     return StudySpec(name=name, dataset=dataset, dataset_options=dataset_options, seeds=seeds, train=train,
-                     leakage=leakage, mdl=mdl, probe=probe, fairness=fairness, rt=rt, methods=methods,
+                     leakage=leakage, mdl=mdl, probe=probe, fairness=fairness, rt=rt, rts=rts, methods=methods,
                      search=search, resources=resources, pack_size=pack_size, plugins=plugins,
                      method_settings=method_settings, by=by, tuning=tuning, source=source, raw=top,
                      tracking=tracking)
@@ -297,8 +298,8 @@ def _evaluate(value) -> tuple[bool, bool, ProbeSettings]:
     return flags[0], flags[1], ProbeSettings(**probe_raw)
 
 
-def _selection(value, methods: tuple[MethodPlan, ...]) -> tuple[str, float, tuple[str, ...]]:
-    d = _mapping(value, "selection", optional=("fairness", "rt", "by"))
+def _selection(value, methods: tuple[MethodPlan, ...]) -> tuple[str, float, tuple[str, ...], tuple[float, ...] | None]:
+    d = _mapping(value, "selection", optional=("fairness", "rt", "by", "rts"))
     fairness = d.get("fairness", "tpr_gap")
     if fairness not in SELECTION_FAIRNESS:
         raise InputError(f"selection.fairness: must be one of {', '.join(SELECTION_FAIRNESS)}, got {fairness!r}")
@@ -317,7 +318,12 @@ def _selection(value, methods: tuple[MethodPlan, ...]) -> tuple[str, float, tupl
     if fairness == NOTION_GAP and "fairness_notion" not in by:
         raise InputError("selection.fairness: notion_gap reports each notion on its own violation; "
                          "add fairness_notion to selection.by")
-    return fairness, rt, tuple(by)
+    rts = d.get("rts")
+    if rts is not None:
+        if not isinstance(rts, list) or not rts:
+            raise InputError(f"selection.rts: must be a non-empty list of numbers >= 0, got {rts!r}")
+        rts = tuple(_number(r, f"selection.rts[{i}]", low=0.0) for i, r in enumerate(rts))
+    return fairness, rt, tuple(by), rts
 
 
 def _method_settings(method: Method, dataset: str, train: TrainSettings, study_arch, body: dict,

@@ -1,0 +1,140 @@
+"""Per-group rates of selected models, from the counts each row stores (fairlearn's MetricFrame
+``by_group``, without the predictions).
+
+Every row stores each split's counts per (group, y, y_pred) (``valid_confusion``,
+``test_confusion``), so a group's size, selection rate, true- and false-positive rates and
+accuracy are functions of the row alone. The rates are those the fairness gaps are spreads
+of (``fairdp.fairness``): for a class c, TPR = P(y_pred=c | y=c, s=g), FPR = P(y_pred=c |
+y!=c, s=g), selection rate = P(y_pred=c | s=g), accuracy = P(y_pred=y | s=g); binary tasks
+report the positive class c = 1, tasks of more classes every class one-vs-rest. Percent; a
+rate whose conditioning set is empty in a group is NaN. Groups are the dataset's codes
+0..G-1 (``Dataset.group_names`` in that order).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from fairdp.analysis._rows import RUN_KEYS, check_by, ok_rows
+from fairdp.analysis._tables import BY_LABELS, GUARANTEE_LABEL, by_cell, guarantee_cells, mean_std
+from fairdp.errors import InputError
+from fairdp.schema import CONFUSION_COLUMNS
+
+GROUP_RATES = ("selection_rate", "tpr", "fpr", "accuracy")
+"""The rates per group, percent: what ``aggregate_group_rates`` averages over seeds."""
+GROUP_COUNTS = ("count", "label_positives", "predicted_positives", "true_positives")
+"""The counts per group (and class) they are ratios of: rows in the group, rows with y = c,
+rows predicted c, rows with both."""
+
+
+def _rate(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """100 * num / den, NaN where den is 0 (never a division warning)."""
+    return np.where(den > 0, 100.0 * num / np.where(den > 0, den, 1), np.nan)
+
+
+def rates_from_confusion(confusion: str | None) -> pd.DataFrame:
+    """One row per (group, class) of a row's counts JSON, (G, C, C) indexed (group, y, y_pred):
+    ``group``, ``class``, the ``GROUP_COUNTS`` and the ``GROUP_RATES``; empty for a row
+    without counts."""
+    columns = ["group", "class", *GROUP_COUNTS, *GROUP_RATES]
+    if not isinstance(confusion, str) or not confusion:
+        return pd.DataFrame(columns=columns)
+    conf = np.asarray(json.loads(confusion), dtype=np.int64)
+    if conf.ndim != 3 or conf.shape[1] != conf.shape[2] or conf.shape[1] < 2:
+        raise InputError(f"confusion: expected counts (G, C, C) with C >= 2, got shape {conf.shape}")
+    n_groups, n_classes = conf.shape[0], conf.shape[1]
+    classes = [1] if n_classes == 2 else list(range(n_classes))  # as the gaps: the positive class of a binary task
+    size = conf.sum(axis=(1, 2))
+    correct = np.trace(conf, axis1=1, axis2=2)
+    parts = []
+    for c in classes:
+        positives, predicted, true_pos = conf[:, c, :].sum(1), conf[:, :, c].sum(1), conf[:, c, c]
+        parts.append(pd.DataFrame({
+            "group": np.arange(n_groups), "class": c, "count": size, "label_positives": positives,
+            "predicted_positives": predicted, "true_positives": true_pos,
+            "selection_rate": _rate(predicted, size), "tpr": _rate(true_pos, positives),
+            "fpr": _rate(predicted - true_pos, size - positives), "accuracy": _rate(correct, size),
+        }))
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+def _split_column(split: str) -> str:
+    if split not in CONFUSION_COLUMNS:
+        raise InputError(f"split: expected one of {', '.join(CONFUSION_COLUMNS)}, got {split!r}")
+    return CONFUSION_COLUMNS[split]
+
+
+def per_group_rates(rows: pd.DataFrame, split: str = "test", by: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per (row of ``rows``, group, class): dataset, method, *by, seed, config_id,
+    group, class, the ``GROUP_COUNTS`` and ``GROUP_RATES`` (percent) of the row's model on
+    ``split`` ("test" or "valid"), from its stored counts. Rows without them (written before
+    fairdp stored them, or failed) are left out; empty when none has them. For the selected
+    configs, ``rows`` is ``select_by_rt``'s output: one row per seed."""
+    column = _split_column(split)
+    rows = ok_rows(rows, "rows")
+    by = check_by(by, rows)
+    keys = ["dataset", "method", *by, "seed", "config_id"]
+    columns = [*keys, "group", "class", *GROUP_COUNTS, *GROUP_RATES]
+    if column not in rows.columns:
+        return pd.DataFrame(columns=columns)
+    parts = []
+    for key, counts in zip(rows[keys].itertuples(index=False), rows[column]):
+        rates = rates_from_confusion(counts)
+        if len(rates):
+            parts.append(rates.assign(**dict(zip(keys, key))))
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+def aggregate_group_rates(selected: pd.DataFrame, split: str = "test", by: Sequence[str] = ()) -> pd.DataFrame:
+    """Per (dataset, method, *by, group, class) over the selected rows (one per seed, e.g.
+    ``select_by_rt``'s): ``n_seeds``, ``count_mean`` (rows in the group) and, for each of the
+    ``GROUP_RATES``, ``<rate>_mean`` and ``<rate>_std`` (percent, sample std ddof=1; NaN for a
+    single seed) on ``split``: a MetricFrame's ``by_group`` per method, averaged over seeds.
+    NaN rates (an empty conditioning set) are skipped in the mean. Empty when no selected row
+    stores counts of ``split``."""
+    by = check_by(by)
+    per_seed = per_group_rates(selected, split, by)
+    keys = ["dataset", "method", *by, "group", "class"]
+    columns = [*keys, "n_seeds", "count_mean", *(f"{r}_{s}" for r in GROUP_RATES for s in ("mean", "std"))]
+    if per_seed.empty:
+        return pd.DataFrame(columns=columns)
+    dup = per_seed.duplicated([*RUN_KEYS, *by, "group", "class"])
+    if dup.any():
+        raise InputError("selected: several rows for one (dataset, method, seed); select one config per seed "
+                         "first (select_by_rt, with the same by)")
+    numeric = per_seed.astype({c: float for c in (*GROUP_COUNTS, *GROUP_RATES)})
+    grouped = numeric.groupby(keys, sort=True, dropna=False)
+    out = grouped["seed"].nunique().rename("n_seeds").to_frame()
+    out["count_mean"] = grouped["count"].mean()
+    for rate in GROUP_RATES:
+        out[f"{rate}_mean"] = grouped[rate].mean()
+        out[f"{rate}_std"] = grouped[rate].std(ddof=1)
+    return out.reset_index()[columns]
+
+
+RATE_LABELS = {"selection_rate": "Selection rate", "tpr": "TPR", "fpr": "FPR", "accuracy": "Accuracy"}
+
+
+def group_rates_table(rates: pd.DataFrame, by: Sequence[str] = (), kinds: dict | None = None,
+                      decimals: int = 1) -> pd.DataFrame:
+    """``aggregate_group_rates`` output as display strings: Dataset, Method, Guarantee, [by
+    keys,] Group, [Class: tasks of more than two classes,] Seeds, Rows (mean group size),
+    then each rate as "mean ± std" over seeds ("-" where undefined)."""
+    out = pd.DataFrame({"Dataset": rates["dataset"].astype(str), "Method": rates["method"].astype(str),
+                        GUARANTEE_LABEL: guarantee_cells(rates, kinds)})
+    for key in by:
+        out[BY_LABELS.get(key, key)] = [by_cell(v) for v in rates[key]]
+    out["Group"] = [str(int(v)) for v in rates["group"]]
+    if (rates["class"] != 1).any():  # a binary task's rates are the positive class's
+        out["Class"] = [str(int(v)) for v in rates["class"]]
+    out["Seeds"] = [str(int(v)) for v in rates["n_seeds"]]
+    out["Rows"] = [f"{v:.0f}" for v in rates["count_mean"]]
+    for rate, label in RATE_LABELS.items():
+        out[label] = [mean_std(m, sd, decimals) for m, sd in zip(rates[f"{rate}_mean"], rates[f"{rate}_std"])]
+    return out.reset_index(drop=True)
