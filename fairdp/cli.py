@@ -564,7 +564,7 @@ def _cmd_report(args) -> int:
                              compare=args.compare or (), completeness=whole, history=_curves(args.dirs, df),
                              search_objectives=search.objectives if search else None,
                              search_constraints=search.constraints if search else (),
-                             selection=chosen.message, error_bars=args.error_bars)
+                             selection=chosen.message, error_bars=args.error_bars, keep_constant=args.keep_constant)
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
     if whole.is_partial:
@@ -753,6 +753,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="what the figures' error bars show over seeds: the t-interval of the mean (at --ci), "
                           "± 1 std (default: the spread the tables print), a percentile bootstrap of the mean, or "
                           "none; an interval over fewer than 3 seeds is warned about")
+    rep.add_argument("--keep-constant", action="store_true",
+                     help="keep methods whose pick is a constant model (one class for nearly every row) in the "
+                          "supported differences and the Pareto fronts (default: left out, and named)")
     rep.add_argument("--compare", action="append", metavar="PAPER_TABLE",
                      help="put a paper's published values and claims beside the study's: "
                           "federate-table3, pfld-adult or pfld-compas (repeatable)")

@@ -241,3 +241,19 @@ def test_fairdp_analyze_and_run_print_the_mark(rows, tmp_path, capsys):
     assert (picks["constant"] == (picks["method"] == CONSTANT)).all()
     _print_results(str(tmp_path / "r"), "tpr_gap", 1.0)  # what `fairdp run` prints at its end
     assert f"| {CONSTANT}{CONSTANT_MARK} |" in capsys.readouterr().out
+
+
+def test_fairdp_report_keeps_constant_models_only_when_asked(rows, tmp_path):
+    from fairdp.cli import main
+    from fairdp.study import ResultStore
+
+    store = ResultStore(tmp_path / "r")
+    for (ds, method, seed), part in rows.groupby(["dataset", "method", "seed"]):
+        store.write_pack(part.to_dict("records"), ds, method, int(seed), f"p{ds}{method}{seed}")
+    for flag, kept in (([], False), (["--keep-constant"], True)):
+        out = tmp_path / f"report{len(flag)}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert main(["report", str(tmp_path / "r"), "-o", str(out), "--rts", "1", *flag]) == 0
+        fronts = _section((out / "report.md").read_text(), "Pareto fronts")
+        assert (f"| {CONSTANT} |" in fronts) == kept

@@ -707,7 +707,7 @@ def write_report(
                           "as reference point.")
                          + PARETO_CAVEAT
                          + (f" {constant_off} configs whose model is constant (it {CONSTANT_SENTENCE}) are left out "
-                            "(write_report(keep_constant=True) keeps them)." if constant_off else ""),
+                            "(fairdp report --keep-constant, or write_report(keep_constant=True), keeps them)." if constant_off else ""),
                          [("figure", "pareto_fronts"), *([("display", pareto)] if pareto is not None else [])]))
     if progress is not None and not progress.empty:
         sections.append(("Search progress",
