@@ -409,6 +409,14 @@ def test_a_tuned_study_stores_its_draws_and_analyze_reports_eps_released(tmp_pat
                                      DELTA, 3, math.inf)
     assert dp["eps_released"].to_numpy() == pytest.approx(want, rel=1e-9)
     assert (out["eps_released"] > out["eps_formal"]).all()
+    # the report's "ε of one config" is the calibrated config's exact ε, at or just under the grid's
+    # eps, and the report says so rather than leaving a figure like 4.99867 unexplained
+    assert ((dpsgd["eps_formal"] <= dpsgd["eps"]) & (dpsgd["eps_formal"] > 0.99 * dpsgd["eps"])).all()
+    from fairdp.analysis import write_report
+
+    write_report(rows, tmp_path / "report", rt=0, fairness="dp_gap", rts=(0,), ci=None)
+    released = (tmp_path / "report" / "report.md").read_text().split("## What a selection releases")[1]
+    assert "at or just below that target" in released.split("\n## ")[0]
 
 
 # -- the kind of each guarantee ---------------------------------------------------------------------

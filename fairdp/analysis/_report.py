@@ -719,7 +719,7 @@ def write_report(
 
     overview = _overview(df, ok, completeness)
     if selection:
-        overview.insert(len(overview) - 1, ("selection", selection))
+        overview.insert(len(overview) - 1, ("selection", selection.removeprefix("selection: ")))
     captions = dict(FIGURES)
     captions.update(_error_bar_captions(drawn, error_bars, level))
     if progress is not None and "grid_hypervolume" in progress.columns and progress["grid_hypervolume"].notna().any():
