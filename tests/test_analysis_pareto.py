@@ -202,3 +202,113 @@ def test_select_per_run_applies_a_rule_per_seed():
     assert list(zip(none["seed"], none["config_id"])) == [(0, "c")]
     with pytest.raises(InputError, match="rule"):
         select_per_run(df, "best")
+
+
+# --- rules pinned where the wrong rule gives another answer (issue 40) ----------------------------
+
+
+def test_objectives_must_be_a_non_empty_mapping():
+    df = runs_table()
+    for bad in ({}, ["valid_accuracy"], None):
+        with pytest.raises(InputError, match="objectives: expected a non-empty dict"):
+            pareto_front(df, bad)
+
+
+def test_hypervolume_of_one_objective_is_the_best_points_distance_to_the_reference():
+    assert hypervolume([[3.0], [1.0], [2.0]], [5.0]) == 4.0
+    assert hypervolume([[1.0]], [3.0]) == 2.0
+    assert hypervolume([[70.0], [80.0]], [50.0], ["max"]) == 30.0
+
+
+def test_hypervolume_reference_must_be_a_1d_sequence_without_nan():
+    for bad in ([], [[4.0, 5.0]]):
+        with pytest.raises(InputError, match="^reference: expected a 1-D sequence"):
+            hypervolume([[1.0, 2.0]], bad)
+    with pytest.raises(InputError, match="NaN"):
+        hypervolume([[1.0, 2.0]], [np.nan, 5.0])
+
+
+def fairlib_rows(acc, gap):
+    return pd.DataFrame({"config_id": [f"c{i}" for i in range(len(acc))], "valid_accuracy": acc, "valid_tpr_gap": gap})
+
+
+ACC_GAP = {"valid_accuracy": "max", "valid_tpr_gap": "min"}
+
+
+def test_dto_is_the_euclidean_distance_to_the_utopia_point():
+    """Distances (1 - ratio) per objective: c0 (0, .5), c1 (.3, .3), c2 (.9, 0). Euclidean: c1
+    (.42 < .5); the L1 distance would pick c0 (.5 < .6), so would the distance to (2, 2)."""
+    rows = fairlib_rows([80.0, 56.0, 8.0], [50.0, 30.0, 0.0])
+    assert dto_select(rows, ACC_GAP)["config_id"] == "c1"
+    # c0 (0, .5) against c1 (.36, .36): Euclidean c0 (.5 < .509), where an L3 norm picks c1
+    rows = fairlib_rows([80.0, 51.2, 8.0], [50.0, 36.0, 0.0])
+    assert dto_select(rows, ACC_GAP)["config_id"] == "c0"
+
+
+def test_dto_reads_a_gap_as_100_minus_it_over_the_best():
+    """fairlib's 1 - GAP in percent: c0 is 10 / 100 = .1 from utopia, c1 1 - 72.04 / 80 = .0995:
+    c1; with 101 - GAP c0 would be 10 / 101 = .099 and win."""
+    assert dto_select(fairlib_rows([80.0, 72.04], [10.0, 0.0]), ACC_GAP)["config_id"] == "c1"
+
+
+def test_dto_divides_by_the_best_value_however_small():
+    """Gaps 99.8 and 99.5 leave 0.2 and 0.5 points: ratios .4 and 1 to the best. c0 (0, .6) .6 from
+    utopia, c1 (.61, 0) .61: c0. (Not dividing a best below 1 would give c0 .8, c1 .79.)"""
+    assert dto_select(fairlib_rows([80.0, 31.2], [99.8, 99.5]), ACC_GAP)["config_id"] == "c0"
+
+
+def test_dto_an_objective_at_zero_everywhere_does_not_decide():
+    rows = fairlib_rows([70.0, 80.0], [0.0, 0.0]).assign(leakage=100.0)  # 100 - leakage = 0 for both
+    assert dto_select(rows, {**ACC_GAP, "leakage": "min"})["config_id"] == "c1"
+
+
+def test_dto_accepts_percentages_up_to_100_inclusive():
+    rows = fairlib_rows([100.0, 90.0], [0.0, 5.0])
+    assert dto_select(rows, ACC_GAP)["config_id"] == "c0"
+    with pytest.raises(InputError, match="outside"):
+        dto_select(fairlib_rows([100.5, 90.0], [0.0, 5.0]), ACC_GAP)
+
+
+def test_dto_minmax_is_euclidean_and_a_constant_objective_does_not_decide():
+    # normalised: c0 (0, .5), c1 (.36, .36), c2 (1, 0), c3 (.9, 1): Euclidean c0, an L3 norm c1
+    rows = fairlib_rows([80.0, 76.4, 70.0, 71.0], [5.0, 3.6, 0.0, 10.0])
+    assert dto_minmax_select(rows, ACC_GAP)["config_id"] == "c0"
+    same_gap = fairlib_rows([70.0, 80.0], [5.0, 5.0])
+    assert dto_minmax_select(same_gap, ACC_GAP)["config_id"] == "c1"
+
+
+@pytest.mark.parametrize("rule", [dto_select, dto_minmax_select], ids=["fairlib", "minmax"])
+def test_dto_ties_go_to_the_smaller_config_id_whatever_the_row_order(rule):
+    rows = fairlib_rows([80.0, 72.0], [10.0, 0.0]).assign(config_id=["b", "a"])  # equidistant: (0, .1), (.1, 0)
+    pick = rule(rows, ACC_GAP)
+    assert pick["config_id"] == "a"
+    assert list(pick.index) == list(rows.columns)  # no helper column left behind
+    assert rule(rows.drop(columns="config_id"), ACC_GAP)["valid_accuracy"] == 80.0  # the first
+
+
+def test_constrained_select_returns_the_row_as_it_is():
+    pick = constrained_select(runs_table(), "valid_tpr_gap", 5.0)
+    assert list(pick.index) == list(runs_table().columns)
+
+
+def test_select_per_run_keeps_columns_dtypes_and_sorts_by_run():
+    df = runs_table().assign(valid_accuracy=lambda d: d["valid_accuracy"].astype("float32"),
+                             batch_size=pd.array([64, None, 64, 128, None, 32], dtype="Int64"))
+    df = df.iloc[::-1]  # seed 1's rows first
+    picks = select_per_run(df, "constrained", fairness_col="valid_tpr_gap", threshold=2.0)
+    assert list(zip(picks["seed"], picks["config_id"])) == [(0, "b"), (1, "a")]
+    assert picks.dtypes.equals(df.dtypes) and list(picks.index) == [0, 1]
+    none = select_per_run(df, "constrained", fairness_col="valid_tpr_gap", threshold=-1.0)
+    assert none.empty and list(none.columns) == list(df.columns)
+
+
+def test_select_per_run_stacks_rows_a_callable_builds():
+    """A rule may return a new row (here, seed 1's mean) next to rows of the table."""
+    def rule(group):
+        if group["seed"].iloc[0] == 0:
+            return group.loc[group["valid_accuracy"].idxmax()]
+        return group.mean(numeric_only=True).rename("mean")
+
+    picks = select_per_run(runs_table(), rule)
+    assert list(picks.index) == [0, 1] and "index" not in picks.columns
+    assert picks.loc[0, "config_id"] == "a" and picks.loc[1, "valid_accuracy"] == 62.5

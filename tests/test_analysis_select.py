@@ -320,3 +320,135 @@ def test_violation_accuracy_by_eps_is_tran_et_als_figure_table():
     pf = table[(table["method"] == "pfld") & (table["fairness_notion"] == "dp")].sort_values("eps")
     assert list(pf["eps"]) == [1.0, 10.0]
     assert list(pf["test_notion_gap_mean"]) == pytest.approx([7.9 + 0.5, 7.0 + 0.5])
+
+
+# --- rules a user relies on, each pinned where the wrong rule gives another answer (issue 40) ---
+
+
+def test_privacy_by_eps_takes_the_most_accurate_config_not_the_fairest_within_a_point():
+    """Figure 4 / Table 7 select by accuracy alone (RT = 0): configs 0.5 points apart, the less
+    accurate one far fairer, so any RT window (or a fairness-first rule) picks the other one."""
+    df = table([
+        ("federate", 0, "acc", 80.0, 30.0, {"eps": 2.0, "test_accuracy": 79.0}),
+        ("federate", 0, "fair", 79.5, 1.0, {"eps": 2.0, "test_accuracy": 70.0}),
+    ])
+    out = privacy_accuracy_by_eps(df)
+    assert out.loc[0, "test_accuracy_mean"] == 79.0
+
+
+def test_privacy_by_eps_ties_go_to_the_fairer_config_and_a_nan_gap_never_wins_a_tie():
+    df = table([
+        ("federate", 0, "a", 80.0, np.nan, {"eps": 1.0, "test_accuracy": 60.0}),
+        ("federate", 0, "b", 80.0, 9.0, {"eps": 1.0, "test_accuracy": 70.0}),
+        ("federate", 0, "c", 80.0, 3.0, {"eps": 1.0, "test_accuracy": 75.0}),
+        ("federate", 0, "d", 79.0, 0.0, {"eps": 1.0, "test_accuracy": 50.0}),
+    ])
+    assert privacy_accuracy_by_eps(df).loc[0, "test_accuracy_mean"] == 75.0  # c
+    # NaN fairness is kept (only NaN accuracy is dropped) but sorts after every value
+    assert privacy_accuracy_by_eps(df[df["config_id"].isin(["a", "b"])]).loc[0, "test_accuracy_mean"] == 70.0
+
+
+def test_privacy_by_eps_reports_the_largest_formal_eps_over_seeds():
+    """eps_formal_max bounds every seed's guarantee: seeds that spent 0.9, 1.3 and 1.1 report 1.3."""
+    df = table([
+        ("federate", s, "c", 80.0 + s, 5.0, {"eps": 1.0, "eps_formal": e}) for s, e in enumerate([0.9, 1.3, 1.1])
+    ])
+    assert privacy_accuracy_by_eps(df).loc[0, "eps_formal_max"] == 1.3
+
+
+def test_privacy_by_eps_needs_neither_a_fairness_column_nor_eps_formal():
+    df = table([("federate", 0, "a", 80.0, 1.0, {"eps": 1.0}), ("federate", 0, "b", 79.0, 0.0, {"eps": 1.0})])
+    out = privacy_accuracy_by_eps(df.drop(columns=["valid_tpr_gap", "eps_formal"]))
+    assert "eps_formal_max" not in out.columns
+    assert out.loc[0, "test_accuracy_mean"] == 79.0  # a, the more accurate
+    # metrics read from text (a CSV round trip) are numbers again
+    text = df.astype({"valid_tpr_gap": str, "eps_formal": str})
+    assert privacy_accuracy_by_eps(text).loc[0, "eps_formal_max"] == math.inf
+
+
+def test_aggregate_refuses_a_single_duplicated_run():
+    """One run with two rows among runs with one each is refused: its mean would weigh that
+    seed twice. (Refusing only when every run is duplicated would let this through.)"""
+    sel = table([
+        ("federate", 0, "a", 71.0, 1.0), ("federate", 0, "b", 75.0, 1.0),
+        ("federate", 1, "a", 73.0, 2.0), ("federate", 2, "a", 74.0, 2.0),
+    ])
+    with pytest.raises(InputError, match=r"several rows .*seed=0"):
+        aggregate_seeds(sel)
+    assert aggregate_seeds(sel.iloc[1:]).loc[0, "n_seeds"] == 3
+
+
+def test_metrics_must_be_a_non_empty_list():
+    """A single name is refused as such, not read as a list of one-letter columns."""
+    sel = table([("federate", 0, "a", 71.0, 1.0)])
+    for bad in ("test_accuracy", []):
+        with pytest.raises(InputError, match="metrics: expected a non-empty list"):
+            aggregate_seeds(sel, metrics=bad)
+        with pytest.raises(InputError, match="metrics: expected a non-empty list"):
+            rt_sweep(sel, metrics=bad)
+    assert list(aggregate_seeds(sel, metrics=("test_accuracy",)).columns[3:5]) == ["test_accuracy_mean",
+                                                                                  "test_accuracy_std"]
+
+
+def test_tables_do_not_depend_on_row_order():
+    """Rows arrive in whatever order parallel trials stored them: the tables come out sorted
+    by dataset, method (and bin), the same for any order."""
+    sel = table([("zeta", 0, "z", 70.0, 1.0), ("alpha", 0, "a", 80.0, 2.0), ("mid", 0, "m", 75.0, 3.0)])
+    assert list(aggregate_seeds(sel)["method"]) == ["alpha", "mid", "zeta"]
+    assert list(aggregate_seeds(sel.iloc[::-1])["method"]) == ["alpha", "mid", "zeta"]
+    bins = fairness_accuracy_bins(table([("f", 0, "a", 76.0, 1.0), ("f", 0, "b", 72.0, 2.0), ("f", 0, "c", 74.0, 3.0)]))
+    assert list(bins["accuracy_bin"]) == [72, 74, 76]
+
+
+def test_empty_selection_keeps_the_columns_and_their_types():
+    failed = WINDOW.assign(status="error")
+    sel = select_by_rt(failed)
+    assert sel.empty and list(sel.columns) == [*WINDOW.columns, "rt"]
+    agg = aggregate_seeds(failed)
+    assert agg.empty and agg["method"].dtype == WINDOW["method"].dtype != float  # not float columns
+
+
+def test_rt_window_edge_is_closed():
+    """The window is valid_accuracy >= alpha* - RT (widened by 1e-9 for float noise): a config
+    at exactly its computed lower edge is a candidate."""
+    edge = 80.0 - 1.0 - 1e-9
+    df = table([("federate", 0, "top", 80.0, 9.0), ("federate", 0, "edge", edge, 1.0)])
+    assert chosen(df, rt=1.0) == {("federate", 0): "edge"}
+    assert chosen(table([("federate", 0, "top", 80.0, 9.0), ("federate", 0, "out", 78.99, 1.0)]), rt=1.0) == {
+        ("federate", 0): "top"}
+
+
+def test_rt_sweep_puts_rt_after_the_by_columns():
+    df = _pfld_table()
+    sweep = rt_sweep(df, [0, 1], fairness="notion_gap", by=["fairness_notion", "eps"])
+    assert list(sweep.columns[:6]) == ["dataset", "method", "fairness_notion", "eps", "rt", "n_seeds"]
+
+
+def test_per_notion_needs_only_the_columns_of_the_notions_present():
+    from fairdp.analysis import per_notion
+
+    dp_only = _pfld_table().query("fairness_notion != 'eo'").drop(columns=["valid_eo_gap", "test_eo_gap",
+                                                                            "valid_ap_gap", "test_ap_gap"])
+    out = per_notion(dp_only)
+    assert set(out["fairness_notion"]) == {"dp"}
+    assert out.index.equals(pd.RangeIndex(len(out)))  # baselines' copies get their own labels
+    with pytest.raises(InputError, match="valid_dp_gap"):
+        per_notion(dp_only.drop(columns="valid_dp_gap"))
+
+
+def test_selected_configs_lists_the_pick_with_its_hyperparameters():
+    from fairdp.analysis import selected_configs
+
+    df = table([
+        ("federate", 1, "b", 80.0, 5.0, {"eps": 8.0, "lam": 0.5}),
+        ("federate", 0, "a", 79.0, 2.0, {"eps": 4.0, "lam": 1.5}),
+        ("unconstrained", 0, "u", 85.0, 20.0),
+    ])
+    out = selected_configs(select_by_rt(df))
+    assert list(out.columns) == ["dataset", "method", "seed", "config_id", "eps", "lam", "valid_accuracy",
+                                 "valid_tpr_gap", "test_accuracy", "test_tpr_gap", "guarantee"]
+    assert list(zip(out["method"], out["seed"], out["config_id"])) == [
+        ("federate", 0, "a"), ("federate", 1, "b"), ("unconstrained", 0, "u")]
+    released = select_by_rt(df).assign(eps_released=1.0, delta_released=1e-5, released_under="x")
+    assert list(selected_configs(released).columns[-5:]) == [
+        "guarantee", "eps_formal", "eps_released", "delta_released", "released_under"]

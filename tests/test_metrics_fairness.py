@@ -224,3 +224,37 @@ def test_scores_from_stored_confusion_counts_equal_the_metrics(name, n_classes, 
     np.testing.assert_allclose(scores_from_confusion(conf)[name], direct)
     one = scores_from_confusion(confusion(y, y_pred[2], s, **kw))[name]
     assert one.shape == () and np.isclose(one, direct[2], equal_nan=True)
+
+
+def test_codes_at_or_above_a_given_size_are_refused():
+    """n_classes / n_groups bound every code: a code equal to the size is already one too many."""
+    with pytest.raises(InputError, match=r"^s has code 1 but n_groups is 1$"):
+        tpr_gap(Y, P, S, n_groups=1)
+    with pytest.raises(InputError, match=r"^y_pred has code 2 but n_classes is 2$"):
+        tpr_gap(Y, np.where(P == 1, 2, 0), S, n_classes=2)
+    assert tpr_gap(Y, P, S, n_groups=2) == tpr_gap(Y, P, S)
+
+
+def test_classes_are_inferred_from_the_largest_code_of_y_or_y_pred():
+    """A prediction of class 2 makes the task 3-class even when y only has 0 and 1."""
+    p = np.array([1, 0, 2, 1, 1, 0, 2, 0])
+    assert tpr_gap(Y, p, S) == tpr_gap(Y, p, S, n_classes=3)
+    assert grms(Y, p, S) == pytest.approx(grms(Y, p, S, n_classes=3))
+    assert eo_gap(Y, p, S) == eo_gap(Y, p, S, n_classes=3) != eo_gap(Y, np.minimum(p, 1), S)
+
+
+def test_a_single_group_is_one_group_row():
+    rates = group_rates(Y, P, np.zeros(8, int))
+    assert rates["group"].tolist() == [0]
+    assert rates.loc[0, "tpr"] == pytest.approx(100 * 2 / 3)
+
+
+def test_scores_from_confusion_checks_the_shape():
+    from fairdp.fairness import scores_from_confusion
+
+    for bad in (np.ones((2, 2)), np.ones((2, 2, 3)), np.ones((4, 2, 3, 2)), np.ones((2, 1, 1))):
+        with pytest.raises(InputError, match=r"^conf: expected counts of shape \(\.\.\., G, C, C\) with C >= 2"):
+            scores_from_confusion(bad)
+    # one group is a valid table: accuracy defined, every gap undefined
+    one = scores_from_confusion(np.ones((3, 1, 2, 2)))
+    assert one["accuracy"].tolist() == [50.0] * 3 and np.isnan(one["tpr_gap"]).all()

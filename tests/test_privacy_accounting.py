@@ -1,4 +1,5 @@
-"""RDP accounting of PF-LD: published values, composition, monotonicity, calibration, inputs."""
+"""RDP accounting of PF-LD and DP-SGD: published values, dp-accounting called directly, composition,
+monotonicity, calibration, inputs."""
 
 from __future__ import annotations
 
@@ -6,14 +7,28 @@ import math
 
 import dp_accounting
 import pytest
+from dp_accounting import (
+    ComposedDpEvent,
+    GaussianDpEvent,
+    NeighboringRelation,
+    PoissonSampledDpEvent,
+    SelfComposedDpEvent,
+)
+from dp_accounting.rdp import RdpAccountant
 
 from fairdp.errors import InputError
 from fairdp.privacy import (
+    PFLD_CLIP_DUAL,
+    PFLD_CLIP_PRIMAL,
     PFLD_DELTA,
     PFLD_EPSILON,
+    calibrate_dpsgd_sigma,
     calibrate_pfld_sigmas,
+    dpsgd_epsilon,
+    dpsgd_event,
     gaussian_epsilon,
     pfld_epsilon,
+    pfld_event,
 )
 
 
@@ -187,3 +202,129 @@ def test_calibrate_bad_input(change, name):
 def test_gaussian_epsilon_bad_input(args, name):
     with pytest.raises(InputError, match=rf"^{name} "):
         gaussian_epsilon(*args)
+
+
+# --- DP-SGD's entry points, pinned against dp-accounting called directly (issue 40) -------------
+
+def _direct(event, delta, relation=NeighboringRelation.ADD_OR_REMOVE_ONE):
+    return RdpAccountant(neighboring_relation=relation).compose(event).get_epsilon(delta)
+
+
+def _sgm(sigma, q, steps):
+    return SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(sigma)), steps)
+
+
+def test_pfld_paper_defaults():
+    """Tran et al., "Experimental Analysis": eps = 1, delta = 1e-5, C_p = 10, C_d = 5."""
+    assert (PFLD_EPSILON, PFLD_DELTA, PFLD_CLIP_PRIMAL, PFLD_CLIP_DUAL) == (1.0, 1e-5, 10.0, 5.0)
+
+
+def test_dpsgd_epsilon_matches_tf_privacy():
+    # compute_dp_sgd_privacy_test.py 'Test0' again, through DP-SGD's own entry point
+    assert dpsgd_epsilon(1.3, 150, 60000, 15, 1e-5) == pytest.approx(0.7242234026109595, rel=1e-9)
+
+
+def test_dpsgd_counts_the_last_partial_batch_of_every_epoch():
+    """997 rows in batches of 64 are 16 steps an epoch (the 16th has 37 rows): 7 epochs are 112
+    sampled Gaussian steps at q = 64/997, not ceil(7 * 997 / 64) = 110 nor 7 * 15 = 105."""
+    sigma, delta = 1.1, 1e-5
+    eps = dpsgd_epsilon(sigma, 64, 997, 7, delta)
+    assert eps == pytest.approx(_direct(_sgm(sigma, 64 / 997, 112), delta), rel=1e-12)
+    for steps in (105, 110, 113):
+        assert eps != pytest.approx(_direct(_sgm(sigma, 64 / 997, steps), delta), rel=1e-6)
+    assert dpsgd_event(sigma, 64, 997, 7) == _sgm(sigma, 64 / 997, 112)
+    assert dpsgd_event(None, 64, 997, 7) == _sgm(0.0, 64 / 997, 112)
+    assert dpsgd_epsilon(0, 64, 997, 7, delta) == math.inf
+
+
+def test_pfld_event_is_theorem_3s_composition():
+    assert pfld_event(1.1, 4.0, 64, 997, 7) == ComposedDpEvent([
+        _sgm(1.1, 64 / 997, 112), SelfComposedDpEvent(GaussianDpEvent(4.0), 7)])
+    eps = pfld_epsilon(1.1, 4.0, 64, 997, 7, 1e-5)
+    assert eps == pytest.approx(_direct(pfld_event(1.1, 4.0, 64, 997, 7), 1e-5,
+                                        NeighboringRelation.REPLACE_SPECIAL), rel=1e-12)
+
+
+def _is_smallest(sigma, epsilon_of, target):
+    """sigma meets the target and one 2e-3 smaller does not: the smallest to 1e-3, rounded up."""
+    return epsilon_of(sigma) <= target < epsilon_of(sigma / 1.002)
+
+
+@pytest.mark.parametrize("target", [0.3, 2.0, 30.0])  # sigma above 1, about 1, below 0.5
+def test_calibrate_dpsgd_sigma_is_the_smallest_multiplier(target):
+    n, batch_size, epochs, delta = 1500, 300, 2, 1e-5
+    sigma = calibrate_dpsgd_sigma(target, delta, batch_size, n, epochs)
+    assert _is_smallest(sigma, lambda s: _direct(_sgm(s, batch_size / n, 10), delta), target)
+
+
+def test_calibrate_pfld_sigmas_are_the_smallest_multipliers():
+    n, batch_size, epochs, delta, target = 2000, 250, 3, 1e-5, 1.0
+    sp, sd = calibrate_pfld_sigmas(target, delta, batch_size, n, epochs)
+    dual = SelfComposedDpEvent(GaussianDpEvent(sd), epochs)
+    assert _is_smallest(sd, lambda s: _direct(SelfComposedDpEvent(GaussianDpEvent(s), epochs), delta), 0.1 * target)
+    assert _is_smallest(sp, lambda s: _direct(ComposedDpEvent([_sgm(s, batch_size / n, 24), dual]), delta,
+                                              NeighboringRelation.REPLACE_SPECIAL), target)
+
+
+def test_accounting_leaves_absl_verbosity_as_it_was():
+    from absl import logging as absl_logging
+
+    before = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.INFO)
+    try:
+        gaussian_epsilon(1.0, 10, 0.5, 1e-5)
+        assert absl_logging.get_verbosity() == absl_logging.INFO
+    finally:
+        absl_logging.set_verbosity(before)
+
+
+@pytest.mark.parametrize("bad", [True, "1.0", math.nan])
+def test_noise_and_rates_must_be_numbers(bad):
+    with pytest.raises(InputError, match=r"^sigma must be a number"):
+        gaussian_epsilon(bad, 10, 0.5, 1e-5)
+    with pytest.raises(InputError, match=r"^q must be a number"):
+        gaussian_epsilon(1.0, 10, bad, 1e-5)
+
+
+@pytest.mark.parametrize(("target", "sigma"), [
+    (0.3, 8.286605548815658),  # above 1: the bracket doubles
+    (2.0, 1.8945759815869656),  # between 1 and 2
+    (30.0, 0.41171746742537635),  # below 0.5: the bracket halves
+])
+def test_calibrated_dpsgd_sigma_is_reproducible(target, sigma):
+    """The noise multiplier of every stored DP-SGD row: a change to the search (its bracket, its
+    steps, its precision) changes the noise of every private run, so rows of two fairdp versions
+    would no longer be bit-equal. (dp-accounting is pinned to 0.6.x.) ``__wrapped__``: the search
+    itself, past the per-process cache that other tests fill with the same arguments."""
+    assert calibrate_dpsgd_sigma.__wrapped__(target, 1e-5, 300, 1500, 2) == pytest.approx(sigma, rel=1e-12)
+
+
+def test_calibrated_pfld_sigmas_are_reproducible():
+    assert calibrate_pfld_sigmas.__wrapped__(1.0, 1e-5, 250, 2000, 3) == pytest.approx(
+        (2.9139351088028884, 58.88722614320489), rel=1e-12)
+
+
+@pytest.mark.parametrize("sigma", [1.0, 0.5, 0.25, 2 ** -0.5])
+def test_a_target_met_exactly_returns_that_sigma(sigma):
+    """When the target is exactly the eps of a multiplier the search visits, that multiplier is
+    the smallest that meets it (eps <= target, not <), and is returned as it is."""
+    target = dpsgd_epsilon(sigma, 300, 1500, 2, 1e-5)
+    assert calibrate_dpsgd_sigma.__wrapped__(target, 1e-5, 300, 1500, 2) == sigma
+
+
+def test_a_one_row_dataset_is_the_gaussian_mechanism():
+    """n = 1, batch_size = 1: every step uses the whole data (q = 1)."""
+    assert dpsgd_epsilon(1.0, 1, 1, 1, 1e-5) == gaussian_epsilon(1.0, 1, 1.0, 1e-5)
+    assert pfld_epsilon(1.0, 3.0, 1, 1, 2, 1e-5) == pytest.approx(
+        _direct(ComposedDpEvent([_sgm(1.0, 1.0, 2), SelfComposedDpEvent(GaussianDpEvent(3.0), 2)]), 1e-5,
+                NeighboringRelation.REPLACE_SPECIAL), rel=1e-12)
+
+
+@pytest.mark.parametrize(("change", "name"), [
+    (dict(target_eps=0.0), "target_eps"), (dict(target_eps=math.inf), "target_eps"),
+    (dict(target_eps=-1.0), "target_eps"), (dict(n=0), "n"), (dict(batch_size=2000), "batch_size"),
+])
+def test_calibrate_dpsgd_bad_input(change, name):
+    args = dict(target_eps=1.0, delta=1e-5, batch_size=64, n=1000, epochs=3)
+    with pytest.raises(InputError, match=rf"^{name} "):
+        calibrate_dpsgd_sigma(**{**args, **change})

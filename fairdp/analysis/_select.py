@@ -177,8 +177,9 @@ def aggregate_seeds(
     contract).
     """
     fairness = check_fairness(fairness)
-    metrics = _default_metrics(fairness) if metrics is None else list(metrics)
-    if isinstance(metrics, str) or not metrics:
+    if metrics is None:
+        metrics = _default_metrics(fairness)
+    if isinstance(metrics, str) or not (metrics := list(metrics)):  # a str before list() splits it
         raise InputError("metrics: expected a non-empty list of column names")
     rows = ok_rows(selected, "selected")
     by = check_by(by, rows)
@@ -217,7 +218,8 @@ def rt_sweep(
         raise InputError("rts: expected at least one relaxation threshold")
     if metrics is None:
         metrics = ["valid_accuracy", f"valid_{fairness}", *_default_metrics(fairness)]
-    metrics = list(metrics)
+    if isinstance(metrics, str) or not (metrics := list(metrics)):
+        raise InputError("metrics: expected a non-empty list of column names")
     rows = _run_rows(df, fairness, "rt_sweep", by)
     by = check_by(by)
     require_columns(rows, metrics)
