@@ -267,7 +267,7 @@ def _seed_list(text: str | None) -> list[int] | None:
 
 def _cmd_run(args) -> int:
     from fairdp.study import DEFAULT_EXECUTOR, load_spec, run_study, with_overrides
-    from fairdp.study._selection import selection_text
+    from fairdp.study import selection_text
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
     summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor or DEFAULT_EXECUTOR,
@@ -308,7 +308,7 @@ def _cmd_search(args) -> int:
         if not args.dry_run:
             _print_search(one, summary)
     if not args.dry_run:
-        from fairdp.study._selection import StoredSelection, selection_text
+        from fairdp.study import StoredSelection, selection_text
 
         stored = StoredSelection.of_spec(spec, searched=True)
         print("fairdp search: stored with the results: the study's selection ("

@@ -20,6 +20,7 @@ from fairdp.study._selection import (
     choose_selection,
     read_selection,
     read_selections,
+    selection_text,
     write_selection,
 )
 from fairdp.study._spec import SearchSpec, StudySpec, load_spec, parse_spec
@@ -33,5 +34,5 @@ __all__ = [
     "plan_packs", "plan_table", "ray_session", "read_history", "read_hypervolume_histories", "read_plans", "read_results", "run_pack", "run_study", "search_study", "stored_precision",
     "study_columns", "with_overrides",
     "ChosenSelection", "SearchSelection", "StoredSelection", "choose_selection", "read_selection", "read_selections",
-    "write_selection",
+    "selection_text", "write_selection",
 ]
