@@ -266,8 +266,7 @@ def _seed_list(text: str | None) -> list[int] | None:
 
 
 def _cmd_run(args) -> int:
-    from fairdp.study import DEFAULT_EXECUTOR, load_spec, run_study, with_overrides
-    from fairdp.study import selection_text
+    from fairdp.study import DEFAULT_EXECUTOR, load_spec, run_study, selection_text, with_overrides
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
     summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor or DEFAULT_EXECUTOR,

@@ -66,16 +66,23 @@ def test_a_local_search_runs_without_ray_and_a_dry_run_writes_nothing(tmp_path):
     ({"constraints": ["valid_accuracy >= 60"]}, "search.constraints []"),
     ({"population": 2}, "search.population 4"),
     ({"space": {"eps": {"low": 1, "high": 24, "log": True}}}, "search.space.eps.high 20"),
+    ({"sampler": "tpe"}, 'search.sampler "nsga2"'),
+    ({"objectives": {"valid_accuracy": "max", "valid_dp_gap": "min"}}, "search.objectives.valid_dp_gap null"),
 ])
-def test_resuming_a_search_with_other_settings_is_refused_naming_them(tmp_path, change, named):
+def test_resuming_a_search_with_other_settings_is_refused_naming_them_and_writes_nothing(tmp_path, change, named):
     results = tmp_path / "r"
     first = run_cli("search", str(_study(tmp_path)), "--results", str(results), "--executor", "local",
                     "--trials", "4")
     assert first.returncode == 0, first.stderr[-2000:]
+    journal = results / "_optuna.journal"
+    assert journal.stat().st_mode & 0o777 == 0o600  # every trial's hyperparameters: the rows' mode
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     line = assert_input_error(run_cli("search", str(_study(tmp_path, **change)), "--results", str(results),
                                       "--executor", "local"), named, "pass another --results")
     assert "_optuna.journal" in line
     assert len(ResultStore(results).read()[0]) == 4
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != "s.yaml"}
+    assert after == {p: b for p, b in before.items() if p.name != "s.yaml"}  # a refusal writes nothing
 
 
 def test_an_infeasible_search_says_which_constraint_excluded_how_many_rows(tmp_path):

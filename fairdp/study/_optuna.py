@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import warnings
+from collections.abc import Callable
 
 from fairdp.errors import InputError
 from fairdp.study._spec import SearchSpec
@@ -85,21 +86,40 @@ def repair_journal(journal: str, stream=None) -> int:
     return len(data) - keep
 
 
-def open_study(search: SearchSpec, study_name: str, journal: str, stream=None):
+def private_journal(journal: str) -> None:
+    """Create ``journal`` readable by its owner only (0600, as the result rows are), or make an
+    existing one so: it holds every trial's hyperparameters and results."""
+    os.close(os.open(journal, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600))
+    os.chmod(journal, 0o600)
+
+
+def open_study(search: SearchSpec, study_name: str, journal: str, stream=None,
+               check: Callable[[object], None] | None = None):
     """The Optuna study in the journal (created, or loaded to resume). A partial last record is
-    cut off (``repair_journal``). Trials a killed run left RUNNING are marked FAIL, since they
-    will never report, and enqueued again with the same parameters, so that the study still
-    reaches its count of complete trials with the configs its sampler chose."""
+    cut off (``repair_journal``). ``check`` is called with a study the journal already holds
+    before anything is appended to it, so that a refused resume writes nothing (Optuna's
+    ``create_study(load_if_exists=True)`` appends a record even when it loads). Trials a
+    killed run left RUNNING are marked FAIL, since they will never report, and enqueued again
+    with the same parameters, so that the study still reaches its count of complete trials
+    with the configs its sampler chose."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     repair_journal(journal, stream)
+    private_journal(journal)
     storage = JournalStorage(JournalFileBackend(journal))
     directions = ["maximize" if v == "max" else "minimize" for v in search.objectives.values()]
-    study = optuna.create_study(study_name=study_name, storage=storage, directions=directions,
-                                sampler=sampler(search), load_if_exists=True)
+    try:
+        storage.get_study_id_from_name(study_name)  # read-only: KeyError when the journal has none
+    except KeyError:
+        study = optuna.create_study(study_name=study_name, storage=storage, directions=directions,
+                                    sampler=sampler(search))
+    else:
+        study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler(search))
+        if check is not None:
+            check(study)
     if list(study.directions) != [optuna.study.StudyDirection.MAXIMIZE if x == "maximize"
                                   else optuna.study.StudyDirection.MINIMIZE for x in directions]:
         raise InputError(f"{journal}: study '{study_name}' was created with other objectives; "

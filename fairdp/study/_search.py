@@ -156,10 +156,12 @@ def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair
     spec, search, store, stream = prep.spec, prep.spec.search, prep.store, prep.stream
     stored_df, _ = prep.read_stored(repair)
     store.fs.create_dir(store.root, recursive=True)
-    store_selection(prep, repair, searched=True)  # the report draws the front on these objectives
     name = study_name(spec)
-    study, storage = open_study(search, name, journal, stream)
-    check_search_settings(study, search, journal)
+    # settings are checked before anything is written: a refused resume leaves every file as it was
+    study, storage = open_study(search, name, journal, stream,
+                                check=lambda found: check_search_settings(found, search, journal))
+    check_search_settings(study, search, journal)  # a new study: records its settings
+    store_selection(prep, repair, searched=True)  # the report draws the front on these objectives
     done = complete_trials(study)
     remaining = max(0, total - done)
     ok = stored_df[(stored_df["status"] == "ok") & (stored_df["method"] == search.method)
