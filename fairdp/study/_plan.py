@@ -6,7 +6,6 @@ import hashlib
 import itertools
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,13 @@ from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.privacy import TrialCount
 from fairdp.study._spec import DEFAULT_PACK_CAP, GPU_PACK_CAP, MethodPlan, StudySpec
-from fairdp.study._store import CorruptSideTable, ResultStore, foreign_reason, pack_id
+from fairdp.study._store import (
+    CorruptSideTable,
+    ResultStore,
+    foreign_reason,
+    pack_id,
+    read_or_move_aside,
+)
 
 
 @dataclass(frozen=True)
@@ -226,14 +231,7 @@ def record_plan(store: ResultStore, spec: StudySpec, repair: bool = False, strea
     or foreign one is an error, moved aside with ``repair``. ``plan``: ``Backlog.plan()`` when
     the caller has one (the spec's configs are then not expanded again)."""
     plan = plan_table(spec) if plan is None else plan
-    try:
-        old = read_plan(store)
-    except CorruptSideTable as e:
-        if not repair:
-            raise
-        moved = store.move_aside(e.path)
-        print(f"fairdp run: moved aside {e.path} ({e.reason}) to {moved}", file=stream or sys.stderr, flush=True)
-        old = None
+    old = read_or_move_aside(store, read_plan, repair, stream, "fairdp run")
     if old is not None:
         same = (old["study"] == spec.name) & (old["dataset"] == spec.dataset) & (old["epochs"] == spec.train.epochs)
         plan = pd.concat([old[same][PLAN_COLUMNS], plan], ignore_index=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +26,7 @@ import pyarrow as pa
 from fairdp.errors import InputError
 from fairdp.schema import SELECTION_FAIRNESS
 from fairdp.study._spec import StudySpec
-from fairdp.study._store import CorruptSideTable, ResultStore, foreign_reason
+from fairdp.study._store import CorruptSideTable, ResultStore, foreign_reason, read_or_move_aside
 
 if TYPE_CHECKING:
     from fairdp.study._prepare import Prepared
@@ -138,14 +137,7 @@ def write_selection(store: ResultStore, spec: StudySpec, searched: bool = False,
     (``searched``) stores its objectives and constraints; a run keeps those of a search of the
     same study stored before (its rows are still there). A corrupt or foreign file is an error,
     moved aside with ``repair`` (said on ``stream``)."""
-    try:
-        old = read_selection(store)
-    except CorruptSideTable as e:
-        if not repair:
-            raise
-        moved = store.move_aside(e.path)
-        print(f"fairdp: moved aside {e.path} ({e.reason}) to {moved}", file=stream or sys.stderr, flush=True)
-        old = None
+    old = read_or_move_aside(store, read_selection, repair, stream)
     new = StoredSelection.of_spec(spec, searched)
     if not searched and old is not None and old.study == spec.name and old.search is not None:
         new = replace(new, search=old.search)

@@ -101,6 +101,20 @@ class CorruptSideTable(InputError):
                          f"it and rerun the fairdp command that wrote it)")
 
 
+def read_or_move_aside(store: ResultStore, read, repair: bool, stream=None, who: str = "fairdp"):
+    """``read(store)``, a side table; when it is corrupt or foreign (``CorruptSideTable``) that
+    is the error, unless ``repair``: then the file is moved aside (said on ``stream`` as
+    ``who``) and None returned, as for a table never written."""
+    try:
+        return read(store)
+    except CorruptSideTable as e:
+        if not repair:
+            raise
+        moved = store.move_aside(e.path)
+        print(f"{who}: moved aside {e.path} ({e.reason}) to {moved}", file=stream or sys.stderr, flush=True)
+        return None
+
+
 @dataclass(frozen=True)
 class CorruptFile:
     path: str
