@@ -398,7 +398,7 @@ def _cmd_analyze(args) -> int:
     df = _load_rows(args.dirs, args.pool)
     chosen = _chosen_selection("analyze", args, args.dirs)
     fairness, rt, by = chosen.values["fairness"], chosen.values["rt"], list(chosen.values["by"])
-    whole = _completeness(df, args.dirs)
+    whole = _completeness(df, args.dirs, chosen)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         selected = select_by_rt(df, rt=rt, fairness=fairness, by=by)
@@ -491,14 +491,15 @@ def _chosen_selection(command: str, args, dirs: list[str], keys=("fairness", "rt
     return chosen
 
 
-def _completeness(df, dirs: list[str]):
-    """Whether ``df`` (the rows of ``dirs``) is every config the runs into ``dirs`` planned."""
+def _completeness(df, dirs: list[str], chosen):
+    """Whether ``df`` (the rows of ``dirs``) is every config the runs into ``dirs`` planned;
+    ``chosen`` (``_chosen_selection`` over ``dirs``) says whether a search wrote them, which
+    plans nothing in advance."""
     from fairdp.analysis import completeness, summarise
-    from fairdp.study import read_plans, read_selections
+    from fairdp.study import read_plans
 
     plans = read_plans(*dirs)
-    searched = plans is None and any(s is not None and s.search is not None for s in read_selections(*dirs).values())
-    return summarise(completeness(df, plans), searched=searched)
+    return summarise(completeness(df, plans), searched=plans is None and chosen.search is not None)
 
 
 def _rt_list(text: str) -> list[float]:
@@ -553,7 +554,7 @@ def _cmd_report(args) -> int:
     if search is not None:
         print(f"fairdp report: Pareto fronts on the search's objectives, from the study: {search.describe()}",
               file=sys.stderr)
-    whole = _completeness(df, args.dirs)
+    whole = _completeness(df, args.dirs, chosen)
     history, grid = _search_histories(args.dirs, args.compare_grid)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
