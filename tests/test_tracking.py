@@ -183,6 +183,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # a web server's start-up: about 30 s, in make test-slow
 def test_mlflow_ui_from_the_tracking_extra_serves_a_logged_run(tmp_path):
     """`pip install "fairdp[tracking]"` gives a working `mlflow ui`: its server starts on
     127.0.0.1, serves the web app (page and its script bundle) and the run fairdp logged."""
