@@ -199,13 +199,14 @@ def test_tune_directories_of_killed_runs_are_removed_and_live_ones_kept(tmp_path
 def test_a_killed_search_journal_is_repaired_and_its_running_trials_are_asked_again(tmp_path, capsys):
     """A kill mid-search leaves trials RUNNING and possibly half a record at the journal's end.
     On resume the half record is cut (Optuna would append after it and make the journal
-    unreadable), the RUNNING trials become FAIL and do not count, and their parameters are
-    asked again first."""
+    unreadable); in a study whose asks record no sampler state (Ray's per-config search, an
+    older journal: ``retry_orphans``; test_search_resume.py has the planner's resume) the
+    RUNNING trials become FAIL and do not count, and their parameters are asked again first."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    from fairdp.study._optuna import complete_trials, open_study
+    from fairdp.study._optuna import complete_trials, open_study, retry_orphans
     from fairdp.study._spec import parse_spec
 
     spec = parse_spec({**STUDY, "search": {"method": "noise", "sampler": "tpe", "trials": 4, "seed": 0,
@@ -220,6 +221,7 @@ def test_a_killed_search_journal_is_repaired_and_its_running_trials_are_asked_ag
         f.write(b'{"op_code": 6, "worker_id": "x", "trial_id": 1, "sta')  # half a record
     study, _ = open_study(spec.search, "s", journal)
     assert "dropped a partial last record" in capsys.readouterr().err
+    assert retry_orphans(study) == 1
     assert study.metric_names == ["valid_accuracy"]  # optuna-dashboard's axis names
     assert complete_trials(study) == 1
     states = [t.state for t in study.trials]

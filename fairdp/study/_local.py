@@ -47,7 +47,7 @@ def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, pro
 
 def run_search_locally(ctx, spec: StudySpec, planner: GenerationPlanner, mode: str, progress: Progress) -> bool:
     """The search's generations trained in this process, one pack per generation; True if a
-    Ctrl-C stopped it (the trials it left running are asked again on resume)."""
+    Ctrl-C stopped it (the trials it left running are trained on resume)."""
     search = spec.search
     size = search.population if mode == "packed" else 1
     n = 0

@@ -82,7 +82,7 @@ def repair_journal(journal: str, stream=None) -> int:
         keep = data.rfind(b"\n") + 1
         f.truncate(keep)
     print(f"fairdp: {journal}: dropped a partial last record ({len(data) - keep} bytes, a run killed while "
-          f"writing it); the trial it described is asked again", file=stream or sys.stderr, flush=True)
+          f"writing it); the search resumes from the record before it", file=stream or sys.stderr, flush=True)
     return len(data) - keep
 
 
@@ -99,9 +99,8 @@ def open_study(search: SearchSpec, study_name: str, journal: str, stream=None,
     cut off (``repair_journal``). ``check`` is called with a study the journal already holds
     before anything is appended to it, so that a refused resume writes nothing (Optuna's
     ``create_study(load_if_exists=True)`` appends a record even when it loads). Trials a
-    killed run left RUNNING are marked FAIL, since they will never report, and enqueued again
-    with the same parameters, so that the study still reaches its count of complete trials
-    with the configs its sampler chose."""
+    killed run left RUNNING are left as they are: the search's ``GenerationPlanner`` trains
+    and tells them (or ``retry_orphans`` asks them again)."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
@@ -128,11 +127,73 @@ def open_study(search: SearchSpec, study_name: str, journal: str, stream=None,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(list(search.objectives))
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+    return study, storage
+
+
+def retry_orphans(study) -> int:
+    """Mark the trials a killed run left RUNNING failed (they will never report) and enqueue
+    their parameters again, so that the next asks propose them first; returns how many. For
+    studies whose asks carry no sampler state (Ray's per-config ``OptunaSearch``, or a journal
+    of an older fairdp): the search then reaches its count of complete trials with the configs
+    its sampler chose, though later proposals may differ from an uninterrupted search's."""
+    import optuna
+
+    orphans = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for t in orphans:
         study.tell(t.number, state=optuna.trial.TrialState.FAIL)
         if t.params:
             study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
-    return study, storage
+    return len(orphans)
+
+
+def _random_states(sampler) -> list:
+    """The NumPy random states ``sampler`` draws from: its own and those of the samplers and
+    strategies it holds (NSGA-II's and TPE's ``RandomSampler``, NSGA-II's child generation),
+    each once, in attribute order."""
+    from optuna.samplers._lazy_random_state import LazyRandomState
+
+    found: dict[int, LazyRandomState] = {}
+
+    def visit(obj, depth: int) -> None:
+        for value in vars(obj).values():
+            if isinstance(value, LazyRandomState):
+                found.setdefault(id(value), value)
+            elif depth and hasattr(value, "__dict__") and type(value).__module__.startswith("optuna.samplers"):
+                visit(value, depth - 1)
+
+    visit(sampler, 2)
+    return [lazy.rng for lazy in found.values()]
+
+
+def sampler_state(sampler) -> list[dict]:
+    """``sampler``'s random states as JSON (what a journal record holds): with the trials in the
+    study, they decide its next proposal. Restored by ``restore_sampler_state``."""
+    import base64
+
+    import numpy as np
+
+    out = []
+    for rng in _random_states(sampler):
+        kind, key, pos, has_gauss, gauss = rng.get_state(legacy=True)
+        out.append({"kind": kind, "key": base64.b64encode(np.asarray(key, dtype="<u4").tobytes()).decode("ascii"),
+                    "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)})
+    return out
+
+
+def restore_sampler_state(sampler, state: list[dict]) -> None:
+    """Put ``sampler``'s random states back to ``state`` (``sampler_state`` of a sampler of the
+    same settings)."""
+    import base64
+
+    import numpy as np
+
+    rngs = _random_states(sampler)
+    if len(rngs) != len(state):
+        raise InputError(f"the search's journal holds {len(state)} random states of its sampler, "
+                         f"this Optuna's sampler has {len(rngs)}: resume it with the Optuna that started it")
+    for rng, s in zip(rngs, state):
+        key = np.frombuffer(base64.b64decode(s["key"]), dtype="<u4").astype(np.uint32)
+        rng.set_state((s["kind"], key, s["pos"], s["has_gauss"], s["gauss"]))
 
 
 def read_complete_trials(journal: str, study_name: str) -> int:

@@ -73,6 +73,7 @@ def run_search_on_ray(ctx, spec: StudySpec, name: str, storage, planner: Generat
         trainable = tune.with_parameters(pack_trainable, ctx=ctx)
         n_samples = -1  # until the searcher says FINISHED
     else:
+        planner.retry_orphans()  # Ray's OptunaSearch asks for itself: a killed run's trials are asked again
         searcher = _config_id_optuna_search(search)(
             space=distributions(search), metric=list(search.objectives), mode=list(search.objectives.values()),
             sampler=sampler(search), study_name=name, storage=storage)
