@@ -60,6 +60,35 @@ def kill_namespace(ns: str) -> list[int]:
     return pids
 
 
+TRIAL_PROCESS = b"ray::ImplicitFunc"  # how Ray titles the worker process of a Tune trial (a pack)
+
+
+def trial_pids(ns: str) -> list[int]:
+    """Pids in ``ns`` of processes that run (or ran, and wait for) a Tune trial."""
+    found = []
+    for pid in ns_pids(ns):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().startswith(TRIAL_PROCESS):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def packs_at_once(events: list[dict]) -> int:
+    """The most packs running at once in a progress trace (``FAIRDP_PROGRESS_TRACE``), as its
+    driver saw them: from a pack's start (its trial holds its CPUs) to its finish (stored)."""
+    running, most = set(), 0
+    for ev in sorted(events, key=lambda e: e["t"]):
+        if ev["kind"] == "start":
+            running.add(ev["key"])
+        elif ev["kind"] == "finish":
+            running.discard(ev["key"])
+        most = max(most, len(running))
+    return most
+
+
 def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
     if proc.poll() is None:
         try:
@@ -192,6 +221,15 @@ class Cluster:
                 return
             time.sleep(1)
         raise AssertionError(f"the cluster did not reach {n} live nodes")
+
+    def wait_for_no_trials(self, hosts: list[str], timeout: float = 120) -> float:
+        """Wait until no trial process runs on ``hosts`` (nothing there can store a pack any
+        more): the seconds it took. A worker exits within a second of its driver's end."""
+        t0 = time.monotonic()
+        while left := {ns: trial_pids(ns) for ns in hosts if trial_pids(ns)}:
+            assert time.monotonic() - t0 < timeout, f"trial processes still run after {timeout} s: {left}"
+            time.sleep(0.2)
+        return time.monotonic() - t0
 
     # -- faults ------------------------------------------------------------------------------
     def kill_host(self, ns: str) -> list[int]:

@@ -308,10 +308,11 @@ def test_a_full_disk_under_ray_is_one_line_too(tmp_path, small_disk):
 
 @pytest.mark.slow
 def test_a_sigkilled_drivers_workers_store_nothing_after_the_kill_and_a_rerun_waits_for_them(tmp_path):
-    """SIGKILL to the driver alone (Ray's workers are not in its process group): its workers
-    exit within a quarter second (they watch the driver) and check it just before storing, so no
-    pack file appears after the kill (without the watch, two were stored 0.2 and 0.6 s after it);
-    a run started at once takes the lock only when they are gone and completes the study."""
+    """SIGKILL to the driver alone: its workers exit within a quarter second (they watch the
+    driver; the embedded Ray's reaper kills every process the run started) and check it just
+    before storing, so no pack file appears after the kill (without the watch, two were stored
+    0.2 and 0.6 s after it); a run started at once takes the lock only when they are gone and
+    completes the study."""
     import signal
     import subprocess
     import sys
@@ -319,6 +320,7 @@ def test_a_sigkilled_drivers_workers_store_nothing_after_the_kill_and_a_rerun_wa
     from fairdp.study import ResultStore
     from fairdp.study._lock import WORKERS_DIR
     from tests.conftest import REPO
+    from tests.test_ray_orphans import descendants, wait_gone
 
     # many packs of about a second each: at the kill, a worker is always close to storing one
     raw = {**STUDY, "seeds": list(range(40)), "pack_size": 1, "train": {"epochs": 8, "batch_size": 50},
@@ -331,7 +333,7 @@ def test_a_sigkilled_drivers_workers_store_nothing_after_the_kill_and_a_rerun_wa
     proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    store = ResultStore(results)
+    store, procs = ResultStore(results), {}
     try:
         # kill once some packs are stored and a worker is training one: a worker's mark exists
         # only while it trains, so the instant the fourth pack lands may fall between packs
@@ -344,10 +346,14 @@ def test_a_sigkilled_drivers_workers_store_nothing_after_the_kill_and_a_rerun_wa
             time.sleep(0.02)
         assert training, "no worker training at the kill"
     finally:
+        procs = descendants(proc.pid)  # Ray's processes, the workers among them
         os.kill(proc.pid, signal.SIGKILL)  # the driver alone
         killed = time.time()
         proc.wait()
-    time.sleep(6)
+    # once every process the run started is gone nothing can store any more (they all go
+    # within seconds: tests/test_ray_orphans.py)
+    left, took = wait_gone(procs)
+    assert left == {}, f"still running {took:.1f} s after the driver's SIGKILL: {left}"
     # a worker checks its driver just before storing: a store can only overlap the kill itself
     late = [round(os.path.getmtime(p) - killed, 3) for p in store.pack_files() if os.path.getmtime(p) > killed + 0.1]
     assert late == [], late

@@ -5,12 +5,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from fairdp.errors import InputError, last_line
+from fairdp.study import _ray_reaper
+from fairdp.study._ray_reaper import MARK_VARIABLE
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+logger = logging.getLogger("fairdp")
 
 
 def keep_ray_on_loopback() -> None:
@@ -68,18 +74,67 @@ def quiet_loggers(noise: dict[str, tuple[str, ...]]):
     one of its strings: Ray's messages that fairdp replaces with its own, or that do not
     apply to how fairdp runs Ray. Every other record passes."""
     filters = [(logging.getLogger(name), _DropMessages(needles)) for name, needles in noise.items()]
-    for logger, f in filters:
-        logger.addFilter(f)
+    for named, f in filters:
+        named.addFilter(f)
     try:
         yield
     finally:
-        for logger, f in filters:
-            logger.removeFilter(f)
+        for named, f in filters:
+            named.removeFilter(f)
 
 
 # Ray announces at every embedded start that token authentication is on (and how to turn it
 # off); fairdp keeps it on and the notice off the user's screen.
 TOKEN_NOTICE = {"ray._private.authentication.authentication_token_setup": ("Token authentication is enabled",)}
+
+
+@contextlib.contextmanager
+def reaped_when_driver_ends():
+    """Yield a mark to put in the environment of the processes an embedded Ray starts; a
+    reaper process kills that node's processes once this process ends, a SIGKILL included,
+    or once the block is left (what ``ray.shutdown`` left running): see ``_ray_reaper``.
+
+    The reaper runs in a session of its own, so a Ctrl-C or a signal to this process's group
+    does not end it before it has swept. Its stdin is the read end of a pipe whose only
+    write end this process holds (not inherited by anything it starts): the end of the pipe
+    is this process's end. Where no reaper can start the block runs without one."""
+    token = secrets.token_hex(16)
+    if sys.platform == "win32":  # Ray ties its processes to the driver's job object there
+        yield token
+        return
+    read_end, write_end = os.pipe()
+    try:
+        reaper = subprocess.Popen([sys.executable, "-I", _ray_reaper.__file__, str(os.getpid()), token],
+                                  stdin=read_end, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+    except OSError as e:
+        logger.warning("no reaper for the embedded Ray (%s); a killed run may leave Ray processes", e)
+        os.close(write_end)
+        reaper = None
+    finally:
+        os.close(read_end)
+    try:
+        yield token
+    finally:
+        if reaper is not None:
+            os.close(write_end)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                reaper.wait(timeout=_ray_reaper.SWEEP_FOR_S + 5)  # sweeps, then exits
+
+
+@contextlib.contextmanager
+def marked_environment(token: str):
+    """``MARK_VARIABLE=token`` in this process's environment for the block only: the processes
+    started inside carry it, those started after do not."""
+    before = os.environ.get(MARK_VARIABLE)
+    os.environ[MARK_VARIABLE] = token
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(MARK_VARIABLE, None)
+        else:
+            os.environ[MARK_VARIABLE] = before
 
 
 CONNECT_TIMEOUT_S = 5.0
@@ -137,21 +192,25 @@ def ray_session(address: str | None = None, num_cpus: int | None = None, num_gpu
         return
     kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
                   configure_logging=True)
-    if address is None:
-        # "local" always starts a new instance instead of joining one found on this machine
-        private_token_file()
-        with quiet_loggers(TOKEN_NOTICE):
-            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
-        private_token_file()  # the token Ray has just generated, if it had none
-        mode = "embedded"
-    else:
-        check_reachable(address)
+    with contextlib.ExitStack() as stack:
+        if address is None:
+            # the embedded node's processes must not outlive this process, however it ends;
+            # a cluster reached by address is never touched
+            token = stack.enter_context(reaped_when_driver_ends())
+            # "local" always starts a new instance instead of joining one found on this machine
+            private_token_file()
+            with quiet_loggers(TOKEN_NOTICE), marked_environment(token):
+                ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, **kwargs)
+            private_token_file()  # the token Ray has just generated, if it had none
+            mode = "embedded"
+        else:
+            check_reachable(address)
+            try:
+                ray.init(address=address, **kwargs)
+            except Exception as e:  # noqa: BLE001 - Ray raises many types; the user needs one line
+                raise connect_error(address, e) from None
+            mode = address
         try:
-            ray.init(address=address, **kwargs)
-        except Exception as e:  # noqa: BLE001 - Ray raises many types; the user needs one line
-            raise connect_error(address, e) from None
-        mode = address
-    try:
-        yield mode
-    finally:
-        ray.shutdown()
+            yield mode
+        finally:
+            ray.shutdown()
