@@ -5,24 +5,82 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+from fairdp.errors import InputError
 
-def unwritable_reason(path: str | os.PathLike) -> str | None:
-    """Why a directory cannot be created or written at ``path``, naming the path at fault, or
-    None if it can: checked before long work, which would otherwise fail at its end."""
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        return f"{path}: is a file, not a directory"
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing}: is a file, so {path} cannot be created under it"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{existing}: not writable, so {path} cannot be written"
+
+def unwritable_reason(path: str | os.PathLike, sibling_room: int = 0) -> str | None:
+    """Why a directory cannot be created and written at ``path``, naming the path at fault, or
+    None if it can: checked before long work, which would otherwise fail at its end.
+
+    Tried, not read from modes: root passes ``os.access`` where the kernel refuses (``/proc``,
+    a read-only mount), and a name too long shows only when it is made. The missing folders
+    are made, a hidden file is written in the directory and, with ``sibling_room``, one beside
+    it whose name is that many characters longer than the directory's (where files named
+    after it go); everything made is removed again, so a refused or dry run leaves nothing."""
+    path = Path(os.path.abspath(path))
+    made: list[Path] = []
+    at, what = path, "cannot be created or written"
+    try:
+        if path.exists() and not path.is_dir():
+            return f"{path}: is a file, not a directory"
+        existing, missing = path, []
+        while not existing.exists():
+            missing.append(existing)
+            existing = existing.parent
+        if not existing.is_dir():
+            return f"{existing}: is a file, so {path} cannot be created under it"
+        for folder in reversed(missing):
+            at = folder
+            folder.mkdir()
+            made.append(folder)
+        at = path
+        _touch(path / ".fairdp-write-check")
+        if sibling_room:
+            at, what = path, f"no room beside it for the files named after it ({sibling_room} characters more)"
+            _touch(path.parent / f".{path.name}{'x' * sibling_room}")
+    except OSError as e:
+        return f"{shown(at)}: {what} ({e.strerror or type(e).__name__})"
+    finally:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
     return None
+
+
+def output_dir(location: str | os.PathLike, flag: str) -> Path:
+    """The local folder a command writes its output into (a report), given as a path or a
+    ``file://`` URI, checked before anything is read or drawn; InputError naming ``flag`` when
+    it is empty, on another filesystem, or cannot be created or written (``unwritable_reason``)."""
+    text = os.fspath(location)
+    if not str(text).strip():  # Path("") is the current folder: never what an empty variable meant
+        raise InputError(f"{flag}: empty; give the folder to write into")
+    if "://" in str(text):
+        scheme, _, rest = str(text).partition("://")
+        if scheme.lower() != "file":
+            raise InputError(f"{flag}: {text}: a local folder or file:// URI is needed, not {scheme}://")
+        text = urllib.parse.unquote(urllib.parse.urlsplit(str(text)).path)
+    reason = unwritable_reason(text)
+    if reason:
+        raise InputError(f"{flag}: {reason}")
+    return Path(text)
+
+
+def shown(path: str | os.PathLike, limit: int = 60) -> str:
+    """``path`` for an error line: a name longer than ``limit`` cut, with its length."""
+    path = Path(path)
+    if len(path.name) <= limit:
+        return str(path)
+    return f"{path.parent / path.name[:limit]}... ({len(path.name)} characters)"
+
+
+def _touch(path: Path) -> None:
+    """Create ``path`` (refused if it exists: another's file is never removed) and remove it."""
+    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    os.unlink(path)
 
 
 def current_umask() -> int:

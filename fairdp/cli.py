@@ -296,7 +296,8 @@ def _cmd_search(args) -> int:
     spec = with_overrides(load_spec(args.study), None, args.epochs)
     if spec.search is None:
         raise InputError(f"{args.study}: search: the study has no search block")
-    seeds = _seed_list(args.seeds) or [spec.search.seed]
+    seeds = _seed_list(args.seeds)
+    seeds = [spec.search.seed] if seeds is None else seeds  # an empty --seeds is refused, never the default
     with_overrides(spec, seeds)  # the run's checks of --seeds
     status = 0
     for seed in seeds:  # one search, one Optuna study, per seed
@@ -534,7 +535,7 @@ def _check_report_outside_results(output: str, dirs: list[str]) -> None:
 def _cmd_report(args) -> int:
     import warnings
 
-    from fairdp._atomic import unwritable_reason
+    from fairdp._atomic import output_dir
     from fairdp.analysis import check_level, check_rt, get_paper, write_report
 
     if args.rt is not None:
@@ -542,10 +543,8 @@ def _cmd_report(args) -> int:
     args.rts = _rt_list(args.rts) if args.rts else None  # None: the study's sweep, else the default
     if not args.no_ci:
         check_level(args.ci, "--ci")
+    args.output = str(output_dir(args.output, "-o"))  # a file:// URI as its path
     _check_report_outside_results(args.output, args.dirs)
-    reason = unwritable_reason(args.output)
-    if reason:
-        raise InputError(f"-o: {reason}")
     for name in args.compare or ():
         get_paper(name)  # an unknown name is refused before anything is read or written
     df = _load_rows(args.dirs, args.pool)
@@ -687,7 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a pack in training saves its state this often (default 600; 0: never), so that a "
                           "killed run resumes its packs from their last save; the numbers are the same")
     run.add_argument("--repair", action="store_true",
-                     help="move corrupt result files aside (hidden .corrupt-* names) and rerun their configs")
+                     help="move corrupt or foreign result files, and copies of a pack file, aside (hidden "
+                          ".corrupt-* names) and rerun the configs no other file holds")
     run.set_defaults(func=_cmd_run)
     srch = sub.add_parser("search", help="Optuna multi-objective search (the spec's search: block) on Ray Tune")
     srch.add_argument("study", metavar="STUDY.yaml")
@@ -708,7 +708,8 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
                       help="a pack in training saves its state this often (default 600; 0: never)")
     srch.add_argument("--repair", action="store_true",
-                      help="move corrupt or foreign result files aside (hidden .corrupt-* names)")
+                      help="move corrupt or foreign result files, and copies of a pack file, aside (hidden "
+                           ".corrupt-* names)")
     srch.set_defaults(func=_cmd_search)
     ana = sub.add_parser("analyze", help="relaxation-threshold selection, mean ± std over seeds, as a table")
     ana.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")

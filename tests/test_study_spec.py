@@ -182,12 +182,12 @@ def test_learning_rates_and_architectures_resolve_per_method():
     otherwise; a study-level value no method can use is refused, never ignored."""
     spec = parse_spec(_with("methods", {
         "federate": {}, "cape": {}, "pfld": {"train": {"lr": 0.05}}, "reductions": {},
-        "fld": {"architecture": {"encoder": [32], "dropout": 0.2}}}))
+        "fld": {"architecture": {"encoder": [32]}}}))
     ms = spec.method_settings
     assert (ms["federate"].optimizer, ms["federate"].lr) == ("adam", 1e-3)  # FEDERATE D.4
     assert ms["cape"].lr == 1e-4  # CAPE Table 2
     assert (ms["pfld"].optimizer, ms["pfld"].lr) == ("sgd", 0.05)
-    assert ms["fld"].lr == 0.1 and ms["fld"].architecture.encoder == (32,) and ms["fld"].architecture.dropout == 0.2
+    assert ms["fld"].lr == 0.1 and ms["fld"].architecture.encoder == (32,) and ms["fld"].architecture.dropout == 0.0
     assert ms["reductions"].optimizer is ms["reductions"].lr is ms["reductions"].architecture is None
     study_lr = parse_spec(_with("train.lr", 0.01)).method_settings
     assert study_lr["federate"].lr == study_lr["unconstrained"].lr == 0.01

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fairdp._atomic import atomic_path
+from fairdp._atomic import atomic_path, output_dir
 from fairdp.analysis._completeness import Completeness
 from fairdp.analysis._curves import selected_curves
 from fairdp.analysis._error_bars import (
@@ -481,6 +481,8 @@ def write_report(
     ``report_figures`` returns the figures as Figure objects instead, writing nothing.
     """
     df = as_frame(df)
+    if not _figures_only:  # before anything is drawn: a folder refused at the end would waste it all
+        out_dir = output_dir(out_dir, "out_dir")
     error_bars = check_error_bars(error_bars)
     by = check_by(by, df)
     fairness = check_fairness(fairness)

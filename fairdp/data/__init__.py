@@ -2,7 +2,7 @@
 
 from fairdp.data import _encoded, _synthetic, _tabular, _text  # noqa: F401  (registers loaders)
 from fairdp.data._cache import data_dir
-from fairdp.data._dataset import SPLITS, Dataset, Split
+from fairdp.data._dataset import SPLITS, Dataset, Split, check_fits_memory
 from fairdp.data._fetch import fetch
 from fairdp.data._registry import dataset_names, get_entry, load_dataset
 from fairdp.data._registry import register as register_dataset
@@ -12,6 +12,7 @@ __all__ = [
     "SPLITS",
     "Dataset",
     "Split",
+    "check_fits_memory",
     "data_dir",
     "dataset_names",
     "fetch",

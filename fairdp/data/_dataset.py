@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -11,6 +12,28 @@ import numpy as np
 from fairdp.errors import InputError
 
 SPLITS = ("train", "valid", "test")
+INT64_MAX = 2**63 - 1  # integers are stored and computed as int64
+
+
+def physical_memory() -> int | None:
+    """This machine's physical memory in bytes (None where the OS does not say): what a
+    dataset or a model that must be held at once is checked against before anything is made."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_fits_memory(needed: float, path: str, what: str) -> None:
+    """InputError naming ``path`` if ``needed`` bytes (``what`` they hold) exceed this machine's
+    physical memory: numpy or torch would otherwise fail on the allocation, or swap for hours."""
+    have = physical_memory()
+    if have is not None and needed > have:
+        raise InputError(f"{path}: {what}: {_gib(needed)}, more than this machine's {_gib(have)} of memory")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n < 2**40 else f"{n / 2**40:,.2f} TiB"
 
 
 class Split(NamedTuple):

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from fairdp.data._dataset import Dataset
+from fairdp.data._dataset import INT64_MAX, Dataset, check_fits_memory
 from fairdp.data._encoded import int_option
 from fairdp.data._registry import register
 from fairdp.data._splits import stratified_split
@@ -31,6 +31,12 @@ def _number(name: str, value: object, high: float | None) -> float:
         bound = f"[0, {high:g}]" if high is not None else ">= 0"
         raise InputError(f"dataset.{name}: must be in {bound}, got {value!r}")
     return float(value)
+
+
+def _at_most(name: str, value: int, high: int, what: str) -> int:
+    if value > high:
+        raise InputError(f"dataset.{name}: must be <= {what} ({high:,}), got {value:,}")
+    return value
 
 
 @register(
@@ -68,12 +74,16 @@ def make_synthetic(
     """
     rows = int_option("rows", rows, 10)
     features = int_option("features", features, 2)
-    groups = int_option("groups", groups, 2)
-    classes = int_option("classes", classes, 2)
+    groups = _at_most("groups", int_option("groups", groups, 2), rows, "rows")
+    classes = _at_most("classes", int_option("classes", classes, 2), rows, "rows")
     rho = _number("label_correlation", label_correlation, 1.0)
     scale = _number("leakage", leakage, None)
-    seed = int_option("seed", seed, 0)
-    split_seed = int_option("split_seed", split_seed, 0)
+    seed = _at_most("seed", int_option("seed", seed, 0), INT64_MAX, "2**63 - 1, the largest int64")
+    split_seed = _at_most("split_seed", int_option("split_seed", split_seed, 0), INT64_MAX,
+                          "2**63 - 1, the largest int64")
+    # checked before drawing: the float64 draw, its float32 copy and three int64 columns
+    check_fits_memory(rows * (features * 12 + 24), "dataset.rows",
+                      f"{rows:,} rows of {features:,} features")
 
     rng = np.random.default_rng(seed)
     n_leak = features // 2

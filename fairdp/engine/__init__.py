@@ -45,6 +45,7 @@ from fairdp.engine._settings import (
     PRECISIONS,
     TrainSettings,
     autocast,
+    check_device_here,
     full_precision,
     matmul_precision,
     native_bf16,
@@ -62,6 +63,7 @@ from fairdp.engine.contract import (
 )
 
 __all__ = [
+    "check_device_here",
     "ACTIVATION_COPIES",
     "PRIVATISER_BYTES",
     "CUDA_MEMORY_SHARE",

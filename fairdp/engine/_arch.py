@@ -54,11 +54,13 @@ def architecture_from(spec: dict | None, dataset: str, base: Architecture | None
                          f"got {spec!r}")
     spec = dict(spec or {})
     name = spec.pop("preset", None)
-    if name is not None and name not in PRESETS:
+    if name is not None and (not isinstance(name, str) or name not in PRESETS):
         raise InputError(f"{path}.preset: '{name}' is not one of {', '.join(PRESETS)}")
     base = PRESETS[name] if name else (base or preset_for(dataset))
     fields = set(base.to_dict())
     for key, value in spec.items():
+        if not isinstance(key, str) or not key.isprintable():
+            raise InputError(f"{path}: unknown field {key!r}; fields: preset, {', '.join(sorted(fields))}")
         if key not in fields:
             raise InputError(f"{path}.{key}: unknown field; fields: preset, {', '.join(sorted(fields))}")
         if key == "dropout":

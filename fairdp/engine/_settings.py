@@ -50,6 +50,24 @@ def resolve_device(device: str | None) -> torch.device:
     return torch.device(device)
 
 
+def check_device_here(device: str | None, path: str = "train.device") -> None:
+    """InputError naming ``path`` unless this machine has ``device`` (None: whatever it has):
+    packs that train here would otherwise each fail on it and be stored as error rows."""
+    if device is None:
+        return
+    wanted = torch.device(device)
+    if wanted.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise InputError(f"{path}: {device} asked for, but this machine has no CUDA GPU that torch can use "
+                             f"(torch.cuda.is_available() is False); use cpu, or run where there is one")
+        if wanted.index is not None and wanted.index >= count:
+            raise InputError(f"{path}: {device} asked for, but this machine has {count} CUDA GPU(s), "
+                             f"cuda:0 to cuda:{count - 1}")
+    elif wanted.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"{path}: mps asked for, but this machine has no Apple GPU that torch can use")
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """FEDERATE D.4's batch 2000; ``gamma`` is the GRL schedule's steepness.

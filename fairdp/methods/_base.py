@@ -270,6 +270,12 @@ class Method(ABC):
     def default_architecture(self, dataset: str) -> Architecture:
         return preset_for(dataset)
 
+    def architecture_fields(self) -> tuple[str, ...]:
+        """The ``Architecture`` fields that shape the network this method trains; a study that
+        sets another one for it is refused, since it would change nothing. Empty: no network
+        (``uses_architecture`` may still be True, for a representation of the encoder's width)."""
+        return ()
+
     def representation_dim(self, data: Dataset, arch: Architecture | None = None) -> int:
         """Width of the representation an attacker sees (the encoder's output by default)."""
         return (arch or self.default_architecture(data.name)).representation_dim
@@ -313,6 +319,11 @@ class NeuralMethod(Method):
 
     def make_step(self, ctx: PackContext) -> PackStep:
         return RepresentationStep(ctx, self.spec)
+
+    def architecture_fields(self) -> tuple[str, ...]:
+        if type(self).make_step is not NeuralMethod.make_step:  # its own step reads what it reads
+            return ("encoder", "classifier", "adversary", "dropout")
+        return ("encoder", "classifier", "dropout") + (("adversary",) if self.spec.adversaries else ())
 
     def layer_shapes(self, data: Dataset, arch: Architecture) -> list[tuple[int, int]]:
         """(fan_in, fan_out) of one config's linear layers: the engine sizes chunks from them."""

@@ -105,6 +105,9 @@ class TranMethod(NeuralMethod):
     def default_architecture(self, dataset):
         return ARCHITECTURE
 
+    def architecture_fields(self):
+        return ("encoder", "classifier")  # ClassifierSGDStep: no adversary, no dropout
+
 
 class ClassifierSGDStep(PackStep):
     """Tran et al.'s setting, shared by F-LD, PF-LD and DP-SGD: the plain classifier (the

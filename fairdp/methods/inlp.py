@@ -65,6 +65,9 @@ class INLP(NeuralMethod):
         # the heads are what the pack trains; one chunk keeps the baseline to one run
         return [(arch.classifier[-1] if arch.classifier else arch.representation_dim, data.n_classes)]
 
+    def architecture_fields(self):
+        return ("encoder", "classifier", "dropout")  # the unconstrained model it projects: no adversary
+
     def make_step(self, ctx):
         data, arch = ctx.data, ctx.arch
         base = fit_pack(lambda c: RepresentationStep(c, ModelSpec()), data, [{}], [Unconstrained().config_id({})],

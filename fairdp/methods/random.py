@@ -17,7 +17,9 @@ from fairdp.methods._registry import register_method
 @register_method
 class Random(Method):
     name = "random"
-    uses_architecture = True  # its representation has the encoder's width
+    # no network (``architecture_fields`` is empty, an architecture set for it is refused), but
+    # its representation has the study's encoder width, as the methods it is compared with
+    uses_architecture = True
 
     def paper_grid(self, dataset):
         return {}

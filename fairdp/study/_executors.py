@@ -17,7 +17,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from fairdp.engine import native_bf16, resolve_device
+from fairdp.engine import check_device_here, native_bf16, resolve_device
 from fairdp.errors import InputError
 from fairdp.study._generations import GenerationPlanner
 from fairdp.study._local import run_packs_locally, run_search_locally
@@ -133,6 +133,7 @@ class RayExecutor(Executor):
 
     def check_fits(self, spec: StudySpec) -> None:
         if not self.remote:  # a cluster's nodes are checked once connected (``session``)
+            check_device_here(spec.train.device)
             check_trial_fits(spec, [machine_resources(self.num_cpus)], "this machine")
 
     @contextlib.contextmanager
@@ -141,7 +142,9 @@ class RayExecutor(Executor):
                  else "starting an embedded Ray on 127.0.0.1")
         with ray_session(self.address, num_cpus=self.num_cpus):
             if self.remote:
-                check_trial_fits(spec, cluster_nodes(), f"the cluster at {self.address}")
+                nodes = cluster_nodes()
+                check_trial_fits(spec, nodes, f"the cluster at {self.address}")
+                check_cluster_device(spec, nodes, f"the cluster at {self.address}")
             yield
 
     def slots(self, spec: StudySpec) -> int:
@@ -176,6 +179,14 @@ class RayExecutor(Executor):
         return False
 
 
+def check_cluster_device(spec: StudySpec, nodes: list[dict], where: str) -> None:
+    """InputError, before any pack trains, if ``train.device`` asks for CUDA and no node of the
+    cluster (``nodes``: each node's total resources) has a GPU: the driver's own GPUs do not count."""
+    device = spec.train.device
+    if device is not None and resolve_device(device).type == "cuda" and not any(n.get("GPU", 0) for n in nodes):
+        raise InputError(f"train.device: {device} asked for, but no node of {where} has a GPU; use cpu")
+
+
 @contextlib.contextmanager
 def _own_signal_handlers():
     """Tune installs its own SIGINT handler while it runs and leaves it there: a later local run
@@ -200,6 +211,9 @@ class LocalExecutor(Executor):
 
     def describe(self, spec: StudySpec) -> str:
         return "in this process (--executor local)"
+
+    def check_fits(self, spec: StudySpec) -> None:
+        check_device_here(spec.train.device)
 
     def slots(self, spec: StudySpec) -> int:
         return 1

@@ -25,7 +25,7 @@ from fairdp.study._lease import object_store_lease
 from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible
 from fairdp.study._precision import PrecisionChoice, choose_precision, stored_precision
-from fairdp.study._spec import StudySpec
+from fairdp.study._spec import StudySpec, check_sizes_fit
 from fairdp.study._store import ResultStore, corrupt_error
 from fairdp.study._trial import StudyContext, check_same_training, load_study_data, protocol_json
 from fairdp.tracking import TrackingSync
@@ -110,19 +110,22 @@ def prepare(spec: StudySpec, results: str | None, executor: Executor, command: s
     if not checkpoint_every_s >= 0:  # NaN too
         raise InputError(f"--checkpoint-every: must be >= 0 seconds (0: no checkpoints), got {checkpoint_every_s}")
     stream = stream or sys.stderr
+    if results is not None and not str(results).strip():  # not the default: a variable that expanded to nothing
+        raise InputError("--results: empty; give a directory or URI, or leave it out for results/<study name>")
     # absolute: Ray Tune runs each trial in its own working directory
     location = ResultStore(results or default_results(spec)).location
     ctx = dataclasses.replace(StudyContext.from_spec(spec, location), checkpoint_every_s=float(checkpoint_every_s),
                               driver=executor.driver)
     store = ctx.store()
     store.probe()
+    store.check_writable("--results" if results is not None else "name")  # before the data is loaded or fetched
     with said_if_slow(f"fairdp {command} {spec.name}: loading dataset {spec.dataset}", stream):
         data = load_study_data(ctx)
     ctx = dataclasses.replace(ctx, protocol=protocol_json(spec, data))  # with the data's fingerprint
     for name in methods:
         method = get_method(name)
         method.check_dataset(data, method_field) if method_field else method.check_dataset(data)
-    store.check_writable()
+    check_sizes_fit(spec, data, methods)
     executor.check_fits(spec)
     return Prepared(spec, command, ctx, store, executor, tuple(methods), len(data.splits["train"]), stream)
 

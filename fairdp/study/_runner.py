@@ -3,6 +3,7 @@ is left once from the stored rows, cut it into packs for the executor's slots, r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from fairdp.study._prepare import Prepared, default_results, prepare, settings_l
 from fairdp.study._progress import Progress, duration
 from fairdp.study._selection import store_selection
 from fairdp.study._signals import sigterm_as_ctrl_c
-from fairdp.study._spec import GPU_PACK_CAP, MAX_SEED, StudySpec
-from fairdp.study._store import CHECKPOINTS, ResultStore
+from fairdp.study._spec import GPU_PACK_CAP, MAX_EPOCHS, MAX_SEED, StudySpec, checked_int
+from fairdp.study._store import CHECKPOINTS, ResultStore, corrupt_error
 
 __all__ = ["RunSummary", "default_results", "run_study", "with_overrides"]
 
@@ -57,9 +58,12 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     prep = prepare(spec, results, make_executor(executor, address, num_cpus), "run", [m.name for m in spec.methods],
                    progress_stream, checkpoint_every_s)
     if dry_run:
-        return _dry_run(prep, t0)
+        return _dry_run(prep, t0, repair)
     sync = prep.tracking()
-    with prep.lock(), sync:
+    # a cluster is connected to first: what only its nodes can answer (a GPU for train.device, a
+    # node a trial fits) is refused before anything is written; an embedded Ray starts only if needed
+    remote = prep.executor.remote
+    with (prep.executor.session(spec, prep.say) if remote else contextlib.nullcontext()), prep.lock(), sync:
         stored, repaired = prep.read_stored(repair)
         backlog = Backlog.from_stored(spec, stored)
         _drop_finished_checkpoints(prep.store, stored)
@@ -72,8 +76,7 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         if not backlog.remaining:  # nothing left: no Ray to start
             prep.say(f"all {backlog.done} configs already stored in {prep.results}; nothing to run")
         else:
-            with prep.executor.session(spec, prep.say):
-                prep.settle_precision(stored)  # a cluster's nodes answer once connected
+            with contextlib.nullcontext() if remote else prep.executor.session(spec, prep.say):
                 slots = prep.executor.slots(spec)
                 packs = backlog.packs(slots, prep.executor.trains_on_gpu(spec))
                 progress = _progress(prep, packs, min(slots, len(packs)), backlog.done)
@@ -91,8 +94,7 @@ def with_overrides(spec: StudySpec, seeds: list[int] | None = None, epochs: int 
             raise InputError(f"--seeds: needs distinct integers in [0, 2**63 - 1], got {seeds}")
         spec = dataclasses.replace(spec, seeds=tuple(seeds))
     if epochs is not None:
-        if epochs < 1:
-            raise InputError(f"--epochs: must be >= 1, got {epochs}")
+        checked_int(epochs, "--epochs", low=1, high=MAX_EPOCHS)  # as train.epochs
         spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, epochs=epochs))
     return spec
 
@@ -123,10 +125,15 @@ GPU_PLAN_LINE = ("  on a GPU each method's seed is one pack (up to {cap} configs
                  "that does not fit in chunks): one big pack per GPU fills it, many small ones queue kernel launches")
 
 
-def _dry_run(prep: Prepared, t0: float) -> RunSummary:
+def _dry_run(prep: Prepared, t0: float, repair: bool = False) -> RunSummary:
     """Print the plan (configs, packs, slots, estimated time) without training, writing or starting Ray."""
     spec, stream, executor = prep.spec, prep.stream, prep.executor
-    stored, _ = prep.store.read(on_corrupt="collect")
+    stored, corrupt = prep.store.read(on_corrupt="collect")
+    if corrupt and not repair:  # the run itself would refuse them
+        raise corrupt_error(corrupt)
+    for c in corrupt:
+        print(f"fairdp run {spec.name} --dry-run: --repair would move aside {c.path} ({c.reason})", file=stream,
+              flush=True)
     slots = executor.planned_slots(spec)
     gpu = executor.trains_on_gpu(spec)
     backlog = Backlog.from_stored(spec, stored)

@@ -31,6 +31,7 @@ the stored rows after every (resumed) search.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -54,7 +55,7 @@ from fairdp.study._optuna import (
 from fairdp.study._prepare import Prepared, prepare, settings_lines
 from fairdp.study._progress import Progress
 from fairdp.study._selection import store_selection
-from fairdp.study._spec import SearchSpec, StudySpec
+from fairdp.study._spec import MAX_TRIALS, SearchSpec, StudySpec, checked_int
 from fairdp.study._store import ResultStore
 from fairdp.study._trial import protocol_difference
 
@@ -117,8 +118,8 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
     search = spec.search
     if search is None:
         raise InputError(f"{spec.source}: search: the study has no search block")
-    if trials is not None and trials < 1:
-        raise InputError(f"--trials: must be >= 1, got {trials}")
+    if trials is not None:
+        checked_int(trials, "--trials", low=1, high=MAX_TRIALS)  # as search.trials
     total = trials or search.trials
     mode = mode or ("packed" if search.sampler == "nsga2" else "per-config")
     if mode not in ("packed", "per-config"):
@@ -130,8 +131,10 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
     if dry_run:
         return _dry_run(prep, journal, total, mode, t0)
     sync = prep.tracking()
-    with prep.lock(), sync:
-        return _search_unlocked(prep, journal, total, mode, repair, t0)
+    # a cluster is connected to first, so that its refusals write nothing (as in run_study)
+    remote = prep.executor.remote
+    with (prep.executor.session(spec, lambda line: None) if remote else contextlib.nullcontext()), prep.lock(), sync:
+        return _search_unlocked(prep, journal, total, mode, repair, t0, connected=remote)
 
 
 def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float) -> SearchSummary:
@@ -152,7 +155,8 @@ def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float) -> 
                          pd.DataFrame(), seed=search.seed, dry_run=True)
 
 
-def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair: bool, t0: float) -> SearchSummary:
+def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair: bool, t0: float,
+                     connected: bool = False) -> SearchSummary:
     spec, search, store, stream = prep.spec, prep.spec.search, prep.store, prep.stream
     stored_df, _ = prep.read_stored(repair)
     store.fs.create_dir(store.root, recursive=True)
@@ -178,8 +182,7 @@ def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair
                         pending={search.method: remaining * epochs}, stream=stream)
     interrupted = False
     if remaining:
-        with prep.executor.session(spec, lambda line: None):
-            prep.settle_precision(stored_df)  # a cluster's nodes answer once connected
+        with contextlib.nullcontext() if connected else prep.executor.session(spec, lambda line: None):
             progress.model.slots = prep.executor.slots(spec)
             interrupted = prep.executor.run_search(prep.ctx, spec, planner, mode, progress, name, storage)
     if planner.exhausted:

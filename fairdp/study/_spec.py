@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from fairdp.constraints import Constraint, parse_constraints
-from fairdp.data import dataset_names, get_entry
+from fairdp.data import Dataset, check_fits_memory, dataset_names, get_entry
 from fairdp.engine import (
     DEFAULT_KEEP,
     DEFAULT_MARGIN,
@@ -26,7 +26,15 @@ from fairdp.engine import (
     architecture_from,
 )
 from fairdp.errors import InputError
-from fairdp.methods import Method, arange_grid, get_method, load_plugins, method_names, range_count
+from fairdp.methods import (
+    HyperParam,
+    Method,
+    arange_grid,
+    get_method,
+    load_plugins,
+    method_names,
+    range_count,
+)
 from fairdp.metrics import ProbeSettings
 from fairdp.privacy import COUNTS, TrialCount
 from fairdp.schema import NOTION_GAP, OBJECTIVES, SELECTION_FAIRNESS
@@ -198,7 +206,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     resources = _resources(top.get("resources") or {})
     pack_size = top.get("pack_size")
     if pack_size is not None:
-        pack_size = _int(pack_size, "pack_size", low=1)
+        pack_size = checked_int(pack_size, "pack_size", low=1)
     search = _search(top["search"], leakage, mdl, seeds) if top.get("search") is not None else None
     method_settings = {m.name: m.settings for m in methods}
     if search is not None and search.method not in method_settings:
@@ -234,14 +242,20 @@ def _dataset(value) -> tuple[str, dict]:
     return name, options
 
 
-MAX_SEED = 2**63 - 1
+INT64_MAX = 2**63 - 1
+"""The largest integer a key may hold: integers are stored as int64 (Parquet, torch, numpy)."""
+MAX_SEED = INT64_MAX
 """Seeds are stored as int64 and seed 64-bit generators."""
+MAX_EPOCHS = 100_000
+"""Most epochs a config trains (``train.epochs``, ``--epochs``, ``evaluate.probe.max_epochs``):
+each config keeps its valid curves for every epoch in memory and in its row, 2.4 MB a config
+at this many (2.4 GB for a GPU pack of 1,024), and no tabular protocol comes near it."""
 
 
 def _seeds(value) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise InputError(f"seeds: must be a non-empty list of integers, got {value!r}")
-    seeds = tuple(_int(v, f"seeds[{i}]", low=0, high=MAX_SEED) for i, v in enumerate(value))
+    seeds = tuple(checked_int(v, f"seeds[{i}]", low=0, high=MAX_SEED) for i, v in enumerate(value))
     if len(set(seeds)) != len(seeds):
         raise InputError(f"seeds: repeated seed in {list(seeds)}")
     return seeds
@@ -250,11 +264,14 @@ def _seeds(value) -> tuple[int, ...]:
 def _train(value) -> TrainSettings:
     d = _mapping(value, "train", optional=("epochs", "batch_size", "lr", "gamma", "device", "dtype", "precision",
                                            "config_chunk"))
-    # TrainSettings checks epochs, batch_size and dtype itself (naming train.<key>); here only
-    # what it checks more loosely: finite lr and gamma, a non-bool config_chunk, a device string.
-    kw = {k: d[k] for k in ("epochs", "batch_size", "dtype", "precision") if k in d}
-    if "config_chunk" in d:
-        kw["config_chunk"] = _int(d["config_chunk"], "train.config_chunk", low=1)
+    # TrainSettings checks dtype and precision itself (naming train.<key>); the numbers are
+    # checked here, each against the range it can hold.
+    kw = {k: d[k] for k in ("dtype", "precision") if k in d}
+    if "epochs" in d:
+        kw["epochs"] = checked_int(d["epochs"], "train.epochs", low=1, high=MAX_EPOCHS)
+    for key in ("batch_size", "config_chunk"):
+        if key in d:
+            kw[key] = checked_int(d[key], f"train.{key}", low=1)
     for key in ("lr", "gamma"):
         if key in d:
             kw[key] = _number(d[key], f"train.{key}", low=0.0, low_open=True)
@@ -291,7 +308,8 @@ def _evaluate(value) -> tuple[bool, bool, ProbeSettings]:
             raise InputError(f"evaluate.probe.{key}: must be true or false, got {probe_raw[key]!r}")
     for key in ("hidden", "batch_size", "max_epochs", "patience"):
         if key in probe_raw:
-            probe_raw[key] = _int(probe_raw[key], f"evaluate.probe.{key}", low=1)
+            probe_raw[key] = checked_int(probe_raw[key], f"evaluate.probe.{key}", low=1,
+                                  high=MAX_EPOCHS if key == "max_epochs" else INT64_MAX)
     for key in ("lr", "alpha"):
         if key in probe_raw:
             probe_raw[key] = _number(probe_raw[key], f"evaluate.probe.{key}", low=0.0, low_open=key == "lr")
@@ -310,7 +328,7 @@ def _selection(value, methods: tuple[MethodPlan, ...]) -> tuple[str, float, tupl
     declared = {h.name for m in methods for h in get_method(m.name).hyperparams}
     declared |= {key for m in methods for key in ("lr", "batch_size") if any(key in c for c in m.configs)}
     for i, key in enumerate(by):
-        if key not in declared:
+        if not isinstance(key, str) or key not in declared:
             raise InputError(f"selection.by[{i}]: {key!r} is no hyperparameter of the study's methods; they have: "
                              f"{', '.join(sorted(declared)) or 'none'}")
     if len(set(by)) != len(by):
@@ -338,8 +356,14 @@ def _method_settings(method: Method, dataset: str, train: TrainSettings, study_a
     if method.optimizer is not None:
         lr = _number(own_train["lr"], f"{path}.train.lr", low=0.0, low_open=True) if "lr" in own_train else None
         lr = lr or train.lr or method.default_lr
-    if "architecture" in body and not method.uses_architecture:
+    fields = method.architecture_fields()
+    own_arch = body.get("architecture")
+    if "architecture" in body and not fields:
         raise InputError(f"{path}.architecture: '{method.name}' trains no network; an architecture does not apply")
+    for key in own_arch if isinstance(own_arch, dict) else ():
+        if key != "preset" and key in ARCHITECTURE_FIELDS and key not in fields:
+            raise InputError(f"{path}.architecture.{key}: '{method.name}' has no {_ARCH_PART[key]}; it "
+                             f"does not apply (its network has: {', '.join(fields)})")
     arch = None
     if method.uses_architecture:
         arch = architecture_from(study_arch, dataset, base=method.default_architecture(dataset))
@@ -351,8 +375,20 @@ def _check_applies(settings: dict[str, MethodSettings], train: TrainSettings, st
     """A study-level value no method can use is refused, never silently ignored."""
     if train.lr is not None and all(s.optimizer is None for s in settings.values()):
         raise InputError(f"train.lr: no method of the study trains by gradient ({', '.join(settings)})")
-    if study_arch is not None and all(s.architecture is None for s in settings.values()):
+    if study_arch is None:
+        return
+    fields = {name: get_method(name).architecture_fields() for name in settings}
+    if not any(fields.values()):
         raise InputError(f"architecture: no method of the study trains a network ({', '.join(settings)})")
+    for key in study_arch if isinstance(study_arch, dict) else ():
+        if key != "preset" and key in ARCHITECTURE_FIELDS and not any(key in f for f in fields.values()):
+            raise InputError(f"architecture.{key}: no method of the study has {_ARCH_PART[key]} "
+                             f"({', '.join(settings)}); it does not apply")
+
+
+ARCHITECTURE_FIELDS = ("encoder", "classifier", "adversary", "dropout")
+_ARCH_PART = {"encoder": "an encoder", "classifier": "a classifier network", "adversary": "an adversary",
+              "dropout": "dropout"}
 
 
 def _prune(value, fairness: str, settings: dict[str, MethodSettings]) -> Pruning:
@@ -362,7 +398,7 @@ def _prune(value, fairness: str, settings: dict[str, MethodSettings]) -> Pruning
     rungs = d["rungs"]
     if not isinstance(rungs, list) or not rungs:
         raise InputError(f"prune.rungs: must be a non-empty list of epochs, got {rungs!r}")
-    rungs = tuple(_int(r, f"prune.rungs[{i}]", low=1) for i, r in enumerate(rungs))
+    rungs = tuple(checked_int(r, f"prune.rungs[{i}]", low=1) for i, r in enumerate(rungs))
     keep = _number(d.get("keep", DEFAULT_KEEP), "prune.keep", low=0.0, low_open=True)
     margin = _number(d.get("margin", DEFAULT_MARGIN), "prune.margin", low=0.0)
     if all(s.optimizer is None for s in settings.values()):
@@ -374,11 +410,15 @@ def _prune(value, fairness: str, settings: dict[str, MethodSettings]) -> Pruning
 # A study's grid is expanded, validated and planned up front; above this many configs per
 # method that alone takes minutes and gigabytes (and the training, weeks): refuse it.
 MAX_CONFIGS_PER_METHOD = 100_000
+# A search's trials (``search.trials``, ``--trials``): a generation is at most a grid's configs,
+# and the journal Optuna replays on every resume grows with each trial.
+MAX_TRIALS = 1_000_000
 
 
 def _methods(value, dataset: str, train: TrainSettings, study_arch) -> tuple[MethodPlan, ...]:
     if not isinstance(value, dict) or not value:
         raise InputError("methods: must be a non-empty mapping of method name -> {grid: ...}")
+    value = _mapping(value, "methods", optional=None)
     plans = []
     for name, body in value.items():
         path = f"methods.{name}"
@@ -427,17 +467,29 @@ def _grid(method: Method, grid, path: str, dataset: str) -> dict[str, list]:
             step = _number(r["step"], f"{path}.{key}.step", low=0.0, low_open=True)
             if stop < start:
                 raise InputError(f"{path}.{key}.stop: must be >= start ({start}), got {stop}")
-            count = range_count(start, stop, step)
-            if count > MAX_CONFIGS_PER_METHOD:  # counted, not expanded: 1e12 values would take hours
-                raise InputError(f"{path}.{key}: {count:,} values, above fairdp's limit of "
+            span = (stop - start) / step  # inf where the floats overflow
+            # counted, not expanded: 1e12 values would take hours
+            count = range_count(start, stop, step) if span <= MAX_CONFIGS_PER_METHOD else span + 1
+            if count > MAX_CONFIGS_PER_METHOD:
+                many = f"{math.floor(count):,}" if math.isfinite(count) else "more than a float can count:"
+                raise InputError(f"{path}.{key}: {many} values, above fairdp's limit of "
                                  f"{MAX_CONFIGS_PER_METHOD:,} configs per method; a larger step or a search: block")
             values = arange_grid(start, stop, step)
-            out[key] = [hp.validate(v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
+            out[key] = [_value(hp, v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
         elif isinstance(values, list) and values:
-            out[key] = [hp.validate(v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
+            out[key] = [_value(hp, v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
         else:
-            out[key] = [hp.validate(values, f"{path}.{key}")]
+            out[key] = [_value(hp, values, f"{path}.{key}")]
     return out
+
+
+def _value(hp: HyperParam, value, path: str):
+    """A hyperparameter's value (``HyperParam.validate``); an integer one must fit the int64 it
+    is stored and trained as."""
+    value = hp.validate(value, path)
+    if hp.integer:
+        checked_int(value, path)
+    return value
 
 
 def _resources(value) -> Resources:
@@ -446,7 +498,7 @@ def _resources(value) -> Resources:
     gpus = _number(d.get("gpus_per_trial", 0), "resources.gpus_per_trial", low=0.0)
     if gpus > 1 and gpus != int(gpus):
         raise InputError(f"resources.gpus_per_trial: fractions are for sharing one GPU; above 1 it must be whole, got {gpus}")
-    retries = _int(d.get("max_failures", 1), "resources.max_failures", low=0)
+    retries = checked_int(d.get("max_failures", 1), "resources.max_failures", low=0)
     return Resources(cpus, gpus, retries)
 
 
@@ -461,8 +513,8 @@ def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSp
     sampler = d.get("sampler", "nsga2")
     if sampler not in SAMPLERS:
         raise InputError(f"search.sampler: must be one of {', '.join(SAMPLERS)}, got {sampler!r}")
-    trials = _int(d.get("trials", 100), "search.trials", low=1)
-    population = _int(d.get("population", 16), "search.population", low=2)
+    trials = checked_int(d.get("trials", 100), "search.trials", low=1, high=MAX_TRIALS)
+    population = checked_int(d.get("population", 16), "search.population", low=2, high=MAX_CONFIGS_PER_METHOD)
     objectives = _mapping(d["objectives"], "search.objectives", optional=None)
     if not objectives:
         raise InputError("search.objectives: needs at least one objective")
@@ -484,10 +536,10 @@ def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSp
             b = _mapping(body, path, required=("choices",), optional=())
             if not isinstance(b["choices"], list) or not b["choices"]:
                 raise InputError(f"{path}.choices: must be a non-empty list")
-            space[key] = {"choices": [hp.validate(v, f"{path}.choices[{i}]") for i, v in enumerate(b["choices"])]}
+            space[key] = {"choices": [_value(hp, v, f"{path}.choices[{i}]") for i, v in enumerate(b["choices"])]}
             continue
         b = _mapping(body, path, required=("low", "high"), optional=("log",))
-        low, high = hp.validate(b["low"], f"{path}.low"), hp.validate(b["high"], f"{path}.high")
+        low, high = _value(hp, b["low"], f"{path}.low"), _value(hp, b["high"], f"{path}.high")
         if not high > low:
             raise InputError(f"{path}.high: must be > low ({low}), got {high}")
         log = b.get("log", False)
@@ -503,11 +555,11 @@ def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSp
             raise InputError(f"search.fixed.{key}: '{name}' has no hyperparameter '{key}'")
         if key in space:
             raise InputError(f"search.fixed.{key}: also in search.space")
-        fixed[key] = params[key].validate(v, f"search.fixed.{key}")
+        fixed[key] = _value(params[key], v, f"search.fixed.{key}")
     for key in params:
         if key not in space and key not in fixed:
             raise InputError(f"search.space.{key}: '{name}' needs '{key}' searched (space) or set (fixed)")
-    seed = _int(d.get("seed", seeds[0]), "search.seed", low=0)
+    seed = checked_int(d.get("seed", seeds[0]), "search.seed", low=0)
     constraints_raw = d.get("constraints") or []
     if not isinstance(constraints_raw, list):
         raise InputError(f"search.constraints: must be a list of strings like 'valid_accuracy >= 80', "
@@ -546,6 +598,36 @@ def _tuning(value, by: tuple[str, ...], search) -> TrialCount:
     return TrialCount(count, mean, shape)
 
 
+# -- what the machine can hold ------------------------------------------------------------------
+
+def check_sizes_fit(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
+    """InputError naming the key, checked once the data is loaded and before anything is
+    written, if one config of a method does not fit this machine's memory: its network's
+    parameters with their gradients and Adam's two moments, the representations of the valid
+    and test rows it releases, or the probe trained on them."""
+    itemsize = 8 if spec.train.dtype == "float64" else 4
+    rows = len(data.splits["valid"]) + len(data.splits["test"])
+    for name in methods:
+        arch = spec.method_settings[name].architecture
+        if arch is None:
+            continue
+        body = (spec.raw.get("methods") or {}).get(name)
+        path = (f"methods.{name}.architecture" if isinstance(body, dict) and "architecture" in body
+                else "architecture")
+        method = get_method(name)
+        shapes = method.layer_shapes(data, arch) if hasattr(method, "layer_shapes") else []
+        params = sum(fan_in * fan_out + fan_out for fan_in, fan_out in shapes)
+        check_fits_memory(params * itemsize * 4, path,
+                          f"{name}'s {params:,} parameters per config with their gradients and optimiser state")
+        width = arch.representation_dim
+        check_fits_memory(rows * width * itemsize, path, f"{name}'s representations of {rows:,} rows, {width:,} wide")
+        if (spec.leakage or spec.mdl) and spec.probe.kind == "mlp":
+            hidden = spec.probe.hidden
+            probe = (width + 1) * hidden + (hidden + 1) * data.n_groups
+            check_fits_memory(probe * 4 * 4 + rows * hidden * 4, "evaluate.probe.hidden",
+                              f"a probe of {hidden:,} hidden units on {name}'s {width:,}-wide representation")
+
+
 # -- typed accessors ---------------------------------------------------------------------------
 
 def _mapping(value, path: str, required=(), optional=()) -> dict:
@@ -554,8 +636,8 @@ def _mapping(value, path: str, required=(), optional=()) -> dict:
     if not isinstance(value, dict):
         raise InputError(f"{where}: must be a mapping, got {type(value).__name__}")
     for key in value:
-        if not isinstance(key, str):
-            raise InputError(f"{where}: keys must be strings, got {key!r}")
+        if not isinstance(key, str) or not key.isprintable():  # a key is named in one-line errors
+            raise InputError(f"{where}: keys must be printable strings, got {key!r}")
         if optional is not None and key not in required and key not in optional:
             allowed = ", ".join([*required, *optional])
             raise InputError(f"{_join(path, key)}: unknown key; allowed here: {allowed}")
@@ -583,11 +665,15 @@ def _number(value, path: str, low: float | None = None, low_open: bool = False) 
     return float(value)
 
 
-def _int(value, path: str, low: int | None = None, high: int | None = None) -> int:
+def checked_int(value, path: str, low: int | None = None, high: int = INT64_MAX) -> int:
+    """The one rule of every integer key and flag: an int (never a bool, a float or a numeric
+    string) in [low, high], ``high`` at most int64's largest, which every stored integer is."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InputError(f"{path}: must be an integer, got {value!r}")
     if low is not None and value < low:
         raise InputError(f"{path}: must be >= {low}, got {value}")
-    if high is not None and value > high:
-        raise InputError(f"{path}: must be <= {high} (2**63 - 1), got {value}")
+    if value > high:
+        limit = "2**63 - 1, the largest int64" if high == INT64_MAX else f"{high:,}"
+        raise InputError(f"{path}: must be <= {limit}, got {value}")
     return value
+

@@ -39,7 +39,12 @@ PROBE_TIMEOUT_ENV = "FAIRDP_STORE_PROBE_TIMEOUT_S"
 RETRY_S = 300.0  # how long an object-store operation is retried before the run stops
 RETRY_ENV = "FAIRDP_STORE_RETRY_S"
 RETRY_MAX_DELAY_S = 10.0
+# how much longer than the results folder's own name a file beside it may be named: a side
+# table's hidden temporary, ".tmp-<name>.hypervolume-<method>-seed<seed>.parquet.XXXXXXXX.part",
+# with a method name of up to 40 characters and a 19-digit seed
+SIDE_NAME_ROOM = 104
 HISTORY = "history"  # <root>.history: each pack's per-epoch valid curves, named as its rows
+LEGACY_JOURNAL = "optuna.journal"  # a search's journal as fairdp once named it; the next search renames it
 # what pyarrow's S3 client (the AWS SDK) says when the store does not answer, is overloaded
 # or restarting: worth retrying. Anything else (no such bucket, access denied) is not.
 _TRANSIENT = ("network_connection", "curlcode", "couldn't connect", "connection refused", "connection reset",
@@ -117,8 +122,19 @@ def read_or_move_aside(store: ResultStore, read, repair: bool, stream=None, who:
 
 @dataclass(frozen=True)
 class CorruptFile:
+    """A file among the rows that ``ResultStore.read`` leaves out, and why: ``kind`` "corrupt"
+    (unreadable, truncated), "foreign" (not a pack file of fairdp's: its name, a column missing
+    or of another type) or "duplicate" (configs another pack file holds too)."""
+
     path: str
     reason: str
+    kind: str = ""
+
+    @property
+    def what(self) -> str:
+        kind = self.kind or ("foreign" if self.reason.startswith("not a fairdp file") else "corrupt")
+        return {"foreign": "foreign file in the results", "duplicate": "duplicate rows in the results"}.get(
+            kind, "corrupt or truncated results file")
 
 
 class ResultStore:
@@ -284,15 +300,20 @@ class ResultStore:
             raise DiskFull(final, max([size or 0, written or 0, *siblings]) or None, free) from None
         return final
 
-    def check_writable(self) -> None:
-        """InputError naming the path unless rows can be written under this local location:
-        checked before anything trains (a file, or an unwritable directory, would otherwise
-        fail every pack after its training)."""
+    def check_writable(self, named_by: str = "--results") -> None:
+        """InputError naming the path unless rows, and the side tables beside them, can be
+        written at this local location (tried: ``unwritable_reason``): checked before anything
+        trains or is written (a file, an unwritable directory or a name too long would otherwise
+        fail every pack after its training). ``named_by``: what chose the location, for the
+        error ("name" for the default ``results/<name>``). An object store answers ``probe``."""
         if not self.is_local:
             return
-        reason = unwritable_reason(self.root)
+        reason = unwritable_reason(self.root, sibling_room=SIDE_NAME_ROOM)
+        if reason and named_by == "--results":
+            raise InputError(f"--results: {reason}; pass another --results")
         if reason:
-            raise InputError(f"{reason}; pass another --results")
+            raise InputError(f"{named_by}: {reason}; the study's {named_by} makes the default results folder: pass "
+                             f"--results or a shorter {named_by}")
 
     def probe(self, timeout_s: float | None = None) -> None:
         """InputError naming the location unless an object store answers within ``timeout_s``
@@ -328,9 +349,10 @@ class ResultStore:
         """Pack files (names ``part-*.parquet``, no hidden path component), sorted."""
         return self._part_files(self.root)
 
-    def _part_files(self, root: str) -> list[str]:
+    def _part_files(self, root: str, others: list[str] | None = None) -> list[str]:
         """The files ``<root>/<dataset>/<method>/part-*.parquet`` with no hidden path component,
-        sorted: a pack's rows under the root, its curves under ``<root>.history``."""
+        sorted: a pack's rows under the root, its curves under ``<root>.history``. Every other
+        file with no hidden path component is appended to ``others``, when given."""
         if self.fs.get_file_info(root).type != pafs.FileType.Directory:
             return []
         infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
@@ -345,35 +367,64 @@ class ResultStore:
                 continue
             if parts[-1].startswith("part-") and parts[-1].endswith(".parquet") and len(parts) == 3:
                 out.append(f"{root}/{rel}")  # named as pack_path names it, whatever the filesystem says
+            elif others is not None and rel != LEGACY_JOURNAL:
+                others.append(f"{root}/{rel}")
+        if others is not None:
+            others.sort()
         return sorted(out)
 
     def read(self, *, on_corrupt: str = "raise") -> tuple[pd.DataFrame, list[CorruptFile]]:
-        """All rows as one DataFrame (schemas unified) and the files that could not be read.
+        """All rows as one DataFrame (schemas unified) and the files left out of it
+        (``CorruptFile``): unreadable or truncated ones, files that are not fairdp's (named or
+        placed otherwise, a key column missing, a column of another type than fairdp writes, or
+        than most files hold, for a column fairdp does not know) and pack files holding configs
+        another file holds too (each config counts once; the file named as its rows' pack is kept).
 
-        ``on_corrupt="raise"`` makes a corrupt or truncated file an ``InputError`` naming it.
+        ``on_corrupt="raise"`` makes any of them an ``InputError`` naming it; "collect" leaves
+        them out of the rows (``--repair`` then moves them aside).
         """
-        tables, corrupt = [], []
-        for path in self.pack_files():
+        others: list[str] = []
+        paths = self._part_files(self.root, others)
+        corrupt = [CorruptFile(path, MISPLACED, "foreign") for path in others]
+        tables: dict[str, pa.Table] = {}
+        for path in paths:
             try:
                 table = pq.read_table(path, filesystem=self.fs)
-                foreign = foreign_reason(table.schema)
-                if foreign:
-                    corrupt.append(CorruptFile(path, foreign))
-                    continue
-                tables.append(table)
             except (pa.ArrowException, OSError) as e:
                 # healthy but unreadable to this user (pyarrow words EACCES its own way): not
                 # corrupt, and --repair would move a good file aside
                 if isinstance(e, PermissionError) or "permission denied" in str(e).lower():
                     raise InputError(f"{path}: cannot be read (permission denied); ask its owner, or pass "
                                      f"another --results") from None
-                corrupt.append(CorruptFile(path, str(e).splitlines()[0]))
+                corrupt.append(CorruptFile(path, _first_line(e), "corrupt"))
+                continue
+            foreign = foreign_reason(table.schema) or self._retyped(table.schema)
+            if foreign:
+                corrupt.append(CorruptFile(path, foreign, "foreign"))
+                continue
+            tables[path] = table
+        for bad in [*_odd_types(tables, set(self.schema.names)), *_duplicated_packs(tables)]:
+            corrupt.append(bad)
+            del tables[bad.path]
         if corrupt and on_corrupt == "raise":
             raise corrupt_error(corrupt)
         if not tables:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in self.schema.names}), corrupt
-        table = pa.concat_tables(tables, promote_options="permissive")
-        return table.to_pandas(), corrupt
+        try:
+            return pa.concat_tables(list(tables.values()), promote_options="permissive").to_pandas(), corrupt
+        except (pa.ArrowException, ValueError) as e:  # checked file by file above: a case those checks miss
+            raise InputError(f"{self.location}: its pack files do not combine into one table "
+                             f"({_first_line(e)})") from None
+
+    def _retyped(self, file_schema: pa.Schema) -> str | None:
+        """Why a pack file's column is not of the type fairdp writes it in (the store's
+        ``columns``), or None."""
+        for field in file_schema:
+            if field.name in self.schema.names and not pa.types.is_null(field.type):  # nulls join any type
+                want = self.schema.field(field.name).type
+                if not _same_kind(field.type, want):
+                    return f"not a fairdp file: column '{field.name}' holds {field.type}, not {want}"
+        return None
 
     def move_aside(self, path: str) -> str:
         """Rename a bad file to a hidden name beside it: readers skip it, its configs run again."""
@@ -454,27 +505,122 @@ def foreign_reason(table_schema: pa.Schema, required: dict | None = None) -> str
         if name not in table_schema.names:
             return f"not a fairdp file: no column '{name}'"
         have = table_schema.field(name).type
-        if not (_same_kind(have, kind) or pa.types.is_null(have)):
+        # a key names rows: an integer one stays integer (0.5 is no seed)
+        exact = not pa.types.is_integer(kind) or pa.types.is_integer(have)
+        if not ((_same_kind(have, kind) and exact) or pa.types.is_null(have)):
             return f"not a fairdp file: column '{name}' holds {have}, not {kind}"
     return None
 
 
 def _same_kind(have: pa.DataType, want: pa.DataType) -> bool:
-    """Strings of any width for a string column, integers of any width for an integer one."""
-    if pa.types.is_string(want):
-        return pa.types.is_string(have) or pa.types.is_large_string(have)
-    if pa.types.is_integer(want):
-        return pa.types.is_integer(have)
-    return have == want
+    """Strings of any width for a string column, numbers of any width for a number one (rows
+    round-tripped through pandas hold an integer column with nulls as floats, which combine
+    with integers losslessly), a timestamp of any unit or zone for a timestamp one; otherwise
+    the same type."""
+    return _kind(have) == _kind(want)
+
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return "number"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    return str(t)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else type(e).__name__
+
+
+def _odd_types(tables: dict[str, pa.Table], known: set[str]) -> list[CorruptFile]:
+    """The files whose column fairdp does not know (a plugin's hyperparameter, not among
+    ``known``) holds another kind of value than most files' (the first file's, on a tie):
+    one column, one type, or the files could not be read as one table."""
+    kinds: dict[str, dict[str, list[str]]] = {}  # column -> kind -> files
+    for path, table in tables.items():
+        for f in table.schema:
+            if f.name not in known and not pa.types.is_null(f.type):
+                kinds.setdefault(f.name, {}).setdefault(_kind(f.type), []).append(path)
+    odd: dict[str, CorruptFile] = {}
+    for column, by_kind in kinds.items():
+        if len(by_kind) < 2:
+            continue
+        usual = max(by_kind, key=lambda k: len(by_kind[k]))  # dicts keep order: the first on a tie
+        example = by_kind[usual][0]
+        want = tables[example].schema.field(column).type
+        for kind, paths in by_kind.items():
+            for path in paths:
+                if kind != usual and path not in odd:
+                    have = tables[path].schema.field(column).type
+                    odd[path] = CorruptFile(path, f"not a fairdp file: column '{column}' holds {have}, {example} "
+                                                  f"holds {want}", "foreign")
+    return list(odd.values())
+
+
+MISPLACED = "not a fairdp file: not named or placed as a pack file (<dataset>/<method>/part-*.parquet)"
+ROW_KEYS = ["dataset", "method", "seed", "config_id"]  # a config's row, once in a study's results
+
+
+def _duplicated_packs(tables: dict[str, pa.Table]) -> list[CorruptFile]:
+    """The pack files holding an ok row of a config that another file (or a row before it in
+    the same file) holds too: a copy of a pack file under another name would count its configs
+    twice. The file named as its rows' pack (``part-s<seed>-<pack_id>.parquet``) is kept, then
+    the first in order; each other file sharing a config with a kept one is named, with the
+    kept file. Error rows are left alone: a config may fail in one pack and succeed in another
+    (its error pack retried without a config the grid no longer has), and only ok rows count."""
+    if not tables:
+        return []
+    paths = list(tables)
+    keys = pd.concat([tables[p].select([*ROW_KEYS, "status"]).to_pandas().assign(_file=i)
+                      for i, p in enumerate(paths)], ignore_index=True)
+    keys = keys[keys["status"].astype(object) == schema.STATUS_OK]
+    if not keys.duplicated(ROW_KEYS).any():
+        return []
+
+    def named_as_its_pack(i: int) -> bool:
+        ids = tables[paths[i]].column("pack_id").unique().to_pylist() if "pack_id" in tables[paths[i]].column_names \
+            else []
+        seeds = tables[paths[i]].column("seed").unique().to_pylist()
+        name = paths[i].rsplit("/", 1)[1]
+        return len(ids) == 1 and len(seeds) == 1 and name == f"part-s{seeds[0]}-{ids[0]}.parquet"
+
+    owner: dict[tuple, int] = {}
+    out = []
+    for i in sorted(range(len(paths)), key=lambda i: (not named_as_its_pack(i), paths[i])):
+        mine = keys.loc[keys["_file"] == i, ROW_KEYS]
+        rows = list(mine.itertuples(index=False, name=None))
+        clash = next((k for k in rows if k in owner), None)
+        if clash is None and len(set(rows)) < len(rows):
+            clash = next(k for k in rows if rows.count(k) > 1)
+            out.append(CorruptFile(paths[i], f"holds config {_describe_key(clash)} twice", "duplicate"))
+            continue
+        if clash is not None:
+            out.append(CorruptFile(paths[i], f"configs also stored in {paths[owner[clash]]}, e.g. "
+                                             f"{_describe_key(clash)}: their rows would count twice", "duplicate"))
+            continue
+        owner.update((k, i) for k in rows)
+    return out
+
+
+def _describe_key(key: tuple) -> str:
+    return " ".join(f"{name} {value}" for name, value in zip(ROW_KEYS, key))
 
 
 def corrupt_error(corrupt: list[CorruptFile]) -> InputError:
-    """The one-line error naming the first unreadable or foreign file (and how many more there are)."""
+    """The one-line error naming the first unreadable, foreign or duplicated file (and how
+    many more there are), and what ``--repair`` does with it."""
     c = corrupt[0]
     more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
-    what = "foreign file in the results" if c.reason.startswith("not a fairdp file") else "corrupt or truncated results file"
-    return InputError(f"{c.path}: {what}{more} ({c.reason}); "
-                      f"`fairdp run --repair` moves it aside and reruns its configs")
+    if c.kind == "duplicate":
+        does = "moves it aside (its configs stay stored in the other file)"
+    elif c.reason.startswith(MISPLACED):
+        does = "moves it aside (or move it out of the results folder yourself)"
+    else:
+        does = "moves it aside and reruns its configs"
+    return InputError(f"{c.path}: {c.what}{more} ({c.reason}); `fairdp run STUDY.yaml --results DIR --repair` {does}")
 
 
 def read_results(*locations) -> pd.DataFrame:
@@ -482,6 +628,8 @@ def read_results(*locations) -> pd.DataFrame:
     may also be one Parquet file of rows (e.g. rows exported or filtered elsewhere)."""
     frames = []
     for loc in locations:
+        if not str(loc).strip():  # Path("") is the current folder: never what an empty variable meant
+            raise InputError("results location: empty; give a results directory or a Parquet file of rows")
         if Path(str(loc)).is_file():
             frames.append(_read_rows_file(Path(str(loc))))
             continue
@@ -499,6 +647,8 @@ HISTORY_KEYS = ["dataset", "method", "seed", "config_id"]
 
 def _existing(location) -> ResultStore:
     """The store of a results location that exists; InputError naming it otherwise."""
+    if not str(location).strip():
+        raise InputError("results location: empty; give a results directory")
     store = ResultStore(location)
     store.probe()
     if not store.exists():

@@ -100,13 +100,17 @@ def parse_tracking(value) -> TrackingSpec:
         raise InputError(f"tracking: must name one tracker ({', '.join(tracker_names())}) with its options, "
                          f"e.g. tracking: {{mlflow: {{uri: sqlite:///mlflow.db}}}}; got {value!r}")
     (name, options), = value.items()
-    cls = get_tracker(str(name))
+    if not isinstance(name, str) or not name.isprintable():
+        raise InputError(f"tracking: a tracker's name must be one of {', '.join(tracker_names())}, got {name!r}")
+    cls = get_tracker(name)
     options = options or {}
     if not isinstance(options, dict):
         raise InputError(f"tracking.{name}: must be a mapping of options ({', '.join(cls.options)}), got {options!r}")
     for key, v in options.items():
-        if key not in cls.options:
-            raise InputError(f"tracking.{name}.{key}: unknown key; allowed here: {', '.join(cls.options)}")
+        if not isinstance(key, str) or key not in cls.options:
+            raise InputError(f"tracking.{name}.{key}: unknown key; allowed here: {', '.join(cls.options)}"
+                             if isinstance(key, str) and key.isprintable() else
+                             f"tracking.{name}: unknown key {key!r}; allowed here: {', '.join(cls.options)}")
         if not isinstance(v, str) or not v:
             raise InputError(f"tracking.{name}.{key}: must be a non-empty string, got {v!r}")
         if key in cls.choices and v not in cls.choices[key]:

@@ -12,15 +12,32 @@ its run finished.
 from __future__ import annotations
 
 import json
+import netrc
 import os
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fairdp.errors import InputError
 from fairdp.tracking._base import ConfigRecord, Key, Tracker, finite, register_tracker
 
 MODES = ("offline", "online")
 LEDGER = "fairdp-logged.jsonl"
+
+
+def has_wandb_login() -> bool:
+    """Whether W&B's client would find credentials, where it looks for them: the WANDB_API_KEY
+    or WANDB_IDENTITY_TOKEN_FILE variables, else the netrc file ($NETRC, else ~/.netrc) entry of
+    its host (WANDB_BASE_URL, default api.wandb.ai). Checked before anything runs: without one,
+    an online run fails at the first config it logs."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").netloc
+    path = Path(os.environ.get("NETRC") or "~/.netrc").expanduser()
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
 
 @register_tracker
@@ -36,6 +53,10 @@ class WandbTracker(Tracker):
             raise InputError("tracking.wandb: the W&B client is not installed; pip install 'fairdp[wandb]'") from None
         self.wandb = wandb
         self.mode = self.options_given.get("mode", "offline")
+        if self.mode == "online" and not has_wandb_login():
+            raise InputError("tracking.wandb.mode: online needs a W&B login, and none was found (no WANDB_API_KEY, "
+                             "no WANDB_IDENTITY_TOKEN_FILE, no entry for the W&B host in ~/.netrc): run `wandb login`, "
+                             "or use mode offline and `wandb sync` later")
         self.dir = Path(self.options_given.get("dir", ".")).resolve()
         self.project = self.options_given.get("project") or self.study
         try:
