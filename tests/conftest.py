@@ -73,6 +73,24 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600, cwd=REPO)
     )
 
 
+def start_driver(*args: str) -> subprocess.Popen:
+    """``python -m fairdp ARGS`` started in a session of its own, so that its process group is
+    the run's (a test kills it whole), on an embedded Ray (RAY_ADDRESS unset), output discarded."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen([sys.executable, "-m", "fairdp", *args], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group ``pgid`` is alive."""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def assert_input_error(proc: subprocess.CompletedProcess, *names: str) -> str:
     """Exit status 2 and one line on stderr (after any progress lines) naming every ``names``."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)

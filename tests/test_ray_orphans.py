@@ -19,7 +19,7 @@ import yaml
 from fairdp import schema
 from fairdp.study import ResultStore
 from fairdp.study._ray_reaper import LIST_EVERY_S
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, start_driver
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="lists processes through /proc")
 
@@ -172,11 +172,7 @@ def test_nothing_an_embedded_ray_started_outlives_a_sigkilled_driver_and_a_rerun
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(STUDY))
     results = tmp_path / "r"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
-    driver = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
-                              cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    driver = start_driver("run", str(study), "--results", str(results))
     store, procs = ResultStore(results), {}
     try:
         # kill once a pack is stored (Ray's processes are up, its agents among them) and the

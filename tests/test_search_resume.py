@@ -8,8 +8,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import optuna
@@ -22,7 +20,7 @@ from optuna.storages.journal import JournalFileBackend
 from fairdp.study import ResultStore, _generations, parse_spec
 from fairdp.study._generations import ASK_ATTR, GenerationPlanner
 from fairdp.study._optuna import open_study
-from tests.conftest import REPO, run_cli
+from tests.conftest import group_alive, run_cli, start_driver
 
 NAME = "resume"
 SEARCH = {
@@ -53,23 +51,11 @@ def _complete_trials(results, name: str) -> list[tuple]:
     return [(t.user_attrs["config_id"], tuple(t.values)) for t in trials]
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def _search_killed_after_packs(study, results, packs: int, *executor: str) -> int:
     """Start the search in its own process group, SIGKILL the group once ``packs`` pack files are
     stored (polled from the store, not timed), and check nothing it started outlives it; the
     pack files stored at the kill."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "fairdp", "search", str(study), "--results", str(results),
-                             *executor], cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = start_driver("search", str(study), "--results", str(results), *executor)
     store = ResultStore(results)
     try:
         deadline = time.monotonic() + 300
@@ -78,14 +64,14 @@ def _search_killed_after_packs(study, results, packs: int, *executor: str) -> in
         assert proc.poll() is None, "the search ended before the kill"
         assert len(store.pack_files()) >= packs, "no packs stored in time"
     finally:
-        if _group_alive(proc.pid):
+        if group_alive(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     stored = len(store.pack_files())
     deadline = time.monotonic() + 10
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
+    while group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _group_alive(proc.pid), "a process the killed search started is still alive"
+    assert not group_alive(proc.pid), "a process the killed search started is still alive"
     return stored
 
 

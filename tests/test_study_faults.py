@@ -16,7 +16,7 @@ import yaml
 from fairdp.errors import InputError
 from fairdp.study import parse_spec, read_results, run_study
 from fairdp.study._trial import StudyContext, study_protocol
-from tests.conftest import assert_input_error, run_cli
+from tests.conftest import assert_input_error, group_alive, run_cli, start_driver
 
 STUDY = {
     "name": "faults",
@@ -314,12 +314,9 @@ def test_a_sigkilled_drivers_workers_store_nothing_after_the_kill_and_a_rerun_wa
     0.2 and 0.6 s after it); a run started at once takes the lock only when they are gone and
     completes the study."""
     import signal
-    import subprocess
-    import sys
 
     from fairdp.study import ResultStore
     from fairdp.study._lock import WORKERS_DIR
-    from tests.conftest import REPO
     from tests.test_ray_orphans import descendants, wait_gone
 
     # many packs of about a second each: at the kill, a worker is always close to storing one
@@ -328,11 +325,7 @@ def test_a_sigkilled_drivers_workers_store_nothing_after_the_kill_and_a_rerun_wa
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(raw))
     results = tmp_path / "r"
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = start_driver("run", str(study), "--results", str(results))
     store, procs = ResultStore(results), {}
     try:
         # kill once some packs are stored and a worker is training one: a worker's mark exists
@@ -361,12 +354,5 @@ def test_a_sigkilled_drivers_workers_store_nothing_after_the_kill_and_a_rerun_wa
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     rows = read_results(str(results))
     assert len(rows) == 40 and not rows.duplicated(["seed", "config_id"]).any()
-    os.killpg(proc.pid, signal.SIGKILL) if _group_alive(proc.pid) else None
+    os.killpg(proc.pid, signal.SIGKILL) if group_alive(proc.pid) else None
 
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
