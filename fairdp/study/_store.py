@@ -40,8 +40,8 @@ RETRY_S = 300.0  # how long an object-store operation is retried before the run 
 RETRY_ENV = "FAIRDP_STORE_RETRY_S"
 RETRY_MAX_DELAY_S = 10.0
 # how much longer than the results folder's own name a file beside it may be named: a side
-# table's hidden temporary, ".tmp-<name>.hypervolume-<method>-seed<seed>.parquet.XXXXXXXX.part",
-# with a method name of up to 40 characters and a 19-digit seed
+# table's hidden temporary, ".tmp-<name>.hypervolume-<method>-seed<seed>.parquet.<8 random
+# characters from mkstemp>.part", with a method name of up to 40 characters and a 19-digit seed
 SIDE_NAME_ROOM = 104
 HISTORY = "history"  # <root>.history: each pack's per-epoch valid curves, named as its rows
 LEGACY_JOURNAL = "optuna.journal"  # a search's journal as fairdp once named it; the next search renames it
