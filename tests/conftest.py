@@ -27,6 +27,22 @@ def fresh_data_dir(tmp_path_factory):
         os.environ["FAIRDP_DATA_DIR"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """Train in-process on one thread, as a pack does with its one CPU (``cpus_per_trial``).
+
+    On 2 cores with another job running, torch's OpenMP threads spin-wait for each other: a
+    2000-step training loop took 32 s on 2 threads beside a busy loop per core, against 0.3 s on
+    one. Set FAIRDP_TEST_TORCH_THREADS to test with more.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("FAIRDP_TEST_TORCH_THREADS", "1")))
+    yield
+    torch.set_num_threads(before)
+
+
 _REFUSE = """import sys
 class _Refuse:
     def find_spec(self, name, path=None, target=None):
