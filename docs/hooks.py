@@ -9,16 +9,32 @@ A page asks for a table with an HTML comment on a line of its own:
 - ``<!-- fairdp:methods -->``: each registered method's grid keys, privacy scope, optimiser;
 - ``<!-- fairdp:readme-two-commands -->``: README.md's "Two commands" section, so that the
   set-up and suite figures (minutes, test counts, the GPU the CUDA set passed on) have one
-  source and the home page cannot disagree with the README.
+  source and the home page cannot disagree with the README;
+- ``<!-- fairdp:executor-members -->``: every public member of ``fairdp.study._executors.Executor``
+  (methods, properties, class attributes) in source order, with its kind and the first
+  paragraph of its docstring (an attribute's comment on its line);
+- ``<!-- fairdp:layers -->``: the package's layers, read from tests/layers.py, the definition
+  tests/test_layers.py enforces, each unit with what it holds (``LAYER_ROLES``), and the upward
+  imports allowed with their reasons.
 
 A schema column without a description here is a warning, which ``strict: true`` turns into a
-failed build: a new column must be described before the docs build again.
+failed build: a new column must be described before the docs build again. So is an executor
+member without a docstring or comment, and a layer unit without a role in ``LAYER_ROLES``.
+tests/test_docs_match_code.py renders the pages through ``on_page_markdown`` and compares the
+tables with the code.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import inspect
+import io
 import logging
 import re
+import textwrap
+import tokenize
+from pathlib import Path
 
 log = logging.getLogger("mkdocs.hooks.fairdp")
 
@@ -192,11 +208,153 @@ def readme_two_commands() -> str:
     return found.group(0).replace("](docs/", "](").rstrip() + "\n"
 
 
+# -- the executor protocol --------------------------------------------------------------------
+
+# What a public class attribute of ``Executor`` holds, for one whose line has no comment.
+EXECUTOR_ATTRIBUTE_TEXT = {
+    "name": "the name the executor is registered under (`register_executor`) and chosen by "
+            "(`--executor NAME`, `run_study(..., executor=NAME)`)",
+}
+
+
+def _markdown_doc(text: str) -> str:
+    """The first paragraph of a docstring as one Markdown line (RST ``x`` becomes `x`)."""
+    first = inspect.cleandoc(text).split("\n\n")[0]
+    return re.sub(r"``([^`]+)``", r"`\1`", " ".join(first.split()))
+
+
+def _line_comments(source: str) -> dict[int, str]:
+    """line number -> the text of the comment on it, in ``source``."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {t.start[0]: t.string.lstrip("#").strip() for t in tokens if t.type == tokenize.COMMENT}
+
+
+def class_members(cls) -> list[tuple[str, str, str, str | None]]:
+    """(name, how it is written, kind, description) of each public member defined in ``cls``'s
+    body, in source order: methods (``abstract method`` or ``method``), properties and class
+    attributes (annotated or assigned). The description is a method's or property's docstring's
+    first paragraph, an attribute's comment on its line, or None."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    comments = _line_comments(source)
+    (node,) = ast.parse(source).body
+    abstract = getattr(cls, "__abstractmethods__", frozenset())
+    members = []
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            name = item.name
+            if name.startswith("_"):
+                continue
+            value = cls.__dict__[name]
+            if isinstance(value, property):
+                kind, written, doc = "property", name, value.__doc__
+            else:
+                empty = inspect.Parameter.empty
+                params = list(inspect.signature(value).parameters.values())[1:]  # without self
+                written = f"{name}({', '.join(str(p.replace(annotation=empty, default=empty)) for p in params)})"
+                kind, doc = "method", value.__doc__
+            if name in abstract:
+                kind = f"abstract {kind}"
+            members.append((name, written, kind, _markdown_doc(doc) if doc else None))
+        elif isinstance(item, (ast.AnnAssign, ast.Assign)):
+            targets = [item.target] if isinstance(item, ast.AnnAssign) else item.targets
+            for target in targets:
+                if isinstance(target, ast.Name) and not target.id.startswith("_"):
+                    comment = comments.get(item.end_lineno)
+                    text = comment or EXECUTOR_ATTRIBUTE_TEXT.get(target.id)
+                    members.append((target.id, target.id, "class attribute", text))
+    return members
+
+
+def executor_members_table() -> str:
+    from fairdp.study._executors import Executor
+
+    lines = ["| member | kind | what it does |", "|---|---|---|"]
+    for name, written, kind, text in class_members(Executor):
+        if not text:
+            log.warning("docs/hooks.py: Executor.%s has no docstring (or comment on its line); give it one", name)
+            text = ""
+        lines.append(f"| `{written}` | {kind} | {_cell(text)} |")
+    return "\n".join(lines)
+
+
+# -- the package's layers ---------------------------------------------------------------------
+
+LAYERS_FILE = Path(__file__).resolve().parents[1] / "tests" / "layers.py"
+
+# What each unit of tests/layers.py holds (Markdown, links relative to docs/).
+LAYER_ROLES = {
+    "fairdp": "`import fairdp`: the names of the [API reference](api/index.md) (`run_study`, "
+              "`read_results`, ...), re-exported lazily, each imported on first use",
+    "__main__": "`python -m fairdp`: the `fairdp` command",
+    "cli": "the `fairdp` command (`run`, `search`, `analyze`, `report`, `compare`, `data`, `audit`, "
+           "`audit-training`, `check-method`) on top of all of them; each command imports what it needs "
+           "when it runs, so `--help` answers at once",
+    "testing": "what a plugin author runs: the method contract (`fairdp check-method`), the training "
+               "audit over the methods, the figure layout checks",
+    "study": "specs, the backlog and packs, the executors, the Parquet store, the Optuna search "
+             "([Running studies](guide/studies.md))",
+    "analysis": "pure functions over result rows (selection, aggregation, Pareto fronts, tables, figures) "
+                "and the report writers ([Analysis and reports](guide/analysis.md))",
+    "methods": "`Method`, `register_method`, the built-in methods and plugin loading ([Methods](methods.md))",
+    "tracking": "loggers of stored rows to MLflow and W&B, which the study drives",
+    "metrics": "leakage and MDL probes and the result columns of a trained pack "
+               "([Metrics and probes](guide/metrics.md))",
+    "engine": "packed models, the one training loop (`fit_pack`), per-sample clipping, checkpoints, chunk "
+              "and memory rules; `fairdp.engine.contract` is what a neural method implements "
+              "([API](api/contract.md))",
+    "privacy": "the mechanisms (Laplace, min-max, word dropout), the RDP accounting, guarantees and the "
+               "empirical audits: of a local mechanism from samples, and the one-run bound of a training "
+               "audit",
+    "data": "the dataset registry, the download-and-checksum cache, splits ([Datasets](guide/datasets.md))",
+    "errors": "`InputError` (a bad input: one line, exit status 2) and `RunAborted`",
+    "schema": "the results vocabulary: every column, metric and objective name",
+    "fairness": "the fairness gaps as functions of confusion counts",
+    "constraints": "search constraints (`valid_accuracy >= 80`): parsing, and a row's violations",
+    "_atomic": "writes that never leave half a file: a hidden temporary, then a rename",
+    "_rng": "per-config random streams for packed training",
+    "_philox": "Philox4x64-10, the counter-based generator behind those streams",
+}
+
+
+def load_layers():
+    """tests/layers.py as a module (LAYERS, ALLOWED_UP), loaded by its path: tests/ is no package
+    the docs build can import."""
+    spec = importlib.util.spec_from_file_location("fairdp_docs_layers", LAYERS_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def unit_name(unit: str) -> str:
+    return "fairdp" if unit == "fairdp" else f"fairdp.{unit}"
+
+
+def layers_table() -> str:
+    layers = load_layers()
+    order = sorted(layers.LAYERS, key=lambda u: -layers.LAYERS[u])  # stable: the file's order within a rank
+    lines = ["| layer | unit | what it holds |", "|---|---|---|"]
+    for unit in order:
+        role = LAYER_ROLES.get(unit)
+        if role is None:
+            log.warning("docs/hooks.py: layer unit %r (tests/layers.py) has no role; add it to LAYER_ROLES", unit)
+            role = ""
+        lines.append(f"| {layers.LAYERS[unit]} | `{unit_name(unit)}` | {_cell(role)} |")
+    for unit in LAYER_ROLES.keys() - layers.LAYERS.keys():
+        log.warning("docs/hooks.py: LAYER_ROLES describes %r, which tests/layers.py does not define", unit)
+    if layers.ALLOWED_UP:
+        lines += ["", "Imports allowed across a layer upwards, each for its reason:", ""]
+        for (low, high), why in layers.ALLOWED_UP.items():
+            lines.append(f"- `{unit_name(low)}` imports `{unit_name(high)}`: {why}")
+    return "\n".join(lines)
+
+
 TABLES = {
     "readme-two-commands": readme_two_commands,
     "results-schema": results_schema_table,
     "hyperparameter-columns": hyperparameter_columns_table,
     "methods": methods_table,
+    "executor-members": executor_members_table,
+    "layers": layers_table,
 }
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import math
 import sys
 
@@ -270,8 +272,9 @@ def _cmd_run(args) -> int:
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
     summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor or DEFAULT_EXECUTOR,
-                        dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every)
+                        dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every, progress_stream=sys.stderr)
     if args.dry_run:
+        print("\n".join(summary.plan_lines), file=sys.stderr)
         return 0
     if summary.unfinished_packs:
         print(f"fairdp run: interrupted: {summary.unfinished_packs} of {summary.packs} packs did not finish; "
@@ -304,8 +307,10 @@ def _cmd_search(args) -> int:
         one = dataclasses.replace(spec, search=dataclasses.replace(spec.search, seed=seed))
         summary = search_study(one, args.results, args.address, trials=args.trials, mode=args.mode,
                                executor=args.executor or DEFAULT_EXECUTOR, dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every,
-                               repair=args.repair)
-        if not args.dry_run:
+                               repair=args.repair, progress_stream=sys.stderr)
+        if args.dry_run:
+            print("\n".join(summary.plan_lines), file=sys.stderr)
+        else:
             _print_search(one, summary)
     if not args.dry_run:
         from fairdp.study import StoredSelection, selection_text
@@ -609,11 +614,8 @@ def _print_table(header: tuple, rows: list[tuple]) -> None:
             print("  ".join("-" * w for w in widths))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="fairdp", description="Hyperparameter studies for fair and private learning.")
-    p.add_argument("--version", action="version", version=f"fairdp {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
+def _add_data_parser(sub) -> None:
+    """``fairdp data list|fetch|describe``."""
     data = sub.add_parser("data", help="list, fetch and describe datasets")
     dsub = data.add_subparsers(dest="data_command", required=True, parser_class=_Parser)
     dsub.add_parser("list", help="registered datasets and their cache state").set_defaults(func=_cmd_data_list)
@@ -627,6 +629,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="loader option, e.g. -o sensitive=race or -o path=DIR (repeatable)")
     describe.set_defaults(func=_cmd_data_describe)
 
+
+def _add_audit_parser(sub) -> None:
+    """``fairdp audit``: a mechanism's empirical eps."""
     aud = sub.add_parser("audit", help="empirical lower bound on a privacy mechanism's eps")
     aud.add_argument("--mechanism", required=True, choices=AUDIT_MECHANISMS,
                      help="laplace (FEDERATE), minmax (DPNR/CAPE as published), l2 (FEDERATE's code)")
@@ -639,6 +644,10 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--seed", type=int, default=0, help="seed of the mechanism's noise (default 0)")
     aud.add_argument("--json", action="store_true", help="one JSON object")
     aud.set_defaults(func=_cmd_audit)
+
+
+def _add_audit_training_parser(sub) -> None:
+    """``fairdp audit-training``: a canary audit of a DP-SGD or PF-LD config's training."""
     aut = sub.add_parser("audit-training", help="one-run canary audit of a DP-SGD or PF-LD config's training: "
                          "claimed eps vs an empirical lower bound")
     aut.add_argument("--method", required=True, choices=AUDIT_TRAINING_METHODS)
@@ -665,52 +674,73 @@ def build_parser() -> argparse.ArgumentParser:
                      help="planted bug: per-row clipping off, the noise kept at the clipping bound's scale")
     aut.add_argument("--json", action="store_true", help="one JSON object")
     aut.set_defaults(func=_cmd_audit_training)
+
+
+def _add_check_method_parser(sub) -> None:
+    """``fairdp check-method``: the method contract on a plugin's methods."""
     chk = sub.add_parser("check-method", help="run fairdp's method contract on the methods a plugin registers")
     chk.add_argument("module", metavar="MODULE", help="a plugin: a .py file or an importable module name")
     chk.add_argument("-x", "--first-failure", action="store_true", help="stop at the first failing check")
     chk.set_defaults(func=_cmd_check_method)
-    run = sub.add_parser("run", help="run every (method, config, seed) of a study on Ray Tune")
-    run.add_argument("study", metavar="STUDY.yaml")
-    run.add_argument("--results", metavar="DIR", help="results location: a directory or a URI "
-                     "(file://, s3://, gs://); default results/<study name>")
-    run.add_argument("--address", help="Ray cluster to use (host:port or auto); default RAY_ADDRESS, else "
-                     "an embedded Ray on 127.0.0.1")
-    run.add_argument("--seeds", help="comma-separated seeds instead of the spec's, e.g. 0,1")
-    run.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
-    run.add_argument("--dry-run", action="store_true",
-                     help="print the plan (configs, packs, slots) and exit: no training, no Ray, nothing written")
-    run.add_argument("--executor", metavar="NAME",
-                     help="ray (default): packs as Ray Tune trials, embedded or on --address; local: packs one "
-                          "after another in this process, without Ray (same store, same resume)")
-    run.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
-                     help="a pack in training saves its state this often (default 600; 0: never), so that a "
-                          "killed run resumes its packs from their last save; the numbers are the same")
-    run.add_argument("--repair", action="store_true",
-                     help="move corrupt or foreign result files, and copies of a pack file, aside (hidden "
-                          ".corrupt-* names) and rerun the configs no other file holds")
+
+
+def _study_options(*, results: str, address: str, seeds: str, dry_run: str, executor: str, checkpoint_every: str,
+                   repair: str) -> argparse.ArgumentParser:
+    """The parent parser of the options ``run`` and ``search`` share (a study and how to train
+    it): one definition of each (flags, type, default), with each command's own help text where
+    the two commands word it differently (``--epochs`` is worded alike)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("study", metavar="STUDY.yaml")
+    common.add_argument("--results", metavar="DIR", help=results)
+    common.add_argument("--address", help=address)
+    common.add_argument("--seeds", help=seeds)
+    common.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
+    common.add_argument("--dry-run", action="store_true", help=dry_run)
+    common.add_argument("--executor", metavar="NAME", help=executor)
+    common.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS", help=checkpoint_every)
+    common.add_argument("--repair", action="store_true", help=repair)
+    return common
+
+
+def _add_run_parser(sub) -> None:
+    """``fairdp run``: every (method, config, seed) of a study."""
+    common = _study_options(
+        results="results location: a directory or a URI (file://, s3://, gs://); default results/<study name>",
+        address="Ray cluster to use (host:port or auto); default RAY_ADDRESS, else an embedded Ray on 127.0.0.1",
+        seeds="comma-separated seeds instead of the spec's, e.g. 0,1",
+        dry_run="print the plan (configs, packs, slots) and exit: no training, no Ray, nothing written",
+        executor="ray (default): packs as Ray Tune trials, embedded or on --address; local: packs one after another "
+                 "in this process, without Ray (same store, same resume)",
+        checkpoint_every="a pack in training saves its state this often (default 600; 0: never), so that a killed "
+                         "run resumes its packs from their last save; the numbers are the same",
+        repair="move corrupt or foreign result files, and copies of a pack file, aside (hidden .corrupt-* names) "
+               "and rerun the configs no other file holds")
+    run = sub.add_parser("run", parents=[common], help="run every (method, config, seed) of a study on Ray Tune")
     run.set_defaults(func=_cmd_run)
-    srch = sub.add_parser("search", help="Optuna multi-objective search (the spec's search: block) on Ray Tune")
-    srch.add_argument("study", metavar="STUDY.yaml")
+
+
+def _add_search_parser(sub) -> None:
+    """``fairdp search``: the spec's Optuna search."""
+    common = _study_options(
+        results="results directory (default results/<study name>)",
+        address="Ray cluster to use; default RAY_ADDRESS, else embedded Ray on 127.0.0.1",
+        seeds="comma-separated search seeds instead of the spec's, e.g. 0,1: one search (one Optuna study) per seed",
+        dry_run="print the plan (trials, generations, slots) and exit: no training, no Ray, nothing written",
+        executor="ray (default): packs as Ray Tune trials, embedded or on --address; local: in this process, "
+                 "without Ray (same store, same resume)",
+        checkpoint_every="a pack in training saves its state this often (default 600; 0: never)",
+        repair="move corrupt or foreign result files, and copies of a pack file, aside (hidden .corrupt-* names)")
+    srch = sub.add_parser("search", parents=[common],
+                          help="Optuna multi-objective search (the spec's search: block) on Ray Tune")
     srch.add_argument("--trials", type=int, help="total trials of the search (default: search.trials)")
-    srch.add_argument("--results", metavar="DIR", help="results directory (default results/<study name>)")
-    srch.add_argument("--address", help="Ray cluster to use; default RAY_ADDRESS, else embedded Ray on 127.0.0.1")
     srch.add_argument("--mode", choices=("packed", "per-config"),
                       help="packed: a sampler generation trains as packs (NSGA-II default); per-config: "
                       "one config at a time (TPE default)")
-    srch.add_argument("--seeds", help="comma-separated search seeds instead of the spec's, e.g. 0,1: one search "
-                      "(one Optuna study) per seed")
-    srch.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
-    srch.add_argument("--dry-run", action="store_true",
-                      help="print the plan (trials, generations, slots) and exit: no training, no Ray, nothing written")
-    srch.add_argument("--executor", metavar="NAME",
-                      help="ray (default): packs as Ray Tune trials, embedded or on --address; local: in this "
-                           "process, without Ray (same store, same resume)")
-    srch.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
-                      help="a pack in training saves its state this often (default 600; 0: never)")
-    srch.add_argument("--repair", action="store_true",
-                      help="move corrupt or foreign result files, and copies of a pack file, aside (hidden "
-                           ".corrupt-* names)")
     srch.set_defaults(func=_cmd_search)
+
+
+def _add_analyze_parser(sub) -> None:
+    """``fairdp analyze``: the selection's table."""
     ana = sub.add_parser("analyze", help="relaxation-threshold selection, mean ± std over seeds, as a table")
     ana.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")
     ana.add_argument("--rt", type=float, help="relaxation threshold in accuracy points (default: the study's "
@@ -734,6 +764,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rows of several studies (e.g. a grid and a search) selected together, one selection per "
                           "seed over all their configs; refused without it")
     ana.set_defaults(func=_cmd_analyze)
+
+
+def _add_report_parser(sub) -> None:
+    """``fairdp report``: tables, figures, Markdown and HTML."""
     rep = sub.add_parser("report", help="tables, figures and a Markdown/HTML report of results")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="results directories or Parquet files of rows (several combine)")
     rep.add_argument("-o", "--output", required=True, metavar="OUT", help="report directory")
@@ -766,6 +800,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a grid study's results: the search progress section sets each search's hypervolume "
                      "per generation against the grid front's (same dataset, method, seed, epochs); repeatable")
     rep.set_defaults(func=_cmd_report)
+
+
+def _add_compare_parser(sub) -> None:
+    """``fairdp compare``: two runs of one study."""
     cmp_ = sub.add_parser("compare", help="two runs of one study: bit-identical rows, RT picks, paired tests over seeds")
     cmp_.add_argument("a", metavar="DIR_A", help="results of one run")
     cmp_.add_argument("b", metavar="DIR_B", help="results of the other run (e.g. results/demo-reference)")
@@ -779,6 +817,15 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--format", choices=("md", "csv"), default="md",
                       help="md: a summary line and both tables; csv: the paired tests")
     cmp_.set_defaults(func=_cmd_compare)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fairdp", description="Hyperparameter studies for fair and private learning.")
+    p.add_argument("--version", action="version", version=f"fairdp {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_add_data_parser, _add_audit_parser, _add_audit_training_parser, _add_check_method_parser,
+                _add_run_parser, _add_search_parser, _add_analyze_parser, _add_report_parser, _add_compare_parser):
+        add(sub)
     return p
 
 
@@ -806,10 +853,31 @@ def _cmd_check_method(args) -> int:
     return 0 if done.returncode == 0 else 1
 
 
+@contextlib.contextmanager
+def _log_to_stderr():
+    """For the command: the library's messages (records of the ``fairdp`` logger, info and
+    above) as plain lines on stderr, beside the command's own, and nowhere else; the logger is
+    as it was afterwards (a caller of ``main`` in its own process keeps its logging)."""
+    log = logging.getLogger("fairdp")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level, propagate = log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
-        return args.func(args)
+        with _log_to_stderr():
+            args = build_parser().parse_args(argv)
+            return args.func(args)
     except InputError as e:
         print(f"fairdp: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_INPUT

@@ -173,10 +173,10 @@ def test_the_memory_estimate_bounds_what_a_pack_allocates():
 
 @pytest.mark.parametrize("name", ["federate", "pfld"])
 def test_a_cuda_pack_resumes_from_its_checkpoint_bit_for_bit_and_a_cpu_one_is_not_resumed_on_cuda(
-        name, data, monkeypatch, capsys):
+        name, data, monkeypatch, caplog):
     """CUDA tensors and CUDA random streams survive the pickle; a checkpoint saved where the
     device resolved to the CPU (a CPU node of a mixed cluster) is not resumed on a GPU."""
-    from fairdp.engine import checkpointing
+    from fairdp.engine import Checkpointing
     from fairdp.testing.method_contract import Killed, MemoryCheckpoint, assert_same_pack
 
     method = get_method(name)
@@ -190,23 +190,24 @@ def test_a_cuda_pack_resumes_from_its_checkpoint_bit_for_bit_and_a_cpu_one_is_no
 
     want = method.train_pack(data, configs, seed=0, settings=auto)
     file = MemoryCheckpoint()
-    with checkpointing(file, every_s=0), pytest.raises(Killed):
-        method.train_pack(data, configs, seed=0, settings=auto, callback=kill_at_2)
+    with pytest.raises(Killed):
+        method.train_pack(data, configs, seed=0, settings=auto, callback=kill_at_2, checkpoint=Checkpointing(file, 0))
     epochs = []
-    with checkpointing(file, every_s=0):
-        got = method.train_pack(data, configs, seed=0, settings=auto, callback=lambda r: epochs.append(r.epoch))
+    got = method.train_pack(data, configs, seed=0, settings=auto, callback=lambda r: epochs.append(r.epoch),
+                            checkpoint=Checkpointing(file, 0))
     assert epochs == [2]
     assert_same_pack(got, want)
 
     on_cpu = MemoryCheckpoint()
     with monkeypatch.context() as m:
         m.setattr(torch.cuda, "is_available", lambda: False)
-        with checkpointing(on_cpu, every_s=0), pytest.raises(Killed):
-            method.train_pack(data, configs, seed=0, settings=auto, callback=kill_at_2)
+        with pytest.raises(Killed):
+            method.train_pack(data, configs, seed=0, settings=auto, callback=kill_at_2,
+                              checkpoint=Checkpointing(on_cpu, 0))
     epochs = []
-    with checkpointing(on_cpu, every_s=0):
-        got = method.train_pack(data, configs, seed=0, settings=auto, callback=lambda r: epochs.append(r.epoch))
-    assert epochs == [1, 2] and "another pack or setting" in capsys.readouterr().err
+    got = method.train_pack(data, configs, seed=0, settings=auto, callback=lambda r: epochs.append(r.epoch),
+                            checkpoint=Checkpointing(on_cpu, 0))
+    assert epochs == [1, 2] and "another pack or setting" in caplog.text
     assert_same_pack(got, want)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fairdp.data import load_dataset
-from fairdp.engine import Pruning, TrainSettings, _checkpoint, checkpointing
+from fairdp.engine import Checkpointing, Pruning, TrainSettings, _checkpoint
 from fairdp.methods import get_method
 from fairdp.testing.method_contract import Killed, MemoryCheckpoint, assert_same_pack
 
@@ -55,8 +55,8 @@ def _train(data, settings, file=None, kill_at=None, seen=None):
     method = get_method("federate")
     if file is None:
         return method.train_pack(data, CONFIGS, seed=0, settings=settings, callback=callback)
-    with checkpointing(file, every_s=0):
-        return method.train_pack(data, CONFIGS, seed=0, settings=settings, callback=callback)
+    return method.train_pack(data, CONFIGS, seed=0, settings=settings, callback=callback,
+                             checkpoint=Checkpointing(file, every_s=0))
 
 
 CHUNKS = dataclasses.replace(SETTINGS, config_chunk=1)  # four chunks, one after another: 16 epoch reports
@@ -92,7 +92,7 @@ def test_a_killed_pack_resumes_where_it_stopped(data, pruned_data, uninterrupted
 
 
 @pytest.mark.parametrize("other", ["setting", "data"])
-def test_a_checkpoint_of_another_setting_or_of_other_data_is_not_resumed(data, other, capsys):
+def test_a_checkpoint_of_another_setting_or_of_other_data_is_not_resumed(data, other, caplog):
     file = MemoryCheckpoint()
     with pytest.raises(Killed):
         _train(data, SETTINGS, file, kill_at=2, seen=[])
@@ -104,40 +104,39 @@ def test_a_checkpoint_of_another_setting_or_of_other_data_is_not_resumed(data, o
         assert {n: len(v) for n, v in other_data.splits.items()} == {n: len(v) for n, v in data.splits.items()}
     seen = []
     got = _train(other_data, other_settings, file, seen=seen)
-    assert seen == [1, 2, 3, 4] and "another pack or setting" in capsys.readouterr().err
+    assert seen == [1, 2, 3, 4] and "another pack or setting" in caplog.text
     assert_same_pack(got, _train(other_data, other_settings))
 
 
-def test_an_unreadable_checkpoint_costs_its_epochs_not_the_run(data, uninterrupted, capsys):
+def test_an_unreadable_checkpoint_costs_its_epochs_not_the_run(data, uninterrupted, caplog):
     file = MemoryCheckpoint()
     with pytest.raises(Killed):
         _train(data, SETTINGS, file, kill_at=3, seen=[])
     file.blob = file.blob[: len(file.blob) // 2]  # torn
     seen = []
     got = _train(data, SETTINGS, file, seen=seen)
-    assert seen == [1, 2, 3, 4] and "unreadable checkpoint" in capsys.readouterr().err
+    assert seen == [1, 2, 3, 4] and "unreadable checkpoint" in caplog.text
     assert_same_pack(got, uninterrupted(SETTINGS)[0])
 
 
 def test_saves_follow_the_interval_and_the_end_of_training(data, monkeypatch):
     file = MemoryCheckpoint()
-    with checkpointing(file, every_s=3600):
-        get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS)
+    get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS,
+                                      checkpoint=Checkpointing(file, every_s=3600))
     assert file.writes == 0  # a pack of seconds: cheaper to retrain than to write
     monkeypatch.setattr(_checkpoint, "FINAL_SAVE_S", 0.0)  # as if it had trained for minutes
-    with checkpointing(file, every_s=3600):
-        get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS)
+    get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS,
+                                      checkpoint=Checkpointing(file, every_s=3600))
     assert file.writes == 1  # only when training ended: a kill while it is evaluated loses no training
     file = MemoryCheckpoint()
-    with checkpointing(file, every_s=0):
-        get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS)
+    get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS, checkpoint=Checkpointing(file, every_s=0))
     assert file.writes == SETTINGS.epochs
     file = MemoryCheckpoint()
     get_method("federate").train_pack(data, CONFIGS, seed=0, settings=SETTINGS)
-    assert file.writes == 0  # no checkpointing block: nothing saved
+    assert file.writes == 0  # no checkpoint given: nothing saved
 
 
-def test_a_state_that_cannot_be_saved_trains_on_without_checkpoints(data, uninterrupted, monkeypatch, capsys):
+def test_a_state_that_cannot_be_saved_trains_on_without_checkpoints(data, uninterrupted, monkeypatch, caplog):
     """A step holding what pickle refuses (a plugin's lambda), or a full disk: one line, same numbers."""
     original = get_method("federate").make_step
 
@@ -149,6 +148,6 @@ def test_a_state_that_cannot_be_saved_trains_on_without_checkpoints(data, uninte
     monkeypatch.setattr(get_method("federate"), "make_step", with_a_lambda)
     file = MemoryCheckpoint()
     got = _train(data, SETTINGS, file, seen=[])
-    assert file.writes == 0 and capsys.readouterr().err.count("cannot save a checkpoint") == 1
+    assert file.writes == 0 and caplog.text.count("cannot save a checkpoint") == 1
     monkeypatch.undo()
     assert_same_pack(got, uninterrupted(SETTINGS)[0])

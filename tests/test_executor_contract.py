@@ -10,8 +10,6 @@ from __future__ import annotations
 import io
 import os
 import signal
-import threading
-import time
 
 import pandas as pd
 import pytest
@@ -112,21 +110,26 @@ def test_a_pack_that_keeps_failing_is_retried_then_stored_as_error_rows_the_next
     assert len(ResultStore(tmp_path / "r").pack_files()) == 1  # replaced, not added
 
 
-def test_ctrl_c_keeps_the_finished_packs_and_the_rerun_completes(executor, tmp_path):
+class CtrlCAfterFirstPack(runner.Progress):
+    """A Progress that presses Ctrl-C (SIGINT to this process) when it hears the first pack
+    finish: on the event, not after a sleep, so a busy machine cannot let every pack finish first
+    (15 tiny packs train in half a second in-process)."""
+
+    def finish_pack(self, key):
+        super().finish_pack(key)
+        if self.packs == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_ctrl_c_keeps_the_finished_packs_and_the_rerun_completes(executor, tmp_path, monkeypatch):
     spec = _spec(seeds=[0, 1, 2], pack_size=1, train={"epochs": 4, "batch_size": 250})
     store = ResultStore(tmp_path / "r")
-
-    def interrupt_after_first_pack():
-        deadline = time.monotonic() + 120
-        while not store.pack_files() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt_after_first_pack, daemon=True).start()
-    try:
-        summary = _run(spec, tmp_path / "r", executor)
-    except KeyboardInterrupt:  # a Ctrl-C between packs is the caller's to report
-        summary = None
+    with monkeypatch.context() as m:
+        m.setattr(runner, "Progress", CtrlCAfterFirstPack)
+        try:
+            summary = _run(spec, tmp_path / "r", executor)
+        except KeyboardInterrupt:  # a Ctrl-C between packs is the caller's to report
+            summary = None
     stored, _ = store.read()
     assert 0 < len(stored) < 15 and set(stored["status"]) == {"ok"}
     if summary is not None:

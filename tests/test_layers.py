@@ -2,9 +2,8 @@
 across subpackages, no import cycle between subpackages, and every import inside a function
 saying why it is not at the top.
 
-    errors, schema, fairness, ... <- data <- privacy <- engine <- metrics <- methods <- study <- cli
-                                                 analysis (over metrics and privacy) <-'
-                                                 tracking (over schema) <-'
+The layers themselves (each unit's rank, the upward imports allowed) are defined once, in
+tests/layers.py, which docs/architecture.md's layer table is drawn from.
 """
 
 from __future__ import annotations
@@ -17,28 +16,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "fairdp"
+from tests.layers import ALLOWED_UP, LAYERS
 
-# unit -> rank: a unit imports only units of lower or equal rank
-LAYERS = {
-    "errors": 0, "schema": 0, "fairness": 0, "_atomic": 0, "_rng": 0, "_philox": 0, "constraints": 0,
-    "data": 1,
-    "privacy": 2,
-    "engine": 3,
-    "metrics": 4,
-    "analysis": 5,
-    "methods": 5,
-    "tracking": 5,  # loggers of stored rows: over schema and errors; the study drives them
-    "study": 6,
-    "cli": 7, "testing": 7,  # testing: the method contract a plugin author runs, over the whole package
-    "__main__": 8, "fairdp": 8,  # fairdp: the package's own __init__, lazy re-exports
-}
-# imports that cross a layer upwards, each for a reason
-ALLOWED_UP = {
-    # a method's privacy scope (local / central eps) is registry metadata; imported lazily, as
-    # importing the methods loads torch
-    ("analysis", "methods"),
-}
+PACKAGE = Path(__file__).resolve().parents[1] / "fairdp"
 
 
 def _unit(module: str) -> str:

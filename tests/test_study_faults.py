@@ -15,7 +15,7 @@ import yaml
 
 from fairdp.errors import InputError
 from fairdp.study import parse_spec, read_results, run_study
-from fairdp.study._trial import StudyContext, study_protocol
+from fairdp.study._context import StudyContext, study_protocol, study_store
 from tests.conftest import assert_input_error, group_alive, run_cli, start_driver
 
 STUDY = {
@@ -109,14 +109,13 @@ def test_a_resume_without_a_precision_keeps_the_stored_rows_precision_whatever_t
     (True, {"dtype": "float64"}, "float64"),
 ])
 def test_a_new_study_trains_in_the_fastest_precision_the_workers_cpus_have_unless_asked(tmp_path, cpu_bf16, native,
-                                                                                        train, want):
+                                                                                        train, want, caplog):
     cpu_bf16(native)
     raw = _with(STUDY, "train", {**STUDY["train"], **train})
-    stream = open(tmp_path / "out", "w")
-    run_study(parse_spec(raw), str(tmp_path / "r"), executor="local", progress_stream=stream)
-    stream.close()
+    caplog.set_level("INFO", logger="fairdp")  # the run's settings line, logged as it starts
+    run_study(parse_spec(raw), str(tmp_path / "r"), executor="local")
     assert (read_results(str(tmp_path / "r"))["precision"] == want).all()
-    said = next(line for line in (tmp_path / "out").read_text().splitlines() if ", precision " in line)
+    said = next(line for line in caplog.messages if ", precision " in line)
     assert ("precision bf16 (" in said) == (want == "bf16"), said  # and the run says which, and why
 
 
@@ -142,7 +141,7 @@ def test_the_protocol_is_every_field_not_marked_otherwise():
     for f in dataclasses.fields(TrainSettings):
         assert (f.name in proto["train"]) == (f.metadata.get("protocol", True) is True), f.name
     # each row stores it, with the data's fingerprint
-    ctx = StudyContext.from_spec(spec, "r")
+    ctx = StudyContext.from_spec(spec, study_store(spec, "r"))
     assert '"train"' in ctx.protocol and '"data"' not in ctx.protocol
 
 

@@ -243,34 +243,35 @@ def test_a_trial_reports_its_config_epochs_to_tune_between_epochs(monkeypatch):
     from ray import tune
 
     from fairdp.engine import EpochReport
-    from fairdp.study import _tune
+    from fairdp.study import _ray_trainables
 
     sent = []
     monkeypatch.setattr(tune, "report", sent.append)
-    monkeypatch.setattr(_tune, "UNITS_EVERY_S", 0.0)
-    report = _tune.units_reporter()
+    monkeypatch.setattr(_ray_trainables, "UNITS_EVERY_S", 0.0)
+    report = _ray_trainables.units_reporter()
     for epoch in (1, 2, 3):
         report(EpochReport(epoch, 3, 5, None))
     # the last epoch's units come with the pack's final report (its rows), not on their own
     assert sent == [{"units": 5}, {"units": 5}]
-    monkeypatch.setattr(_tune, "UNITS_EVERY_S", 3600.0)
+    monkeypatch.setattr(_ray_trainables, "UNITS_EVERY_S", 3600.0)
     sent.clear()
-    report = _tune.units_reporter()
+    report = _ray_trainables.units_reporter()
     for epoch in (1, 2, 3):
         report(EpochReport(epoch, 3, 5, None))
     assert sent == []  # at most one report per UNITS_EVERY_S: each is a round trip to the driver
 
 
-def test_a_slow_step_says_what_it_is_and_a_fast_one_stays_quiet():
+def test_a_slow_step_says_what_it_is_and_a_fast_one_stays_quiet(caplog):
+    import logging
     import time
 
     from fairdp.study._prepare import said_if_slow
 
-    out = io.StringIO()
-    with said_if_slow("loading dataset x", out, after_s=0.05):
+    caplog.set_level(logging.INFO, logger="fairdp")
+    with said_if_slow("loading dataset x", after_s=0.05):
         pass
     time.sleep(0.1)
-    assert out.getvalue() == ""  # a fast step (or one that fails at once) leaves its error the only line
-    with said_if_slow("loading dataset y", out, after_s=0.05):
+    assert caplog.messages == []  # a fast step (or one that fails at once) leaves its error the only line
+    with said_if_slow("loading dataset y", after_s=0.05):
         time.sleep(0.2)
-    assert out.getvalue() == "loading dataset y\n"
+    assert caplog.messages == ["loading dataset y"]

@@ -117,7 +117,7 @@ def test_every_row_a_study_writes_stores_its_methods_guarantee_kind(tmp_path):
     from fairdp.methods import get_method
     from fairdp.metrics import ProbeSettings
     from fairdp.study import Pack, StudyContext, run_pack, study_columns
-    from fairdp.study._trial import error_rows, store_pack
+    from fairdp.study._rows import write_error_rows
 
     methods = {"unconstrained": [{}], "noise": [{"eps": 1.0}], "dpsgd": [{"eps": 1.0, "clip_primal": 1.0}],
                "pfld": [{"fairness_notion": "dp", "eps": 1.0, "clip_primal": 1.0, "clip_dual": 5.0}],
@@ -131,7 +131,7 @@ def test_every_row_a_study_writes_stores_its_methods_guarantee_kind(tmp_path):
         m = get_method(name)
         run_pack(ctx, Pack(name, 0, tuple(configs), tuple(m.config_id(c) for c in configs)))
     failed = Pack("dpsgd", 1, tuple(methods["dpsgd"]), ("broken",))
-    store_pack(ctx, failed, error_rows(ctx, failed, "RuntimeError: boom"))
+    write_error_rows(ctx.store(), ctx, failed, "RuntimeError: boom")
     rows = read_results(tmp_path)
     assert len(rows) == len(methods) + 1 and (rows["status"] == "error").sum() == 1
     for _, row in rows.iterrows():

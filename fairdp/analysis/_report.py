@@ -16,6 +16,7 @@ import math
 import os
 import warnings
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +75,7 @@ from fairdp.analysis._release import (
     release_summary,
     released_guarantees,
 )
-from fairdp.analysis._render import Document, HtmlRenderer, MarkdownRenderer
+from fairdp.analysis._render import Document, HtmlRenderer, Item, MarkdownRenderer
 from fairdp.analysis._rows import (
     DIFFERENT_GUARANTEES,
     RUN_KEYS,
@@ -426,6 +427,399 @@ def report_figures(
                         _figures_only=True, **settings)
 
 
+@dataclass(frozen=True, eq=False)
+class _Tables:
+    """What a report shows, computed from its rows before anything is drawn or written."""
+
+    selected: pd.DataFrame           # the RT = rt picks
+    agg: pd.DataFrame                # their means over seeds: the main table
+    sweep: pd.DataFrame | None       # the same selection at each of rts
+    view: pd.DataFrame               # the rows the per-run views read (each notion apart under notion_gap)
+    bins: pd.DataFrame               # fairness-accuracy bins
+    by_eps: pd.DataFrame | None      # privacy-accuracy per eps
+    notions: pd.DataFrame | None     # violation and accuracy per (notion, eps)
+    front_rows: pd.DataFrame         # the rows the Pareto figure draws
+    constant_off: int                # constant configs left off the fronts
+    pareto: pd.DataFrame | None      # front sizes and hypervolumes
+    progress: pd.DataFrame | None    # a search's hypervolume per generation
+    curves: pd.DataFrame | None      # the selected configs' learning curves
+
+
+def _pareto_rows(ok: pd.DataFrame, view: pd.DataFrame, fairness: str, keep_constant: bool,
+                 search_objectives: dict[str, str] | None,
+                 search_constraints: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows the Pareto figure draws and those its table summarises: a search's feasible rows
+    under its objectives, else every row; constant configs left out unless ``keep_constant``."""
+    front_rows, pareto_rows = view, ok if fairness != NOTION_GAP else view
+    if not keep_constant:  # a constant model is on no front unless asked: its gaps are 0 for that reason alone
+        front_rows, pareto_rows = without_constant_models(view), without_constant_models(pareto_rows)
+    if search_objectives:  # the search's front: its objectives, over the rows that meet its constraints
+        searched = ok if keep_constant else without_constant_models(ok)
+        front_rows = pareto_rows = searched[feasible(searched, search_constraints)]
+    return front_rows, pareto_rows
+
+
+def _report_tables(df: pd.DataFrame, ok: pd.DataFrame, rt: float, fairness: str, rts: list[float],
+                   by: Sequence[str], kinds: dict, keep_constant: bool, search_objectives: dict[str, str] | None,
+                   search_constraints: Sequence[str], search_history: pd.DataFrame | None,
+                   grid: pd.DataFrame | None, history: pd.DataFrame | None) -> _Tables:
+    """The selection, its aggregates and every other table the report shows (their warnings are
+    the caller's to collect)."""
+    selected = select_by_rt(df, rt, fairness, by)
+    # each table counts the seeds whose pick is a constant model (marked, footnoted)
+    agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
+    sweep = (with_constant_picks(rt_sweep(df, rts, fairness, by=by), selections_at(df, rts, fairness, by),
+                                 [*by, "rt"]) if rts else None)
+    # the per-run views (bins, fronts) read each notion's own violation; a method's
+    # notions are drawn apart ("pfld [dp]")
+    view = _per_notion_view(df) if fairness == NOTION_GAP else df
+    bins = fairness_accuracy_bins(view, fairness)
+    by_eps = privacy_accuracy_by_eps(df, fairness if fairness != NOTION_GAP else "dp_gap") \
+        if "eps" in df.columns else None
+    notions = (violation_accuracy_by_eps(df, rt)
+               if {"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
+               and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
+    front_rows, pareto_rows = _pareto_rows(ok, view, fairness, keep_constant, search_objectives, search_constraints)
+    constant_off = 0 if keep_constant else int(constant_models(ok).fillna(False).sum())
+    pareto = _pareto_summary(pareto_rows, fairness, kinds, search_objectives)
+    progress = search_progress(search_history, grid) if search_history is not None else None
+    curves = selected_curves(history, selected, fairness) if history is not None and len(history) else None
+    return _Tables(selected, agg, sweep, view, bins, by_eps, notions, front_rows, constant_off, pareto, progress,
+                   curves)
+
+
+def _figure_pairs(fairness: str, search_objectives: dict[str, str] | None) -> list[tuple[str, str]]:
+    """The pairs of objectives the Pareto figure draws: a search's, else accuracy, the gap, leakage."""
+    if search_objectives:
+        names = list(search_objectives)
+        return [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
+    return [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"), (f"valid_{fairness}", "leakage")]
+
+
+def _draw_figures(df: pd.DataFrame, t: _Tables, rt: float, fairness: str, rts: list[float], by: Sequence[str],
+                  search_objectives: dict[str, str] | None, error_bars: str, level: float) -> dict:
+    """Every figure of the report by name (None where it draws none), not yet saved."""
+    bars = {"error_bars": error_bars, "level": level}
+    eps_fairness = fairness if fairness != NOTION_GAP else "dp_gap"
+    return {
+        "rt_sweep": (figure_rt_sweep(_seed_bounds(t.sweep, df, lambda rows: rt_sweep(rows, rts, fairness, by=by),
+                                                  ["dataset", "method", *by, "rt"], **bars), fairness, by, **bars)
+                     if t.sweep is not None else None),
+        "violation_accuracy_eps": (figure_violation_accuracy_by_eps(_seed_bounds(
+            t.notions, df, lambda rows: violation_accuracy_by_eps(rows, rt),
+            ["dataset", "method", "fairness_notion", "eps"], **bars), **bars) if t.notions is not None else None),
+        "fairness_accuracy_bins": figure_fairness_accuracy_bins(_seed_bounds(
+            t.bins, t.view, lambda rows: fairness_accuracy_bins(rows, fairness), ["dataset", "method", "accuracy_bin"],
+            **bars), fairness, **bars),
+        "privacy_accuracy": (figure_privacy_accuracy(_seed_bounds(
+            t.by_eps, df, lambda rows: privacy_accuracy_by_eps(rows, eps_fairness), ["dataset", "method", "eps"],
+            **bars), **bars) if t.by_eps is not None else None),
+        "leakage_vs_eps": figure_leakage_vs_eps(df) if {"eps", "leakage"} <= set(df.columns) else None,
+        "pareto_fronts": figure_pareto_fronts(t.front_rows, _figure_pairs(fairness, search_objectives),
+                                              search_objectives),  # a search's directions
+        "hypervolume_history": figure_hypervolume_history(t.progress) if t.progress is not None else None,
+        "learning_curves": (figure_learning_curves(t.curves, fairness,
+                                                   f"Validation curves of the configs selected at RT = {rt:g}")
+                            if t.curves is not None else None),
+    }
+
+
+def _save_figures(drawn: dict, fig_dir: Path) -> dict[str, Path | None]:
+    """Save the figures drawn as ``fig_dir/<name>.png``; remove the PNG of each figure not drawn
+    (a previous report's), so the folder matches the report."""
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    figures = {name: None if fig is None else save_png(fig, fig_dir / f"{name}.png") for name, fig in drawn.items()}
+    for name, path in figures.items():
+        if path is None:
+            (fig_dir / f"{name}.png").unlink(missing_ok=True)
+    return figures
+
+
+def _interval_metrics(agg: pd.DataFrame) -> list[str]:
+    """The metrics of the main table (its ``<metric>_mean`` columns)."""
+    return [c[: -len("_mean")] for c in agg.columns if c.endswith("_mean")]
+
+
+def _main_table(agg: pd.DataFrame, by: Sequence[str], ci: float | None,
+                keep_constant: bool) -> tuple[pd.DataFrame, dict | None]:
+    """The main table as shown, and its ≈ marks: the probes that were off dropped, and with
+    ``ci`` each mean's t-interval over seeds and the cells whose interval overlaps the best's."""
+    # a probe that was off (leakage, MDL) is no column and no comparison, rather than "-" and "?"
+    agg = agg.drop(columns=[c for m in _unmeasured(agg) for c in agg.columns if c.startswith(f"{m}_")])
+    if ci is None:
+        return agg, None
+    agg = seed_intervals(agg, ci)
+    group = ["dataset", *by]
+    return agg, {m: not_distinguishable(agg, m, default_direction(m), group, keep_constant)
+                 for m in _interval_metrics(agg)}
+
+
+def _own_violation(fairness: str) -> str:
+    """What the fairness gap is under ``notion_gap`` (each notion's own violation), else ""."""
+    return " (each notion's own violation: DP-gap for dp, EO-gap for eo, AP-gap for ap; methods without a " \
+           "notion repeated under each)" if fairness == NOTION_GAP else ""
+
+
+def _per_by(by: Sequence[str]) -> str:
+    """The ``by`` columns as they follow a group's other keys in a caption (", eps")."""
+    return "".join(f", {k}" for k in by)
+
+
+_Section = tuple[str, str, list[Item]]  # title, caption, items
+
+
+def _results_section(df: pd.DataFrame, ok: pd.DataFrame, agg: pd.DataFrame, rt: float, fairness: str,
+                     by: Sequence[str], ci: float | None, kinds: dict) -> _Section:
+    """The main table: the RT selection's test metrics, mean ± std over seeds."""
+    studies = sorted(ok["study"].dropna().astype(str).unique()) if "study" in ok.columns else []
+    pooled = (f"Rows of the studies {', '.join(studies)}, pooled: each selection below chooses among the configs of "
+              f"all of them. ") if len(studies) > 1 else ""
+    return (
+        f"Test results at RT = {rt:g}",
+        pooled + f"Per (dataset, method, seed{_per_by(by)}) the config with the lowest validation "
+        f"{FAIRNESS_LABELS[fairness]}{_own_violation(fairness)} among those "
+        f"within RT = {rt:g} accuracy points of the best validation accuracy (FEDERATE sec. 5.1), "
+        "then mean ± sample std (ddof=1) over seeds of its test metrics (FEDERATE Table 1 layout)"
+        + (f", [the {ci:g}% t-interval of the mean over seeds]; ≈ marks a method whose interval overlaps the "
+           "best method's in that column, a difference from the best that the intervals do not support. "
+           if ci is not None else ". ")
+        + _guarantee_sentence(agg, by, kinds)
+        + (" What releasing these means over seeds costs: 'What a selection releases' below."
+           if has_release_events(df) else "")
+        + " " + _probe_sentence(ok) + (" " + _pruning_sentence(ok) if _pruning_sentence(ok) else ""),
+        [("table", agg)],
+    )
+
+
+def _paper_sections(df: pd.DataFrame, compare: Sequence[str]) -> list[_Section]:
+    """One section per published table named in ``compare``, beside the study's values."""
+    sections = []
+    for name in compare:
+        caption, tables = comparison_section(df, get_paper(name))
+        sections.append((f"Compared with the paper: {name}", caption, [("display", t) for t in tables]))
+    return sections
+
+
+def _selected_section(selected: pd.DataFrame, agg: pd.DataFrame, rt: float, fairness: str,
+                      ci: float | None) -> _Section:
+    """The config each run's selection picked, its hyperparameters and metrics."""
+    return (
+        "Selected configurations",
+        f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "
+        "and test metrics (percent)" + (f"; constant: the pick is a constant model, which {CONSTANT_SENTENCE}"
+                                        if CONSTANT_PICKS in agg.columns else "") + ".",
+        [("display", display_strings(_guarantees_shown(mark_constant_picks(
+            selected_with_intervals(selected, selected_configs(selected, fairness), fairness, ci)
+            if ci is not None else selected_configs(selected, fairness), selected))))],
+    )
+
+
+def _learning_curves_section(figure: Path | None, fairness: str) -> _Section | None:
+    """The selected configs' validation curves, where the rows' history drew them."""
+    if figure is None:
+        return None
+    return (
+        "Learning curves",
+        f"Each selected config's validation accuracy, {FAIRNESS_LABELS[fairness]}{_own_violation(fairness)} and "
+        "cross-entropy after every epoch, one "
+        "line per seed; the marker is the epoch whose model its row reports (the best validation accuracy, "
+        "or the last epoch for methods that return it). A private representation is drawn afresh at every "
+        "evaluation, so a DP method's row can differ from its curve at that epoch by one draw's noise. The "
+        "curves of every config are in the results' side table <results>.history (fairdp.read_history).",
+        [("figure", "learning_curves")])
+
+
+def _release_section(df: pd.DataFrame, selected: pd.DataFrame, rt: float, by: Sequence[str]) -> _Section | None:
+    """What releasing a selection costs in ε, where the rows record their accountant's events."""
+    if not has_release_events(df):
+        return None
+    released = released_guarantees(df, selected, rt, by)
+    return (
+        "What a selection releases",
+        "ε of one config is the largest guarantee (eps_formal) of the configs selected: the ε the method's "
+        "analysis gives the config as trained, e.g. the accountant's ε at the noise calibrated for the grid's "
+        "eps, which calibration leaves at or just below that target (the smallest noise that meets it): a "
+        "figure a little under the grid's eps is the config's exact ε, not a rounding. The selection looked at every config its run "
+        "trained, so releasing one seed's pick is (ε, δ)-DP for the training data by the bound named (bound, "
+        "one seed: composition of every config trained, or Papernot & Steinke's repeat-and-select when the "
+        f"study drew a random number of trials and selects a best-of, rt = 0); '{PER_SEED}' is the largest of "
+        "these over the seeds, a release of one seed's model alone. The tables above report means over seeds, "
+        "which release every seed's pick at once, each selected on the same data: "
+        f"'{MEAN_OVER_SEEDS}' composes them (RDP composition of every config trained in every seed the mean "
+        "uses, the sum of their ε for pure-DP rows where that is smaller, or the seeds' repeat-and-select "
+        f"RDP summed), the cost of the mean. Each ε is of its row's guarantee kind. "
+        f"{NOT_COVERED[0].upper()}{NOT_COVERED[1:]}. Not covered either: local guarantees per representation "
+        "(no accountant event); releasing several picks (one per by-value, a Pareto front).",
+        [("display", display_strings(release_summary(released, df, rt, by)))],
+    )
+
+
+def _positive_rates_section(selected: pd.DataFrame, by: Sequence[str], kinds: dict) -> _Section | None:
+    """The percent of test rows the selected models predict positive, beside the labels' rate."""
+    rates = positive_rates(selected, by)
+    if not len(rates):
+        return None
+    return (
+        "Positive rate of the selected models",
+        "Per (dataset, method" + _per_by(by) + ") the percent of test rows the selected models predict positive "
+        "(class 1), mean ± std over seeds, beside the labels' own rate; 'constant' counts the seeds whose model "
+        f"predicts one class for all but {CONSTANT_RATE:g}% of the rows, whose fairness gaps are then 0 for "
+        "that reason alone.",
+        [("display", _rates_table(rates, by, kinds))],
+    )
+
+
+def _group_rates_section(selected: pd.DataFrame, by: Sequence[str], kinds: dict) -> _Section | None:
+    """The selected models' test rates per group, where the rows store their counts."""
+    group_rates = aggregate_group_rates(selected, "test", by)
+    if not len(group_rates):
+        return None
+    return (
+        "Per-group rates of the selected models",
+        "Per (dataset, method" + _per_by(by) + ", group) the selected models' test selection rate, TPR, FPR and "
+        "accuracy (percent; binary tasks: of the positive class), computed from each row's stored counts "
+        "(test_confusion) as fairlearn's MetricFrame by_group would from its predictions, then mean ± std over "
+        "seeds; Rows is the group's size. The gaps above are the spreads of these rates over the groups. "
+        "Groups are the dataset's codes, 0 to G-1 in the order of its group_names.",
+        [("display", group_rates_table(group_rates, by, kinds))],
+    )
+
+
+def _differences_section(agg: pd.DataFrame, fairness: str, by: Sequence[str], ci: float | None,
+                         keep_constant: bool) -> _Section | None:
+    """Which pairwise differences between methods the t-intervals support, per test metric;
+    None without intervals or without a method of two seeds."""
+    if ci is None or not (agg["n_seeds"] >= 2).any():
+        return None
+    group = ["dataset", *by]
+    differences = [(f"{_metric_title(m, fairness)}", supported_differences(agg, m, group, keep_constant=keep_constant))
+                   for m in _interval_metrics(agg)]
+    constant_left = sorted({f"{r['method']} on {r['dataset']}" for (_, r), flag in
+                            zip(agg.iterrows(), constant_rows(agg)) if flag}) if not keep_constant else []
+    crossed = any(t[c].astype(str).str.endswith(CROSS_KIND).any()
+                  for _, t in differences for c in t.columns if c not in (*group, "method", "guarantee"))
+    return (
+        "Differences the intervals support",
+        f"For each test metric, each pair of methods: < or > where their {ci:g}% t-intervals over seeds do not "
+        "overlap (the row method's mean is lower or higher), ≈ where they do (the difference is not "
+        "supported), ? where a method has a single seed or no value of the metric (a baseline without a representation has no leakage)."
+        + (f" {CROSS_KIND.strip()} marks a pair whose guarantees differ in kind (the guarantee column): "
+           f"{DIFFERENT_GUARANTEES}. Such a pair is compared at each method's own ε"
+           + (", and one ε value is not one privacy level across them" if "eps" in by else "")
+           + "; no ranking of them by privacy follows." if crossed else "")
+        + (f" Left out, their pick being a constant model in some seed ({CONSTANT_MARK.strip()} in the tables): "
+           f"{', '.join(constant_left)}." if constant_left else ""),
+        [("subtable", d) for d in differences],
+    )
+
+
+def _rt_sweep_section(sweep: pd.DataFrame | None, fairness: str, by: Sequence[str], kinds: dict) -> _Section | None:
+    """The selection at each RT of the sweep: its figure and a table per method."""
+    if sweep is None:
+        return None
+    return ("Relaxation-threshold sweep",
+            "The same selection for each RT (FEDERATE Fig. 2, Tables 4-6): one figure of the validation "
+            "metrics the selection reads (valid accuracy, valid fairness gap, leakage), then a table per "
+            "method with its test metrics (mean ± std over seeds) at each RT: the figure and the tables "
+            "show different splits.",
+            [("figure", "rt_sweep"),
+             *(("subtable", t) for t in sweep_tables(sweep, fairness, by=by, kinds=kinds))])
+
+
+def _fairness_accuracy_section(fairness: str) -> _Section:
+    """The best validation fairness per 1-point validation-accuracy interval (always drawn)."""
+    return ("Fairness-accuracy trade-off",
+            "Validation accuracy in 1-point intervals centred on integers ([71.5, 72.5) → 72); the best "
+            f"validation {FAIRNESS_LABELS[fairness]} per interval and seed, averaged over the seeds that reached it. "
+            "Missing points are intervals no config reached.",
+            [("figure", "fairness_accuracy_bins")])
+
+
+def _notions_section(notions: pd.DataFrame | None, figure: Path | None, rt: float) -> _Section | None:
+    """Test violation and accuracy against ε per fairness notion, where the rows have both."""
+    if notions is None or figure is None:
+        return None
+    return ("Fairness notions against ε",
+            f"Per (method, fairness notion, ε) the RT = {rt:g} selection on the notion's own validation "
+            "violation, then test violation and accuracy, mean ± std over seeds (Tran et al. Figures 1-2). "
+            "Methods without ε are dashed levels.",
+            [("figure", "violation_accuracy_eps"), ("display", _notion_table(notions))])
+
+
+def _privacy_accuracy_section(by_eps: pd.DataFrame | None, kinds: dict) -> _Section | None:
+    """The best-accuracy config per ε, where methods have ε."""
+    if by_eps is None or by_eps.empty:
+        return None
+    return ("Privacy-accuracy trade-off",
+            "Per ε and seed the config with the best validation accuracy (RT = 0), mean ± std over seeds. "
+            "Each ε is of its method's guarantee kind (Guarantee): " + _kinds_sentence(by_eps, kinds)
+            + f" formal ε is one config's guarantee; {NOT_COVERED}.",
+            [("figure", "privacy_accuracy"), ("display", _eps_table(by_eps, 1, kinds)),
+             ("figure", "leakage_vs_eps")])
+
+
+def _pareto_section(pareto: pd.DataFrame | None, ok: pd.DataFrame, search_objectives: dict[str, str] | None,
+                    search_constraints: Sequence[str], constant_off: int) -> _Section | None:
+    """The Pareto fronts and their sizes and hypervolumes: a search's, over its feasible rows,
+    or on the validation objectives."""
+    if pareto is None and not search_objectives:
+        return None
+    return ("Pareto fronts",
+            (_search_front_caption(search_objectives, search_constraints,
+                                   int(feasible(ok, search_constraints).sum()), len(ok))
+             if search_objectives else
+             "Per seed, the non-dominated configs under validation objectives; hypervolume is "
+             "normalised to [0, 1] with the worst possible values (accuracy 0 %, gaps and leakage 100 %) "
+             "as reference point.")
+            + PARETO_CAVEAT
+            + (f" {constant_off} configs whose model is constant (it {CONSTANT_SENTENCE}) are left out "
+               "(fairdp report --keep-constant, or write_report(keep_constant=True), keeps them)." if constant_off else ""),
+            [("figure", "pareto_fronts"), *([("display", pareto)] if pareto is not None else [])])
+
+
+def _search_progress_section(progress: pd.DataFrame | None, kinds: dict) -> _Section | None:
+    """Each search's feasible front and its hypervolume per generation (against a grid's)."""
+    if progress is None or progress.empty:
+        return None
+    return ("Search progress",
+            "Per search, after every generation (population trials), the feasible trials (those meeting "
+            "the search's constraints), its feasible front and that front's hypervolume, normalised with "
+            "the same worst-value reference point (eps_formal: 20); with a grid, the hypervolume of the "
+            "grid's feasible front under the same objectives and constraints, and the ratio.",
+            [("figure", "hypervolume_history"), ("display", _progress_table(progress, kinds))])
+
+
+def _report_overview(df: pd.DataFrame, ok: pd.DataFrame, completeness: Completeness | None, selection: str | None,
+                     kinds: dict) -> list[tuple[str, str]]:
+    """The overview's (key, value) lines, with the selection used and each method's guarantee."""
+    overview = _overview(df, ok, completeness)
+    if selection:
+        overview.insert(len(overview) - 1, ("selection", selection.removeprefix("selection: ")))
+    at = next(i for i, (k, _) in enumerate(overview) if k == "methods") + 1
+    overview.insert(at, ("guarantees", "; ".join(f"{m}: {guarantee_text(kinds.get(m))}"
+                                                 for m in sorted(ok["method"].astype(str).unique()))))
+    return overview
+
+
+def _report_captions(drawn: dict, error_bars: str, level: float, progress: pd.DataFrame | None,
+                     search_objectives: dict[str, str] | None) -> dict[str, str]:
+    """Each figure's caption: what its bars are, a grid's front where drawn, a search's objectives."""
+    captions = dict(FIGURES)
+    captions.update(_error_bar_captions(drawn, error_bars, level))
+    if progress is not None and "grid_hypervolume" in progress.columns and progress["grid_hypervolume"].notna().any():
+        captions["hypervolume_history"] += " (dashed: the grid's front)"  # drawn only with a grid to compare
+    if search_objectives:
+        captions["pareto_fronts"] = ("Pareto fronts of the search's objectives over the rows that meet its "
+                                     "constraints (all seeds pooled)")
+    return captions
+
+
+def _partial_warning(completeness: Completeness | None) -> str | None:
+    """The warning above every table when the rows are not the whole study."""
+    return (f"{completeness.text[0].upper()}{completeness.text[1:]}."
+            if completeness is not None and completeness.is_partial else None)
+
+
 def write_report(
     df: pd.DataFrame,
     out_dir: str | os.PathLike,
@@ -494,249 +888,42 @@ def write_report(
         raise InputError("df: no result rows with status 'ok' to report")
     kinds = guarantees_by_method(df)  # what each method's ε protects: the rows' own, else the registry's
     out = Path(out_dir)
-    fig_dir = out / "figures"
-    label = FAIRNESS_LABELS[fairness]
     level = ci if ci is not None else 95.0  # of the figures' interval bars
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        selected = select_by_rt(df, rt, fairness, by)
-        # each table counts the seeds whose pick is a constant model (marked, footnoted)
-        agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
-        sweep = (with_constant_picks(rt_sweep(df, rts, fairness, by=by), selections_at(df, rts, fairness, by),
-                                     [*by, "rt"]) if rts else None)
-        # the per-run views (bins, fronts) read each notion's own violation; a method's
-        # notions are drawn apart ("pfld [dp]")
-        view = _per_notion_view(df) if fairness == NOTION_GAP else df
-        bins = fairness_accuracy_bins(view, fairness)
-        by_eps = privacy_accuracy_by_eps(df, fairness if fairness != NOTION_GAP else "dp_gap") \
-            if "eps" in df.columns else None
-        notions = (violation_accuracy_by_eps(df, rt)
-                   if {"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
-                   and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
-        front_rows, pareto_rows = view, ok if fairness != NOTION_GAP else view
-        if not keep_constant:  # a constant model is on no front unless asked: its gaps are 0 for that reason alone
-            front_rows, pareto_rows = without_constant_models(view), without_constant_models(pareto_rows)
-        constant_off = 0 if keep_constant else int(constant_models(ok).fillna(False).sum())
-        if search_objectives:  # the search's front: its objectives, over the rows that meet its constraints
-            searched = ok if keep_constant else without_constant_models(ok)
-            front_rows = pareto_rows = searched[feasible(searched, search_constraints)]
-        pareto = _pareto_summary(pareto_rows, fairness, kinds, search_objectives)
-        progress = search_progress(search_history, grid) if search_history is not None else None
-        curves = selected_curves(history, selected, fairness) if history is not None and len(history) else None
-        pairs = [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"),
-                 (f"valid_{fairness}", "leakage")]
-        if search_objectives:
-            names = list(search_objectives)
-            pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
-        bars = {"error_bars": error_bars, "level": level}
-        eps_fairness = fairness if fairness != NOTION_GAP else "dp_gap"
-        drawn = {
-            "rt_sweep": (figure_rt_sweep(_seed_bounds(sweep, df, lambda rows: rt_sweep(rows, rts, fairness, by=by),
-                                                      ["dataset", "method", *by, "rt"], **bars), fairness, by, **bars)
-                         if sweep is not None else None),
-            "violation_accuracy_eps": (figure_violation_accuracy_by_eps(_seed_bounds(
-                notions, df, lambda rows: violation_accuracy_by_eps(rows, rt),
-                ["dataset", "method", "fairness_notion", "eps"], **bars), **bars) if notions is not None else None),
-            "fairness_accuracy_bins": figure_fairness_accuracy_bins(_seed_bounds(
-                bins, view, lambda rows: fairness_accuracy_bins(rows, fairness), ["dataset", "method", "accuracy_bin"],
-                **bars), fairness, **bars),
-            "privacy_accuracy": (figure_privacy_accuracy(_seed_bounds(
-                by_eps, df, lambda rows: privacy_accuracy_by_eps(rows, eps_fairness), ["dataset", "method", "eps"],
-                **bars), **bars) if by_eps is not None else None),
-            "leakage_vs_eps": figure_leakage_vs_eps(df) if {"eps", "leakage"} <= set(df.columns) else None,
-            "pareto_fronts": figure_pareto_fronts(front_rows, pairs, search_objectives),  # a search's directions
-            "hypervolume_history": figure_hypervolume_history(progress) if progress is not None else None,
-            "learning_curves": (figure_learning_curves(curves, fairness,
-                                                       f"Validation curves of the configs selected at RT = {rt:g}")
-                                if curves is not None else None),
-        }
+        t = _report_tables(df, ok, rt, fairness, rts, by, kinds, keep_constant, search_objectives,
+                           search_constraints, search_history, grid, history)
+        drawn = _draw_figures(df, t, rt, fairness, rts, by, search_objectives, error_bars, level)
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
     for msg in notes:
         warnings.warn(msg, UserWarning, stacklevel=2)
     if _figures_only:  # report_figures: the figures as drawn, nothing written
         return drawn
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    figures = {name: None if fig is None else save_png(fig, fig_dir / f"{name}.png") for name, fig in drawn.items()}
-    for name, path in figures.items():
-        if path is None:
-            (fig_dir / f"{name}.png").unlink(missing_ok=True)
+    figures = _save_figures(drawn, out / "figures")
 
-    marks = None
-    group = ["dataset", *by]
-    # a probe that was off (leakage, MDL) is no column and no comparison, rather than "-" and "?"
-    agg = agg.drop(columns=[c for m in _unmeasured(agg) for c in agg.columns if c.startswith(f"{m}_")])
-    if ci is not None:
-        agg = seed_intervals(agg, ci)
-        ci_cols = [c[: -len("_mean")] for c in agg.columns if c.endswith("_mean")]
-        marks = {m: not_distinguishable(agg, m, default_direction(m), group, keep_constant) for m in ci_cols}
-    per = "".join(f", {k}" for k in by)
-    own = " (each notion's own violation: DP-gap for dp, EO-gap for eo, AP-gap for ap; methods without a " \
-          "notion repeated under each)" if fairness == NOTION_GAP else ""
-    sections: list[tuple[str, str, list[tuple[str, pd.DataFrame | str]]]] = []
-    studies = sorted(ok["study"].dropna().astype(str).unique()) if "study" in ok.columns else []
-    pooled = (f"Rows of the studies {', '.join(studies)}, pooled: each selection below chooses among the configs of "
-              f"all of them. ") if len(studies) > 1 else ""
-    sections.append((
-        f"Test results at RT = {rt:g}",
-        pooled + f"Per (dataset, method, seed{per}) the config with the lowest validation {label}{own} among those "
-        f"within RT = {rt:g} accuracy points of the best validation accuracy (FEDERATE sec. 5.1), "
-        "then mean ± sample std (ddof=1) over seeds of its test metrics (FEDERATE Table 1 layout)"
-        + (f", [the {ci:g}% t-interval of the mean over seeds]; ≈ marks a method whose interval overlaps the "
-           "best method's in that column, a difference from the best that the intervals do not support. "
-           if ci is not None else ". ")
-        + _guarantee_sentence(agg, by, kinds)
-        + (" What releasing these means over seeds costs: 'What a selection releases' below."
-           if has_release_events(df) else "")
-        + " " + _probe_sentence(ok) + (" " + _pruning_sentence(ok) if _pruning_sentence(ok) else ""),
-        [("table", agg)],
-    ))
-    for name in compare:
-        caption, tables = comparison_section(df, get_paper(name))
-        sections.append((f"Compared with the paper: {name}", caption, [("display", t) for t in tables]))
-    sections.append((
-        "Selected configurations",
-        f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "
-        "and test metrics (percent)" + (f"; constant: the pick is a constant model, which {CONSTANT_SENTENCE}"
-                                        if CONSTANT_PICKS in agg.columns else "") + ".",
-        [("display", display_strings(_guarantees_shown(mark_constant_picks(
-            selected_with_intervals(selected, selected_configs(selected, fairness), fairness, ci)
-            if ci is not None else selected_configs(selected, fairness), selected))))],
-    ))
-    if figures["learning_curves"] is not None:
-        sections.append((
-            "Learning curves",
-            f"Each selected config's validation accuracy, {label}{own} and cross-entropy after every epoch, one "
-            "line per seed; the marker is the epoch whose model its row reports (the best validation accuracy, "
-            "or the last epoch for methods that return it). A private representation is drawn afresh at every "
-            "evaluation, so a DP method's row can differ from its curve at that epoch by one draw's noise. The "
-            "curves of every config are in the results' side table <results>.history (fairdp.read_history).",
-            [("figure", "learning_curves")]))
-    if has_release_events(df):
-        released = released_guarantees(df, selected, rt, by)
-        sections.append((
-            "What a selection releases",
-            "ε of one config is the largest guarantee (eps_formal) of the configs selected: the ε the method's "
-            "analysis gives the config as trained, e.g. the accountant's ε at the noise calibrated for the grid's "
-            "eps, which calibration leaves at or just below that target (the smallest noise that meets it): a "
-            "figure a little under the grid's eps is the config's exact ε, not a rounding. The selection looked at every config its run "
-            "trained, so releasing one seed's pick is (ε, δ)-DP for the training data by the bound named (bound, "
-            "one seed: composition of every config trained, or Papernot & Steinke's repeat-and-select when the "
-            f"study drew a random number of trials and selects a best-of, rt = 0); '{PER_SEED}' is the largest of "
-            "these over the seeds, a release of one seed's model alone. The tables above report means over seeds, "
-            "which release every seed's pick at once, each selected on the same data: "
-            f"'{MEAN_OVER_SEEDS}' composes them (RDP composition of every config trained in every seed the mean "
-            "uses, the sum of their ε for pure-DP rows where that is smaller, or the seeds' repeat-and-select "
-            f"RDP summed), the cost of the mean. Each ε is of its row's guarantee kind. "
-            f"{NOT_COVERED[0].upper()}{NOT_COVERED[1:]}. Not covered either: local guarantees per representation "
-            "(no accountant event); releasing several picks (one per by-value, a Pareto front).",
-            [("display", display_strings(release_summary(released, df, rt, by)))],
-        ))
-    rates = positive_rates(selected, by)
-    if len(rates):
-        sections.append((
-            "Positive rate of the selected models",
-            "Per (dataset, method" + per + ") the percent of test rows the selected models predict positive (class "
-            "1), mean ± std over seeds, beside the labels' own rate; 'constant' counts the seeds whose model "
-            f"predicts one class for all but {CONSTANT_RATE:g}% of the rows, whose fairness gaps are then 0 for "
-            "that reason alone.",
-            [("display", _rates_table(rates, by, kinds))],
-        ))
-    group_rates = aggregate_group_rates(selected, "test", by)
-    if len(group_rates):
-        sections.append((
-            "Per-group rates of the selected models",
-            "Per (dataset, method" + per + ", group) the selected models' test selection rate, TPR, FPR and "
-            "accuracy (percent; binary tasks: of the positive class), computed from each row's stored counts "
-            "(test_confusion) as fairlearn's MetricFrame by_group would from its predictions, then mean ± std over "
-            "seeds; Rows is the group's size. The gaps above are the spreads of these rates over the groups. "
-            "Groups are the dataset's codes, 0 to G-1 in the order of its group_names.",
-            [("display", group_rates_table(group_rates, by, kinds))],
-        ))
-    if ci is not None and (agg["n_seeds"] >= 2).any():
-        differences = [(f"{_metric_title(m, fairness)}", supported_differences(agg, m, group, keep_constant=keep_constant))
-                       for m in ci_cols]
-        constant_left = sorted({f"{r['method']} on {r['dataset']}" for (_, r), flag in
-                                zip(agg.iterrows(), constant_rows(agg)) if flag}) if not keep_constant else []
-        crossed = any(t[c].astype(str).str.endswith(CROSS_KIND).any()
-                      for _, t in differences for c in t.columns if c not in (*group, "method", "guarantee"))
-        sections.append((
-            "Differences the intervals support",
-            f"For each test metric, each pair of methods: < or > where their {ci:g}% t-intervals over seeds do not "
-            "overlap (the row method's mean is lower or higher), ≈ where they do (the difference is not "
-            "supported), ? where a method has a single seed or no value of the metric (a baseline without a representation has no leakage)."
-            + (f" {CROSS_KIND.strip()} marks a pair whose guarantees differ in kind (the guarantee column): "
-               f"{DIFFERENT_GUARANTEES}. Such a pair is compared at each method's own ε"
-               + (", and one ε value is not one privacy level across them" if "eps" in by else "")
-               + "; no ranking of them by privacy follows." if crossed else "")
-            + (f" Left out, their pick being a constant model in some seed ({CONSTANT_MARK.strip()} in the tables): "
-               f"{', '.join(constant_left)}." if constant_left else ""),
-            [("subtable", d) for d in differences],
-        ))
-    if sweep is not None:
-        sections.append(("Relaxation-threshold sweep",
-                         "The same selection for each RT (FEDERATE Fig. 2, Tables 4-6): one figure of the validation "
-                         "metrics the selection reads (valid accuracy, valid fairness gap, leakage), then a table per "
-                         "method with its test metrics (mean ± std over seeds) at each RT: the figure and the tables "
-                         "show different splits.",
-                         [("figure", "rt_sweep"),
-                          *(("subtable", t) for t in sweep_tables(sweep, fairness, by=by, kinds=kinds))]))
-    sections.append(("Fairness-accuracy trade-off",
-                     "Validation accuracy in 1-point intervals centred on integers ([71.5, 72.5) → 72); the best "
-                     f"validation {label} per interval and seed, averaged over the seeds that reached it. "
-                     "Missing points are intervals no config reached.",
-                     [("figure", "fairness_accuracy_bins")]))
-    if notions is not None and figures["violation_accuracy_eps"] is not None:
-        sections.append(("Fairness notions against ε",
-                         f"Per (method, fairness notion, ε) the RT = {rt:g} selection on the notion's own validation "
-                         "violation, then test violation and accuracy, mean ± std over seeds (Tran et al. Figures 1-2). "
-                         "Methods without ε are dashed levels.",
-                         [("figure", "violation_accuracy_eps"), ("display", _notion_table(notions))]))
-    if by_eps is not None and not by_eps.empty:
-        sections.append(("Privacy-accuracy trade-off",
-                         "Per ε and seed the config with the best validation accuracy (RT = 0), mean ± std over seeds. "
-                         "Each ε is of its method's guarantee kind (Guarantee): " + _kinds_sentence(by_eps, kinds)
-                         + f" formal ε is one config's guarantee; {NOT_COVERED}.",
-                         [("figure", "privacy_accuracy"), ("display", _eps_table(by_eps, 1, kinds)),
-                          ("figure", "leakage_vs_eps")]))
-    if pareto is not None or search_objectives:
-        sections.append(("Pareto fronts",
-                         (_search_front_caption(search_objectives, search_constraints,
-                                                int(feasible(ok, search_constraints).sum()), len(ok))
-                          if search_objectives else
-                          "Per seed, the non-dominated configs under validation objectives; hypervolume is "
-                          "normalised to [0, 1] with the worst possible values (accuracy 0 %, gaps and leakage 100 %) "
-                          "as reference point.")
-                         + PARETO_CAVEAT
-                         + (f" {constant_off} configs whose model is constant (it {CONSTANT_SENTENCE}) are left out "
-                            "(fairdp report --keep-constant, or write_report(keep_constant=True), keeps them)." if constant_off else ""),
-                         [("figure", "pareto_fronts"), *([("display", pareto)] if pareto is not None else [])]))
-    if progress is not None and not progress.empty:
-        sections.append(("Search progress",
-                         "Per search, after every generation (population trials), the feasible trials (those meeting "
-                         "the search's constraints), its feasible front and that front's hypervolume, normalised with "
-                         "the same worst-value reference point (eps_formal: 20); with a grid, the hypervolume of the "
-                         "grid's feasible front under the same objectives and constraints, and the ratio.",
-                         [("figure", "hypervolume_history"), ("display", _progress_table(progress, kinds))]))
-
-    overview = _overview(df, ok, completeness)
-    if selection:
-        overview.insert(len(overview) - 1, ("selection", selection.removeprefix("selection: ")))
-    captions = dict(FIGURES)
-    captions.update(_error_bar_captions(drawn, error_bars, level))
-    if progress is not None and "grid_hypervolume" in progress.columns and progress["grid_hypervolume"].notna().any():
-        captions["hypervolume_history"] += " (dashed: the grid's front)"  # drawn only with a grid to compare
-    if search_objectives:
-        captions["pareto_fronts"] = ("Pareto fronts of the search's objectives over the rows that meet its "
-                                     "constraints (all seeds pooled)")
-    at = next(i for i, (k, _) in enumerate(overview) if k == "methods") + 1
-    overview.insert(at, ("guarantees", "; ".join(f"{m}: {guarantee_text(kinds.get(m))}"
-                                                 for m in sorted(ok["method"].astype(str).unique()))))
-    partial = (f"{completeness.text[0].upper()}{completeness.text[1:]}."
-               if completeness is not None and completeness.is_partial else None)
+    agg, marks = _main_table(t.agg, by, ci, keep_constant)
+    sections = [
+        _results_section(df, ok, agg, rt, fairness, by, ci, kinds),
+        *_paper_sections(df, compare),
+        _selected_section(t.selected, agg, rt, fairness, ci),
+        _learning_curves_section(figures["learning_curves"], fairness),
+        _release_section(df, t.selected, rt, by),
+        _positive_rates_section(t.selected, by, kinds),
+        _group_rates_section(t.selected, by, kinds),
+        _differences_section(agg, fairness, by, ci, keep_constant),
+        _rt_sweep_section(t.sweep, fairness, by, kinds),
+        _fairness_accuracy_section(fairness),
+        _notions_section(t.notions, figures["violation_accuracy_eps"], rt),
+        _privacy_accuracy_section(t.by_eps, kinds),
+        _pareto_section(t.pareto, ok, search_objectives, search_constraints, t.constant_off),
+        _search_progress_section(t.progress, kinds),
+    ]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-
-    doc = Document(stamp, overview, partial, sections, notes, figures, captions, fairness, tuple(by), agg, marks)
+    doc = Document(stamp, _report_overview(df, ok, completeness, selection, kinds), _partial_warning(completeness),
+                   [s for s in sections if s is not None], notes, figures,
+                   _report_captions(drawn, error_bars, level, t.progress, search_objectives), fairness, tuple(by),
+                   agg, marks)
     md_text, html_text = MarkdownRenderer().render(doc), HtmlRenderer().render(doc)
 
     written = [p for p in figures.values() if p is not None]

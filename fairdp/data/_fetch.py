@@ -8,6 +8,7 @@ file, from any source, is checked against its pinned sha256 before it enters the
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from fairdp.data._cache import atomic_path, data_dir, sha256_file
 from fairdp.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 URL_TIMEOUT_S = 30
 
@@ -60,7 +63,8 @@ class RemoteFile:
 
 
 def _log(msg: str) -> None:
-    print(f"fairdp: {msg}", file=sys.stderr, flush=True)
+    """Routine news of a fetch (what is fetched from where, what was verified)."""
+    logger.info("fairdp: %s", msg)
 
 
 def _verified(path: Path, expected: str) -> bool:

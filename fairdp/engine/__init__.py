@@ -3,7 +3,7 @@
 ``fit_pack`` is the one training loop; a neural method plugs a ``PackStep`` (its model,
 minibatch update and epoch hooks) into it. The rest are the building blocks steps use:
 packed layers and models, packed losses, per-sample clipping with noise, per-config seeds, and pruning dominated configs at rungs.
-``checkpointing`` makes ``fit_pack`` save its state as it trains and resume from it.
+A ``Checkpointing`` passed to ``fit_pack`` makes it save its state as it trains and resume from it.
 """
 
 from fairdp.engine._arch import (
@@ -15,10 +15,9 @@ from fairdp.engine._arch import (
 )
 from fairdp.engine._checkpoint import (
     CheckpointFile,
-    checkpointing,
+    Checkpointing,
     data_fingerprint,
     published_data_fingerprint,
-    without_checkpoints,
 )
 from fairdp.engine._loop import EVAL_CHUNK, BestEpochs, fit_pack, merge_results
 from fairdp.engine._losses import (
@@ -77,6 +76,7 @@ __all__ = [
     "Batch",
     "BestEpochs",
     "CheckpointFile",
+    "Checkpointing",
     "EpochReport",
     "ModelSpec",
     "PackContext",
@@ -92,7 +92,6 @@ __all__ = [
     "architecture_from",
     "autocast",
     "bytes_per_config",
-    "checkpointing",
     "config_chunk",
     "config_id",
     "data_fingerprint",
@@ -116,7 +115,6 @@ __all__ = [
     "per_config_cross_entropy",
     "preset_for",
     "resolve_device",
-    "without_checkpoints",
     "resolve_precision",
     "stream_seed",
 ]

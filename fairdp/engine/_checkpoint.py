@@ -10,27 +10,27 @@ bit an uninterrupted one's. The dataset and the progress callback are not saved;
 attached again on load.
 
 Where a checkpoint lives is the caller's (``CheckpointFile``; a study keeps them in its
-results directory). ``fit_pack`` uses the one ``checkpointing`` installs for the block.
+results directory). ``fit_pack`` takes one as its ``checkpoint`` argument (a ``Checkpointing``:
+the file and how often to save to it).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import hashlib
 import io
 import json
+import logging
 import pickle
-import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from fairdp.errors import StoreFault
+
+logger = logging.getLogger(__name__)
 
 FORMAT = 3  # bump when what is pickled changes shape (2: counter-based PackStreams; 3: per-epoch valid curves)
 # at the end of training a pack saves if it trained this long since its last save: a pack of
@@ -58,42 +58,11 @@ class CheckpointFile(ABC):
 
 @dataclass(frozen=True)
 class Checkpointing:
+    """A ``fit_pack``'s checkpoints: saved to ``file`` every ``every_s`` seconds (and when training
+    ends), resumed from when ``file`` holds one of the same pack."""
+
     file: CheckpointFile
     every_s: float  # save after the first epoch that ends this long after the last save
-
-
-_ACTIVE: contextvars.ContextVar[Checkpointing | None] = contextvars.ContextVar("fairdp_checkpointing", default=None)
-
-
-@contextlib.contextmanager
-def checkpointing(file: CheckpointFile, every_s: float) -> Iterator[None]:
-    """``fit_pack`` calls in the block save their training state to ``file`` every ``every_s``
-    seconds (and when training ends), and resume from it when it holds a checkpoint of the
-    same pack. A ``fit_pack`` inside another (INLP's baseline) does not checkpoint."""
-    token = _ACTIVE.set(Checkpointing(file, float(every_s)))
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
-@contextlib.contextmanager
-def claim() -> Iterator[Checkpointing | None]:
-    """The block's checkpointing, taken for one ``fit_pack``: nested calls see none."""
-    active = _ACTIVE.get()
-    token = _ACTIVE.set(None)
-    try:
-        yield active
-    finally:
-        _ACTIVE.reset(token)
-
-
-@contextlib.contextmanager
-def without_checkpoints() -> Iterator[None]:
-    """Train the block's packs without saving checkpoints (one checkpoint file holds one pack:
-    a caller that trains several in a row, e.g. one per training setting, opts out)."""
-    with claim():
-        yield
 
 
 def identity(**parts) -> str:
@@ -184,12 +153,12 @@ class Saver:
         try:
             state = loads(blob, self.key, self.external)
         except Exception as e:  # noqa: BLE001 - a bad checkpoint costs its saved epochs, never the run
-            print(f"fairdp: {file.name}: unreadable checkpoint ({type(e).__name__}: {e}); training from the "
-                  f"first epoch", file=sys.stderr, flush=True)
+            logger.warning("fairdp: %s: unreadable checkpoint (%s: %s); training from the first epoch",
+                           file.name, type(e).__name__, e)
             return None
         if state is None:
-            print(f"fairdp: {file.name}: checkpoint of another pack or setting; training from the first epoch",
-                  file=sys.stderr, flush=True)
+            logger.warning("fairdp: %s: checkpoint of another pack or setting; training from the first epoch",
+                           file.name)
         return state
 
     def due(self, done: bool = False) -> bool:
@@ -210,8 +179,8 @@ class Saver:
         except StoreFault:
             raise  # the pack's rows could not be stored either: stop now
         except Exception as e:  # noqa: BLE001
-            print(f"fairdp: {file.name}: cannot save a checkpoint ({type(e).__name__}: {e}); this pack trains on "
-                  f"without them", file=sys.stderr, flush=True)
+            logger.warning("fairdp: %s: cannot save a checkpoint (%s: %s); this pack trains on without them",
+                           file.name, type(e).__name__, e)
             self.checkpointing = None
             return
         self.last = time.monotonic()

@@ -7,7 +7,7 @@ best-validation epoch (or the last, for methods whose algorithm returns it), pro
 callbacks, the pack's outputs (predictions and attacker-visible representations), and, when
 ``TrainSettings.prune`` asks, stopping dominated configs at rung epochs (``_prune``; a stopped
 config is cut out of the step with ``PackStep.subset``, so it costs nothing afterwards), and,
-inside a ``checkpointing`` block, saving its state as it goes and resuming from a saved one.
+given a ``checkpoint``, saving its state as it goes and resuming from a saved one.
 
 A step supplies the method: its model (every parameter with a leading config axis K), its
 optimiser, the update for one minibatch (by default: the loss it returns, backpropagated),
@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import sys
+import logging
 import time
 from collections.abc import Callable
 
@@ -33,7 +33,7 @@ from torch import nn
 
 from fairdp.data import Dataset
 from fairdp.engine._arch import Architecture
-from fairdp.engine._checkpoint import Saver, claim, data_fingerprint, identity
+from fairdp.engine._checkpoint import Checkpointing, Saver, data_fingerprint, identity
 from fairdp.engine._losses import (
     per_config_accuracy,
     per_config_confusion,
@@ -61,6 +61,8 @@ from fairdp.fairness import scores_from_confusion
 
 EVAL_CHUNK = 4096  # rows per evaluation pass: bounds memory at K x 4096 x D
 SELECTIONS = ("best", "last")
+
+logger = logging.getLogger(__name__)
 
 
 class BestEpochs:
@@ -109,7 +111,8 @@ class BestEpochs:
 def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, configs: list[dict],
              config_ids: list[str], seed: int, settings: TrainSettings, arch: Architecture, *,
              shapes: list[tuple[int, int]], splits_out: tuple[str, ...] = ("valid", "test"),
-             callback: Callable[[EpochReport], None] | None = None) -> PackResult:
+             callback: Callable[[EpochReport], None] | None = None,
+             checkpoint: Checkpointing | None = None) -> PackResult:
     """Train a pack with the steps ``make_step`` builds, one chunk of configs at a time.
 
     ``shapes`` are the (fan_in, fan_out) of one config's linear layers, from which the chunk
@@ -117,7 +120,8 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
     representations the result keeps. With ``settings.prune`` the chunks train side by side,
     epoch by epoch, so that at each rung the whole pack's configs are compared (``_prune``);
     the configs that stop are taken out of their chunk's model and optimiser, so they cost
-    nothing afterwards.
+    nothing afterwards. With a ``checkpoint`` the pack saves its state as it trains and resumes
+    from a saved one of the same pack.
     """
     if settings.epochs < 1:
         raise ValueError("fit_pack needs at least one epoch")
@@ -132,62 +136,60 @@ def fit_pack(make_step: Callable[[PackContext], PackStep], data: Dataset, config
     rungs = [r for r in settings.prune.rungs if r < settings.epochs] if settings.prune is not None else []
     pruning = settings.prune if rungs else None
     t0 = time.perf_counter()
-    with claim() as checkpointing:
-        # a checkpoint resumes on the device kind it was saved from: its tensors and random
-        # streams are that device's (a CPU node's pack is not resumed on a GPU node)
-        key = identity(configs=configs, config_ids=config_ids, seed=seed, settings=settings, arch=arch, chunk=chunk,
-                       data=data_fingerprint(data), splits_out=splits_out,
-                       device=device.type) if checkpointing is not None else ""
-        saver = Saver(checkpointing, key, {"data": data, "callback": callback})
-        # the state a checkpoint holds: finished outcomes (pack positions, PackResult), the chunks
-        # in training, which chunk (one after another) and which epoch comes next
-        state = saver.load()
-        if state is not None:
-            where = f" of chunk {state['chunk'] + 1} of {-(-k // chunk)}" if pruning is None and chunk < k else ""
-            print(f"fairdp: {checkpointing.file.name}: resuming after epoch {state['epoch']}{where}",
-                  file=sys.stderr, flush=True)
-        state = state or {"pieces": [], "runs": [], "chunk": 0, "epoch": 0}
-        resumed_s = state.get("elapsed_s", 0.0)  # spent on this pack before the checkpoint
-        pieces: list[tuple[np.ndarray, PackResult]] = state["pieces"]
+    # a checkpoint resumes on the device kind it was saved from: its tensors and random
+    # streams are that device's (a CPU node's pack is not resumed on a GPU node)
+    key = identity(configs=configs, config_ids=config_ids, seed=seed, settings=settings, arch=arch, chunk=chunk,
+                   data=data_fingerprint(data), splits_out=splits_out,
+                   device=device.type) if checkpoint is not None else ""
+    saver = Saver(checkpoint, key, {"data": data, "callback": callback})
+    # the state a checkpoint holds: finished outcomes (pack positions, PackResult), the chunks
+    # in training, which chunk (one after another) and which epoch comes next
+    state = saver.load()
+    if state is not None:
+        where = f" of chunk {state['chunk'] + 1} of {-(-k // chunk)}" if pruning is None and chunk < k else ""
+        logger.info("fairdp: %s: resuming after epoch %d%s", checkpoint.file.name, state["epoch"], where)
+    state = state or {"pieces": [], "runs": [], "chunk": 0, "epoch": 0}
+    resumed_s = state.get("elapsed_s", 0.0)  # spent on this pack before the checkpoint
+    pieces: list[tuple[np.ndarray, PackResult]] = state["pieces"]
 
-        def save_if_due(runs: list[_ChunkTraining], chunk_index: int, epochs_done: int, done: bool) -> None:
-            if saver.due(done):
-                saver.save({"pieces": pieces, "runs": runs, "chunk": chunk_index, "epoch": epochs_done,
-                            "elapsed_s": time.perf_counter() - t0 + resumed_s})
+    def save_if_due(runs: list[_ChunkTraining], chunk_index: int, epochs_done: int, done: bool) -> None:
+        if saver.due(done):
+            saver.save({"pieces": pieces, "runs": runs, "chunk": chunk_index, "epoch": epochs_done,
+                        "elapsed_s": time.perf_counter() - t0 + resumed_s})
 
-        with matmul_precision(resolve_precision(settings, device), device):
-            starts = range(0, k, chunk)
+    with matmul_precision(resolve_precision(settings, device), device):
+        starts = range(0, k, chunk)
 
-            def start(i: int) -> _ChunkTraining:
-                ctx = PackContext(data, configs[i:i + chunk], config_ids[i:i + chunk], seed, settings, arch, device)
-                return _ChunkTraining(make_step(ctx), np.arange(i, min(i + chunk, k)), splits_out, callback, pruning)
+        def start(i: int) -> _ChunkTraining:
+            ctx = PackContext(data, configs[i:i + chunk], config_ids[i:i + chunk], seed, settings, arch, device)
+            return _ChunkTraining(make_step(ctx), np.arange(i, min(i + chunk, k)), splits_out, callback, pruning)
 
-            # on a CPU each chunk writes its representations straight into the pack's arrays
-            # (no concatenation of evaluation batches, then of chunks: two copies of K x rows x D)
-            kept = _PackArrays(k, {n: len(data.splits[n]) for n in splits_out}) \
-                if device.type == "cpu" and pruning is None else None
-            if pruning is None:  # one chunk after another: only one chunk's state is alive at a time
-                for c, i in enumerate(starts):
-                    if c < state["chunk"]:
-                        continue  # its outcome is among the pieces
-                    if c == state["chunk"] and state["runs"]:  # the chunk the checkpoint was saved in
-                        run, first = state["runs"][0], state["epoch"]
-                    else:
-                        run, first = start(i), 0
-                    for epoch in range(first, settings.epochs):
+        # on a CPU each chunk writes its representations straight into the pack's arrays
+        # (no concatenation of evaluation batches, then of chunks: two copies of K x rows x D)
+        kept = _PackArrays(k, {n: len(data.splits[n]) for n in splits_out}) \
+            if device.type == "cpu" and pruning is None else None
+        if pruning is None:  # one chunk after another: only one chunk's state is alive at a time
+            for c, i in enumerate(starts):
+                if c < state["chunk"]:
+                    continue  # its outcome is among the pieces
+                if c == state["chunk"] and state["runs"]:  # the chunk the checkpoint was saved in
+                    run, first = state["runs"][0], state["epoch"]
+                else:
+                    run, first = start(i), 0
+                for epoch in range(first, settings.epochs):
+                    run.train_epoch(epoch)
+                    save_if_due([run], c, epoch + 1, done=epoch + 1 == settings.epochs and c == len(starts) - 1)
+                pieces.append(run.finish((kept, i) if kept is not None else None))
+        else:
+            runs = state["runs"] or [start(i) for i in starts]
+            for epoch in range(state["epoch"], settings.epochs):
+                for run in runs:
+                    if run.active:
                         run.train_epoch(epoch)
-                        save_if_due([run], c, epoch + 1, done=epoch + 1 == settings.epochs and c == len(starts) - 1)
-                    pieces.append(run.finish((kept, i) if kept is not None else None))
-            else:
-                runs = state["runs"] or [start(i) for i in starts]
-                for epoch in range(state["epoch"], settings.epochs):
-                    for run in runs:
-                        if run.active:
-                            run.train_epoch(epoch)
-                    if epoch + 1 in rungs:
-                        pieces += _prune_rung([r for r in runs if r.active], pruning, epoch + 1)
-                    save_if_due(runs, 0, epoch + 1, done=epoch + 1 == settings.epochs)
-                pieces += [run.finish() for run in runs if run.active]
+                if epoch + 1 in rungs:
+                    pieces += _prune_rung([r for r in runs if r.active], pruning, epoch + 1)
+                save_if_due(runs, 0, epoch + 1, done=epoch + 1 == settings.epochs)
+            pieces += [run.finish() for run in runs if run.active]
     if len(pieces) == 1:  # one chunk, nothing stopped early: its result, model included
         return dataclasses.replace(pieces[0][1], resumed_s=resumed_s)
     return _assemble(pieces, list(configs), splits_out, time.perf_counter() - t0 + resumed_s, pruning is not None,

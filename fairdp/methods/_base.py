@@ -14,6 +14,7 @@ from typing import ClassVar
 from fairdp.data import Dataset
 from fairdp.engine import (
     Architecture,
+    Checkpointing,
     EpochReport,
     ModelSpec,
     PackContext,
@@ -25,7 +26,6 @@ from fairdp.engine import (
     layer_shapes,
     merge_results,
     preset_for,
-    without_checkpoints,
 )
 from fairdp.errors import InputError
 from fairdp.methods._representation import RepresentationStep
@@ -161,9 +161,12 @@ class Method(ABC):
     @abstractmethod
     def fit(self, data: Dataset, configs: list[dict], config_ids: list[str], seed: int,
             settings: TrainSettings, arch: Architecture,
-            callback: Callable[[EpochReport], None] | None = None) -> PackResult:
+            callback: Callable[[EpochReport], None] | None = None,
+            checkpoint: Checkpointing | None = None) -> PackResult:
         """Train validated configs together: predictions and attacker-visible representations
-        of the valid and test splits (``privacy`` is filled in by ``train_pack``)."""
+        of the valid and test splits (``privacy`` is filled in by ``train_pack``). A method
+        trained by ``fit_pack`` passes ``checkpoint`` on to it; one trained in a single pass
+        (no epochs to resume from) ignores it."""
 
     def privacy(self, config: dict, run: RunInfo) -> Guarantee:
         """The (eps, delta) guarantee a trained config has; (inf, 0) for a non-private method.
@@ -195,13 +198,14 @@ class Method(ABC):
     def train_pack(self, data: Dataset, configs: list[dict], seed: int, settings: TrainSettings,
                    arch: Architecture | None = None,
                    callback: Callable[[EpochReport], None] | None = None,
-                   config_ids: list[str] | None = None) -> PackResult:
+                   config_ids: list[str] | None = None, checkpoint: Checkpointing | None = None) -> PackResult:
         """Validate ``configs``, train them as one pack, and return the outputs with each
         config's guarantee from ``privacy`` and its ``dp_event`` as JSON. ``config_ids`` key
         the configs' random streams (default: their hyperparameters' hash); a study that draws
         one config twice gives each draw its own id, hence fresh randomness. Configs that name
         other training settings (``lr``, ``batch_size``) than the others train as separate
-        packs, one per setting, and come back in the order given."""
+        packs, one per setting, and come back in the order given. With a ``checkpoint`` a pack
+        of one setting saves its training state as it goes and resumes from a saved one."""
         self.check_dataset(data)
         configs = [self.validate_config(c) for c in configs]
         config_ids = list(config_ids) if config_ids is not None else [self.config_id(c) for c in configs]
@@ -217,12 +221,11 @@ class Method(ABC):
         for i, s in enumerate(per_config):
             groups.setdefault(s, []).append(i)
         if len(groups) == 1:
-            result = self.fit(data, configs, config_ids, seed, per_config[0], arch, callback)
-        else:  # a study's planner gives each pack one setting; packs of several train without checkpoints
-            with without_checkpoints():
-                result = merge_results([(index, self.fit(data, [configs[i] for i in index],
-                                                         [config_ids[i] for i in index], seed, s, arch, callback))
-                                        for s, index in groups.items()], configs)
+            result = self.fit(data, configs, config_ids, seed, per_config[0], arch, callback, checkpoint)
+        else:  # a study's planner gives each pack one setting; one checkpoint file holds one fit
+            result = merge_results([(index, self.fit(data, [configs[i] for i in index],
+                                                     [config_ids[i] for i in index], seed, s, arch, callback))
+                                    for s, index in groups.items()], configs)
         return dataclasses.replace(result, privacy=privacy, privacy_events=events)
 
     @property
@@ -329,9 +332,9 @@ class NeuralMethod(Method):
         """(fan_in, fan_out) of one config's linear layers: the engine sizes chunks from them."""
         return layer_shapes(self.spec, arch, data.n_features, data.n_classes, data.n_groups)
 
-    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None):
+    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None, checkpoint=None):
         return fit_pack(self.make_step, data, configs, config_ids, seed, settings, arch,
-                        shapes=self.layer_shapes(data, arch), callback=callback)
+                        shapes=self.layer_shapes(data, arch), callback=callback, checkpoint=checkpoint)
 
     def privacy(self, config, run):
         if self.spec.privatizer == "laplace":

@@ -109,7 +109,7 @@ class PrivateReductions(Method):
     def paper_grid(self, dataset):
         return {"fairness_notion": list(CONSTRAINTS), "bound": PAPER_BOUNDS, "eps": PAPER_EPS}
 
-    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None):
+    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None, checkpoint=None):
         t0 = time.perf_counter()
         X, y, s = data.split("train")
         models = []

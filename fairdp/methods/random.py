@@ -24,7 +24,7 @@ class Random(Method):
     def paper_grid(self, dataset):
         return {}
 
-    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None):
+    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None, checkpoint=None):
         t0 = time.perf_counter()
         dim = arch.representation_dim
         gens = _rng.make_generators([stream_seed(seed, cid, "predict") for cid in config_ids], "cpu")

@@ -97,7 +97,7 @@ class Reductions(Method):
     def paper_grid(self, dataset):
         return {"fairness_notion": list(CONSTRAINTS), "bound": PAPER_BOUNDS}
 
-    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None):
+    def fit(self, data, configs, config_ids, seed, settings, arch, callback=None, checkpoint=None):
         t0 = time.perf_counter()
         X, y, s = data.split("train")
         models = [fit_reduction(X, y, s, c["fairness_notion"], c["bound"]) for c in configs]

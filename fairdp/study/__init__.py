@@ -1,6 +1,7 @@
 """Studies: spec files, grids into packs, the pack trial, Ray Tune execution, Optuna search,
 the Parquet store."""
 
+from fairdp.study._context import StudyContext
 from fairdp.study._executors import (
     DEFAULT_EXECUTOR,
     EXECUTORS,
@@ -25,7 +26,7 @@ from fairdp.study._selection import (
 )
 from fairdp.study._spec import SearchSpec, StudySpec, load_spec, parse_spec
 from fairdp.study._store import ResultStore, read_history, read_results, study_columns
-from fairdp.study._trial import StudyContext, pack_rows, run_pack
+from fairdp.study._worker import pack_rows, run_pack
 
 __all__ = [
     "DEFAULT_EXECUTOR", "EXECUTORS", "Backlog", "Executor", "make_executor", "register_executor",

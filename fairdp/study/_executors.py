@@ -19,13 +19,13 @@ from typing import ClassVar
 
 from fairdp.engine import check_device_here, native_bf16, resolve_device
 from fairdp.errors import InputError
+from fairdp.study._context import StudyContext
 from fairdp.study._generations import GenerationPlanner
 from fairdp.study._local import run_packs_locally, run_search_locally
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
 from fairdp.study._ray import address_source, check_reachable, ray_session, resolve_address
 from fairdp.study._spec import StudySpec
-from fairdp.study._trial import StudyContext
 from fairdp.study._tune import (
     check_trial_fits,
     cluster_nodes,

@@ -21,9 +21,9 @@ import _thread
 import contextlib
 import email.utils
 import json
+import logging
 import os
 import socket
-import sys
 import threading
 import time
 import urllib.parse
@@ -31,6 +31,8 @@ import uuid
 
 from fairdp.errors import InputError
 from fairdp.study._lock import alive
+
+logger = logging.getLogger(__name__)
 
 LEASE_NAME = ".fairdp.lease"
 TTL_S = 60.0
@@ -55,14 +57,14 @@ def _code(error) -> str:
 
 
 class S3Lease:
-    """The lease of one S3 results location (``bucket/prefix``)."""
+    """The lease of one S3 results location (``bucket/prefix``). Taking it over, waiting out a
+    holder that is gone and losing it are warnings of the ``fairdp`` logger."""
 
-    def __init__(self, client, location: str, root: str, command: str, ttl_s: float, stream=None):
+    def __init__(self, client, location: str, root: str, command: str, ttl_s: float):
         self.client, self.location, self.command, self.ttl_s = client, location, command, ttl_s
         self.bucket, _, prefix = root.partition("/")
         self.key = f"{prefix}/{LEASE_NAME}" if prefix else LEASE_NAME
         self.uri = f"s3://{self.bucket}/{self.key}"
-        self.stream = stream or sys.stderr
         self.me = {"token": uuid.uuid4().hex, "pid": os.getpid(), "host": socket.gethostname(), "command": command,
                    "since": time.strftime("%Y-%m-%d %H:%M:%S"), "ttl_s": ttl_s}
         self.etag: str | None = None
@@ -119,15 +121,14 @@ class S3Lease:
                     if _code(e) in ("PreconditionFailed", "412", "NoSuchKey", "ConditionalRequestConflict", "409"):
                         continue  # someone else took it (or gave it back) first: look again
                     raise
-                print(f"fairdp: {self.location}: took over the lease of {who}, not renewed for {age:.0f} s",
-                      file=self.stream, flush=True)
+                logger.warning("fairdp: %s: took over the lease of %s, not renewed for %.0f s", self.location, who, age)
                 return
             dead_here = owner.get("host") == self.me["host"] and isinstance(owner.get("pid"), int) \
                 and not alive(owner["pid"])
             if dead_here and not waited:
                 left = ttl - age + 1.0
-                print(f"fairdp: {self.location}: the lease of {who}, which no longer runs, expires in {left:.0f} s; "
-                      f"waiting", file=self.stream, flush=True)
+                logger.warning("fairdp: %s: the lease of %s, which no longer runs, expires in %.0f s; waiting",
+                               self.location, who, left)
                 time.sleep(max(0.0, left))
                 waited = True
                 continue
@@ -146,9 +147,8 @@ class S3Lease:
                 taken = _code(e) in ("PreconditionFailed", "412", "NoSuchKey")
             if taken or time.monotonic() - last_ok > self.ttl_s:
                 self.lost.set()
-                print(f"fairdp: {self.location}: lost the lease {self.uri} "
-                      f"({'another fairdp took it over' if taken else f'not renewed for {self.ttl_s:g} s'}); "
-                      f"stopping: what finished is stored", file=self.stream, flush=True)
+                logger.warning("fairdp: %s: lost the lease %s (%s); stopping: what finished is stored", self.location,
+                               self.uri, "another fairdp took it over" if taken else f"not renewed for {self.ttl_s:g} s")
                 _thread.interrupt_main()  # stop as a Ctrl-C does: trials stop, nothing half-written
                 return
 
@@ -167,7 +167,7 @@ class S3Lease:
                 self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self.etag)
 
 
-def object_store_lease(store, command: str, stream=None):
+def object_store_lease(store, command: str):
     """The single-writer lease of an object-store results ``store`` (S3 and S3-compatible
     stores); other object stores have none and their docs say so."""
     if store.fs.type_name != "s3":
@@ -175,4 +175,4 @@ def object_store_lease(store, command: str, stream=None):
     ttl = float(os.environ.get(TTL_ENV, TTL_S))
     if not ttl > 0:
         raise InputError(f"{TTL_ENV}: must be > 0 seconds, got {ttl}")
-    return S3Lease(_client(store), store.location, store.root, command, ttl, stream)
+    return S3Lease(_client(store), store.location, store.root, command, ttl)

@@ -9,12 +9,37 @@ would; a Ctrl-C stops after the pack in flight, leaving the rest to the next run
 from __future__ import annotations
 
 from fairdp.errors import StoreFault, last_line
+from fairdp.study._context import StudyContext
 from fairdp.study._generations import GenerationPlanner
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
+from fairdp.study._rows import write_error_rows
 from fairdp.study._signals import sigterm_as_ctrl_c
 from fairdp.study._spec import StudySpec
-from fairdp.study._trial import StudyContext, error_rows, run_pack, store_pack
+from fairdp.study._worker import run_pack
+
+
+def attempt_pack(ctx: StudyContext, pack: Pack, key: str, retries: int, progress: Progress) -> list[dict] | None:
+    """Train ``pack`` (its progress under ``key``, already started), retried up to ``retries``
+    times as Tune would: its rows, or None when every attempt failed, its error rows then stored
+    in its place. A Ctrl-C or a store fault is not retried: it propagates."""
+    attempt = 0
+    while True:
+        try:
+            rows = run_pack(ctx, pack, lambda epoch: progress.advance(key, epoch.configs))
+        except (KeyboardInterrupt, StoreFault):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failing pack becomes error rows, as under Tune
+            if attempt < retries:
+                attempt += 1
+                progress.retry_pack(key)
+                continue
+            message = last_line(str(exc), type(exc).__name__)
+            write_error_rows(ctx.store(), ctx, pack, f"{type(exc).__name__}: {message}")
+            progress.fail_pack(key)
+            return None
+        progress.finish_pack(key)
+        return rows
 
 
 def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
@@ -24,22 +49,8 @@ def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, pro
         key = str(done)
         progress.start_pack(key, pack.method, len(pack.configs))
         try:
-            for attempt in range(spec.resources.max_failures + 1):
-                try:
-                    run_pack(ctx, pack, lambda epoch, key=key: progress.advance(key, epoch.configs))
-                except (KeyboardInterrupt, StoreFault):
-                    raise
-                except Exception as exc:  # noqa: BLE001 - a failing pack becomes error rows, as under Tune
-                    if attempt < spec.resources.max_failures:
-                        progress.retry_pack(key)
-                        continue
-                    message = last_line(str(exc), type(exc).__name__)
-                    store_pack(ctx, pack, error_rows(ctx, pack, f"{type(exc).__name__}: {message}"))
-                    failed += 1
-                    progress.fail_pack(key)
-                else:
-                    progress.finish_pack(key)
-                break
+            if attempt_pack(ctx, pack, key, spec.resources.max_failures, progress) is None:
+                failed += 1
         except KeyboardInterrupt:
             return failed, len(packs) - done
     return failed, 0
@@ -62,22 +73,7 @@ def run_search_locally(ctx, spec: StudySpec, planner: GenerationPlanner, mode: s
                 key, n = f"generation-{n}", n + 1
                 pack = Pack(search.method, search.seed, tuple(gen.configs), tuple(gen.config_ids))
                 progress.start_pack(key, search.method, len(pack.configs))
-                for attempt in range(spec.resources.max_failures + 1):
-                    try:
-                        rows = run_pack(ctx, pack, lambda epoch, key=key: progress.advance(key, epoch.configs))
-                    except (KeyboardInterrupt, StoreFault):
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - a failing pack becomes error rows, as in a run
-                        if attempt < spec.resources.max_failures:
-                            progress.retry_pack(key)
-                            continue
-                        store_pack(ctx, pack, error_rows(ctx, pack, f"{type(exc).__name__}: "
-                                                                    f"{last_line(str(exc), type(exc).__name__)}"))
-                        rows = None
-                        progress.fail_pack(key)
-                    else:
-                        progress.finish_pack(key)
-                    break
+                rows = attempt_pack(ctx, pack, key, spec.resources.max_failures, progress)
                 for i, group in enumerate(gen.groups):
                     planner.tell_group(group, rows[i] if rows else None)
         except KeyboardInterrupt:

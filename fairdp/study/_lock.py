@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
-import sys
+import threading
 import time
 from pathlib import Path
 
 from fairdp.errors import InputError
+
+logger = logging.getLogger(__name__)
 
 LOCK_NAME = ".fairdp.lock"
 WORKERS_DIR = ".fairdp-workers"  # <host>-<pid> of each process training a pack of the lock's run
@@ -45,8 +48,9 @@ def _owner(path: Path) -> dict | None:
 
 
 @contextlib.contextmanager
-def results_lock(location: str, command: str, stream=None):
-    """Hold the lock of the local results directory ``location`` for the block."""
+def results_lock(location: str, command: str):
+    """Hold the lock of the local results directory ``location`` for the block; taking over a
+    stale one is a warning of the ``fairdp`` logger."""
     root = Path(location)
     root.mkdir(parents=True, exist_ok=True)
     path = root / LOCK_NAME
@@ -62,9 +66,9 @@ def results_lock(location: str, command: str, stream=None):
                 owner = _owner(path) or {}
             host, pid = owner.get("host"), owner.get("pid")
             if host == me["host"] and isinstance(pid, int) and not alive(pid):
-                print(f"fairdp: {location}: taking over the lock of fairdp {owner.get('command', '')} "
-                      f"(pid {pid}), which no longer runs", file=stream or sys.stderr, flush=True)
-                wait_for_workers(root, stream)  # its workers could still store a pack
+                logger.warning("fairdp: %s: taking over the lock of fairdp %s (pid %s), which no longer runs",
+                               location, owner.get("command", ""), pid)
+                wait_for_workers(root)  # its workers could still store a pack
                 path.unlink(missing_ok=True)
                 continue
             if host == me["host"]:
@@ -103,9 +107,9 @@ def registered_worker(location: str):
         mark.unlink(missing_ok=True)
 
 
-def wait_for_workers(root: Path, stream=None, timeout_s: float = WORKER_WAIT_S) -> None:
+def wait_for_workers(root: Path, timeout_s: float = WORKER_WAIT_S) -> None:
     """Wait until no process of this host registered as a worker of ``root`` runs (a killed
-    run's Ray workers stop within a second of their driver, ``watch_driver``); marks of
+    run's Ray workers stop within a second of their driver, ``exits_with_driver``); marks of
     processes that are gone are removed. InputError if some still run after ``timeout_s``."""
     host = socket.gethostname()
     deadline, said = time.monotonic() + timeout_s, False
@@ -125,13 +129,11 @@ def wait_for_workers(root: Path, stream=None, timeout_s: float = WORKER_WAIT_S) 
             raise InputError(f"{root}: processes {', '.join(map(str, running))} of a killed fairdp run still train "
                              f"into it after {timeout_s:g} s; wait for them to stop, or pass another --results")
         if not said:
-            print(f"fairdp: {root}: waiting for {len(running)} worker process(es) of the killed run to stop",
-                  file=stream or sys.stderr, flush=True)
+            logger.info("fairdp: %s: waiting for %d worker process(es) of the killed run to stop", root, len(running))
             said = True
         time.sleep(0.2)
 
 
-_WATCHING: set[int] = set()
 DRIVER_GONE_EXIT = 70
 
 
@@ -141,19 +143,29 @@ def exit_if_driver_gone(host: str, pid: int) -> None:
         os._exit(DRIVER_GONE_EXIT)
 
 
-def watch_driver(host: str, pid: int, every_s: float = 0.25) -> None:
-    """In a worker process: exit at once when the driver ``pid`` of this ``host`` is gone, so
-    that a killed run stores nothing after its kill (Ray's workers outlive a SIGKILLed driver
-    by seconds). Started once per process and driver; a worker of another host does nothing."""
-    if host != socket.gethostname() or pid in _WATCHING:
+@contextlib.contextmanager
+def exits_with_driver(driver: tuple[str, int] | None, every_s: float = 0.25):
+    """For the block (a pack in training, in a worker process): end this process at once, with
+    ``os._exit`` and no cleanup, when the ``driver`` (host, pid) is gone, so that a killed run
+    stores nothing after its kill (Ray's workers outlive a SIGKILLed driver by seconds). On
+    leaving, one last check closes the gap between the watch's polls and the rows' store. A
+    driver of another host, or none (a pack run in the driver's own process), is not watched."""
+    if driver is None or driver[0] != socket.gethostname():
+        yield
         return
-    _WATCHING.add(pid)
+    pid = driver[1]
+    stop = threading.Event()
 
     def watch() -> None:
-        while alive(pid):
-            time.sleep(every_s)
-        os._exit(DRIVER_GONE_EXIT)  # no cleanup: the driver that owned this work is gone
+        while not stop.wait(every_s):
+            if not alive(pid):
+                os._exit(DRIVER_GONE_EXIT)  # the driver that owned this work is gone
 
-    import threading
-
-    threading.Thread(target=watch, name=f"fairdp-watch-driver-{pid}", daemon=True).start()
+    thread = threading.Thread(target=watch, name=f"fairdp-watch-driver-{pid}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    exit_if_driver_gone(*driver)

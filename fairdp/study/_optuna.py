@@ -4,15 +4,17 @@ optuna-dashboard opens journal files)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
-import sys
 import warnings
 from collections.abc import Callable
 
 from fairdp.errors import InputError
 from fairdp.study._spec import SearchSpec
 from fairdp.study._store import ResultStore
+
+logger = logging.getLogger(__name__)
 
 # '_'-prefixed: pandas, pyarrow, polars and duckdb readers of the results directory skip it
 JOURNAL_NAME = "_optuna.journal"
@@ -26,8 +28,8 @@ def journal_path(store: ResultStore) -> str:
     old = f"{store.root}/optuna.journal"  # where fairdp kept it before: pandas and pyarrow read it as rows
     if os.path.isfile(old) and not os.path.exists(journal):
         os.replace(old, journal)
-        print(f"fairdp: moved {old} to {journal} (Parquet readers of the results directory skip '_' names)",
-              file=sys.stderr, flush=True)
+        logger.warning("fairdp: moved %s to %s (Parquet readers of the results directory skip '_' names)", old,
+                       journal)
     return journal
 
 
@@ -69,10 +71,11 @@ def distributions(search: SearchSpec) -> dict:
     return out
 
 
-def repair_journal(journal: str, stream=None) -> int:
-    """Cut a journal back to its last complete record if a kill left half a line at its end;
-    returns the bytes dropped. Optuna skips such a line when reading but appends after it,
-    fusing the next record into one line that no later read can parse."""
+def repair_journal(journal: str) -> int:
+    """Cut a journal back to its last complete record if a kill left half a line at its end
+    (a warning of the ``fairdp`` logger); returns the bytes dropped. Optuna skips such a line
+    when reading but appends after it, fusing the next record into one line that no later
+    read can parse."""
     if not os.path.isfile(journal):
         return 0
     with open(journal, "rb+") as f:
@@ -81,8 +84,8 @@ def repair_journal(journal: str, stream=None) -> int:
             return 0
         keep = data.rfind(b"\n") + 1
         f.truncate(keep)
-    print(f"fairdp: {journal}: dropped a partial last record ({len(data) - keep} bytes, a run killed while "
-          f"writing it); the search resumes from the record before it", file=stream or sys.stderr, flush=True)
+    logger.warning("fairdp: %s: dropped a partial last record (%d bytes, a run killed while writing it); the search "
+                   "resumes from the record before it", journal, len(data) - keep)
     return len(data) - keep
 
 
@@ -93,7 +96,7 @@ def private_journal(journal: str) -> None:
     os.chmod(journal, 0o600)
 
 
-def open_study(search: SearchSpec, study_name: str, journal: str, stream=None,
+def open_study(search: SearchSpec, study_name: str, journal: str,
                check: Callable[[object], None] | None = None):
     """The Optuna study in the journal (created, or loaded to resume). A partial last record is
     cut off (``repair_journal``). ``check`` is called with a study the journal already holds
@@ -106,7 +109,7 @@ def open_study(search: SearchSpec, study_name: str, journal: str, stream=None,
     from optuna.storages.journal import JournalFileBackend
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    repair_journal(journal, stream)
+    repair_journal(journal)
     private_journal(journal)
     storage = JournalStorage(JournalFileBackend(journal))
     directions = ["maximize" if v == "max" else "minimize" for v in search.objectives.values()]

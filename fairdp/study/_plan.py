@@ -222,7 +222,7 @@ def plan_table(spec: StudySpec) -> pd.DataFrame:
     return Backlog.from_stored(spec, pd.DataFrame()).plan()
 
 
-def record_plan(store: ResultStore, spec: StudySpec, repair: bool = False, stream=None,
+def record_plan(store: ResultStore, spec: StudySpec, repair: bool = False,
                 plan: pd.DataFrame | None = None) -> pd.DataFrame:
     """Write ``<results>.plan.parquet``: this run's configs added to those earlier runs into
     the same results planned (a ``--seeds 0`` run, then ``--seeds 1``), so an analysis can
@@ -231,7 +231,7 @@ def record_plan(store: ResultStore, spec: StudySpec, repair: bool = False, strea
     or foreign one is an error, moved aside with ``repair``. ``plan``: ``Backlog.plan()`` when
     the caller has one (the spec's configs are then not expanded again)."""
     plan = plan_table(spec) if plan is None else plan
-    old = read_or_move_aside(store, read_plan, repair, stream, "fairdp run")
+    old = read_or_move_aside(store, read_plan, repair, "fairdp run")
     if old is not None:
         same = (old["study"] == spec.name) & (old["dataset"] == spec.dataset) & (old["epochs"] == spec.train.epochs)
         plan = pd.concat([old[same][PLAN_COLUMNS], plan], ignore_index=True)

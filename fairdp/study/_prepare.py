@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sys
+import logging
 import threading
 from dataclasses import dataclass
 
@@ -20,22 +20,26 @@ import pandas as pd
 from fairdp.engine import describe_architecture
 from fairdp.errors import InputError
 from fairdp.methods import get_method
+from fairdp.study._context import StudyContext, load_study_data, study_store
 from fairdp.study._executors import Executor
 from fairdp.study._lease import object_store_lease
 from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible
 from fairdp.study._precision import PrecisionChoice, choose_precision, stored_precision
+from fairdp.study._resume_checks import check_same_training
 from fairdp.study._spec import StudySpec, check_sizes_fit
 from fairdp.study._store import ResultStore, corrupt_error
-from fairdp.study._trial import StudyContext, check_same_training, load_study_data, protocol_json
 from fairdp.tracking import TrackingSync
+
+logger = logging.getLogger(__name__)
 
 SLOW_S = 1.0  # a step that takes longer says what it is doing
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
-    """A checked study, ready to run: its context (with the data's protocol), store, executor."""
+    """A checked study, ready to run: its context (with the data's protocol), store, executor.
+    A value: each later step that knows more (the precision) hands on a new one."""
 
     spec: StudySpec
     command: str                 # "run" or "search": how lines and the lock name it
@@ -44,21 +48,22 @@ class Prepared:
     executor: Executor
     methods: tuple[str, ...]     # the methods this command trains
     train_rows: int
-    stream: object
-    precision: PrecisionChoice | None = None  # the study's precision, once ``settle_precision`` chose it
+    stream: object               # the progress bar's (``progress_stream``); None: no bar
+    precision: PrecisionChoice | None = None  # the study's precision, once ``with_precision`` chose it
 
     @property
     def results(self) -> str:
         return self.ctx.results
 
     def say(self, line: str) -> None:
-        print(f"fairdp {self.command} {self.spec.name}: {line}", file=self.stream, flush=True)
+        """One of the command's status lines: an info record of the ``fairdp`` logger."""
+        logger.info("fairdp %s %s: %s", self.command, self.spec.name, line)
 
     def lock(self) -> contextlib.AbstractContextManager:
         """The results' lock (a second run into the same results waits or is refused): a lock
         file in a local directory, a lease object on S3."""
-        return results_lock(self.store.root, self.command, self.stream) if self.store.is_local \
-            else object_store_lease(self.store, self.command, self.stream)
+        return results_lock(self.store.root, self.command) if self.store.is_local \
+            else object_store_lease(self.store, self.command)
 
     def tracking(self) -> contextlib.AbstractContextManager:
         """Logging of the stored configs to the study's tracker (``tracking:``), if it has one,
@@ -68,23 +73,17 @@ class Prepared:
             return contextlib.nullcontext()
         tracker = self.spec.tracking.make(self.spec.name, self.store.location)
         tracker.open()
-        return TrackingSync(tracker, self.store, self.stream)
+        return TrackingSync(tracker, self.store)
 
-    def settle_precision(self, stored: pd.DataFrame) -> PrecisionChoice:
-        """Choose the study's precision (``choose_precision``) from its settings, ``stored`` rows and
-        the workers' CPUs, and train the packs in it; a choice that waits for a cluster's nodes is
-        made again once connected, saying so then."""
-        if self.precision is not None and self.precision.decided:
-            return self.precision
-        waited = self.precision is not None
-        self.precision = choose_precision(self.spec.train, stored_precision(stored, self.methods),
-                                          self.executor.trains_on_gpu(self.spec),
-                                          lambda: self.executor.workers_native_bf16(self.spec))
-        self.ctx = dataclasses.replace(self.ctx, train=dataclasses.replace(self.ctx.train,
-                                                                           precision=self.precision.precision))
-        if waited and self.precision.decided:
-            self.say(f"precision {self.precision.describe()}")
-        return self.precision
+    def with_precision(self, stored: pd.DataFrame) -> Prepared:
+        """This study set to train in its precision (``choose_precision``), chosen once from its
+        settings, the ``stored`` rows and the workers' CPUs. A run connects to a cluster before
+        it asks, so the nodes answer; only a dry run of a cluster study leaves it undecided."""
+        choice = choose_precision(self.spec.train, stored_precision(stored, self.methods),
+                                  self.executor.trains_on_gpu(self.spec),
+                                  lambda: self.executor.workers_native_bf16(self.spec))
+        train = dataclasses.replace(self.ctx.train, precision=choice.precision)
+        return dataclasses.replace(self, precision=choice, ctx=dataclasses.replace(self.ctx, train=train))
 
     def read_stored(self, repair: bool) -> tuple[pd.DataFrame, list[str]]:
         """The stored rows, and where corrupt files were moved (``repair``); InputError if a
@@ -96,7 +95,7 @@ class Prepared:
                 raise corrupt_error(corrupt)
             for c in corrupt:
                 repaired.append(self.store.move_aside(c.path))
-                print(f"fairdp {self.command}: moved aside {c.path} ({c.reason})", file=self.stream, flush=True)
+                logger.warning("fairdp %s: moved aside %s (%s)", self.command, c.path, c.reason)
         check_compatible(self.spec, stored, self.results)
         check_same_training(self.ctx, stored, self.results, list(self.methods))
         self.store.remove_temporaries()
@@ -109,19 +108,16 @@ def prepare(spec: StudySpec, results: str | None, executor: Executor, command: s
     ``method_field`` names the spec key that chose the methods (``search.method``) in errors."""
     if not checkpoint_every_s >= 0:  # NaN too
         raise InputError(f"--checkpoint-every: must be >= 0 seconds (0: no checkpoints), got {checkpoint_every_s}")
-    stream = stream or sys.stderr
     if results is not None and not str(results).strip():  # not the default: a variable that expanded to nothing
         raise InputError("--results: empty; give a directory or URI, or leave it out for results/<study name>")
     # absolute: Ray Tune runs each trial in its own working directory
-    location = ResultStore(results or default_results(spec)).location
-    ctx = dataclasses.replace(StudyContext.from_spec(spec, location), checkpoint_every_s=float(checkpoint_every_s),
-                              driver=executor.driver)
-    store = ctx.store()
+    store = study_store(spec, results or default_results(spec))
     store.probe()
     store.check_writable("--results" if results is not None else "name")  # before the data is loaded or fetched
-    with said_if_slow(f"fairdp {command} {spec.name}: loading dataset {spec.dataset}", stream):
-        data = load_study_data(ctx)
-    ctx = dataclasses.replace(ctx, protocol=protocol_json(spec, data))  # with the data's fingerprint
+    with said_if_slow(f"fairdp {command} {spec.name}: loading dataset {spec.dataset}"):
+        data = load_study_data(spec.dataset, spec.dataset_options)
+    # the protocol stored in every row includes the data's fingerprint
+    ctx = StudyContext.from_spec(spec, store, data, checkpoint_every_s=checkpoint_every_s, driver=executor.driver)
     for name in methods:
         method = get_method(name)
         method.check_dataset(data, method_field) if method_field else method.check_dataset(data)
@@ -135,11 +131,11 @@ def default_results(spec: StudySpec) -> str:
 
 
 @contextlib.contextmanager
-def said_if_slow(text: str, stream, after_s: float = SLOW_S):
-    """Print ``text`` if the block is still running after ``after_s`` seconds: a slow step
+def said_if_slow(text: str, after_s: float = SLOW_S):
+    """Log ``text`` (info) if the block is still running after ``after_s`` seconds: a slow step
     says what it is, a fast one (or one that fails at once, whose error is then the only
     line) stays quiet."""
-    timer = threading.Timer(after_s, lambda: print(text, file=stream, flush=True))
+    timer = threading.Timer(after_s, logger.info, (text,))
     timer.daemon = True
     timer.start()
     try:
@@ -150,7 +146,7 @@ def said_if_slow(text: str, stream, after_s: float = SLOW_S):
 
 def settings_lines(spec: StudySpec, precision: PrecisionChoice, methods=None) -> list[str]:
     """What each method of the study trains with, printed once when a run starts, with the
-    study's ``precision`` (``Prepared.settle_precision``) and why it is that one."""
+    study's ``precision`` (``Prepared.with_precision``) and why it is that one."""
     names = list(methods or (m.name for m in spec.methods))
     probes = [k for k, on in (("leakage", spec.leakage), ("MDL", spec.mdl)) if on]
     lines = [f"fairdp {spec.name}: {spec.train.epochs} epochs, batch {spec.train.batch_size}, dtype "

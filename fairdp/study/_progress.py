@@ -1,5 +1,9 @@
-"""Live progress of a study on stderr: a bar over config-epochs (plain lines when stderr is not
-a terminal), packs done / failed / running, elapsed, and an ETA from ``EtaModel``.
+"""Live progress of a study on the stream its caller gives (``fairdp run`` and ``search``:
+stderr): a bar over config-epochs (plain lines when the stream is not a terminal), packs done /
+failed / running, elapsed, and an ETA from ``EtaModel``. Without a stream nothing is drawn: a
+library call (``run_study``, ``search_study``) shows a bar only when given a ``progress_stream``.
+One-off news (the cluster's slots changed) is not the bar's: it is an info record of the
+``fairdp`` logger, as every other message of fairdp's library.
 
 The work unit is the config-epoch: a pack of K configs trained for E epochs is K * E units,
 reported epoch by epoch by the trials (through Ray Tune, or directly by the local executor).
@@ -10,11 +14,13 @@ epoch, is credited its remaining units when it finishes.
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
 
 TRACE_ENV = "FAIRDP_PROGRESS_TRACE"
 """When set to a path, a run writes its progress events there as JSON (to test ETA models on)."""
@@ -196,7 +202,9 @@ def replay(trace: dict, model: EtaModel | None = None) -> list[tuple[float, floa
 
 
 class Progress:
-    """A study's live progress: a bar on a terminal, plain lines otherwise.
+    """A study's live progress: a bar when ``stream`` is a terminal (or ``bar``), plain lines
+    otherwise; nothing at all without a ``stream`` (None, the default: the events are still
+    counted and traced, and ``resize`` still logged).
 
     Use as a context manager (a ticker thread refreshes the bar and the ETA between reports).
     ``pending`` is the work not yet started per method, in config-epochs; ``slots`` how many
@@ -212,7 +220,7 @@ class Progress:
         self.packs = self.failures = self.retries = self.answered_configs = 0
         self.units = 0.0
         self.t0 = time.monotonic()
-        self.stream = stream or sys.stderr
+        self.stream = stream  # None: counted, not drawn
         self.model = EtaModel(pending if pending is not None else {"": self.total_units}, slots, reference,
                               pending_packs)
         self._pack_units: dict[str, tuple[float, float]] = {}   # key -> (units of the pack, credited so far)
@@ -224,7 +232,7 @@ class Progress:
         self._last_units = -1.0
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
-        use_bar = bar if bar is not None else _is_terminal(self.stream)
+        use_bar = self.stream is not None and (bar if bar is not None else _is_terminal(self.stream))
         self._bar = _make_bar(self) if use_bar else None
 
     # -- events (from the Tune callback or the local executor) --------------------------------
@@ -282,8 +290,8 @@ class Progress:
             t, before = self._now(), self.model.slots
             self.model.resize(t, slots)
             self._record(t, "slots", "", slots=slots)
-            print(f"fairdp {self.label}: {slots} pack(s) at a time from now on (was {before}): the cluster's "
-                  f"resources changed", file=self.stream, flush=True)
+            logger.info("fairdp %s: %s pack(s) at a time from now on (was %s): the cluster's resources changed",
+                        self.label, slots, before)
             self._show(force=True)
 
     def answered(self, configs: int) -> None:
@@ -349,7 +357,7 @@ class Progress:
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state):
-        self.__dict__.update(state, stream=sys.stderr, _lock=threading.RLock(), _stop=threading.Event(),
+        self.__dict__.update(state, stream=None, _lock=threading.RLock(), _stop=threading.Event(),
                              _ticker=None, _bar=None)
 
     def _now(self) -> float:
@@ -387,7 +395,9 @@ class Progress:
 
     def _print(self, text: str) -> None:
         self._last_line, self._last_units = self._now(), self.units
-        print(text, file=self.stream, flush=True)
+        if self.stream is not None:
+            self.stream.write(text + "\n")
+            self.stream.flush()
 
 
 def _is_terminal(stream) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ from fairdp.study._store import CHECKPOINTS, ResultStore, corrupt_error
 
 __all__ = ["RunSummary", "default_results", "run_study", "with_overrides"]
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class RunSummary:
@@ -41,6 +44,7 @@ class RunSummary:
     wall_s: float
     repaired: list[str]
     unfinished_packs: int = 0  # packs a Ctrl-C stopped before they ran or finished
+    plan_lines: tuple[str, ...] = ()  # a dry run's report, the plan: for the caller to print (not logged)
 
 
 def run_study(spec: StudySpec, results: str | None = None, address: str | None = None, *, repair: bool = False,
@@ -53,6 +57,11 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     store with the same resume semantics. Everything that can be checked is checked before
     Ray starts or a file is written (``prepare``). Each pack in training saves a checkpoint
     every ``checkpoint_every_s`` seconds (0: never); a rerun after a kill resumes from there.
+
+    What it does is said through the ``fairdp`` logger (status lines: info; a file moved aside,
+    a lock taken over: warning). The progress bar is drawn on ``progress_stream`` only (None,
+    the default: no bar). ``dry_run`` trains, writes and starts nothing: the summary's
+    ``plan_lines`` are the plan, for the caller to show.
     """
     t0 = time.monotonic()
     prep = prepare(spec, results, make_executor(executor, address, num_cpus), "run", [m.name for m in spec.methods],
@@ -67,11 +76,11 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         stored, repaired = prep.read_stored(repair)
         backlog = Backlog.from_stored(spec, stored)
         _drop_finished_checkpoints(prep.store, stored)
-        record_plan(prep.store, spec, repair, prep.stream, backlog.plan())  # an interrupted run's analysis knows what is missing
+        record_plan(prep.store, spec, repair, plan=backlog.plan())  # an interrupted run's analysis knows what is missing
         store_selection(prep, repair)  # the analysis commands' defaults: the table this run prints
-        prep.settle_precision(stored)
+        prep = prep.with_precision(stored)
         for line in settings_lines(spec, prep.precision):
-            print(line, file=prep.stream, flush=True)
+            logger.info(line)
         summary = RunSummary(prep.results, 0, 0, backlog.done, 0, 0.0, repaired)
         if not backlog.remaining:  # nothing left: no Ray to start
             prep.say(f"all {backlog.done} configs already stored in {prep.results}; nothing to run")
@@ -126,38 +135,35 @@ GPU_PLAN_LINE = ("  on a GPU each method's seed is one pack (up to {cap} configs
 
 
 def _dry_run(prep: Prepared, t0: float, repair: bool = False) -> RunSummary:
-    """Print the plan (configs, packs, slots, estimated time) without training, writing or starting Ray."""
-    spec, stream, executor = prep.spec, prep.stream, prep.executor
+    """The plan (configs, packs, slots, estimated time) as the summary's ``plan_lines``,
+    without training, writing or starting Ray."""
+    spec, executor = prep.spec, prep.executor
     stored, corrupt = prep.store.read(on_corrupt="collect")
     if corrupt and not repair:  # the run itself would refuse them
         raise corrupt_error(corrupt)
-    for c in corrupt:
-        print(f"fairdp run {spec.name} --dry-run: --repair would move aside {c.path} ({c.reason})", file=stream,
-              flush=True)
+    lines = [f"fairdp run {spec.name} --dry-run: --repair would move aside {c.path} ({c.reason})" for c in corrupt]
     slots = executor.planned_slots(spec)
     gpu = executor.trains_on_gpu(spec)
     backlog = Backlog.from_stored(spec, stored)
     packs = backlog.packs(slots, gpu)
     configs = sum(len(p.configs) for p in packs)
-    prep.settle_precision(stored)
-    for line in settings_lines(spec, prep.precision):
-        print(line, file=stream, flush=True)
+    prep = prep.with_precision(stored)
+    lines += settings_lines(spec, prep.precision)
     resuming = len(_resuming(prep.store, packs))
     resuming = f", {resuming} of the packs from their checkpoints" if resuming else ""
-    print(f"fairdp run {spec.name} --dry-run: {configs} configs to train in {len(packs)} packs{resuming}, {slots} at "
-          f"a time {executor.describe(spec)}; {backlog.done} already stored in {prep.results}. Nothing was run or "
-          f"written.", file=stream, flush=True)
+    lines.append(f"fairdp run {spec.name} --dry-run: {configs} configs to train in {len(packs)} packs{resuming}, "
+                 f"{slots} at a time {executor.describe(spec)}; {backlog.done} already stored in {prep.results}. "
+                 f"Nothing was run or written.")
     by_method: dict[str, int] = {}
     for p in packs:
         by_method[p.method] = by_method.get(p.method, 0) + len(p.configs)
-    for name, n in by_method.items():
-        print(f"  {name}: {n} configs", file=stream, flush=True)
+    lines += [f"  {name}: {n} configs" for name, n in by_method.items()]
     if gpu and spec.pack_size is None:
-        print(GPU_PLAN_LINE.format(cap=GPU_PACK_CAP), file=stream, flush=True)
+        lines.append(GPU_PLAN_LINE.format(cap=GPU_PACK_CAP))
     if packs:
-        print(estimate_line(spec, packs, slots, prep.train_rows, remote=executor.remote, choice=prep.precision),
-              file=stream, flush=True)
-    return RunSummary(prep.results, len(packs), configs, backlog.done, 0, time.monotonic() - t0, [], 0)
+        lines.append(estimate_line(spec, packs, slots, prep.train_rows, remote=executor.remote, choice=prep.precision))
+    return RunSummary(prep.results, len(packs), configs, backlog.done, 0, time.monotonic() - t0, [], 0,
+                      plan_lines=tuple(lines))
 
 
 def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: bool = False,

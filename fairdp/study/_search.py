@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -54,10 +55,12 @@ from fairdp.study._optuna import (
 )
 from fairdp.study._prepare import Prepared, prepare, settings_lines
 from fairdp.study._progress import Progress
+from fairdp.study._resume_checks import protocol_difference
 from fairdp.study._selection import store_selection
 from fairdp.study._spec import MAX_TRIALS, SearchSpec, StudySpec, checked_int
 from fairdp.study._store import ResultStore
-from fairdp.study._trial import protocol_difference
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,6 +78,7 @@ class SearchSummary:
     rows: int = 0  # the search's rows (method, seed): what the front was chosen from
     excluded: dict = dataclasses.field(default_factory=dict)  # constraint -> rows it makes infeasible
     dry_run: bool = False
+    plan_lines: tuple[str, ...] = ()  # a dry run's report, the plan: for the caller to print (not logged)
 
 
 def study_name(spec: StudySpec) -> str:
@@ -114,7 +118,8 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
                  num_cpus: int | None = None, executor: str = DEFAULT_EXECUTOR, dry_run: bool = False,
                  checkpoint_every_s: float = 600.0, repair: bool = False) -> SearchSummary:
     """Run (or resume) the spec's ``search:`` block until its Optuna study has ``trials`` complete
-    trials; ``executor``, ``dry_run``, ``checkpoint_every_s`` and ``repair`` as ``run_study``'s."""
+    trials; ``executor``, ``dry_run`` (its plan in the summary's ``plan_lines``), ``checkpoint_every_s``,
+    ``repair``, ``progress_stream`` (None: no bar) and what is logged as ``run_study``'s."""
     search = spec.search
     if search is None:
         raise InputError(f"{spec.source}: search: the study has no search block")
@@ -139,30 +144,29 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
 
 def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float) -> SearchSummary:
     """What the search would do, without training, writing or starting Ray."""
-    spec, search, stream = prep.spec, prep.spec.search, prep.stream
+    spec, search = prep.spec, prep.spec.search
     done = read_complete_trials(journal, study_name(spec))
     remaining = max(0, total - done)
     slots = prep.executor.planned_slots(spec)
     per = search.population if mode == "packed" else 1
-    prep.settle_precision(prep.store.read(on_corrupt="collect")[0])
-    for line in settings_lines(spec, prep.precision, [search.method]):
-        print(line, file=stream, flush=True)
-    print(f"fairdp search {spec.name} --dry-run: {remaining} of {total} trials to run ({done} complete in {journal}), "
-          f"{search.sampler} ({mode}): {math.ceil(remaining / per) if remaining else 0} generations of up to {per} "
-          f"configs, {min(slots, per)} pack(s) at a time {prep.executor.describe(spec)}; seed {search.seed}; configs "
-          f"already stored are answered from their rows. Nothing was run or written.", file=stream, flush=True)
+    prep = prep.with_precision(prep.store.read(on_corrupt="collect")[0])
+    lines = settings_lines(spec, prep.precision, [search.method])
+    lines.append(f"fairdp search {spec.name} --dry-run: {remaining} of {total} trials to run ({done} complete in "
+                 f"{journal}), {search.sampler} ({mode}): {math.ceil(remaining / per) if remaining else 0} generations "
+                 f"of up to {per} configs, {min(slots, per)} pack(s) at a time {prep.executor.describe(spec)}; seed "
+                 f"{search.seed}; configs already stored are answered from their rows. Nothing was run or written.")
     return SearchSummary(prep.results, journal, 0, total, pd.DataFrame(), time.monotonic() - t0, mode,
-                         pd.DataFrame(), seed=search.seed, dry_run=True)
+                         pd.DataFrame(), seed=search.seed, dry_run=True, plan_lines=tuple(lines))
 
 
 def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair: bool, t0: float,
                      connected: bool = False) -> SearchSummary:
-    spec, search, store, stream = prep.spec, prep.spec.search, prep.store, prep.stream
+    spec, search, store = prep.spec, prep.spec.search, prep.store
     stored_df, _ = prep.read_stored(repair)
     store.fs.create_dir(store.root, recursive=True)
     name = study_name(spec)
     # settings are checked before anything is written: a refused resume leaves every file as it was
-    study, storage = open_study(search, name, journal, stream,
+    study, storage = open_study(search, name, journal,
                                 check=lambda found: check_search_settings(found, search, journal))
     check_search_settings(study, search, journal)  # a new study: records its settings
     store_selection(prep, repair, searched=True)  # the report draws the front on these objectives
@@ -171,15 +175,15 @@ def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair
     ok = stored_df[(stored_df["status"] == "ok") & (stored_df["method"] == search.method)
                    & (stored_df["seed"] == search.seed)] if len(stored_df) else stored_df
     stored = {r["config_id"]: r for r in ok.to_dict("records")}
-    prep.settle_precision(stored_df)
+    prep = prep.with_precision(stored_df)
     for line in settings_lines(spec, prep.precision, [search.method]):
-        print(line, file=stream, flush=True)
+        logger.info(line)
     if done:
         prep.say(f"{done} complete trials already in {journal}")
     planner = GenerationPlanner(study, search, total, stored)
     epochs = prep.ctx.training(search.method)[0].epochs
     progress = Progress(f"search {spec.name}", None, remaining, epochs=epochs, slots=1,
-                        pending={search.method: remaining * epochs}, stream=stream)
+                        pending={search.method: remaining * epochs}, stream=prep.stream)
     interrupted = False
     if remaining:
         with contextlib.nullcontext() if connected else prep.executor.session(spec, lambda line: None):

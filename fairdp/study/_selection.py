@@ -130,14 +130,14 @@ def read_selections(*locations) -> dict[str, StoredSelection | None]:
     return {str(loc): None if Path(str(loc)).is_file() else read_selection(ResultStore(loc)) for loc in locations}
 
 
-def write_selection(store: ResultStore, spec: StudySpec, searched: bool = False, repair: bool = False,
-                    stream=None) -> tuple[StoredSelection, StoredSelection | None]:
+def write_selection(store: ResultStore, spec: StudySpec, searched: bool = False,
+                    repair: bool = False) -> tuple[StoredSelection, StoredSelection | None]:
     """Store ``spec``'s selection beside the results, atomically (a run or a search, under its
     lock); returns (what was stored, what was stored before, None if nothing). A search
     (``searched``) stores its objectives and constraints; a run keeps those of a search of the
     same study stored before (its rows are still there). A corrupt or foreign file is an error,
-    moved aside with ``repair`` (said on ``stream``)."""
-    old = read_or_move_aside(store, read_selection, repair, stream)
+    moved aside with ``repair`` (a warning of the ``fairdp`` logger)."""
+    old = read_or_move_aside(store, read_selection, repair)
     new = StoredSelection.of_spec(spec, searched)
     if not searched and old is not None and old.study == spec.name and old.search is not None:
         new = replace(new, search=old.search)
@@ -148,9 +148,9 @@ def write_selection(store: ResultStore, spec: StudySpec, searched: bool = False,
 
 def store_selection(prep: Prepared, repair: bool, searched: bool = False) -> None:
     """Write the study of ``prep`` (a run's or a search's) selection beside its results
-    (``write_selection``), saying on its stream when that changed what the analysis commands
+    (``write_selection``), saying (``Prepared.say``) when that changed what the analysis commands
     default to."""
-    new, old = write_selection(prep.store, prep.spec, searched, repair, prep.stream)
+    new, old = write_selection(prep.store, prep.spec, searched, repair)
     change = selection_change(old, new)
     if change:
         prep.say(f"the study's selection changed ({change}): stored in "

@@ -13,9 +13,9 @@ checkpoint) is retried with bounded back-off while the store does not answer.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
-import sys
 import threading
 import time
 import urllib.parse
@@ -33,6 +33,8 @@ from fairdp._atomic import atomic_path, unwritable_reason
 from fairdp.engine import CheckpointFile
 from fairdp.errors import DiskFull, InputError, StoreUnavailable, is_disk_full, last_line
 from fairdp.methods import builtin_method_names, get_method
+
+logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 30.0
 PROBE_TIMEOUT_ENV = "FAIRDP_STORE_PROBE_TIMEOUT_S"
@@ -106,17 +108,17 @@ class CorruptSideTable(InputError):
                          f"it and rerun the fairdp command that wrote it)")
 
 
-def read_or_move_aside(store: ResultStore, read, repair: bool, stream=None, who: str = "fairdp"):
+def read_or_move_aside(store: ResultStore, read, repair: bool, who: str = "fairdp"):
     """``read(store)``, a side table; when it is corrupt or foreign (``CorruptSideTable``) that
-    is the error, unless ``repair``: then the file is moved aside (said on ``stream`` as
-    ``who``) and None returned, as for a table never written."""
+    is the error, unless ``repair``: then the file is moved aside (a warning of the ``fairdp``
+    logger, said as ``who``) and None returned, as for a table never written."""
     try:
         return read(store)
     except CorruptSideTable as e:
         if not repair:
             raise
         moved = store.move_aside(e.path)
-        print(f"{who}: moved aside {e.path} ({e.reason}) to {moved}", file=stream or sys.stderr, flush=True)
+        logger.warning("%s: moved aside %s (%s) to %s", who, e.path, e.reason, moved)
         return None
 
 
@@ -197,8 +199,8 @@ class ResultStore:
                 if waited + delay > budget:
                     raise StoreUnavailable(self.location, self.endpoint, waited, cause) from None
                 if not said:
-                    print(f"fairdp: {what}: the object store at {self.endpoint} did not answer ({cause}); retrying "
-                          f"for up to {budget:g} s", file=sys.stderr, flush=True)
+                    logger.warning("fairdp: %s: the object store at %s did not answer (%s); retrying for up to %s s",
+                                   what, self.endpoint, cause, f"{budget:g}")
                     said = True
                 time.sleep(delay)
                 delay = min(2 * delay, RETRY_MAX_DELAY_S)

@@ -8,42 +8,39 @@ pay for it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import shutil
 import tempfile
-import time
 
 from fairdp.engine import native_bf16
-from fairdp.errors import InputError, RunAborted, StoreFault, last_line
+from fairdp.errors import InputError, RunAborted, last_line
+from fairdp.study._context import StudyContext
 from fairdp.study._lock import alive
 from fairdp.study._plan import Pack
 from fairdp.study._progress import Progress
 from fairdp.study._ray import quiet_loggers
+from fairdp.study._ray_trainables import LOG_RECORDS, STORE_FAULT, pack_trainable
+from fairdp.study._rows import write_error_rows
 from fairdp.study._spec import StudySpec
-from fairdp.study._trial import StudyContext, error_rows, run_pack, store_pack
-
-UNITS_EVERY_S = 2.0  # a trial reports its config-epochs at most this often (each report is a round trip)
-UNITS_EVERY_ENV = "FAIRDP_UNITS_EVERY_S"  # overrides it (tests set 0 so that every epoch reports)
 
 
-def units_reporter():
-    """A training callback reporting config-epochs done to Tune, for the driver's progress.
-    Its results carry no metric: searches run with Tune's strict metric check off
-    (``lenient_metric_check``)."""
-    from ray import tune
+def driver_log_level() -> int:
+    """The level of the ``fairdp`` logger here, in the driver: passed with each trial's
+    arguments, the level its worker logs at (``worker_logging``)."""
+    return logging.getLogger("fairdp").getEffectiveLevel()
 
-    every = float(os.environ.get(UNITS_EVERY_ENV, UNITS_EVERY_S))
-    state = {"units": 0, "last": time.monotonic()}
 
-    def report(epoch) -> None:
-        state["units"] += epoch.configs
-        now = time.monotonic()
-        if now - state["last"] >= every and epoch.epoch < epoch.epochs:
-            tune.report({"units": state["units"]})
-            state["units"], state["last"] = 0, now
-
-    return report
+def relog(result: dict) -> None:
+    """In the driver: log the records a trial's ``result`` carries (``TrialRecords.drain``)
+    through the driver's loggers of the same names, as if emitted here; none when the trial
+    ran in this very process (its records were logged here already)."""
+    said = result.get(LOG_RECORDS)
+    if not said or said.get("pid") == os.getpid():
+        return
+    for level, name, message in said["records"]:
+        logging.getLogger(name).log(level, message)
 
 
 @contextlib.contextmanager
@@ -61,24 +58,6 @@ def lenient_metric_check():
             os.environ.pop(key, None)
         else:
             os.environ[key] = before
-
-
-def pack_trainable(config: dict, ctx: StudyContext) -> None:
-    """The Ray Tune trainable: one pack in, its Parquet file written, a summary reported
-    (with each row's metrics, which a searcher handing out packs tells back to Optuna).
-    While it trains it reports config-epochs done (``units``) for the progress bar."""
-    from ray import tune
-
-    try:
-        rows = run_pack(ctx, Pack.from_dict(config["pack"]), units_reporter())
-    except StoreFault as e:  # reported, not raised: the driver stops the run with this one line
-        tune.report({STORE_FAULT: str(e)})
-        return
-    tune.report({"configs": len(rows), "pack_duration_s": rows[0]["pack_duration_s"],
-                 "rows": [{k: v for k, v in r.items() if isinstance(v, float)} for r in rows]})
-
-
-STORE_FAULT = "store_fault"  # a trial's result that stops the whole run (a full disk, a store gone)
 
 
 def _store_fault_stopper():
@@ -122,6 +101,7 @@ def _tune_callback(progress: Progress, method: str | None):
                 progress.start_pack(trial.trial_id, method or "", 1)
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
+            relog(result)  # what the trial's worker said, before its pack counts as done
             if "configs" in result:
                 progress.finish_pack(trial.trial_id)
             elif "units" in result:
@@ -294,7 +274,8 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
     """
     from ray import tune
 
-    trainable = tune.with_resources(tune.with_parameters(pack_trainable, ctx=ctx), trial_resources(spec))
+    trainable = tune.with_resources(tune.with_parameters(pack_trainable, ctx=ctx, log_level=driver_log_level()),
+                                    trial_resources(spec))
     with tune_run_config(spec.name, spec, progress) as run_config:
         with aborted_by_ray(ctx.results), watching_slots(spec, progress, len(packs)):
             grid = tune.Tuner(
@@ -307,6 +288,7 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
         if run_config.stop.message is not None:
             raise RunAborted(run_config.stop.message)
         failed_configs = run_config.callbacks[0].failed_configs
+        store = ctx.store()
         failed = unfinished = 0
         for res in grid:
             if res.error is None and "configs" not in (res.metrics or {}):
@@ -318,7 +300,7 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
                 if config is None:  # no pack to name: its configs have no rows, so the next run trains them
                     continue
                 pack = Pack.from_dict(config["pack"])
-                store_pack(ctx, pack, error_rows(ctx, pack, ray_error_line(res.error)))
+                write_error_rows(store, ctx, pack, ray_error_line(res.error))
     return failed, unfinished
 
 

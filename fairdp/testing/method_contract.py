@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from fairdp.data import load_dataset
-from fairdp.engine import VALID_CURVES, CheckpointFile, PackContext, TrainSettings, checkpointing
+from fairdp.engine import VALID_CURVES, CheckpointFile, Checkpointing, PackContext, TrainSettings
 from fairdp.errors import InputError
 from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.methods import NeuralMethod, RunInfo, get_method, load_plugins, method_names
@@ -183,19 +183,18 @@ def test_a_pack_killed_mid_training_resumes_from_its_checkpoint_bit_for_bit(name
             raise Killed
 
     killed = False
-    with checkpointing(file, every_s=0):
-        try:
-            method.train_pack(data, configs, seed=0, settings=settings, callback=kill_at_epoch_2)
-        except Killed:
-            killed = True
+    try:
+        method.train_pack(data, configs, seed=0, settings=settings, callback=kill_at_epoch_2,
+                          checkpoint=Checkpointing(file, every_s=0))
+    except Killed:
+        killed = True
     if not seen:
         assert file.writes == 0 and not killed
         pytest.skip(f"{name} does not train by epochs: nothing to checkpoint")
     assert killed and file.writes == 1  # saved after epoch 1, killed in epoch 2
     resumed_epochs = []
-    with checkpointing(file, every_s=0):
-        resumed = method.train_pack(data, configs, seed=0, settings=settings,
-                                    callback=lambda r: resumed_epochs.append(r.epoch))
+    resumed = method.train_pack(data, configs, seed=0, settings=settings,
+                                callback=lambda r: resumed_epochs.append(r.epoch), checkpoint=Checkpointing(file, every_s=0))
     assert resumed_epochs == [2]  # epoch 1 came from the checkpoint
     assert resumed.resumed_s > 0
     assert_same_pack(resumed, packs(name))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import threading
 
 import pandas as pd
@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 from fairdp.errors import last_line
 from fairdp.schema import FIXED_COLUMNS, METRIC_COLUMNS
 from fairdp.tracking._base import ConfigRecord, Tracker
+
+logger = logging.getLogger(__name__)
 
 POLL_ENV = "FAIRDP_TRACKING_POLL_S"
 POLL_S = 5.0
@@ -44,12 +46,12 @@ class TrackingSync:
     its end: log to ``tracker`` (opened) every config stored in ``store`` that it does not hold.
 
     It runs beside the driver, never in a trial: a pack never waits for it. A tracker that
-    fails stops it with one line; the rows are stored already, and the next run logs what is
-    missing (``Tracker.logged``)."""
+    fails stops it with one line (a warning of the ``fairdp`` logger); the rows are stored
+    already, and the next run logs what is missing (``Tracker.logged``). How many configs it
+    logged is said at its end (info)."""
 
-    def __init__(self, tracker: Tracker, store, stream=None):
+    def __init__(self, tracker: Tracker, store):
         self.tracker, self.store = tracker, store
-        self.stream = stream if stream is not None else sys.stderr
         self.poll_s = float(os.environ.get(POLL_ENV, POLL_S))
         self.done: set[str] = set()  # pack files already gone through
         self.logged_now = 0
@@ -72,8 +74,7 @@ class TrackingSync:
         self._guarded(self.sweep)  # what the last packs stored
         self._guarded(self.tracker.close)
         if self.failed is None:
-            print(f"fairdp: tracking: {self.logged_now} configs logged to {self.tracker.where()}", file=self.stream,
-                  flush=True)
+            logger.info("fairdp: tracking: %d configs logged to %s", self.logged_now, self.tracker.where())
 
     def _follow(self) -> None:
         while not self._stop.wait(self.poll_s) and self.failed is None:
@@ -86,9 +87,9 @@ class TrackingSync:
             return op()
         except Exception as e:  # noqa: BLE001 - a tracker's failure must not touch the run
             self.failed = last_line(str(e), type(e).__name__, 300)
-            print(f"fairdp: tracking: {self.tracker.where()} failed ({type(e).__name__}: {self.failed}); the rows are "
-                  f"stored as usual, tracking stops for this run, and the next run logs what is missing",
-                  file=self.stream, flush=True)
+            logger.warning("fairdp: tracking: %s failed (%s: %s); the rows are stored as usual, tracking stops for "
+                           "this run, and the next run logs what is missing", self.tracker.where(), type(e).__name__,
+                           self.failed)
             return None
 
     def sweep(self) -> None:

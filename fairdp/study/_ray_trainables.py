@@ -1,0 +1,159 @@
+"""The Ray Tune trainables: what a Ray worker process runs for one trial (a pack, or one config
+of a per-config search), and how it reports to the driver (config-epochs done, its log records,
+a store fault). Imported by the driver to hand to Tune; everything here runs in the worker."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import sys
+import time
+
+import pyarrow.parquet as pq
+
+from fairdp.errors import StoreFault
+from fairdp.methods import get_method
+from fairdp.study._context import StudyContext
+from fairdp.study._optuna import search_config
+from fairdp.study._plan import Pack
+from fairdp.study._spec import SearchSpec
+from fairdp.study._store import pack_id
+from fairdp.study._worker import run_pack
+
+UNITS_EVERY_S = 2.0  # a trial reports its config-epochs at most this often (each report is a round trip)
+UNITS_EVERY_ENV = "FAIRDP_UNITS_EVERY_S"  # overrides it (tests set 0 so that every epoch reports)
+
+
+def units_reporter(records: TrialRecords | None = None):
+    """A training callback reporting config-epochs done to Tune, for the driver's progress,
+    and at once the log records the trial emitted (``records``) since its last result.
+    Its results carry no metric: searches run with Tune's strict metric check off
+    (``lenient_metric_check``)."""
+    from ray import tune
+
+    every = float(os.environ.get(UNITS_EVERY_ENV, UNITS_EVERY_S))
+    state = {"units": 0, "last": time.monotonic()}
+
+    def report(epoch) -> None:
+        state["units"] += epoch.configs
+        now = time.monotonic()
+        said = records.drain() if records is not None else {}
+        if said or (now - state["last"] >= every and epoch.epoch < epoch.epochs):
+            tune.report({"units": state["units"], **said})
+            state["units"], state["last"] = 0, now
+
+    return report
+
+
+LOG_RECORDS = "fairdp_log"  # a trial result's key: the fairdp log records of its worker since its last result
+
+
+class TrialRecords(logging.Handler):
+    """The ``fairdp`` records a trial emits, as (level, logger name, message), kept until its
+    next result carries them to the driver (``drain``), whose Tune callback logs them again
+    there (``relog``): a Ray worker's own stderr goes to Ray's log files, not to the user."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[tuple[int, str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append((record.levelno, record.name, record.getMessage()))
+
+    def drain(self) -> dict:
+        """The records kept since the last drain, as the entries of a result (none: {})."""
+        self.acquire()
+        try:
+            kept, self.records = self.records, []
+        finally:
+            self.release()
+        return {LOG_RECORDS: {"pid": os.getpid(), "records": kept}} if kept else {}
+
+
+@contextlib.contextmanager
+def worker_logging(level: int):
+    """The logging of one trial, in its worker process, for the block: the ``fairdp`` logger at
+    ``level`` (the driver's, ``driver_log_level``, passed with the trial's arguments), its
+    records kept by the ``TrialRecords`` yielded for the trial's results to carry to the driver,
+    and written to this process's stderr (``%(message)s``, as the CLI writes them; Ray keeps it
+    in the worker's log file) when no handler of the process would take them: a Ray worker
+    configures none, and would drop the info records. As it was after the block (Tune reuses
+    the worker's actor for the next trial)."""
+    log = logging.getLogger("fairdp")
+    level_before = log.level
+    added: list[logging.Handler] = [TrialRecords()]
+    if not log.hasHandlers():
+        stderr = logging.StreamHandler(sys.stderr)
+        stderr.setFormatter(logging.Formatter("%(message)s"))
+        added.append(stderr)
+    for handler in added:
+        log.addHandler(handler)
+    log.setLevel(level)
+    try:
+        yield added[0]
+    finally:
+        for handler in added:
+            log.removeHandler(handler)
+        log.setLevel(level_before)
+
+
+STORE_FAULT = "store_fault"  # a trial's result that stops the whole run (a full disk, a store gone)
+
+
+def pack_trainable(config: dict, ctx: StudyContext, log_level: int = logging.WARNING) -> None:
+    """The Ray Tune trainable: one pack in, its Parquet file written, a summary reported
+    (with each row's metrics, which a searcher handing out packs tells back to Optuna).
+    While it trains it reports config-epochs done (``units``) for the progress bar. Its
+    messages are logged at the driver's ``log_level`` and carried to the driver
+    (``worker_logging``)."""
+    from ray import tune
+
+    with worker_logging(log_level) as records:
+        try:
+            rows = run_pack(ctx, Pack.from_dict(config["pack"]), units_reporter(records))
+        except StoreFault as e:  # reported, not raised: the driver stops the run with this one line
+            tune.report({STORE_FAULT: str(e), **records.drain()})
+            return
+        tune.report({"configs": len(rows), "pack_duration_s": rows[0]["pack_duration_s"],
+                     "rows": [{k: v for k, v in r.items() if isinstance(v, float)} for r in rows], **records.drain()})
+
+
+def config_trainable(config: dict, ctx: StudyContext, search: SearchSpec, log_level: int = logging.WARNING) -> None:
+    """Ray Tune's trainable of a per-config search: one config trained, or answered from its
+    stored row when it is a repeat; its messages logged as ``pack_trainable``'s."""
+    from ray import tune
+
+    method = get_method(search.method)
+    cfg = method.validate_config(search_config(search, config))
+    cid = method.config_id(cfg)
+    with worker_logging(log_level) as records:
+        rows = _stored_single(ctx, search, cid)
+        if rows is None:
+            try:
+                rows = run_pack(ctx, Pack(search.method, search.seed, (cfg,), (cid,)), units_reporter(records))
+            except StoreFault as e:  # reported, not raised: the driver stops the search with this one line
+                tune.report({STORE_FAULT: str(e), **records.drain()})
+                return
+        said = records.drain()
+    values = {k: rows[0].get(k) for k in search.objectives}
+    # the constrained metrics travel in the result to the searcher, which hands them to Optuna
+    constrained = {f"constraint_{c.metric}": _finite_or_none(rows[0].get(c.metric)) for c in search.constraints}
+    tune.report({"configs": 1, **{k: (v if v is not None and math.isfinite(v) else math.nan)
+                                  for k, v in values.items()}, **constrained, **said})
+
+
+def _stored_single(ctx: StudyContext, search: SearchSpec, cid: str) -> list[dict] | None:
+    """The stored ok rows of a one-config pack of ``cid`` (a per-config search's repeat), or None."""
+    store = ctx.store()
+    path = store.pack_path(ctx.dataset, search.method, search.seed, pack_id(search.method, search.seed, [cid]))
+    try:
+        rows = pq.read_table(path, filesystem=store.fs).to_pylist()
+    except (OSError, Exception):  # noqa: BLE001 - not stored (or unreadable): train it
+        return None
+    return rows if rows and all(r.get("status") == "ok" for r in rows) else None
+
+
+def _finite_or_none(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None

@@ -1,0 +1,89 @@
+"""The driver's check before a run adds rows to stored ones: were they trained the same way?
+(``prepare`` calls it under the results' lock; a search compares its settings with it too.)"""
+
+from __future__ import annotations
+
+import json
+
+from fairdp.errors import InputError
+from fairdp.metrics import ProbeSettings
+from fairdp.study._context import StudyContext, training_provenance
+
+# protocol keys as a study file spells them
+_SETTING_NAMES = {"dataset_options": "dataset", "leakage": "evaluate.leakage", "mdl": "evaluate.mdl",
+                  "train.prune": "prune"}
+
+
+def _setting_name(key: str) -> str:
+    for prefix, name in _SETTING_NAMES.items():
+        if key == prefix or key.startswith(prefix + "."):
+            return name + key[len(prefix):]
+    return key
+
+
+def protocol_difference(have: dict, want: dict, path: str = "") -> tuple[str, object, object] | None:
+    """The first setting (dotted path) where two protocols differ, with both values."""
+    for key in sorted(set(have) | set(want)):
+        a, b, where = have.get(key), want.get(key), f"{path}.{key}" if path else key
+        if isinstance(a, dict) and isinstance(b, dict):
+            found = protocol_difference(a, b, where)
+            if found:
+                return found
+        elif a != b:
+            return where, a, b
+    return None
+
+
+def check_same_training(ctx: StudyContext, stored, location: str, methods) -> None:
+    """Refuse to resume a method whose stored rows were trained or probed otherwise: a table
+    would mix two protocols. Rows from before these columns existed are not checked."""
+    if not len(stored):
+        return
+    ok = stored[stored["status"] == "ok"]
+    for name in methods:
+        rows = ok[ok["method"] == name]
+        ms = ctx.method_settings.get(name)
+        swept = ms.swept if ms is not None else ()
+        for key, want in training_provenance(ctx, name).items():
+            if key not in rows.columns or key in swept:  # a swept setting is part of each config
+                continue
+            have = rows[key].dropna()
+            if key == "probe" and want is not None:
+                # as settings, so that keys recorded since (alpha, max_epochs, ...) read as their
+                # defaults in older rows, which were probed with those defaults
+                have = have.map(lambda p: json.dumps(ProbeSettings.from_protocol(p).protocol()))
+            if key in ("lr", "batch_size") and want is not None:
+                differs = have[(have.astype(float) - want).abs() > 1e-12 * want]
+            else:
+                differs = have[have != want]
+            if len(differs):
+                raise InputError(f"{location}: holds {name} runs with {key} {differs.iloc[0]}, this run asks for "
+                                 f"{want} (methods.{name}); pass another --results")
+    # bf16 rows and full-precision rows in one table would be two protocols; TF32 and
+    # float32 are one request whose effective value depends on the worker's device. No
+    # precision given follows the stored rows (``choose_precision``): nothing to refuse.
+    if "precision" in ok.columns and ctx.train.precision is not None:
+        have = ok.loc[ok["method"].isin(list(methods)), "precision"].dropna()
+        clash = have[(have == "bf16") != (ctx.train.precision == "bf16")]
+        if len(clash):
+            raise InputError(f"{location}: holds runs computed in {clash.iloc[0]}, this run's train.precision is "
+                             f"{ctx.train.precision}; pass another --results")
+    # every other setting that changes what a row means
+    if ctx.protocol and "protocol" in ok.columns:
+        want = json.loads(ctx.protocol)
+        for text in ok.loc[ok["method"].isin(list(methods)), "protocol"].dropna().unique():
+            have = json.loads(text)
+            # a named setting first: other options also give other data
+            found = protocol_difference({k: v for k, v in have.items() if k != "data"},
+                                        {k: v for k, v in want.items() if k != "data"})
+            found = found or protocol_difference({"data": have.get("data", want.get("data"))},
+                                                 {"data": want.get("data")})
+            if found:
+                key, have, asked = found
+                if key == "data":
+                    raise InputError(f"{location}: holds rows trained on other data than this run's {ctx.dataset} "
+                                     f"(same options, other labels, groups, splits or features: its files or "
+                                     f"loader changed); a table would mix two datasets: pass another --results")
+                raise InputError(f"{location}: holds rows made with {_setting_name(key)} {json.dumps(have)}, this run "
+                                 f"asks for {json.dumps(asked)}; a table would mix two protocols: pass another "
+                                 f"--results")

@@ -1,0 +1,48 @@
+"""Where the study package's code runs is said by its files' names: the worker's side (what a Ray
+worker process, or the driver's own process for ``--executor local``, runs to train and store a
+pack) imports nothing of the driver's (preparing, planning, scheduling, progress)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+STUDY = Path(__file__).resolve().parents[1] / "fairdp" / "study"
+
+# what a worker runs, and the plain values and files it shares with the driver
+WORKER_SIDE = {"_worker", "_rows", "_context", "_ray_trainables"}
+# specs, the store, packs, the results' lock; and ``search_config`` (a per-config search trial's
+# parameters as the method's config)
+SHARED = {"_spec", "_store", "_plan", "_lock", "_optuna"}
+
+
+def study_imports(module: str) -> set[str]:
+    """The ``fairdp.study`` modules ``module`` imports, at any depth in its file (lazy imports count)."""
+    tree = ast.parse((STUDY / f"{module}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fairdp.study."):
+            found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.ImportFrom) and node.module == "fairdp.study":
+            found.add("__init__")
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("fairdp.study.")}
+    return found
+
+
+def closure(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        todo += sorted(study_imports(m))
+    return seen - {module}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in WORKER_SIDE if (STUDY / f"{m}.py").exists()))
+def test_the_workers_side_imports_nothing_of_the_drivers(module):
+    driver_side = closure(module) - WORKER_SIDE - SHARED
+    assert not driver_side, f"{module} (run by workers) imports the driver's {sorted(driver_side)}"
+
