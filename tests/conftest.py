@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,17 @@ def s3(s3_server, monkeypatch):
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
     return s3_server
+
+
+def markdown_tables(text: str) -> list[list[list[str]]]:
+    """Markdown tables of ``text``: each a list of rows (header first, separator dropped) of cells."""
+    tables, current = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
+                current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import markdown_tables
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 README_MAX_LINES = 200
@@ -102,30 +104,16 @@ def test_methods_page_shows_the_example_plugin_as_it_is():
 
 # -- the study spec page against the parser ------------------------------------------------------
 
-def _tables(text: str) -> list[list[list[str]]]:
-    """Markdown tables of ``text``: each a list of rows (header first, separator dropped) of cells."""
-    tables, current = [], []
-    for line in text.splitlines() + [""]:
-        if line.startswith("|"):
-            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
-            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
-                current.append(cells)
-        elif current:
-            tables.append(current)
-            current = []
-    return tables
-
-
 def _table_after(text: str, heading: str) -> list[list[str]]:
     """Data rows of the first table after ``heading``."""
-    return _tables(text[text.index(heading):])[0][1:]
+    return markdown_tables(text[text.index(heading):])[0][1:]
 
 
 def _documented_keys() -> tuple[dict[str, list[str]], dict[str, set[str]]]:
     """key path -> its row, from every table of docs/study-spec.md; and, from the table of
     dataset options, option -> the datasets it lists."""
     keys, datasets = {}, {}
-    for table in _tables((DOCS / "study-spec.md").read_text()):
+    for table in markdown_tables((DOCS / "study-spec.md").read_text()):
         header, rows = table[0], table[1:]
         assert header[0] == "key", f"a study-spec table whose first column is not 'key': {header}"
         for row in rows:

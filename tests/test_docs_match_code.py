@@ -25,6 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.conftest import markdown_tables
 from tests.layers import ALLOWED_UP, LAYERS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,20 +60,6 @@ def _section(text: str, heading: str) -> str:
     return text[start:end.start() if end else len(text)]
 
 
-def _tables(text: str) -> list[list[list[str]]]:
-    """Markdown tables of ``text``: each a list of rows (header first, separator dropped) of cells."""
-    tables, current = [], []
-    for line in text.splitlines() + [""]:
-        if line.startswith("|"):
-            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
-            if not all(re.fullmatch(r":?-+:?", c) for c in cells):
-                current.append(cells)
-        elif current:
-            tables.append(current)
-            current = []
-    return tables
-
-
 def _code(cell: str) -> str:
     m = re.fullmatch(r"`([^`]+)`", cell)
     assert m, f"a first cell that is not one backticked name: {cell!r}"
@@ -87,10 +74,10 @@ def test_architecture_page_asks_the_hook_for_its_tables():
     executors, layers = _section(text, "## Executors"), _section(text, "## Layers")
     assert "<!-- fairdp:executor-members -->" in executors.splitlines(), \
         "docs/architecture.md: the Executors section must draw its table with <!-- fairdp:executor-members -->"
-    assert not _tables(executors), "docs/architecture.md: a hand-written table in Executors; the hook draws it"
+    assert not markdown_tables(executors), "docs/architecture.md: a hand-written table in Executors; the hook draws it"
     assert "<!-- fairdp:layers -->" in layers.splitlines(), \
         "docs/architecture.md: the Layers section must draw its table with <!-- fairdp:layers -->"
-    assert not _tables(layers) and "```" not in layers, \
+    assert not markdown_tables(layers) and "```" not in layers, \
         "docs/architecture.md: a hand-drawn layer table or diagram; the hook draws it from tests/layers.py"
 
 
@@ -104,7 +91,7 @@ def _public_members(cls) -> set[str]:
 def test_executor_table_lists_every_member_of_the_executor_class(caplog):
     from fairdp.study._executors import Executor
 
-    (table,) = _tables(_section(_rendered(ARCHITECTURE, caplog), "## Executors"))
+    (table,) = markdown_tables(_section(_rendered(ARCHITECTURE, caplog), "## Executors"))
     assert table[0] == ["member", "kind", "what it does"]
     rows = {re.sub(r"\(.*\)$", "", _code(row[0])): row for row in table[1:]}
     assert len(rows) == len(table) - 1, "a member listed twice"
@@ -136,7 +123,7 @@ def test_layer_table_is_the_layer_definition_the_layer_test_enforces(caplog):
     assert test_layers.LAYERS is LAYERS and test_layers.ALLOWED_UP is ALLOWED_UP, \
         "tests/test_layers.py must enforce tests/layers.py's definition, the one the docs draw"
     layers = _section(_rendered(ARCHITECTURE, caplog), "## Layers")
-    (table,) = _tables(layers)
+    (table,) = markdown_tables(layers)
     assert table[0] == ["layer", "unit", "what it holds"]
     shown = {}
     for rank, unit, role in table[1:]:
@@ -189,7 +176,7 @@ def _parameter_table(page: Path, target: str) -> list[list[str]] | None:
     text = page.read_text(encoding="utf-8")
     start = text.index(f"::: {target}\n")
     end = re.compile(r"^(::: |#)", re.M).search(text, start + 4)
-    tables = _tables(text[start:end.start() if end else len(text)])
+    tables = markdown_tables(text[start:end.start() if end else len(text)])
     return tables[0] if tables else None
 
 
