@@ -153,15 +153,13 @@ def exits_with_driver(driver: tuple[str, int] | None, every_s: float = 0.25):
     if driver is None or driver[0] != socket.gethostname():
         yield
         return
-    pid = driver[1]
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.wait(every_s):
-            if not alive(pid):
-                os._exit(DRIVER_GONE_EXIT)  # the driver that owned this work is gone
+            exit_if_driver_gone(*driver)
 
-    thread = threading.Thread(target=watch, name=f"fairdp-watch-driver-{pid}", daemon=True)
+    thread = threading.Thread(target=watch, name=f"fairdp-watch-driver-{driver[1]}", daemon=True)
     thread.start()
     try:
         yield
