@@ -287,7 +287,10 @@ def test_gamma_is_dp_accountings(mean, shape):
 
 @pytest.mark.parametrize("count", [TrialCount("poisson", 12.0), TrialCount("truncated_negative_binomial", 12.0, 1.0),
                                    TrialCount("truncated_negative_binomial", 12.0, 0.5),
-                                   TrialCount("truncated_negative_binomial", 12.0, 0.0)])
+                                   TrialCount("truncated_negative_binomial", 12.0, 0.0),
+                                   # drawn by inversion: redrawing NB until >= 1 would take 200 and 220 tries
+                                   TrialCount("truncated_negative_binomial", 1.005, 1.0),
+                                   TrialCount("truncated_negative_binomial", 20.0, 0.001)])
 def test_trial_counts_have_the_mean_the_bound_assumes(count):
     rng = np.random.default_rng(0)
     k = np.array([count.draw(rng) for _ in range(20000)])
@@ -297,6 +300,26 @@ def test_trial_counts_have_the_mean_the_bound_assumes(count):
         assert k.min() >= 1  # truncated at zero: every run trains something
     else:  # Poisson's variance is its mean
         assert k.var() == pytest.approx(count.mean, rel=0.05)
+
+
+@pytest.mark.parametrize("min_acceptance", [0.0, 1.0], ids=["rejection", "inversion"])
+@pytest.mark.parametrize(("mean", "shape"), [(3.0, 0.5), (3.0, 2.0)])
+def test_both_truncated_negative_binomial_samplers_draw_definition_1(monkeypatch, min_acceptance, mean, shape):
+    """Either path draws NB(eta, gamma) given K >= 1 (scipy's pmf, renormalised): a chi-square
+    test over k = 1..7 and the tail."""
+    from scipy import stats
+
+    import fairdp.privacy._release as release
+    monkeypatch.setattr(release, "REJECTION_MIN_ACCEPTANCE", min_acceptance)
+    count = TrialCount("truncated_negative_binomial", mean, shape)
+    gamma = count.gamma()
+    rng = np.random.default_rng(7)
+    k = np.array([count.draw(rng) for _ in range(20000)])
+    pmf = stats.nbinom.pmf(np.arange(1, 8), shape, gamma) / stats.nbinom.sf(0, shape, gamma)
+    expected = np.append(pmf, 1 - pmf.sum()) * len(k)
+    observed = np.append([np.sum(k == i) for i in range(1, 8)], np.sum(k >= 8))
+    assert k.min() >= 1
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
 
 
 def test_eps_released_under_tuning_depends_on_whether_the_selection_is_a_best_of():
@@ -333,6 +356,9 @@ BASE = {"name": "tuned", "dataset": {"name": "synthetic", "rows": 600, "features
     ({"count": "poisson", "mean": 3, "shape": 1}, {}, "tuning.shape"),
     ({"count": "truncated_negative_binomial", "mean": 3}, {}, "tuning.shape"),
     ({"count": "truncated_negative_binomial", "mean": 3, "shape": -1}, {}, "tuning.shape"),
+    ({"count": "truncated_negative_binomial", "mean": 3, "shape": 1e-9}, {}, "tuning.shape"),
+    ({"count": "truncated_negative_binomial", "mean": 3, "shape": 1.7976931348623157e308}, {}, "tuning.shape"),
+    ({"count": "poisson", "mean": 1e7}, {}, "tuning.mean"),
     ({"count": "poisson"}, {}, "tuning.mean"),
     ({"count": "poisson", "mean": 3}, {"selection": {"fairness": "dp_gap", "by": ["eps"]}}, "tuning"),
     ({"count": "poisson", "mean": 3}, {"search": {"method": "dpsgd", "objectives": {"valid_accuracy": "max"},

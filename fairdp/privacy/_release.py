@@ -187,6 +187,9 @@ class TrialCount:
             return 1
         if self.shape == 0:
             return int(rng.logseries(1 - gamma))
+        untruncated_positive = -math.expm1(self.shape * math.log(gamma))  # P(NB >= 1) = 1 - gamma^eta
+        if untruncated_positive < REJECTION_MIN_ACCEPTANCE:
+            return _truncated_negative_binomial_by_inversion(self.shape, gamma, untruncated_positive, rng)
         while True:
             k = int(rng.negative_binomial(self.shape, gamma))
             if k >= 1:
@@ -207,6 +210,36 @@ def trial_count_from_dict(d: dict) -> TrialCount:
     return TrialCount(d["count"], float(d["mean"]), math.inf if shape is None else float(shape))
 
 
+# Drawing NB(eta, gamma) until it is >= 1 takes 1 / (1 - gamma^eta) draws on average: fine for the
+# shapes and means studies use, unbounded as the mean nears 1 or eta nears 0; there, inversion.
+REJECTION_MIN_ACCEPTANCE = 0.01
+
+
+def _truncated_negative_binomial_by_inversion(shape: float, gamma: float, untruncated_positive: float,
+                                              rng: np.random.Generator) -> int:
+    """The smallest k >= 1 whose CDF under Definition 1 reaches a uniform u, the pmf summed in
+    growing chunks. Where this is used the pmf falls from k = 1 (it can only rise while
+    (eta - 1)(1 - gamma) > gamma, which needs 1 - gamma^eta near 1), so a chunk that adds nothing
+    ends the support as float sees it; a u above that total (rounding, below 1e-12) is redrawn,
+    which samples the computed pmf exactly."""
+    from scipy.special import gammaln
+
+    log_scale = shape * math.log(gamma) - math.log(untruncated_positive) - math.lgamma(shape)
+    log_fail = math.log1p(-gamma)
+    while True:
+        u, total, first, size = rng.random(), 0.0, 1, 4096
+        while True:
+            k = np.arange(first, first + size, dtype=np.float64)
+            pmf = np.exp(gammaln(k + shape) - gammaln(k + 1) + k * log_fail + log_scale)
+            cdf = total + np.cumsum(pmf)
+            i = int(np.searchsorted(cdf, u, side="left"))
+            if i < size:
+                return first + i
+            if cdf[-1] == total:
+                break  # u fell in the rounding gap above the computed total: draw it again
+            total, first, size = float(cdf[-1]), first + size, size * 2
+
+
 def truncated_negative_binomial_mean(gamma: float, shape: float) -> float:
     """E[K] of Definition 1: eta (1/gamma - 1) / (1 - gamma^eta); 1/gamma at eta = 1 and
     (1/gamma - 1) / log(1/gamma) at eta = 0 (the logarithmic distribution)."""
@@ -214,7 +247,8 @@ def truncated_negative_binomial_mean(gamma: float, shape: float) -> float:
         return 1.0
     if shape == 0:
         return (1 / gamma - 1) / math.log(1 / gamma)
-    return shape * (1 / gamma - 1) / (1 - gamma ** shape)
+    # 1 - gamma^eta as -expm1(eta log gamma): the plain difference rounds to 0 as gamma^eta nears 1
+    return shape * (1 / gamma - 1) / -math.expm1(shape * math.log(gamma))
 
 
 def truncated_negative_binomial_gamma(shape: float, mean: float) -> float:

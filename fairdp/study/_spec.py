@@ -413,6 +413,7 @@ MAX_CONFIGS_PER_METHOD = 100_000
 # A search's trials (``search.trials``, ``--trials``): a generation is at most a grid's configs,
 # and the journal Optuna replays on every resume grows with each trial.
 MAX_TRIALS = 1_000_000
+MIN_TUNING_SHAPE, MAX_TUNING_SHAPE = 1e-6, 1e6
 
 
 def _methods(value, dataset: str, train: TrainSettings, study_arch) -> tuple[MethodPlan, ...]:
@@ -579,7 +580,8 @@ def _tuning(value, by: tuple[str, ...], search) -> TrialCount:
     if count not in COUNTS:
         raise InputError(f"tuning.count: must be one of {', '.join(COUNTS)}, got {count!r}")
     # dp-accounting's RepeatAndSelect bound needs a mean of at least one trial
-    mean = _number(d["mean"], "tuning.mean", low=1.0)
+    # capped like search.trials; numpy's samplers fail on counts near float's range
+    mean = _number(d["mean"], "tuning.mean", low=1.0, high=MAX_TRIALS)
     if count == "poisson":
         if "shape" in d:
             raise InputError("tuning.shape: a Poisson count has no shape (it is the shape-infinity limit)")
@@ -588,7 +590,11 @@ def _tuning(value, by: tuple[str, ...], search) -> TrialCount:
         if "shape" not in d:
             raise InputError("tuning.shape: required for a truncated negative binomial (0: logarithmic, "
                              "1: geometric)")
-        shape = _number(d["shape"], "tuning.shape", low=0.0)
+        # past 1e6 the count is Poisson to float precision (the shape-infinity limit), and below 1e-6
+        # logarithmic (shape 0), where eta log(gamma) would lose precision
+        shape = _number(d["shape"], "tuning.shape", low=0.0, high=MAX_TUNING_SHAPE)
+        if 0 < shape < MIN_TUNING_SHAPE:
+            raise InputError(f"tuning.shape: must be 0 (logarithmic) or >= {MIN_TUNING_SHAPE:g}, got {shape!r}")
     if by:
         raise InputError(f"tuning: selection.by ({', '.join(by)}) splits each run into several selections, "
                          "each over a thinned count the bound does not cover; leave selection.by out")
@@ -657,11 +663,14 @@ def _string(value, path: str) -> str:
     return value
 
 
-def _number(value, path: str, low: float | None = None, low_open: bool = False) -> float:
+def _number(value, path: str, low: float | None = None, low_open: bool = False,
+            high: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InputError(f"{path}: must be a finite number, got {value!r}")
     if low is not None and (value <= low if low_open else value < low):
         raise InputError(f"{path}: must be {'>' if low_open else '>='} {low}, got {value!r}")
+    if high is not None and value > high:
+        raise InputError(f"{path}: must be <= {high:,g}, got {value!r}")
     return float(value)
 
 
