@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 from fairdp.data import load_dataset
-from fairdp.engine import TrainSettings, _checkpoint, checkpointing
+from fairdp.engine import Checkpointing, TrainSettings
+from fairdp.engine import _checkpoint
 from fairdp.methods import get_method
 from fairdp.study import ResultStore
 
@@ -55,11 +56,11 @@ def main() -> None:
     _checkpoint.Saver.save = _timed_save(_checkpoint.Saver.save)
     with tempfile.TemporaryDirectory() as tmp:
         file = ResultStore(tmp).checkpoint("bench")
-        with checkpointing(file, every_s=0):
-            saved = method.train_pack(data, configs, seed=0, settings=settings)
+        every_epoch = Checkpointing(file, every_s=0)
+        saved = method.train_pack(data, configs, seed=0, settings=settings, checkpoint=every_epoch)
         t = time.perf_counter()
-        with checkpointing(file, every_s=0):
-            resumed = method.train_pack(data, configs, seed=0, settings=settings)  # all epochs in the file
+        # all epochs in the file
+        resumed = method.train_pack(data, configs, seed=0, settings=settings, checkpoint=every_epoch)
         resume_s = time.perf_counter() - t
     same = all(np.array_equal(a.predictions["test"], b.predictions["test"]) for a, b in
                [(plain, saved), (plain, resumed)])

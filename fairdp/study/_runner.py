@@ -9,6 +9,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+import pandas as pd
+
 from fairdp.engine import resolve_device
 from fairdp.errors import InputError
 from fairdp.study._estimate import (
@@ -68,32 +70,74 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
                    progress_stream, checkpoint_every_s)
     if dry_run:
         return _dry_run(prep, t0, repair)
-    sync = prep.tracking()
+    tracking = prep.tracking()  # opened now: a wrong tracker address is refused before a cluster is reached
     # a cluster is connected to first: what only its nodes can answer (a GPU for train.device, a
     # node a trial fits) is refused before anything is written; an embedded Ray starts only if needed
-    remote = prep.executor.remote
-    with (prep.executor.session(spec, prep.say) if remote else contextlib.nullcontext()), prep.lock(), sync:
-        stored, repaired = prep.read_stored(repair)
-        backlog = Backlog.from_stored(spec, stored)
-        _drop_finished_checkpoints(prep.store, stored)
-        record_plan(prep.store, spec, repair, plan=backlog.plan())  # an interrupted run's analysis knows what is missing
-        store_selection(prep, repair)  # the analysis commands' defaults: the table this run prints
-        prep = prep.with_precision(stored)
-        for line in settings_lines(spec, prep.precision):
-            logger.info(line)
-        summary = RunSummary(prep.results, 0, 0, backlog.done, 0, 0.0, repaired)
-        if not backlog.remaining:  # nothing left: no Ray to start
-            prep.say(f"all {backlog.done} configs already stored in {prep.results}; nothing to run")
-        else:
-            with contextlib.nullcontext() if remote else prep.executor.session(spec, prep.say):
-                slots = prep.executor.slots(spec)
-                packs = backlog.packs(slots, prep.executor.trains_on_gpu(spec))
-                progress = _progress(prep, packs, min(slots, len(packs)), backlog.done)
-                with progress, sigterm_as_ctrl_c():
-                    failed, unfinished = prep.executor.run(prep.ctx, packs, spec, progress)
-            summary = dataclasses.replace(summary, packs=len(packs), configs=sum(len(p.configs) for p in packs),
-                                          failed_packs=failed, unfinished_packs=unfinished)
-    return dataclasses.replace(summary, wall_s=time.monotonic() - t0)
+    with _cluster_session(prep), prep.lock(), tracking:
+        plan = _plan_run(prep, repair)
+        _record(plan, repair)
+        outcome = _execute(plan)
+    return RunSummary(plan.prep.results, outcome.packs, outcome.configs, plan.backlog.done, outcome.failed,
+                      time.monotonic() - t0, plan.repaired, outcome.unfinished)
+
+
+# -- the stages of a run, each a value handed to the next: prepare (above), plan, record, execute --
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will do, read under its lock: the prepared study set to its precision, the
+    rows already stored (corrupt files moved aside with ``repair``) and the backlog left."""
+
+    prep: Prepared
+    stored: pd.DataFrame
+    repaired: list[str]
+    backlog: Backlog
+
+
+@dataclass(frozen=True)
+class Outcome:
+    packs: int = 0
+    configs: int = 0
+    failed: int = 0
+    unfinished: int = 0  # packs a Ctrl-C stopped before they ran or finished
+
+
+def _cluster_session(prep: Prepared) -> contextlib.AbstractContextManager:
+    return prep.executor.session(prep.spec, prep.say) if prep.executor.remote else contextlib.nullcontext()
+
+
+def _plan_run(prep: Prepared, repair: bool) -> RunPlan:
+    stored, repaired = prep.read_stored(repair)
+    return RunPlan(prep.with_precision(stored), stored, repaired, Backlog.from_stored(prep.spec, stored))
+
+
+def _record(plan: RunPlan, repair: bool) -> None:
+    """What the analysis reads before a pack has trained: the plan (so an interrupted run's
+    analysis knows what is missing) and the selection (the table this run prints); stale
+    checkpoints dropped; the settings said."""
+    prep = plan.prep
+    _drop_finished_checkpoints(prep.store, plan.stored)
+    record_plan(prep.store, prep.spec, repair, plan=plan.backlog.plan())
+    store_selection(prep, repair)
+    for line in settings_lines(prep.spec, prep.precision):
+        logger.info(line)
+
+
+def _execute(plan: RunPlan) -> Outcome:
+    """Train the backlog's packs on the executor's slots (an embedded Ray started only now, and
+    only if there is something to train)."""
+    prep, backlog = plan.prep, plan.backlog
+    if not backlog.remaining:
+        prep.say(f"all {backlog.done} configs already stored in {prep.results}; nothing to run")
+        return Outcome()
+    local = contextlib.nullcontext() if prep.executor.remote else prep.executor.session(prep.spec, prep.say)
+    with local:
+        slots = prep.executor.slots(prep.spec)
+        packs = backlog.packs(slots, prep.executor.trains_on_gpu(prep.spec))
+        progress = _progress(prep, packs, min(slots, len(packs)), backlog.done)
+        with progress, sigterm_as_ctrl_c():
+            failed, unfinished = prep.executor.run(prep.ctx, packs, prep.spec, progress)
+    return Outcome(len(packs), sum(len(p.configs) for p in packs), failed, unfinished)
 
 
 def with_overrides(spec: StudySpec, seeds: list[int] | None = None, epochs: int | None = None) -> StudySpec:
