@@ -684,21 +684,28 @@ def _add_check_method_parser(sub) -> None:
     chk.set_defaults(func=_cmd_check_method)
 
 
-def _study_options(*, results: str, address: str, seeds: str, dry_run: str, executor: str, checkpoint_every: str,
-                   repair: str) -> argparse.ArgumentParser:
+def _study_options(*, results: str, seeds: str, dry_run: str) -> argparse.ArgumentParser:
     """The parent parser of the options ``run`` and ``search`` share (a study and how to train
-    it): one definition of each (flags, type, default), with each command's own help text where
-    the two commands word it differently (``--epochs`` is worded alike)."""
+    it): one definition of each, worded once; a command words only what means something else
+    for it (where the results may be, what a seed is, what the plan lists)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("study", metavar="STUDY.yaml")
     common.add_argument("--results", metavar="DIR", help=results)
-    common.add_argument("--address", help=address)
+    common.add_argument("--address", help="Ray cluster to use (host:port or auto); default RAY_ADDRESS, else an "
+                                          "embedded Ray on 127.0.0.1")
     common.add_argument("--seeds", help=seeds)
     common.add_argument("--epochs", type=int, help="training epochs instead of the spec's")
     common.add_argument("--dry-run", action="store_true", help=dry_run)
-    common.add_argument("--executor", metavar="NAME", help=executor)
-    common.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS", help=checkpoint_every)
-    common.add_argument("--repair", action="store_true", help=repair)
+    common.add_argument("--executor", metavar="NAME",
+                        help="ray (default): packs as Ray Tune trials, embedded or on --address; local: packs one "
+                             "after another in this process, without Ray (same store, same resume)")
+    common.add_argument("--checkpoint-every", type=float, default=600.0, metavar="SECONDS",
+                        help="a pack in training saves its state this often (default 600; 0: never), so that a "
+                             "killed run resumes its packs from their last save; the numbers are the same")
+    common.add_argument("--repair", action="store_true",
+                        help="move corrupt or foreign result files, and copies of a pack file, aside (hidden "
+                             ".corrupt-* names) instead of refusing to start; run then reruns the configs no other "
+                             "file holds")
     return common
 
 
@@ -706,15 +713,8 @@ def _add_run_parser(sub) -> None:
     """``fairdp run``: every (method, config, seed) of a study."""
     common = _study_options(
         results="results location: a directory or a URI (file://, s3://, gs://); default results/<study name>",
-        address="Ray cluster to use (host:port or auto); default RAY_ADDRESS, else an embedded Ray on 127.0.0.1",
         seeds="comma-separated seeds instead of the spec's, e.g. 0,1",
-        dry_run="print the plan (configs, packs, slots) and exit: no training, no Ray, nothing written",
-        executor="ray (default): packs as Ray Tune trials, embedded or on --address; local: packs one after another "
-                 "in this process, without Ray (same store, same resume)",
-        checkpoint_every="a pack in training saves its state this often (default 600; 0: never), so that a killed "
-                         "run resumes its packs from their last save; the numbers are the same",
-        repair="move corrupt or foreign result files, and copies of a pack file, aside (hidden .corrupt-* names) "
-               "and rerun the configs no other file holds")
+        dry_run="print the plan (configs, packs, slots) and exit: no training, no Ray, nothing written")
     run = sub.add_parser("run", parents=[common], help="run every (method, config, seed) of a study on Ray Tune")
     run.set_defaults(func=_cmd_run)
 
@@ -722,14 +722,10 @@ def _add_run_parser(sub) -> None:
 def _add_search_parser(sub) -> None:
     """``fairdp search``: the spec's Optuna search."""
     common = _study_options(
-        results="results directory (default results/<study name>)",
-        address="Ray cluster to use; default RAY_ADDRESS, else embedded Ray on 127.0.0.1",
+        results="results directory, local or on a shared filesystem: it holds the Optuna journal "
+                "(default results/<study name>)",
         seeds="comma-separated search seeds instead of the spec's, e.g. 0,1: one search (one Optuna study) per seed",
-        dry_run="print the plan (trials, generations, slots) and exit: no training, no Ray, nothing written",
-        executor="ray (default): packs as Ray Tune trials, embedded or on --address; local: in this process, "
-                 "without Ray (same store, same resume)",
-        checkpoint_every="a pack in training saves its state this often (default 600; 0: never)",
-        repair="move corrupt or foreign result files, and copies of a pack file, aside (hidden .corrupt-* names)")
+        dry_run="print the plan (trials, generations, slots) and exit: no training, no Ray, nothing written")
     srch = sub.add_parser("search", parents=[common],
                           help="Optuna multi-objective search (the spec's search: block) on Ray Tune")
     srch.add_argument("--trials", type=int, help="total trials of the search (default: search.trials)")
