@@ -19,8 +19,7 @@ import time
 import numpy as np
 
 from fairdp.data import load_dataset
-from fairdp.engine import Checkpointing, TrainSettings
-from fairdp.engine import _checkpoint
+from fairdp.engine import Checkpointing, TrainSettings, _checkpoint
 from fairdp.methods import get_method
 from fairdp.study import ResultStore
 

@@ -34,13 +34,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from fairdp.data import load_dataset
-from fairdp.engine import (
-    EVAL_CHUNK,
-    TrainSettings,
-    architecture_from,
-    bytes_per_config,
-    config_chunk,
-)
+from fairdp.engine import EVAL_CHUNK, TrainSettings
+from fairdp.engine._arch import architecture_from
+from fairdp.engine._memory import bytes_per_config, config_chunk
 from fairdp.methods import get_method
 from fairdp.metrics import FEDERATE_PROBE, leakage, mdl
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from fairdp.study import ResultStore, parse_spec, run_study
-from fairdp.tracking import get_tracker
+from fairdp.tracking._base import get_tracker
 
 
 def _raw(args, folder: Path | None) -> dict:

@@ -21,8 +21,9 @@ import importlib
 
 __version__ = "0.3.0"
 
-# name -> the public module that defines it
+# name -> the public module that defines it (docs/api/index.md, "Levels")
 _EXPORTS = {
+    # user API
     "load_spec": "fairdp.study",
     "run_study": "fairdp.study",
     "search_study": "fairdp.study",
@@ -33,6 +34,7 @@ _EXPORTS = {
     "pareto_front": "fairdp.analysis",
     "write_report": "fairdp.analysis",
     "load_dataset": "fairdp.data",
+    # method-author API, here for a plugin's convenience
     "Method": "fairdp.methods",
     "register_method": "fairdp.methods",
 }

@@ -29,3 +29,71 @@ ALLOWED_UP = {
     ("analysis", "methods"): "a method's privacy scope (local or central eps) is registry metadata; "
                              "imported lazily, as importing the methods loads torch",
 }
+
+# The modules whose ``__all__`` is a public surface (docs/api/index.md, "Levels"): the
+# subpackages (user and method-author names), the method author's step contract and the
+# executor author's module. Each ``__all__`` name is documented on a docs/api page.
+PUBLIC_SURFACES = (
+    "fairdp", "fairdp.data", "fairdp.privacy", "fairdp.engine", "fairdp.engine.contract", "fairdp.metrics",
+    "fairdp.analysis", "fairdp.methods", "fairdp.tracking", "fairdp.study", "fairdp.study.executors",
+)
+
+# The private modules a test may import, each for one reason: an internal rule or constant
+# pinned by value, or an internal replaced to inject a fault or spy on it. Anything else a
+# test imports comes from a public surface, or is a name a subpackage shares within fairdp.
+TEST_PRIVATE_IMPORTS = {
+    "fairdp._atomic": "atomic writes and the unwritable-path check, called directly",
+    "fairdp._philox": "the Philox generator, pinned against its reference values",
+    "fairdp._rng": "the streams' internals: seeded per-config generators, CUDA graphs, tail mass",
+    "fairdp.analysis._intervals": "the t half-width and the 'not distinguishable' rule, pinned",
+    "fairdp.analysis._papers": "the published tables and the checks of their claims",
+    "fairdp.analysis._plots": "a figure's series-per-panel limit",
+    "fairdp.analysis._predictions": "the constant-model rule: its threshold, per-seed rates and selections",
+    "fairdp.analysis._release": "the release summary's rows and labels",
+    "fairdp.analysis._report": "a report's pruning sentence; its Pareto figure's inputs spied on",
+    "fairdp.analysis._rows": "the guarantee labels and hyperparameter columns read from rows",
+    "fairdp.analysis._search_progress": "hypervolume bounds and histories, pinned",
+    "fairdp.analysis._style": "each method's figure style",
+    "fairdp.analysis._tables": "table cells' number format and marks",
+    "fairdp.data._cache": "the cache's file digest",
+    "fairdp.data._fetch": "downloads replaced by local files",
+    "fairdp.data._synthetic": "the synthetic data generator, called directly",
+    "fairdp.data._tabular": "the tabular loaders' pinned files and columns",
+    "fairdp.data._text": "the text loaders, their downloads replaced",
+    "fairdp.engine._checkpoint": "checkpoint timing replaced; the local data fingerprint",
+    "fairdp.engine._loop": "the pruning rule replaced at a rung",
+    "fairdp.engine._memory": "the memory model's constants and chunk rules, pinned",
+    "fairdp.engine._prune": "the pruning rule (dominators, configs to stop), pinned",
+    "fairdp.engine._settings": "bf16 autocast and the precision names",
+    "fairdp.methods._lagrangian": "the Lagrangian steps' internals (constraint masks, h)",
+    "fairdp.methods._nullspace": "INLP's projections, pinned",
+    "fairdp.methods._plugins": "the record of loaded plugins, reset per test",
+    "fairdp.methods._registry": "the method registry, reset per test",
+    "fairdp.metrics._probes": "MDL's blocks and code lengths; the probes' training spied on",
+    "fairdp.privacy._accounting": "PF-LD's published constants",
+    "fairdp.privacy._discrete": "the discrete Laplace tables, pinned",
+    "fairdp.privacy._mechanisms": "FEDERATE's code's L2 variant to audit; the host and device release paths",
+    "fairdp.privacy._release": "the RDP orders and the negative binomial's gamma; its sampler switch",
+    "fairdp.study._context": "a study's protocol and store, built directly",
+    "fairdp.study._estimate": "the cost model and reference costs, pinned",
+    "fairdp.study._executors": "a fake cluster executor; the workers' bf16 check replaced",
+    "fairdp.study._generations": "the sampler's state replaced; the ask record's attribute",
+    "fairdp.study._lease": "the object-store lease's internals",
+    "fairdp.study._lock": "the results lock and its file names",
+    "fairdp.study._optuna": "the Optuna journal opened directly",
+    "fairdp.study._plan": "the backlog and the plan: configs to run, tuning draws, pack sizes",
+    "fairdp.study._precision": "the default precision's rule, pinned",
+    "fairdp.study._prepare": "the settings lines and the slow-step message",
+    "fairdp.study._progress": "the ETA model and its trace",
+    "fairdp.study._ray": "Ray connection errors, loggers and the loopback setting",
+    "fairdp.study._ray_reaper": "the orphan reaper's polling interval",
+    "fairdp.study._ray_trainables": "the Tune trial's internals, run in this process",
+    "fairdp.study._rows": "a failed pack's error rows, written directly",
+    "fairdp.study._runner": "the run's progress replaced (a Ctrl-C, a recorder); the estimate line",
+    "fairdp.study._selection": "the stored selection's table and its change rule; writing one",
+    "fairdp.study._spec": "the spec's limits, its YAML reader and sampler names",
+    "fairdp.study._store": "the pack file names and key types; the store's reads replaced",
+    "fairdp.study._tune": "the Tune driver's internals: slots, node checks, stale dirs, logging",
+    "fairdp.tracking._base": "a fake tracker registered (trackers have no public API yet)",
+    "fairdp.tracking._wandb": "the W&B login check",
+}

@@ -1,6 +1,8 @@
 """The package's layers, checked on its source: who may import whom, no private module imported
 across subpackages, no import cycle between subpackages, and every import inside a function
-saying why it is not at the top.
+saying why it is not at the top. And the public face: each public surface's ``__all__`` names
+only what exists and exactly what the docs/api pages document, and the tests import fairdp's
+private modules only where tests/layers.py says why.
 
 The layers themselves (each unit's rank, the upward imports allowed) are defined once, in
 tests/layers.py, which docs/architecture.md's layer table is drawn from.
@@ -9,6 +11,9 @@ tests/layers.py, which docs/architecture.md's layer table is drawn from.
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -16,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.layers import ALLOWED_UP, LAYERS
+from tests.layers import ALLOWED_UP, LAYERS, PUBLIC_SURFACES, TEST_PRIVATE_IMPORTS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fairdp"
 
@@ -140,3 +145,165 @@ def test_light_modules_do_not_load_torch_or_ray(module):
             "print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"import {module} loads {out}"
+
+
+# -- the public surfaces: __all__, the docs/api pages, the tests' imports ---------------------
+
+REPO = PACKAGE.parent
+API_PAGES = sorted((REPO / "docs" / "api").glob("*.md"))
+
+
+def _public_path(dotted: str) -> str:
+    """``dotted`` without its private modules: the lazily exported
+    ``fairdp.analysis._plots.plot_rt_sweep`` is documented as ``fairdp.analysis.plot_rt_sweep``."""
+    first, *rest = dotted.split(".")
+    return ".".join([first, *(p for p in rest if not p.startswith("_"))])
+
+
+def _documented() -> dict[str, str]:
+    """public path -> page of every object a docs/api page renders: a ``::: path`` directive's
+    object, or each name its ``members:`` option lists."""
+    found = {}
+    for page in API_PAGES:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            directive = re.fullmatch(r"::: ([\w.]+)", line)
+            if not directive:
+                continue
+            options = []
+            for option in lines[i + 1:]:
+                if not option.startswith("    "):
+                    break
+                options.append(option)
+            members = re.findall(r"^\s+- (\w+)$", "\n".join(options), re.M)
+            for path in [f"{directive[1]}.{m}" for m in members] or [directive[1]]:
+                found[_public_path(path)] = page.name
+    return found
+
+
+def _mentioned() -> dict[str, str]:
+    """``fairdp.``-dotted name -> page, of every name in backticks in the pages' prose."""
+    return {name: page.name for page in API_PAGES
+            for name in re.findall(r"`(fairdp(?:\.\w+)+)`", page.read_text(encoding="utf-8"))}
+
+
+def _resolve(dotted: str):
+    """The module or object ``dotted`` names, or None."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part, None)
+        return obj
+    return None
+
+
+def _is_public(dotted: str) -> bool:
+    """A module, a name in a public surface's ``__all__``, a member of a public module that is
+    no surface (``fairdp.testing.figures``), or an attribute of a public class."""
+    obj = _resolve(dotted)
+    if obj is None or inspect.ismodule(obj):
+        return obj is not None
+    parent, name = dotted.rsplit(".", 1)
+    if parent in PUBLIC_SURFACES:
+        return name in importlib.import_module(parent).__all__
+    owner = _resolve(parent)
+    return inspect.ismodule(owner) or (inspect.isclass(owner) and _is_public(parent))
+
+
+def _public_names() -> list[str]:
+    """Every name of every public surface's ``__all__``, as the path it is documented under
+    (``fairdp``'s lazy names under the subpackage that defines them)."""
+    import fairdp
+
+    names = []
+    for surface in PUBLIC_SURFACES:
+        for name in importlib.import_module(surface).__all__:
+            if surface == "fairdp":
+                if name != "__version__":
+                    names.append(f"{fairdp._EXPORTS[name]}.{name}")
+            else:
+                names.append(f"{surface}.{name}")
+    return names
+
+
+@pytest.mark.parametrize("surface", PUBLIC_SURFACES)
+def test_each_all_names_only_what_exists(surface):
+    """Lazily exported names included (``fairdp.analysis``' figures, ``fairdp.privacy``'s mechanisms)."""
+    module = importlib.import_module(surface)
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert not missing, f"{surface}.__all__ names {missing}, which {surface} does not have"
+    twice = sorted({name for name in module.__all__ if module.__all__.count(name) > 1})
+    assert not twice, f"{surface}.__all__ names {twice} twice"
+
+
+def test_a_public_name_has_one_home():
+    """Each class or function is public in one surface (``fairdp`` re-exports the subpackages')."""
+    homes = defaultdict(list)
+    for surface in PUBLIC_SURFACES:
+        module = importlib.import_module(surface)
+        for name in module.__all__ if surface != "fairdp" else ():
+            value = getattr(module, name)
+            if callable(value):  # constants may be equal by chance
+                homes[id(value)].append(f"{surface}.{name}")
+    twice = [paths for paths in homes.values() if len(paths) > 1]
+    assert not twice, f"public in two surfaces: {twice}"
+
+
+def test_every_public_name_is_documented_on_an_api_page():
+    documented = _documented()
+    missing = [name for name in _public_names() if name not in documented]
+    assert not missing, f"in an __all__ but on no docs/api page (with its level): {missing}"
+
+
+def test_every_name_the_api_pages_document_is_public():
+    """What a page renders, or names in backticks, is a module or a public name: never a name
+    a subpackage only shares within fairdp, nor one that is gone."""
+    wrong = [f"docs/api/{page}: {name}" for name, page in {**_mentioned(), **_documented()}.items()
+             if not _is_public(_public_path(name))]
+    assert not wrong, "documented but in no public surface's __all__:\n" + "\n".join(wrong)
+
+
+def _test_imports() -> list[tuple[str, int, str]]:
+    """(test file, line, private module) of every import of a private fairdp module in tests/:
+    ``fairdp.x._y`` and below, ``import fairdp.x._y``, ``from fairdp.x import _y``."""
+    found = []
+    for path in sorted((REPO / "tests").rglob("*.py")):
+        where = str(path.relative_to(REPO))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                modules = [node.module] + [f"{node.module}.{a.name}" for a in node.names
+                                           if a.name.startswith("_") and not a.name.startswith("__")]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            for module in modules:
+                parts = module.split(".")
+                private = [i for i, p in enumerate(parts) if p.startswith("_") and i > 0]
+                if parts[0] != "fairdp" or not private:
+                    continue
+                owner = parts[:private[0] + 1]
+                file = PACKAGE.parent.joinpath(*owner)
+                if file.with_suffix(".py").is_file() or (file / "__init__.py").is_file():  # not a private function
+                    found.append((where, node.lineno, ".".join(owner)))
+    return found
+
+
+TEST_IMPORTS = _test_imports()
+
+
+def test_tests_import_private_modules_only_where_layers_says_why():
+    """A test uses fairdp as its users and authors do, through the public surfaces; a private
+    module only for a reason tests/layers.py states (TEST_PRIVATE_IMPORTS)."""
+    wrong = [f"{path}:{line} imports {module}" for path, line, module in TEST_IMPORTS
+             if module not in TEST_PRIVATE_IMPORTS]
+    assert not wrong, ("import it from its public surface, or add the module to tests/layers.py's "
+                       "TEST_PRIVATE_IMPORTS with the reason:\n" + "\n".join(wrong))
+
+
+def test_the_private_import_allowlist_holds_only_what_tests_import():
+    unused = sorted(set(TEST_PRIVATE_IMPORTS) - {module for *_, module in TEST_IMPORTS})
+    assert not unused, f"tests/layers.py allows private modules no test imports: {unused}"

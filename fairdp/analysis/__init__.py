@@ -5,18 +5,12 @@ with status "ok" count. The plot and report writers are the only functions that 
 files, and only into the path or folder they are given.
 """
 
-from fairdp.analysis._compare import compare_picks, identical_configs, paired_tests, precisions
+from fairdp.analysis._compare import compare_picks, paired_tests
 from fairdp.analysis._completeness import Completeness, completeness, summarise
 from fairdp.analysis._curves import selected_curves
-from fairdp.analysis._error_bars import ERROR_BARS, bootstrap_over_seeds, per_seed
+from fairdp.analysis._error_bars import ERROR_BARS, bootstrap_over_seeds, error_bars_text, per_seed
 from fairdp.analysis._groups import aggregate_group_rates, per_group_rates
-from fairdp.analysis._intervals import (
-    bootstrap_intervals,
-    check_level,
-    seed_intervals,
-    selected_with_intervals,
-    supported_differences,
-)
+from fairdp.analysis._intervals import bootstrap_intervals, seed_intervals, supported_differences
 from fairdp.analysis._papers import get_paper
 from fairdp.analysis._pareto import (
     constrained_select,
@@ -26,20 +20,9 @@ from fairdp.analysis._pareto import (
     pareto_front,
     select_per_run,
 )
-from fairdp.analysis._predictions import (
-    constant_models,
-    mark_constant_picks,
-    positive_rates,
-    with_constant_picks,
-)
-from fairdp.analysis._release import has_release_events, released_guarantees
-from fairdp.analysis._rows import FAIRNESS_METRICS, check_rt
-from fairdp.analysis._search_progress import (
-    hypervolume_history,
-    normalised_hypervolume,
-    search_progress,
-    search_vs_grid,
-)
+from fairdp.analysis._predictions import constant_models, mark_constant_picks, with_constant_picks
+from fairdp.analysis._release import released_guarantees
+from fairdp.analysis._search_progress import search_progress, search_vs_grid
 from fairdp.analysis._select import (
     aggregate_seeds,
     fairness_accuracy_bins,
@@ -50,78 +33,38 @@ from fairdp.analysis._select import (
     selected_configs,
     violation_accuracy_by_eps,
 )
-from fairdp.analysis._tables import format_table, render_table, sweep_tables
+from fairdp.analysis._tables import format_table, sweep_tables
 
 __all__ = [
-    "compare_picks",
-    "identical_configs",
-    "paired_tests",
-    "precisions",
-    "Completeness",
-    "completeness",
-    "summarise",
-    "aggregate_group_rates",
-    "bootstrap_intervals",
-    "constant_models",
-    "mark_constant_picks",
-    "per_group_rates",
-    "with_constant_picks",
-    "check_level",
-    "check_rt",
-    "get_paper",
-    "has_release_events",
-    "released_guarantees",
-    "selected_with_intervals",
-    "seed_intervals",
-    "supported_differences",
-    "FAIRNESS_METRICS",
-    "aggregate_seeds",
-    "constrained_select",
-    "default_direction",
-    "dto_minmax_select",
-    "dto_select",
-    "fairness_accuracy_bins",
-    "figure_fairness_accuracy_bins",
-    "figure_hypervolume_history",
-    "hypervolume_history",
-    "normalised_hypervolume",
-    "plot_hypervolume_history",
-    "search_progress",
-    "search_vs_grid",
-    "figure_leakage_vs_eps",
-    "figure_pareto_fronts",
-    "figure_privacy_accuracy",
-    "figure_rt_sweep",
-    "format_table",
-    "hypervolume",
-    "legend_labels",
-    "pareto_front",
-    "plot_fairness_accuracy_bins",
-    "plot_leakage_vs_eps",
-    "plot_pareto_fronts",
-    "plot_privacy_accuracy",
-    "plot_violation_accuracy_by_eps",
-    "figure_violation_accuracy_by_eps",
-    "plot_rt_sweep",
-    "per_notion",
-    "positive_rates",
-    "privacy_accuracy_by_eps",
-    "render_table",
-    "rt_sweep",
-    "sweep_tables",
-    "select_by_rt",
+    # user API (docs/api/index.md, docs/api/analysis.md)
+    # selection and aggregation
+    "select_by_rt", "aggregate_seeds", "per_notion", "selected_configs", "rt_sweep", "fairness_accuracy_bins",
+    "privacy_accuracy_by_eps", "violation_accuracy_by_eps", "selected_curves",
+    "pareto_front", "hypervolume", "constrained_select", "dto_select", "dto_minmax_select",
     "select_per_run",
-    "selected_configs",
-    "selected_curves",
-    "figure_learning_curves",
-    "plot_learning_curves",
-    "violation_accuracy_by_eps",
-    "write_report",
-    "report_figures",
-    "ERROR_BARS",
-    "bootstrap_over_seeds",
-    "per_seed",
+    "aggregate_group_rates", "per_group_rates", "constant_models", "mark_constant_picks", "with_constant_picks",
+    "bootstrap_intervals", "seed_intervals", "supported_differences", "compare_picks", "paired_tests",
+    "completeness", "summarise", "Completeness", "released_guarantees", "search_progress", "search_vs_grid",
+    "get_paper", "format_table", "sweep_tables",
+    # figures (matplotlib, imported on first use) and their error bars
+    "default_direction", "legend_labels",
+    "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps",
+    "figure_learning_curves", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep",
+    "figure_violation_accuracy_by_eps",
+    "plot_fairness_accuracy_bins", "plot_hypervolume_history", "plot_leakage_vs_eps", "plot_learning_curves",
+    "plot_pareto_fronts", "plot_privacy_accuracy", "plot_rt_sweep", "plot_violation_accuracy_by_eps",
+    "ERROR_BARS", "bootstrap_over_seeds", "error_bars_text", "per_seed",
+    # the report
+    "write_report", "report_figures",
 ]
+
+# Shared within fairdp, not public: what the CLI and fairdp.study import.
+from fairdp.analysis._compare import identical_configs, precisions  # noqa: F401
+from fairdp.analysis._intervals import check_level, selected_with_intervals  # noqa: F401
+from fairdp.analysis._release import has_release_events  # noqa: F401
+from fairdp.analysis._rows import check_rt  # noqa: F401
+from fairdp.analysis._search_progress import hypervolume_history  # noqa: F401
+from fairdp.analysis._tables import render_table  # noqa: F401
 
 # Figures are matplotlib's: imported on first use, so that selecting and aggregating rows
 # loads without it.

@@ -31,7 +31,7 @@ from fairdp.schema import FAIRNESS_METRICS
 
 # the streams of ``PackContext.generators`` and the draws a step makes from them, (K, ...) each
 __all__ = ["Batch", "EpochReport", "PackContext", "PackResult", "PackStep", "PackStream", "SplitTensors",
-           "bernoulli_mask", "coins", "dropout", "normal", "uniform"]
+           "VALID_CURVES", "bernoulli_mask", "coins", "dropout", "normal", "uniform"]
 
 
 @dataclass(frozen=True)

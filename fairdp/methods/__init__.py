@@ -16,41 +16,17 @@ from fairdp.methods import (  # noqa: F401  (each module registers its method)
     reductions,
     unconstrained,
 )
-from fairdp.methods._base import (
-    EPS,
-    LAM,
-    HyperParam,
-    Method,
-    NeuralMethod,
-    RunInfo,
-    arange_grid,
-    range_count,
-)
-from fairdp.methods._plugins import load_plugins, resolve_plugin
-from fairdp.methods._registry import (
-    ENTRY_POINT_GROUP,
-    builtin_method_names,
-    get_method,
-    method_names,
-    register_method,
-)
+from fairdp.methods._base import HyperParam, Method, NeuralMethod, RunInfo
+from fairdp.methods._plugins import load_plugins
+from fairdp.methods._registry import builtin_method_names, get_method, method_names, register_method
 from fairdp.methods._representation import RepresentationStep
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
-    "EPS",
-    "LAM",
-    "HyperParam",
-    "Method",
-    "NeuralMethod",
-    "RepresentationStep",
-    "RunInfo",
-    "arange_grid",
-    "range_count",
-    "builtin_method_names",
-    "get_method",
-    "load_plugins",
-    "method_names",
-    "register_method",
-    "resolve_plugin",
+    # user API (docs/api/methods.md): the registry
+    "builtin_method_names", "get_method", "load_plugins", "method_names",
+    # method-author API (docs/api/methods.md; the step contract is fairdp.engine.contract)
+    "HyperParam", "Method", "NeuralMethod", "RepresentationStep", "RunInfo", "register_method",
 ]
+
+# Shared within fairdp, not public: fairdp.study's imports.
+from fairdp.methods._base import arange_grid, range_count  # noqa: F401

@@ -11,31 +11,10 @@ from fairdp.fairness import (
     tpr_gap,
 )
 from fairdp.metrics._evaluate import evaluate_pack
-from fairdp.metrics._probes import (
-    FEDERATE_PROBE,
-    MDL_BLOCKS,
-    ProbeSettings,
-    leakage,
-    mdl,
-    online_code,
-    uniform_codelength,
-)
+from fairdp.metrics._probes import FEDERATE_PROBE, ProbeSettings, leakage, mdl
 
 __all__ = [
-    "FEDERATE_PROBE",
-    "MDL_BLOCKS",
-    "ProbeSettings",
-    "accuracy",
-    "ap_gap",
-    "dp_gap",
-    "eo_gap",
-    "evaluate_pack",
-    "grms",
-    "group_rates",
-    "leakage",
-    "macro_f1",
-    "mdl",
-    "online_code",
-    "tpr_gap",
-    "uniform_codelength",
+    # user API (docs/api/metrics.md)
+    "accuracy", "ap_gap", "dp_gap", "eo_gap", "grms", "group_rates", "macro_f1", "tpr_gap",
+    "FEDERATE_PROBE", "ProbeSettings", "leakage", "mdl", "evaluate_pack",
 ]

@@ -9,10 +9,6 @@ releasing a study's selection costs, tuning included (``_release``).
 """
 
 from fairdp.privacy._accounting import (
-    PFLD_CLIP_DUAL,
-    PFLD_CLIP_PRIMAL,
-    PFLD_DELTA,
-    PFLD_EPSILON,
     calibrate_dpsgd_sigma,
     calibrate_pfld_sigmas,
     dpsgd_epsilon,
@@ -21,55 +17,32 @@ from fairdp.privacy._accounting import (
     pfld_epsilon,
     pfld_event,
 )
-from fairdp.privacy._discrete import LARGEST_L1_EPS, LARGEST_SCALE_EPS
-from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee, guarantee_kind
-from fairdp.privacy._release import (
+from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee
+from fairdp.privacy._release import composed_epsilon, event_from_json, repeat_and_select_epsilon
+
+__all__ = [
+    # user API (docs/api/privacy.md): what releasing a study's selection costs
+    "composed_epsilon", "event_from_json", "repeat_and_select_epsilon",
+    # method-author API (docs/api/privacy.md): guarantees, mechanisms and accountants
+    "Guarantee", "NOT_PRIVATE",
+    "check_eps", "l1_normalize", "laplace_privatize", "minmax_normalize", "minmax_privatize",
+    "minmax_true_epsilon", "word_dropout", "word_dropout_epsilon",
+    "calibrate_dpsgd_sigma", "calibrate_pfld_sigmas", "dpsgd_epsilon", "dpsgd_event", "gaussian_epsilon",
+    "pfld_epsilon", "pfld_event",
+]
+
+# Shared within fairdp, not public: what fairdp's methods, analysis and study import.
+from fairdp.privacy._accounting import PFLD_DELTA  # noqa: F401
+from fairdp.privacy._discrete import LARGEST_L1_EPS, LARGEST_SCALE_EPS  # noqa: F401
+from fairdp.privacy._guarantee import guarantee_kind  # noqa: F401
+from fairdp.privacy._release import (  # noqa: F401
     COUNTS,
     TrialCount,
-    composed_epsilon,
     epsilon_of_rdp,
-    event_from_json,
     event_to_json,
-    repeat_and_select_epsilon,
     repeat_and_select_rdp,
     trial_count_from_dict,
 )
-
-__all__ = [
-    "LARGEST_L1_EPS",
-    "LARGEST_SCALE_EPS",
-    "NOT_PRIVATE",
-    "Guarantee",
-    "guarantee_kind",
-    "PFLD_CLIP_DUAL",
-    "PFLD_CLIP_PRIMAL",
-    "PFLD_DELTA",
-    "PFLD_EPSILON",
-    "calibrate_dpsgd_sigma",
-    "calibrate_pfld_sigmas",
-    "dpsgd_epsilon",
-    "dpsgd_event",
-    "gaussian_epsilon",
-    "pfld_epsilon",
-    "pfld_event",
-    "COUNTS",
-    "TrialCount",
-    "composed_epsilon",
-    "epsilon_of_rdp",
-    "event_from_json",
-    "event_to_json",
-    "repeat_and_select_epsilon",
-    "repeat_and_select_rdp",
-    "trial_count_from_dict",
-    "check_eps",
-    "l1_normalize",
-    "laplace_privatize",
-    "minmax_normalize",
-    "minmax_privatize",
-    "minmax_true_epsilon",
-    "word_dropout",
-    "word_dropout_epsilon",
-]
 
 # The mechanisms are torch code: imported on first use, so that accounting (what the analysis
 # of stored rows needs) loads without torch.

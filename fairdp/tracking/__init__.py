@@ -7,18 +7,12 @@ the tracker does not hold yet, so tracking never delays a pack, a tracker that f
 no row, and the next run logs what a failed or killed one left out.
 """
 
-from fairdp.tracking._base import (
-    ConfigRecord,
-    Tracker,
-    TrackingSpec,
-    get_tracker,
-    parse_tracking,
-    register_tracker,
-    tracker_names,
-)
-from fairdp.tracking._mlflow import MLflowTracker
-from fairdp.tracking._sync import TrackingSync, records_of_pack
-from fairdp.tracking._wandb import WandbTracker
+from fairdp.tracking import _mlflow, _wandb  # noqa: F401  (registers the trackers)
 
-__all__ = ["ConfigRecord", "MLflowTracker", "Tracker", "TrackingSpec", "TrackingSync", "get_tracker",
-           "parse_tracking", "records_of_pack", "register_tracker", "tracker_names", "WandbTracker"]
+# No public Python names: a study's ``tracking:`` block chooses and configures the tracker
+# (docs/study-spec.md#tracking).
+__all__: list[str] = []
+
+# Shared within fairdp, not public: fairdp.study's imports.
+from fairdp.tracking._base import TrackingSpec, parse_tracking  # noqa: F401
+from fairdp.tracking._sync import TrackingSync  # noqa: F401

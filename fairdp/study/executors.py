@@ -1,0 +1,24 @@
+"""The executor author's surface: what a new executor implements and what it may use.
+
+An executor decides where and when a study's packs run; fairdp trains, evaluates and stores
+each pack itself. A new one subclasses ``Executor``, implements its abstract members and
+registers under its ``name`` with ``register_executor`` (docs/extending.md, "An executor"). Its
+``run`` is handed the study's ``StudyContext``, the ``Pack`` list and a ``Progress`` to report
+to; each pack is trained and stored by ``run_pack`` where it runs (``attempt_pack`` adds the
+retries and the error rows of a pack that keeps failing, as the built-in executors do). Its
+``run_search`` asks a ``GenerationPlanner`` for each ``Generation`` and tells it the rows.
+
+This is the executor-author API: it may change between minor versions, and such a change is
+said in docs/api/executors.md and docs/extending.md.
+"""
+
+from fairdp.study._context import StudyContext
+from fairdp.study._executors import EXECUTORS, Executor, make_executor, register_executor
+from fairdp.study._generations import Generation, GenerationPlanner
+from fairdp.study._local import attempt_pack
+from fairdp.study._plan import Pack
+from fairdp.study._progress import Progress
+from fairdp.study._worker import run_pack
+
+__all__ = ["EXECUTORS", "Executor", "Generation", "GenerationPlanner", "Pack", "Progress", "StudyContext",
+           "attempt_pack", "make_executor", "register_executor", "run_pack"]
