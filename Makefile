@@ -49,11 +49,16 @@ test-tools:
 	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$missing >/dev/null 2>&1; }; }; } || \
 	  echo "not installed:$$missing (apt-get install $(TEST_PACKAGES)): their tests will skip"
 
+# pytest-xdist workers; tests that must not share the machine with each other (the network
+# namespace clusters) are one xdist_group, run on one worker (--dist loadgroup)
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+
 test: $(STAMP) test-tools
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow 
+	$(PY) -m pytest -q -m slow $(XDIST)
 
 # on a machine with a CUDA GPU (and a CUDA torch: TORCH_SPEC); skipped without one
 test-cuda: $(STAMP)

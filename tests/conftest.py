@@ -154,3 +154,42 @@ def markdown_tables(text: str) -> list[list[list[str]]]:
             tables.append(current)
             current = []
     return tables
+
+
+def run_main(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
+    """``fairdp ARGS`` through ``fairdp.cli.main`` in this process (what ``python -m fairdp``
+    calls), its output captured, in ``cwd``: for refusals, and local runs that need no process
+    of their own, which a subprocess would spend seconds importing torch for (a refusal itself
+    takes milliseconds). Embedded Ray runs stay in processes of their own (``run_cli``), and
+    each command keeps a test through ``run_cli``, so the entry point itself is run."""
+    import contextlib
+    import io
+
+    from fairdp.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    before = os.getcwd()  # contextlib.chdir is Python 3.11's; fairdp supports 3.10
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse's own refusals
+                code = e.code if isinstance(e.code, int) else 1
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(["fairdp", *args], code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_blas_thread():
+    """numpy's and scikit-learn's BLAS (OpenBLAS) and OpenMP pools on one thread too, as
+    ``one_torch_thread`` does for torch: on 2 cores with another job running their threads
+    spin-wait for each other, and scikit-learn's MLP probe (FEDERATE's protocol, 2,000 rows)
+    took 90-180 s instead of 5 s. FAIRDP_TEST_TORCH_THREADS sets this count as well."""
+    import scipy.linalg  # noqa: F401 - load the pools first: a limit binds only those loaded
+    import sklearn.utils._openmp_helpers  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(int(os.environ.get("FAIRDP_TEST_TORCH_THREADS", "1"))):
+        yield

@@ -160,7 +160,10 @@ class Cluster:
         for ns in self.created:
             for proc in self.procs.get(ns, []):
                 stop_group(proc)
-        deadline = time.monotonic() + 20
+        # a few seconds' grace, then SIGKILL: every test's teardown waited the whole 20 s it
+        # once had (some of Ray's processes do not end on their group's SIGTERM), and nothing
+        # outlives the namespaces and temp dirs removed below
+        deadline = time.monotonic() + 3
         while time.monotonic() < deadline and any(ns_pids(ns) for ns in self.created):
             time.sleep(0.5)
         for ns in self.created:

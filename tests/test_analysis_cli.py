@@ -116,7 +116,8 @@ def pfld_rows(tmp_path_factory):
     from fairdp.engine import TrainSettings
     from fairdp.methods import get_method
     from fairdp.metrics import ProbeSettings
-    from fairdp.study import Pack, StudyContext, run_pack, study_columns
+    from fairdp.study import study_columns
+    from fairdp.study.executors import Pack, StudyContext, run_pack
 
     root = tmp_path_factory.mktemp("pfld")
     methods = {"unconstrained": [{}], "fld": [{"fairness_notion": n} for n in ("dp", "eo")],

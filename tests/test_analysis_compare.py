@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from fairdp.analysis import compare_picks, identical_configs, paired_tests
-from tests.conftest import REPO, assert_input_error, run_cli
+from tests.conftest import REPO, assert_input_error, run_cli, run_main
 from tests.test_analysis_report import synthetic_results
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -69,10 +69,10 @@ def test_the_cli_compares_two_result_directories(tmp_path):
     ok = run_cli("compare", str(reference), str(reference))
     assert ok.returncode == 0, ok.stderr
     assert "bit-identical" in ok.stdout and "identical" in ok.stdout and "## Paired differences" in ok.stdout
-    csv = run_cli("compare", str(reference), str(reference), "--format", "csv")
+    csv = run_main("compare", str(reference), str(reference), "--format", "csv")  # fairdp's main, in this process
     table = pd.read_csv(__import__("io").StringIO(csv.stdout))
     assert set(table["verdict"]) == {"identical"}
-    assert_input_error(run_cli("compare", str(reference), str(tmp_path / "missing")), "missing")
+    assert_input_error(run_main("compare", str(reference), str(tmp_path / "missing")), "missing")
 
 
 def test_runs_in_two_precisions_are_named_so_and_not_expected_bit_identical(tmp_path):
@@ -89,8 +89,8 @@ def test_runs_in_two_precisions_are_named_so_and_not_expected_bit_identical(tmp_
         target = other / path.relative_to(REPO / "results" / "demo-reference")
         target.parent.mkdir(parents=True, exist_ok=True)
         table.assign(precision=table["precision"].where(table["precision"].isna(), flipped)).to_parquet(target)
-    out = run_cli("compare", str(REPO / "results" / "demo-reference"), str(other))
+    out = run_main("compare", str(REPO / "results" / "demo-reference"), str(other))
     assert out.returncode == 0, out.stderr
     assert "precision: A computed in" in out.stdout and "bit-identical rows are not expected" in out.stdout
-    same = run_cli("compare", str(REPO / "results" / "demo-reference"), str(REPO / "results" / "demo-reference"))
+    same = run_main("compare", str(REPO / "results" / "demo-reference"), str(REPO / "results" / "demo-reference"))
     assert "precision:" not in same.stdout

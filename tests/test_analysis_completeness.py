@@ -5,8 +5,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fairdp.analysis import completeness, summarise, write_report
-from fairdp.analysis._completeness import Completeness
+from fairdp.analysis import Completeness, completeness, summarise, write_report
 from fairdp.study import ResultStore, parse_spec, plan_table, read_plans
 from fairdp.study._plan import record_plan, run_configs
 from tests.test_analysis_report import synthetic_results

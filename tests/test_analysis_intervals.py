@@ -10,12 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairdp.analysis._intervals import (
-    bootstrap_intervals,
-    seed_intervals,
-    supported_differences,
-    t_halfwidth,
-)
+from fairdp.analysis import bootstrap_intervals, seed_intervals, supported_differences
+from fairdp.analysis._intervals import t_halfwidth
 from fairdp.errors import InputError
 from fairdp.fairness import confusion
 

@@ -7,12 +7,13 @@ import math
 import pandas as pd
 import pytest
 
+from fairdp.analysis import get_paper
 from fairdp.analysis._papers import (
     PAPERS,
     check_claims,
     compare_numbers,
     comparison_section,
-    get_paper,
+    pfld_bounds,
     published,
 )
 from fairdp.errors import InputError
@@ -134,8 +135,6 @@ def test_pfld_bounds_measures_each_notions_noise_from_the_group_shares():
     """PF-LD's primal sensitivity is proportional to 1/share_0 + 1/share_1 of a constraint's
     population set; eo splits each group by label. Computed here from the counts a row stores."""
     import json
-
-    from fairdp.analysis._papers import pfld_bounds
 
     # (group, y, y_pred) counts: group 0 holds 300 rows (30 with y = 1), group 1 700 (200 with y = 1)
     conf = [[[250, 20], [10, 20]], [[450, 50], [60, 140]]]

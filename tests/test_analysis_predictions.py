@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairdp.analysis import positive_rates
-from fairdp.analysis._predictions import positive_rate
+from fairdp.analysis._predictions import positive_rate, positive_rates
 from fairdp.fairness import confusion
 
 

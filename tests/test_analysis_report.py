@@ -26,6 +26,9 @@ from fairdp.analysis import (
     select_by_rt,
     write_report,
 )
+from fairdp.analysis._rows import DIFFERENT_GUARANTEES, eps_labels, row_guarantees
+from fairdp.analysis._style import BUILTIN_STYLES, method_style
+from fairdp.analysis._tables import mean_std
 from fairdp.errors import InputError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -181,8 +184,6 @@ def test_a_method_has_one_colour_and_marker_in_every_figure_whatever_else_is_dra
     draws a method in its own fixed style."""
     from matplotlib.colors import to_rgba
 
-    from fairdp.analysis._style import method_style
-
     full = _legend_styles(FIGURES[name](results))
     alone = _legend_styles(FIGURES[name](results[results["method"].isin(["federate", "noise"])]))
     federate = method_style("federate")
@@ -277,7 +278,6 @@ def test_methods_with_equal_values_in_an_interval_do_not_hide_each_other(results
 
 
 def test_fairdps_methods_have_distinct_styles_and_plugins_get_stable_ones():
-    from fairdp.analysis._style import BUILTIN_STYLES, method_style
     from fairdp.methods import builtin_method_names
 
     assert set(BUILTIN_STYLES) == set(builtin_method_names())
@@ -418,14 +418,10 @@ def test_sweep_tables_hold_the_sweep_values():
     (math.nan, 0.1, 1, "-"),
 ])
 def test_mean_std_prints_enough_digits(mean, std, decimals, text):
-    from fairdp.analysis._tables import mean_std
-
     assert mean_std(mean, std, decimals) == text
 
 
 def test_local_and_central_eps_never_share_an_axis_unlabelled(results):
-    from fairdp.analysis._rows import eps_labels
-
     axis, names = eps_labels(["federate", "noise", "unconstrained"])
     assert axis == f"ε ({LOCAL})" and names["federate"] == f"federate ({LOCAL})"
     assert names["unconstrained"] == "unconstrained (not private)"
@@ -457,7 +453,6 @@ def test_a_report_with_local_and_central_methods_labels_each_and_never_compares_
     """All methods sat side by side 'at the same eps': every table and legend now names each
     method's kind, and the differences section marks each pair of different kinds."""
     from fairdp.analysis import aggregate_seeds, seed_intervals, supported_differences
-    from fairdp.analysis._rows import DIFFERENT_GUARANTEES
 
     mixed = _local_and_central(results)
     agg = aggregate_seeds(select_by_rt(mixed, 1.0))
@@ -497,8 +492,6 @@ def test_a_report_with_local_and_central_methods_labels_each_and_never_compares_
 def test_rows_written_before_the_guarantee_column_take_their_methods_kind(results):
     """Result sets from before the column still load and analyse: the kind comes from the
     method, as eps_scope's did; a stored kind wins over the registry's."""
-    from fairdp.analysis._rows import row_guarantees
-
     assert "guarantee" not in results.columns
     kinds = row_guarantees(results)
     assert set(kinds[results["method"] == "federate"]) == {LOCAL}

@@ -20,9 +20,8 @@ from fairdp.study import (
     parse_spec,
     read_selection,
     read_selections,
-    write_selection,
 )
-from fairdp.study._selection import SELECTION_TABLE, selection_change
+from fairdp.study._selection import SELECTION_TABLE, selection_change, write_selection
 from tests.test_store_contract import location  # noqa: F401 - the store contract's locations, as a fixture
 
 SEEDS = (0, 1, 2)

@@ -77,6 +77,7 @@ os.execvp("ip", ["ip", "netns", "exec", nodes[node], *args])
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("netns")  # with --dist loadgroup: one namespace cluster at a time
 @pytest.mark.skipif(not netns_usable(), reason=NETNS_REASON)
 def test_a_simulated_two_node_allocation_runs_a_study(tmp_path):
     bin_dir = tmp_path / "bin"

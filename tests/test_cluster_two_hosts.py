@@ -14,7 +14,8 @@ from fairdp.study import ResultStore
 from tests.conftest import REPO, default_cpu_precision
 from tests.netns import NETNS_REASON, Cluster, netns_usable, packs_at_once
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not netns_usable(), reason=NETNS_REASON)]
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("netns"),  # with --dist loadgroup: one cluster at a time
+              pytest.mark.skipif(not netns_usable(), reason=NETNS_REASON)]
 
 
 def test_a_study_runs_on_both_hosts_of_a_two_node_cluster(tmp_path):

@@ -11,12 +11,8 @@ import pytest
 import torch
 
 from fairdp.data import load_dataset
-from fairdp.engine import (
-    EVAL_CHUNK,
-    TrainSettings,
-    architecture_from,
-    bytes_per_config,
-)
+from fairdp.engine import EVAL_CHUNK, TrainSettings, architecture_from
+from fairdp.engine._memory import bytes_per_config
 from fairdp.methods import get_method, method_names
 from fairdp.metrics import ProbeSettings, leakage, mdl
 
@@ -89,14 +85,14 @@ def test_privatising_a_cuda_batch_never_waits_for_the_device():
     data-dependent branch, a tensor eps checked with a mask) stalls the GPU's queue each step.
     The engine checks eps once per pack (check_eps) and privatises with eps_checked and the
     configs' eps as host floats (a tensor eps would be read back for the mechanism's tables)."""
-    from fairdp import _rng
+    from fairdp.engine.contract import PackStream
     from fairdp.privacy import check_eps, l1_normalize, laplace_privatize, minmax_privatize
 
     h = torch.randn(4, 256, 32, device="cuda")
     h[0, 0] = 0  # a zero row: the uniform row without looking for it
     eps = (1.0, 2.0, 4.0, 8.0)
     check_eps(eps)
-    gens = _rng.PackStream.from_names([f"s/{i}/noise" for i in range(4)], "cuda")
+    gens = PackStream.from_names([f"s/{i}/noise" for i in range(4)], "cuda")
     laplace_privatize(h, eps, gens, eps_checked=True)  # tables uploaded, graphs captured
     minmax_privatize(h, eps, gens, eps_checked=True)
     torch.cuda.synchronize()
@@ -114,16 +110,16 @@ def test_privatising_a_cuda_batch_never_waits_for_the_device():
 def test_the_grid_laplace_mechanism_releases_on_the_gpu_what_it_releases_on_the_cpu():
     """The discrete mechanism's tensor path on CUDA (words from the graph-replayed Philox) and
     the CPU's NumPy path give the same grid points bit for bit, for configs at different eps."""
-    from fairdp import _rng
+    from fairdp.engine.contract import PackStream
     from fairdp.privacy import _mechanisms
 
     names = [f"s/{i}/noise" for i in range(3)]
     eps = (8.0, 12.0, 20.0)
     x = torch.randint(-512, 512, (3, 4000), generator=torch.Generator().manual_seed(0)).double() / 1024
     cpu = _mechanisms._released_on_host(x, _mechanisms._l1_tables(eps, 16, 24, torch.device("cpu")),
-                                        _rng.PackStream.from_names(names))
+                                        PackStream.from_names(names))
     gpu = _mechanisms._released(x.cuda(), _mechanisms._l1_tables(eps, 16, 24, torch.device("cuda", 0)),
-                                _rng.PackStream.from_names(names, "cuda"))
+                                PackStream.from_names(names, "cuda"))
     assert torch.equal(cpu, gpu.cpu())
 
 

@@ -40,7 +40,8 @@ from fairdp.data._tabular import (
     GERMAN_COLUMNS,
     GERMAN_FILES,
 )
-from fairdp.engine import data_fingerprint, published_data_fingerprint
+from fairdp.engine import published_data_fingerprint
+from fairdp.engine._checkpoint import data_fingerprint
 from fairdp.errors import InputError
 from fairdp.privacy import dpsgd_event, event_to_json, pfld_event
 

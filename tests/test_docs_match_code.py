@@ -89,7 +89,7 @@ def _public_members(cls) -> set[str]:
 
 
 def test_executor_table_lists_every_member_of_the_executor_class(caplog):
-    from fairdp.study._executors import Executor
+    from fairdp.study.executors import Executor
 
     (table,) = markdown_tables(_section(_rendered(ARCHITECTURE, caplog), "## Executors"))
     assert table[0] == ["member", "kind", "what it does"]
@@ -108,7 +108,7 @@ def test_executor_table_lists_every_member_of_the_executor_class(caplog):
 
 
 def test_registered_executors_are_the_ones_the_page_names():
-    from fairdp.study._executors import EXECUTORS
+    from fairdp.study.executors import EXECUTORS
 
     bullets = re.findall(r"^- `(\w+)(?:\([^)]*\))?` \(`(\w+)`", _section(ARCHITECTURE.read_text(encoding="utf-8"),
                                                                       "## Executors"), re.M)

@@ -11,22 +11,13 @@ import yaml
 
 import fairdp.engine._loop as loop
 from fairdp.data import load_dataset
-from fairdp.engine import (
-    ModelSpec,
-    Pruning,
-    TrainSettings,
-    configs_to_stop,
-    dominators,
-    fit_pack,
-    layer_shapes,
-    preset_for,
-)
+from fairdp.engine import ModelSpec, Pruning, TrainSettings, fit_pack, layer_shapes, preset_for
+from fairdp.engine._prune import configs_to_stop, dominators
 from fairdp.errors import InputError
 from fairdp.fairness import confusion, scores_from_confusion
-from fairdp.methods import get_method, load_plugins, method_names
-from fairdp.methods._representation import RepresentationStep
+from fairdp.methods import RepresentationStep, get_method, load_plugins, method_names
 from fairdp.study import ResultStore, parse_spec, read_results, with_overrides
-from tests.conftest import REPO, assert_input_error, run_cli
+from tests.conftest import REPO, assert_input_error, run_cli, run_main
 
 load_plugins([str(REPO / "examples" / "gap_reg.py")])  # the plugin's step is pruned like the built-ins
 
@@ -171,7 +162,7 @@ def test_a_step_with_undeclared_per_config_state_is_refused_before_training(data
     method = get_method("noise")
     settings = dataclasses.replace(SETTINGS, prune=Pruning((1,)))
     with pytest.raises(ValueError, match="Undeclared.*per_config_attributes"):
-        loop.fit_pack(lambda ctx: Undeclared(ctx, method.spec), data, NOISE_CONFIGS[:2], ["a", "b"], 0,
+        fit_pack(lambda ctx: Undeclared(ctx, method.spec), data, NOISE_CONFIGS[:2], ["a", "b"], 0,
                       method.effective_settings(settings), method.default_architecture(data.name),
                       shapes=method.layer_shapes(data, method.default_architecture(data.name)))
 
@@ -230,11 +221,11 @@ def test_a_cli_run_stores_pruned_at_and_the_report_says_so(tmp_path):
     assert len(stopped) and set(stopped) <= {1, 2} and noise["pruned_at"].isna().any()
     assert (noise.loc[stopped.index, "best_epoch"] <= stopped).all()
     assert rows.loc[rows["method"] == "reductions", "pruned_at"].isna().all()  # not trained by epochs
-    report = run_cli("report", str(results), "-o", str(tmp_path / "report"))
+    report = run_main("report", str(results), "-o", str(tmp_path / "report"))  # fairdp's main, in this process
     assert report.returncode == 0, report.stderr
     text = (tmp_path / "report" / "report.md").read_text()
     assert "Pruned inside packs" in text and "synthetic/noise:" in text
-    again = run_cli("run", str(study), "--results", str(results), "--executor", "local")  # resume: nothing to do
+    again = run_main("run", str(study), "--results", str(results), "--executor", "local")  # resume: nothing to do
     assert again.returncode == 0, again.stderr
     assert len(read_results(results)) == len(rows)
 
@@ -242,7 +233,7 @@ def test_a_cli_run_stores_pruned_at_and_the_report_says_so(tmp_path):
 def test_a_bad_prune_block_exits_2_before_anything_is_written(tmp_path):
     study = tmp_path / "bad.yaml"
     study.write_text(yaml.safe_dump(_spec(rungs=[4, 2])))
-    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"), "--executor", "local")
+    proc = run_main("run", str(study), "--results", str(tmp_path / "r"), "--executor", "local")
     assert_input_error(proc, "prune.rungs[1]")
     assert not (tmp_path / "r").exists()
 

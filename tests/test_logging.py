@@ -20,8 +20,8 @@ from fairdp.cli import main
 from fairdp.study import parse_spec, run_study
 from fairdp.study._lock import LOCK_NAME, results_lock
 from fairdp.study._plan import Backlog
-from fairdp.study._progress import Progress
 from fairdp.study._store import CHECKPOINTS
+from fairdp.study.executors import Progress
 from tests.conftest import REPO, run_cli
 
 STUDY = {
@@ -129,9 +129,9 @@ def test_a_workers_records_go_with_its_results_to_the_drivers_loggers(monkeypatc
     at the driver's level, and its results carry its records to the driver, which logs them."""
     from ray import tune
 
-    from fairdp.engine import EpochReport
+    from fairdp.engine.contract import EpochReport
     from fairdp.study import _ray_trainables, _tune
-    from fairdp.study._plan import Pack
+    from fairdp.study.executors import Pack
 
     sent = []
     monkeypatch.setattr(tune, "report", sent.append)

@@ -91,7 +91,7 @@ def test_a_training_step_adds_noise_of_std_sigma_c_over_b():
     """DP-SGD's own step inside the engine's loop, not the building block: from identical
     parameters, two noise streams move each entry by lr * N(0, (sigma C / B)^2) apart, so
     the difference has std sqrt(2) lr sigma C / B with the accountant-calibrated sigma."""
-    from fairdp.engine import Batch, PackContext
+    from fairdp.engine.contract import Batch, PackContext
     from fairdp.methods import RunInfo
 
     data = load_dataset("synthetic", rows=1500, features=8, seed=3)

@@ -8,6 +8,13 @@ grid), lowers the TPR-gap below Unconstrained's. It does not claim that adversar
 training lowers leakage (its leakage is at or above Unconstrained's in every table), so
 that is not tested. Each claim is a one-sided paired t-test over the seeds at the 1% level.
 
+The leakage claims hold at half the rows and epochs (2,000 rows, 10 epochs: p below 1e-6 for
+each with data and training seeds 0, 100 and 200), so the default set tests them there, at a
+quarter of the cost. The TPR-gap claims need the full scale (at 2,000 rows and 10 epochs their
+p-values were 5e-4 to 0.36): they, and the leakage claims again, run at 4,000 rows and 20
+epochs in the slow set. Even there the TPR-gap claims hold for the seeds below (p 2e-3 and
+2e-7) and for seeds 200-209, not for seeds 100-109 (federate's p 0.09).
+
 The probe is a logistic regression on standardised representations, trained on the valid
 split and scored on the test split (FEDERATE's leakage protocol, with a linear probe to
 keep the suite fast).
@@ -32,12 +39,11 @@ RUNS = {"unconstrained": [{}], "adversarial": [{"lam": lam} for lam in LAMS],
 LEVEL = 0.01
 
 
-@pytest.fixture(scope="module")
-def outcomes():
+def _outcomes(rows: int, epochs: int) -> dict:
     """Per run: test accuracy, test TPR-gap and leakage, one value per seed (adversarial: the
     RT-selected lambda of each seed)."""
-    data = load_dataset("synthetic", rows=4000, features=20, label_correlation=0.7, leakage=2.0, seed=0)
-    settings = TrainSettings(epochs=20, batch_size=100, device="cpu")
+    data = load_dataset("synthetic", rows=rows, features=20, label_correlation=0.7, leakage=2.0, seed=0)
+    settings = TrainSettings(epochs=epochs, batch_size=100, device="cpu")
     arch = Architecture(encoder=(32, 32), classifier=(), adversary=(32, 32))
     valid, test = data.split("valid"), data.split("test")
     rows = []
@@ -62,6 +68,16 @@ def outcomes():
             for name, g in selected.groupby("method")}
 
 
+@pytest.fixture(scope="module")
+def outcomes():
+    return _outcomes(rows=2000, epochs=10)
+
+
+@pytest.fixture(scope="module")
+def outcomes_at_scale():
+    return _outcomes(rows=4000, epochs=20)
+
+
 def lower(a: np.ndarray, b: np.ndarray) -> float:
     """p-value of the one-sided paired t-test that ``a`` is below ``b`` over the seeds."""
     return stats.ttest_rel(a, b, alternative="less").pvalue
@@ -82,9 +98,21 @@ def test_federate_and_noise_lower_leakage_below_adversarial(outcomes, method):
     assert lower(outcomes[method]["leakage"], outcomes["adversarial"]["leakage"]) < LEVEL
 
 
-def test_rt_selected_adversarial_lowers_the_tpr_gap(outcomes):
+@pytest.mark.slow
+def test_the_leakage_claims_hold_at_twice_the_rows_and_epochs(outcomes_at_scale):
+    test_unconstrained_leaks_the_attribute_and_has_a_tpr_gap(outcomes_at_scale)
+    for method in ("federate", "noise"):
+        test_federate_and_noise_lower_leakage_below_unconstrained(outcomes_at_scale, method)
+        test_federate_and_noise_lower_leakage_below_adversarial(outcomes_at_scale, method)
+
+
+@pytest.mark.slow
+def test_rt_selected_adversarial_lowers_the_tpr_gap(outcomes_at_scale):
+    outcomes = outcomes_at_scale
     assert lower(outcomes["adversarial"]["test_tpr_gap"], outcomes["unconstrained"]["test_tpr_gap"]) < LEVEL
 
 
-def test_federate_lowers_the_tpr_gap(outcomes):
+@pytest.mark.slow
+def test_federate_lowers_the_tpr_gap(outcomes_at_scale):
+    outcomes = outcomes_at_scale
     assert lower(outcomes["federate"]["test_tpr_gap"], outcomes["unconstrained"]["test_tpr_gap"]) < LEVEL

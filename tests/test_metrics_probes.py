@@ -8,15 +8,8 @@ import pytest
 from fairdp.data import load_dataset
 from fairdp.engine import Architecture, TrainSettings
 from fairdp.methods import get_method
-from fairdp.metrics._probes import (
-    FEDERATE_PROBE,
-    ProbeSettings,
-    leakage,
-    mdl,
-    mdl_block_ends,
-    online_code,
-    uniform_codelength,
-)
+from fairdp.metrics import FEDERATE_PROBE, ProbeSettings, _probes, leakage, mdl
+from fairdp.metrics._probes import mdl_block_ends, online_code, uniform_codelength
 
 
 @pytest.fixture(scope="module")
@@ -117,9 +110,7 @@ def test_no_block_is_scored_by_a_probe_that_saw_its_rows(monkeypatch):
     the rows it was fitted on, and with the first (uniformly coded) block they must cover
     every row exactly once. FEDERATE's public code, which scores the whole next prefix,
     fails this."""
-    import fairdp.metrics._probes as probes
-
-    real = probes._fit_torch
+    real = _probes._fit_torch
     scored = []
 
     def spy(fit, y, c, settings):
@@ -131,7 +122,7 @@ def test_no_block_is_scored_by_a_probe_that_saw_its_rows(monkeypatch):
 
         return scoring
 
-    monkeypatch.setattr(probes, "_fit_torch", spy)
+    monkeypatch.setattr(_probes, "_fit_torch", spy)
     rng = np.random.default_rng(4)
     s = rng.integers(0, 2, 1500)
     X = rng.normal(size=(1500, 6)) + s[:, None]  # every row distinct
@@ -153,8 +144,6 @@ def test_probes_train_with_denormals_flushed_and_it_changes_no_number(monkeypatc
     import contextlib
 
     import torch
-
-    from fairdp.metrics import _probes
 
     rng = np.random.default_rng(0)
     s = rng.integers(0, 2, 1200)

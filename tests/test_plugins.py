@@ -17,7 +17,7 @@ from fairdp.errors import InputError
 from fairdp.methods import get_method, load_plugins, method_names
 from fairdp.metrics import dp_gap
 from fairdp.study import ResultStore, parse_spec
-from tests.conftest import REPO, assert_input_error, run_cli
+from tests.conftest import REPO, assert_input_error, run_cli, run_main
 
 EXAMPLE = REPO / "examples" / "gap_reg.py"
 
@@ -46,7 +46,8 @@ def test_gap_reg_lowers_the_demographic_parity_gap():
 def test_a_plugin_method_outside_the_package_runs_searches_and_is_analysed(tmp_path):
     """The example file copied to a directory of its own, named relative to the study file:
     `fairdp run` trains it on embedded Ray with its own column in the rows, `fairdp analyze
-    --selected` reports its hyperparameter, and `fairdp search` searches it."""
+    --selected` reports its hyperparameter, and `fairdp search` searches it (locally: the Ray
+    workers' import of the plugin is the run's)."""
     home = tmp_path / "my_methods"
     home.mkdir()
     shutil.copy(EXAMPLE, home / "gap_reg.py")
@@ -78,7 +79,7 @@ def test_a_plugin_method_outside_the_package_runs_searches_and_is_analysed(tmp_p
     picked = table.set_index("method").loc["gap_reg", "lam_gap"]
     assert picked in (0.0, 2.0, 5.0)
 
-    search = run_cli("search", str(study), "--results", str(results), cwd=tmp_path)
+    search = run_cli("search", str(study), "--results", str(results), "--executor", "local", cwd=tmp_path)
     assert search.returncode == 0, search.stderr[-3000:]
     after, _ = ResultStore(results).read()
     searched = after[(after["method"] == "gap_reg") & ~after["lam_gap"].isin([0.0, 2.0, 5.0])]
@@ -140,7 +141,7 @@ def test_a_plugin_the_registry_refuses_is_a_one_line_error_naming_it(tmp_path, s
 def test_a_missing_plugin_exits_2_before_anything_is_written(tmp_path):
     study = tmp_path / "s.yaml"
     study.write_text(yaml.safe_dump(_study(["nowhere.py"])))
-    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"))
+    proc = run_main("run", str(study), "--results", str(tmp_path / "r"))  # fairdp's main, in this process
     assert_input_error(proc, "plugins[0]", "nowhere.py")
     assert not (tmp_path / "r").exists()
     for bad in ("just/a/dir/", 3):

@@ -18,10 +18,7 @@ from dp_accounting.rdp import RdpAccountant
 
 from fairdp.errors import InputError
 from fairdp.privacy import (
-    PFLD_CLIP_DUAL,
-    PFLD_CLIP_PRIMAL,
     PFLD_DELTA,
-    PFLD_EPSILON,
     calibrate_dpsgd_sigma,
     calibrate_pfld_sigmas,
     dpsgd_epsilon,
@@ -30,6 +27,7 @@ from fairdp.privacy import (
     pfld_epsilon,
     pfld_event,
 )
+from fairdp.privacy._accounting import PFLD_CLIP_DUAL, PFLD_CLIP_PRIMAL, PFLD_EPSILON
 
 
 @pytest.mark.parametrize(

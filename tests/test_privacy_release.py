@@ -17,7 +17,8 @@ import pytest
 import yaml
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
 
-from fairdp.analysis._release import released_guarantees
+from fairdp.analysis import released_guarantees
+from fairdp.analysis._release import MEAN_OVER_SEEDS, PER_SEED, release_summary
 from fairdp.errors import InputError
 from fairdp.privacy import (
     TrialCount,
@@ -145,7 +146,6 @@ def _seeds(per_seed: list[list], eps: float, delta: float, method: str, relation
 
 def _summary(rows: pd.DataFrame, rt: float) -> pd.Series:
     from fairdp.analysis import select_by_rt
-    from fairdp.analysis._release import release_summary
 
     released = released_guarantees(rows, select_by_rt(rows, rt), rt)
     (row,) = release_summary(released, rows, rt).to_dict("records")
@@ -155,8 +155,6 @@ def _summary(rows: pd.DataFrame, rt: float) -> pd.Series:
 def test_the_mean_over_seeds_composes_every_config_of_every_seed_as_dp_accounting_does():
     """eps_released was the largest over seeds, but a mean over seeds releases every seed's
     pick of the same data: its cost is the composition of every config trained in every seed."""
-    from fairdp.analysis._release import MEAN_OVER_SEEDS, PER_SEED
-
     def sgd(sigma, steps=60):  # DP-SGD's shape: T Poisson-sampled Gaussian steps
         return dp_accounting.SelfComposedDpEvent(
             dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(sigma)), steps)
@@ -180,8 +178,6 @@ def test_the_mean_over_seeds_composes_every_config_of_every_seed_as_dp_accountin
 
 
 def test_the_mean_over_seeds_of_pure_dp_rows_is_at_most_the_plain_sum():
-    from fairdp.analysis._release import MEAN_OVER_SEEDS
-
     rr = dp_accounting.RandomizedResponseDpEvent(2 / (math.e + 1), 2)  # k-RR at eps 1
     rows = _seeds([[rr], [rr]], 1.0, 0.0, "private_reductions", "replace_one")
     row, _ = _summary(rows, rt=1.0)
@@ -201,8 +197,6 @@ def test_the_mean_over_seeds_of_pure_dp_rows_is_at_most_the_plain_sum():
 
 
 def test_the_mean_over_seeds_of_best_of_random_searches_composes_their_repeat_and_select():
-    from fairdp.analysis._release import MEAN_OVER_SEEDS, PER_SEED
-
     grid = dp_accounting.GaussianDpEvent(2.0)
     record = json.dumps({"count": "poisson", "mean": 4, "shape": None, "drawn": 2, "grid_size": 1,
                          "grid_events": [event_to_json(grid, "add_or_remove_one")]})
@@ -218,14 +212,11 @@ def test_the_mean_over_seeds_of_best_of_random_searches_composes_their_repeat_an
 
 
 def test_a_mean_over_seeds_of_a_local_method_is_not_covered():
-    from fairdp.analysis._release import MEAN_OVER_SEEDS
-
     rows = pd.concat([_rows([None, None], [4.0, 4.0], 0.0, "federate").assign(seed=s) for s in (0, 1)],
                      ignore_index=True)
     rr = dp_accounting.RandomizedResponseDpEvent(0.5, 2)
     rows = pd.concat([rows, _seeds([[rr], [rr]], 1.0, 0.0, "private_reductions", "replace_one")], ignore_index=True)
     from fairdp.analysis import select_by_rt
-    from fairdp.analysis._release import release_summary
 
     released = released_guarantees(rows, select_by_rt(rows, 1.0), 1.0)
     table = release_summary(released, rows, 1.0).set_index("method")

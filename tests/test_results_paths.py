@@ -10,7 +10,7 @@ import yaml
 
 from fairdp.errors import InputError
 from fairdp.study import parse_spec, run_study
-from tests.conftest import assert_input_error, run_cli
+from tests.conftest import assert_input_error, run_cli, run_main
 
 STUDY = {
     "name": "paths",
@@ -47,8 +47,11 @@ def stored(tmp_path_factory):
 @pytest.mark.parametrize("results", [UNCREATABLE, f"file://{UNCREATABLE}", f"{UNCREATABLE}/deeper"])
 @pytest.mark.parametrize("command", ["run", "search"])
 def test_results_that_cannot_be_created_are_refused_before_anything_runs(tmp_path, results, command):
+    """One case through ``python -m fairdp``, the others through its ``main`` in this process
+    (the same refusal, without a subprocess's seconds of imports)."""
     study = _study(tmp_path, search=SEARCH)
-    proc = run_cli(command, str(study), "--results", results, "--executor", "local", cwd=tmp_path)
+    cli = run_cli if (command, results) == ("run", UNCREATABLE) else run_main
+    proc = cli(command, str(study), "--results", results, "--executor", "local", cwd=tmp_path)
     assert_input_error(proc, "/proc/fairdp-results", "--results")
     assert "Traceback" not in proc.stderr and _tree(tmp_path) == ["study.yaml"]
 
@@ -59,7 +62,7 @@ def test_a_study_name_too_long_for_the_default_results_folder_is_refused_naming_
     (``<name>.selection.parquet``, their hidden temporaries): both refused before training."""
     study = _study(tmp_path, name="n" * length)
     for extra in ([], ["--dry-run"]):
-        proc = run_cli("run", str(study), "--executor", "local", *extra, cwd=tmp_path)
+        proc = run_main("run", str(study), "--executor", "local", *extra, cwd=tmp_path)
         line = assert_input_error(proc, "name", "--results")
         assert "Traceback" not in proc.stderr and "File name too long" in line
         assert _tree(tmp_path) == ["study.yaml"]  # no results/ folder left behind
@@ -69,7 +72,7 @@ def test_a_study_name_too_long_for_the_default_results_folder_is_refused_naming_
 @pytest.mark.parametrize("dry_run", [True, False])
 def test_an_empty_results_path_is_refused_not_taken_as_the_default(tmp_path, command, dry_run):
     study = _study(tmp_path, search=SEARCH)
-    proc = run_cli(command, str(study), "--results", "", "--executor", "local", *(["--dry-run"] if dry_run else []),
+    proc = run_main(command, str(study), "--results", "", "--executor", "local", *(["--dry-run"] if dry_run else []),
                    cwd=tmp_path)
     assert_input_error(proc, "--results", "empty")
     assert _tree(tmp_path) == ["study.yaml"]
@@ -85,13 +88,13 @@ def test_run_study_refuses_an_empty_results_path(tmp_path, monkeypatch):
 @pytest.mark.parametrize("output", [f"{UNCREATABLE}/report", f"file://{UNCREATABLE}/report", ""])
 def test_a_report_location_that_cannot_be_written_is_refused_before_reading_or_writing(stored, tmp_path, output):
     before = _tree(stored.parent)
-    proc = run_cli("report", str(stored), "-o", output, "--no-ci", cwd=tmp_path)
+    proc = run_main("report", str(stored), "-o", output, "--no-ci", cwd=tmp_path)
     assert_input_error(proc, "-o")
     assert "Traceback" not in proc.stderr and _tree(tmp_path) == [] and _tree(stored.parent) == before
 
 
 def test_a_report_in_another_filesystems_uri_is_refused_naming_it(stored, tmp_path):
-    assert_input_error(run_cli("report", str(stored), "-o", "s3://bucket/report", cwd=tmp_path), "-o", "s3://bucket")
+    assert_input_error(run_main("report", str(stored), "-o", "s3://bucket/report", cwd=tmp_path), "-o", "s3://bucket")
     assert _tree(tmp_path) == []
 
 
@@ -106,7 +109,7 @@ def test_write_report_checks_its_folder_before_drawing(stored):
 @pytest.mark.parametrize("command", ["analyze", "compare"])
 def test_an_empty_results_directory_argument_is_refused_not_read_as_the_current_folder(stored, tmp_path, command):
     args = ["", str(stored)] if command == "compare" else [""]
-    assert_input_error(run_cli(command, *args, cwd=tmp_path), "empty")
+    assert_input_error(run_main(command, *args, cwd=tmp_path), "empty")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the case is root's: os.access passes where the kernel refuses")

@@ -16,7 +16,7 @@ import yaml
 from fairdp.errors import InputError, StoreUnavailable
 from fairdp.study import ResultStore, _lease
 from fairdp.study._lease import LEASE_NAME, S3Lease, object_store_lease
-from tests.conftest import assert_input_error, run_cli
+from tests.conftest import assert_input_error, run_cli, run_main
 from tests.s3server import CREDENTIALS, Gate, free_port
 
 ROWS = [{"study": "s", "dataset": "synthetic", "method": "unconstrained", "seed": 0, "config_id": "c0",
@@ -156,7 +156,7 @@ def test_a_run_into_s3_stores_every_row_once_and_a_second_driver_is_refused(s3, 
     other = {"token": "x", "pid": 1, "host": "head-node", "command": "run", "since": "now", "ttl_s": 600}
     s3.client().put_object(Bucket=bucket, Key=f"{prefix}/{LEASE_NAME}", Body=json.dumps(other).encode())
     before = sorted(o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket)["Contents"])
-    again = run_cli("run", str(study), "--results", uri, "--executor", "local", "--seeds", "1", env=env)
+    again = run_main("run", str(study), "--results", uri, "--executor", "local", "--seeds", "1")  # s3: credentials set
     assert_input_error(again, uri, "head-node")
     after = sorted(o["Key"] for o in s3.client().list_objects_v2(Bucket=bucket)["Contents"])
     assert after == before

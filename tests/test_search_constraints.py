@@ -8,17 +8,17 @@ import pandas as pd
 import pytest
 import yaml
 
+from fairdp.analysis import search_vs_grid
 from fairdp.analysis._search_progress import (
     EPS_FORMAL_WORST,
     hypervolume_bounds,
     hypervolume_history,
     normalised_hypervolume,
-    search_vs_grid,
 )
 from fairdp.constraints import Constraint, feasible, parse_constraints, violations
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, parse_spec
-from tests.conftest import assert_input_error, run_cli
+from tests.conftest import assert_input_error, run_cli, run_main
 
 BOUND = 4.0  # eps_formal <= BOUND: noise's eps_formal is its eps, searched over [1, 20]
 
@@ -73,7 +73,7 @@ def test_a_constraints_mapping_is_refused():
 def test_the_cli_refuses_a_bad_constraint_with_status_2_and_writes_nothing(tmp_path):
     study = tmp_path / "s.yaml"
     study.write_text(yaml.safe_dump(_study(constraints=["valid_acc >= 80"])))
-    proc = run_cli("search", str(study), "--results", str(tmp_path / "r"))
+    proc = run_main("search", str(study), "--results", str(tmp_path / "r"))  # fairdp's main, in this process
     assert_input_error(proc, "search.constraints[0]", "valid_acc")
     assert not (tmp_path / "r").exists() and not list(tmp_path.glob("r.*"))
 
@@ -158,12 +158,17 @@ def _journal_study(results):
 @pytest.fixture(scope="module", params=[("nsga2", "packed"), pytest.param(("tpe", "per-config"), marks=pytest.mark.slow)],
                 ids=lambda p: p[1])
 def searched(request, tmp_path_factory):
-    """A constrained search of 8 trials on embedded Ray: (its results dir, the process)."""
+    """A constrained search of 8 trials: (its results dir, the process). The packed one runs
+    locally through fairdp's main in this process (constraints are Optuna's and the store's, the
+    same under either executor; packed searches on Ray: test_study_run.py), the per-config one
+    on embedded Ray."""
     sampler, mode = request.param
     tmp_path = tmp_path_factory.mktemp(f"search-{sampler}")
     study = tmp_path / "s.yaml"
     study.write_text(yaml.safe_dump(_study(sampler)))
     results = tmp_path / "r"
+    if mode == "packed":
+        return results, run_main("search", str(study), "--results", str(results), "--mode", mode, "--executor", "local")
     return results, run_cli("search", str(study), "--results", str(results), "--mode", mode)
 
 
@@ -205,7 +210,7 @@ def test_the_report_draws_the_history_against_a_grid_of_the_same_method(searched
     grid_study = tmp_path / "grid.yaml"
     grid_study.write_text(yaml.safe_dump({**_study(), "methods": {"noise": {"grid": {"eps": [1, 2, 3, 8, 16]}}}}))
     grid = tmp_path / "grid"
-    assert run_cli("run", str(grid_study), "--results", str(grid), "--executor", "local").returncode == 0
+    assert run_main("run", str(grid_study), "--results", str(grid), "--executor", "local").returncode == 0
     out = tmp_path / "report"
     assert main(["report", str(results), "-o", str(out), "--compare-grid", str(grid), "--no-ci"]) == 0
     md = (out / "report.md").read_text()

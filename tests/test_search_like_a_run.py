@@ -3,6 +3,7 @@ refused resume with other search settings, infeasible searches that say why, and
 stored configs answered from their rows instead of retrained."""
 
 import json
+import shutil
 
 import optuna
 import pandas as pd
@@ -12,7 +13,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from fairdp.study import ResultStore
-from tests.conftest import assert_input_error, env_without_ray, run_cli
+from tests.conftest import assert_input_error, env_without_ray, run_cli, run_main
 
 SEARCH = {
     "name": "like-run",
@@ -56,10 +57,21 @@ def test_a_local_search_runs_without_ray_and_a_dry_run_writes_nothing(tmp_path):
         assert sum(t.state.name == "COMPLETE" for t in trials) == 8
         assert (tmp_path / f"r.pareto-noise-seed{seed}.parquet").exists()
     assert "(seed 1)" in proc.stdout
-    # a dry run of the finished search has nothing left
-    again = run_cli("search", str(study), "--results", str(results), "--executor", "local", "--dry-run",
-                    "--epochs", "2", env=env_without_ray(tmp_path, ("ray",)))
+    # a dry run of the finished search has nothing left (Ray's absence is proven above)
+    again = run_main("search", str(study), "--results", str(results), "--executor", "local", "--dry-run",
+                    "--epochs", "2")
     assert "0 of 8 trials to run (8 complete" in again.stderr
+
+
+@pytest.fixture(scope="module")
+def searched_four(tmp_path_factory):
+    """A folder with the study and its results after a local search of 4 trials (the CLI's own
+    run of a search: test_a_local_search_runs_without_ray_and_a_dry_run_writes_nothing)."""
+    folder = tmp_path_factory.mktemp("searched")
+    first = run_main("search", str(_study(folder)), "--results", str(folder / "r"), "--executor", "local",
+                     "--trials", "4")
+    assert first.returncode == 0, first.stderr[-2000:]
+    return folder
 
 
 @pytest.mark.parametrize("change, named", [
@@ -69,15 +81,15 @@ def test_a_local_search_runs_without_ray_and_a_dry_run_writes_nothing(tmp_path):
     ({"sampler": "tpe"}, 'search.sampler "nsga2"'),
     ({"objectives": {"valid_accuracy": "max", "valid_dp_gap": "min"}}, "search.objectives.valid_dp_gap null"),
 ])
-def test_resuming_a_search_with_other_settings_is_refused_naming_them_and_writes_nothing(tmp_path, change, named):
+def test_resuming_a_search_with_other_settings_is_refused_naming_them_and_writes_nothing(
+        searched_four, tmp_path, change, named):
+    tmp_path = tmp_path / "w"
+    shutil.copytree(searched_four, tmp_path)  # modes too: the refusal must not touch a byte of it
     results = tmp_path / "r"
-    first = run_cli("search", str(_study(tmp_path)), "--results", str(results), "--executor", "local",
-                    "--trials", "4")
-    assert first.returncode == 0, first.stderr[-2000:]
     journal = results / "_optuna.journal"
     assert journal.stat().st_mode & 0o777 == 0o600  # every trial's hyperparameters: the rows' mode
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    line = assert_input_error(run_cli("search", str(_study(tmp_path, **change)), "--results", str(results),
+    line = assert_input_error(run_main("search", str(_study(tmp_path, **change)), "--results", str(results),
                                       "--executor", "local"), named, "pass another --results")
     assert "_optuna.journal" in line
     assert len(ResultStore(results).read()[0]) == 4
@@ -87,7 +99,7 @@ def test_resuming_a_search_with_other_settings_is_refused_naming_them_and_writes
 
 def test_an_infeasible_search_says_which_constraint_excluded_how_many_rows(tmp_path):
     study = _study(tmp_path, constraints=["valid_accuracy >= 99.5", "eps_formal <= 100"], trials=4)
-    proc = run_cli("search", str(study), "--results", str(tmp_path / "r"), "--executor", "local")
+    proc = run_main("search", str(study), "--results", str(tmp_path / "r"), "--executor", "local")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ": 0 configs" in proc.stdout
     assert "valid_accuracy >= 99.5: 4; eps_formal <= 100: 0" in proc.stdout and "no row meets them all" in proc.stdout
@@ -102,8 +114,8 @@ def test_repeats_of_stored_configs_are_answered_from_their_rows_and_generations_
     results = tmp_path / "r"
     grid = {**SEARCH, "methods": {"noise": {"grid": {"eps": [1.0, 2.0]}}}}
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
-    assert run_cli("run", str(tmp_path / "grid.yaml"), "--results", str(results), "--executor", "local").returncode == 0
-    proc = run_cli("search", str(study), "--results", str(results), "--executor", "local")
+    assert run_main("run", str(tmp_path / "grid.yaml"), "--results", str(results), "--executor", "local").returncode == 0
+    proc = run_main("search", str(study), "--results", str(results), "--executor", "local")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows, _ = ResultStore(results).read()
     assert len(rows) == 5 and not rows.duplicated(["seed", "config_id"]).any()  # each config trained once

@@ -18,8 +18,8 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 from fairdp.study import ResultStore, _generations, parse_spec
-from fairdp.study._generations import ASK_ATTR, GenerationPlanner
 from fairdp.study._optuna import open_study
+from fairdp.study.executors import GenerationPlanner
 from tests.conftest import group_alive, run_cli, start_driver
 
 NAME = "resume"
@@ -75,18 +75,37 @@ def _search_killed_after_packs(study, results, packs: int, *executor: str) -> in
     return stored
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The uninterrupted search's results directory for an executor, searched once per module
+    (the kills after 2 and 3 packs compare with the same one)."""
+    done: dict[str, object] = {}
+
+    def whole(executor: str):
+        if executor not in done:
+            root = tmp_path_factory.mktemp(f"whole-{executor}")
+            study = root / "s.yaml"
+            study.write_text(yaml.safe_dump(SEARCH))
+            proc = run_cli("search", str(study), "--results", str(root / "whole"), "--executor", executor)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+            done[executor] = root / "whole"
+        return done[executor]
+
+    return whole
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("executor, packs", [("local", 2), ("local", 3), ("ray", 2)])
-def test_a_search_killed_after_packs_and_resumed_stores_the_uninterrupted_rows_bit_for_bit(tmp_path, executor, packs):
+def test_a_search_killed_after_packs_and_resumed_stores_the_uninterrupted_rows_bit_for_bit(tmp_path, executor, packs,
+                                                                                            uninterrupted):
     """SIGKILL to the search's process group once ``packs`` packs are stored, then the same
     command again: the rows and told trials of an uninterrupted search of the same seed (before
     the fix: 5 and 8 distinct configs of 10 for the kills after 2 and 3 packs)."""
     study = tmp_path / "s.yaml"
     study.write_text(yaml.safe_dump(SEARCH))
-    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    resumed = tmp_path / "resumed"
     flags = ("--executor", executor)
-    proc = run_cli("search", str(study), "--results", str(whole), *flags)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    whole = uninterrupted(executor)
     generations = SEARCH["search"]["trials"] // SEARCH["search"]["population"]
     stored = _search_killed_after_packs(study, resumed, packs, *flags)
     assert packs <= stored < generations * (SEARCH["search"]["population"] if executor == "ray" else 1)
@@ -206,5 +225,5 @@ def test_every_ask_records_its_generation_and_the_samplers_state(tmp_path):
     search = _search_spec("nsga2", CONTINUOUS, 6)
     _drive(search, str(tmp_path / "j"), {}, [], 3)
     trials = optuna.load_study(study_name="s", storage=JournalStorage(JournalFileBackend(str(tmp_path / "j")))).trials
-    assert [t.system_attrs[ASK_ATTR]["generation"] for t in trials] == [0, 0, 0, 1, 1, 1]
-    assert all(len(t.system_attrs[ASK_ATTR]["rng"]) == 2 for t in trials)  # NSGA-II's own and its RandomSampler's
+    assert [t.system_attrs[_generations.ASK_ATTR]["generation"] for t in trials] == [0, 0, 0, 1, 1, 1]
+    assert all(len(t.system_attrs[_generations.ASK_ATTR]["rng"]) == 2 for t in trials)  # NSGA-II's own and its RandomSampler's

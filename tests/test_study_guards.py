@@ -17,7 +17,9 @@ from fairdp._atomic import atomic_path
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, load_spec
 from fairdp.study._lock import LOCK_NAME, results_lock
-from tests.conftest import REPO, assert_input_error, env_without_ray, run_cli
+from fairdp.study._ray import connect_error, quiet_loggers
+from fairdp.study._tune import TUNE_DIR_PREFIX, TUNE_NOISE, check_trial_fits, remove_stale_tune_dirs
+from tests.conftest import REPO, assert_input_error, env_without_ray, run_cli, run_main
 
 STUDY = {
     "name": "guards",
@@ -39,7 +41,7 @@ def test_a_key_given_twice_is_refused_naming_it(tmp_path):
     text = ("name: guards\ndataset: {name: synthetic, rows: 600, features: 6}\nseeds: [0]\n"
             "train: {epochs: 2, batch_size: 200, epochs: 200}\nevaluate: {leakage: false, mdl: false}\n"
             "methods: {unconstrained: {}}\n")
-    proc = run_cli("run", str(_study(tmp_path, text)), "--results", str(tmp_path / "r"))
+    proc = run_main("run", str(_study(tmp_path, text)), "--results", str(tmp_path / "r"))
     line = assert_input_error(proc, "study.yaml", "'epochs'", "twice")
     assert "line 4" in line and not (tmp_path / "r").exists()
 
@@ -57,7 +59,7 @@ def test_results_that_cannot_be_written_are_refused_before_training(tmp_path, wh
     blocker.write_text("not a directory")
     results = blocker if where == "file" else blocker / "r"
     t = time.monotonic()
-    proc = run_cli("run", str(_study(tmp_path)), "--results", str(results))
+    proc = run_main("run", str(_study(tmp_path)), "--results", str(results))
     assert_input_error(proc, str(blocker))
     assert time.monotonic() - t < 30 and "packs" not in proc.stderr  # nothing trained
     assert blocker.read_text() == "not a directory"
@@ -85,7 +87,7 @@ def test_a_live_lock_refuses_a_second_writer_and_a_stale_one_is_taken_over(tmp_p
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (results / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": os.uname().nodename, "command": "run"}))
-    proc = run_cli("run", str(study), "--results", str(results), "--executor", "local")
+    proc = run_main("run", str(study), "--results", str(results), "--executor", "local")  # a process of its own above
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "taking over the lock" in proc.stderr and not (results / LOCK_NAME).exists()
     assert len(ResultStore(results).read()[0]) == 3
@@ -96,8 +98,7 @@ def test_a_file_uri_takes_the_lock_of_the_directory_it_names(tmp_path, monkeypat
     """``file:///x`` and ``/x`` are one results directory, so one lock; none is taken in the cwd."""
     import io
 
-    from fairdp.study import run_study, search_study
-    from fairdp.study._spec import parse_spec
+    from fairdp.study import parse_spec, run_study, search_study
 
     spec = parse_spec({**STUDY, "search": {"method": "noise", "sampler": "tpe", "trials": 2, "seed": 0,
                                            "objectives": {"valid_accuracy": "max"},
@@ -124,7 +125,7 @@ def test_two_concurrent_runs_do_the_work_once(tmp_path):
     deadline = time.monotonic() + 120
     while not (results / LOCK_NAME).exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    second = run_cli("run", str(study), "--results", str(results))
+    second = run_main("run", str(study), "--results", str(results))  # fairdp's main, in this process
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err[-2000:]
     assert_input_error(second, "in use", f"pid {first.pid}")
@@ -184,8 +185,6 @@ def test_an_unreadable_results_file_is_not_called_corrupt(tmp_path, monkeypatch,
 def test_tune_directories_of_killed_runs_are_removed_and_live_ones_kept(tmp_path, monkeypatch):
     import tempfile
 
-    from fairdp.study._tune import TUNE_DIR_PREFIX, remove_stale_tune_dirs
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -206,8 +205,8 @@ def test_a_killed_search_journal_is_repaired_and_its_running_trials_are_asked_ag
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
+    from fairdp.study import parse_spec
     from fairdp.study._optuna import complete_trials, open_study, retry_orphans
-    from fairdp.study._spec import parse_spec
 
     spec = parse_spec({**STUDY, "search": {"method": "noise", "sampler": "tpe", "trials": 4, "seed": 0,
                                            "objectives": {"valid_accuracy": "max"},
@@ -277,14 +276,14 @@ def test_a_huge_grid_is_refused_with_its_count_before_it_is_expanded(tmp_path):
     study = _study(tmp_path, methods={"federate": {"grid": {"eps": [1 + i / 50 for i in range(1100)], "lam": lams}},
                                       "noise": {"grid": {"eps": [1 + i / 10 for i in range(100)]}}})
     t = time.monotonic()
-    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"))
+    proc = run_main("run", str(study), "--results", str(tmp_path / "r"))
     assert time.monotonic() - t < 60
     assert_input_error(proc, "methods.federate.grid", "110,000", "100,000")  # 1,100 x 100
 
 
 def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
     results = tmp_path / "r"
-    proc = run_cli("run", str(_study(tmp_path)), "--results", str(results), "--dry-run")
+    proc = run_main("run", str(_study(tmp_path)), "--results", str(results), "--dry-run")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "3 configs to train in" in proc.stderr and "Nothing was run or written" in proc.stderr
     assert "unconstrained: 1 configs" in proc.stderr and "federate: 2 configs" in proc.stderr
@@ -295,11 +294,11 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
 
 
 def test_the_estimate_costs_the_packs_in_the_studys_precision_and_says_which():
+    from fairdp.study import parse_spec
     from fairdp.study._estimate import reference
-    from fairdp.study._plan import Pack
     from fairdp.study._precision import PrecisionChoice
     from fairdp.study._runner import estimate_line
-    from fairdp.study._spec import parse_spec
+    from fairdp.study.executors import Pack
 
     spec = parse_spec({**STUDY, "methods": {"federate": {"grid": {"eps": [1.0], "lam": [0.1]}}},
                        "train": {"epochs": 10, "device": "cpu"}})
@@ -328,8 +327,7 @@ def test_the_estimate_costs_the_packs_in_the_studys_precision_and_says_which():
 def test_a_local_dry_run_on_a_gpu_plans_one_pack_per_methods_seed_and_says_why(tmp_path, monkeypatch):
     import torch
 
-    from fairdp.study import run_study
-    from fairdp.study._spec import parse_spec
+    from fairdp.study import parse_spec, run_study
 
     grid = {"eps": [8, 9, 10, 11, 12, 13], "lam": [0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.3, 1.5]}  # 48 configs
     spec = parse_spec({**STUDY, "seeds": [0, 1], "methods": {"federate": {"grid": grid}}})
@@ -351,7 +349,7 @@ def test_a_trial_no_node_can_hold_is_refused_instead_of_waiting_forever(tmp_path
         if torch.cuda.is_available():
             pytest.skip("this machine has a GPU")
     t = time.monotonic()
-    proc = run_cli("run", str(_study(tmp_path, resources=resources)), "--results", str(tmp_path / "r"))
+    proc = run_main("run", str(_study(tmp_path, resources=resources)), "--results", str(tmp_path / "r"))
     assert time.monotonic() - t < 60
     assert_input_error(proc, "resources", named, "this machine")
     assert not (tmp_path / "r").exists()
@@ -359,8 +357,7 @@ def test_a_trial_no_node_can_hold_is_refused_instead_of_waiting_forever(tmp_path
 
 def test_the_cluster_check_reads_every_nodes_resources():
     from fairdp.errors import InputError
-    from fairdp.study._spec import parse_spec
-    from fairdp.study._tune import check_trial_fits
+    from fairdp.study import parse_spec
 
     spec = parse_spec({**STUDY, "resources": {"cpus_per_trial": 4, "gpus_per_trial": 1}})
     check_trial_fits(spec, [{"CPU": 2}, {"CPU": 8, "GPU": 1}], "c")  # the second node fits
@@ -381,17 +378,12 @@ def test_an_address_where_nothing_answers_is_one_line_within_seconds(tmp_path):
 
 
 def test_a_token_refusal_names_the_variables_to_set():
-    from fairdp.study._ray import connect_error
-
     err = connect_error("head:6379", RuntimeError("Traceback...\nUnauthenticated: invalid authentication token"))
     assert "RAY_AUTH_TOKEN" in str(err) and "\n" not in str(err) and "Traceback" not in str(err)
 
 
 def test_tunes_advice_that_fairdp_replaces_is_dropped_and_the_rest_kept():
     import logging
-
-    from fairdp.study._ray import quiet_loggers
-    from fairdp.study._tune import TUNE_NOISE
 
     seen = []
 

@@ -6,7 +6,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 
-from fairdp.engine import VALID_CURVES
+from fairdp.engine.contract import VALID_CURVES
 from fairdp.study import ResultStore, parse_spec, read_history, run_study
 
 KEY = ["method", "seed", "config_id"]
@@ -88,7 +88,7 @@ def test_a_pack_trained_again_replaces_its_curves(run, tmp_path):
 
 def test_the_report_draws_the_selected_configs_curves(run, tmp_path):
     from fairdp.analysis import select_by_rt, selected_curves
-    from tests.conftest import run_cli
+    from tests.conftest import run_main
 
     rows, _ = ResultStore(run).read()
     picks = select_by_rt(rows, 1.0, "tpr_gap")
@@ -100,7 +100,7 @@ def test_the_report_draws_the_selected_configs_curves(run, tmp_path):
     np.testing.assert_array_equal(curves["valid_gap"], read_history(run).merge(
         curves[KEY + ["epoch"]], on=KEY + ["epoch"])["valid_tpr_gap"])
     out = tmp_path / "report"
-    proc = run_cli("report", str(run), "-o", str(out))
+    proc = run_main("report", str(run), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert (out / "figures" / "learning_curves.png").stat().st_size > 0
     html = (out / "report.html").read_text()

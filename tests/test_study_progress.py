@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from fairdp.study._estimate import lacking_precision, makespan, pack_fixed, reference, unit_costs
-from fairdp.study._progress import TRACE_ENV, EtaModel, Progress, replay
+from fairdp.study._progress import TRACE_ENV, EtaModel, replay
+from fairdp.study.executors import Progress
 
 TRACES = sorted((Path(__file__).parent / "data" / "progress").glob("*.json"))
 
@@ -242,7 +243,7 @@ def test_every_builtin_method_has_a_reference_figure():
 def test_a_trial_reports_its_config_epochs_to_tune_between_epochs(monkeypatch):
     from ray import tune
 
-    from fairdp.engine import EpochReport
+    from fairdp.engine.contract import EpochReport
     from fairdp.study import _ray_trainables
 
     sent = []

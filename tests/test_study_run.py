@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from fairdp.study import ResultStore, load_spec, read_history, run_study, study_columns
-from tests.conftest import REPO, default_cpu_precision, env_without_ray, run_cli
+from tests.conftest import REPO, default_cpu_precision, env_without_ray, run_cli, run_main
 
 DESIGN_COLUMNS = (
     "study", "dataset", "method", "seed", "config_id", "eps", "lam", "lam_ort", "iterations", "clip_primal",
@@ -92,7 +92,7 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
     assert probe["standardize"] and probe["early_stopping"] and probe["kind"] == "mlp"
     assert (probe["alpha"], probe["max_epochs"]) == (1e-4, 200)
 
-    again = run_cli("run", str(study), "--results", str(results))
+    again = run_main("run", str(study), "--results", str(results))  # nothing to run: no Ray is started
     assert again.returncode == 0, again.stderr[-2000:]
     assert "14 configs already stored" in again.stderr
     df2, _ = ResultStore(results).read()
@@ -107,7 +107,9 @@ def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run
     study, ray_proc, ray_results = tiny_run
     env = env_without_ray(tmp_path)
     results = tmp_path / "local"
-    first = run_cli("run", str(study), "--results", str(results), "--executor", "local", "--seeds", "1", env=env)
+    # the first seed through fairdp's main in this process; the second, and the analysis of the
+    # partial rows below, in a Python that cannot import Ray
+    first = run_main("run", str(study), "--results", str(results), "--executor", "local", "--seeds", "1")
     assert first.returncode == 0, first.stderr[-2000:]
     assert "packs 3/3 done" in first.stderr
     whole = run_cli("run", str(study), "--results", str(results), "--executor", "local", env=env)
@@ -123,7 +125,7 @@ def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run
     # analysis of the rows with one pack gone names exactly what is missing
     plan = pd.read_parquet(tmp_path / "local.plan.parquet")
     assert sorted(plan[KEY].itertuples(index=False)) == sorted(local[KEY].itertuples(index=False))
-    whole_analysis = run_cli("analyze", str(results), env=env)
+    whole_analysis = run_main("analyze", str(results))  # the partial one below: a CLI without Ray
     assert whole_analysis.returncode == 0 and "warning" not in whole_analysis.stderr, whole_analysis.stderr
     os.remove(next(p for p in ResultStore(results).pack_files() if "/federate/part-s0-" in p))
     part = run_cli("analyze", str(results), env=env)
@@ -135,16 +137,16 @@ def test_rerun_into_results_of_another_length_is_refused(tmp_path):
     # the store's semantics, the same under both executors: the local one spares Ray's start-up
     study = _write_study(tmp_path / "tiny.yaml", methods={"unconstrained": {}}, seeds=[0])
     run_study(load_spec(study), str(tmp_path / "r"), executor="local", progress_stream=open(os.devnull, "w"))
-    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"), "--epochs", "3")
+    proc = run_main("run", str(study), "--results", str(tmp_path / "r"), "--epochs", "3")
     assert proc.returncode == 2 and "epochs" in proc.stderr and "--results" in proc.stderr
     # another learning rate for a stored method would mix two protocols in one table
     faster = _write_study(tmp_path / "faster.yaml", methods={"unconstrained": {"train": {"lr": 0.01}}}, seeds=[0])
-    proc = run_cli("run", str(faster), "--results", str(tmp_path / "r"))
+    proc = run_main("run", str(faster), "--results", str(tmp_path / "r"))
     assert proc.returncode == 2 and "lr 0.001" in proc.stderr and "0.01" in proc.stderr
     # so would another probe: FEDERATE's L2 alpha of 1 against the default's 1e-4
     federates_probe = _write_study(tmp_path / "probe.yaml", methods={"unconstrained": {}}, seeds=[0, 1],
                                    evaluate={"leakage": True, "mdl": False, "probe": {"alpha": 1.0}})
-    proc = run_cli("run", str(federates_probe), "--results", str(tmp_path / "r"))
+    proc = run_main("run", str(federates_probe), "--results", str(tmp_path / "r"))
     assert proc.returncode == 2 and '"alpha": 0.0001' in proc.stderr and '"alpha": 1.0' in proc.stderr, proc.stderr
     # rows stored before the probe's alpha and epochs were recorded read as the defaults they
     # were probed with: the same study resumes into them
@@ -155,7 +157,7 @@ def test_rerun_into_results_of_another_length_is_refused(tmp_path):
     rows["probe"] = json.dumps(old)
     rows.to_parquet(part)
     more_seeds = _write_study(tmp_path / "more.yaml", methods={"unconstrained": {}}, seeds=[0, 1])
-    proc = run_cli("run", str(more_seeds), "--results", str(tmp_path / "r"), "--executor", "local")
+    proc = run_main("run", str(more_seeds), "--results", str(tmp_path / "r"), "--executor", "local")
     assert proc.returncode == 0 and "1 configs already stored" in proc.stderr, proc.stderr[-2000:]
 
 
@@ -201,7 +203,8 @@ def _is_loopback(address: str) -> bool:
 
 @pytest.mark.slow
 def test_embedded_ray_listens_only_on_loopback_and_a_sigkilled_run_resumes_exactly(tmp_path):
-    study = _write_study(tmp_path / "kill.yaml", seeds=[0, 1, 2], pack_size=2,
+    # 14 configs in 8 packs: the kill after 2 stored leaves packs to train and to resume
+    study = _write_study(tmp_path / "kill.yaml", seeds=[0, 1], pack_size=2,
                          train={"epochs": 4, "batch_size": 250})
     results = tmp_path / "r"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -231,7 +234,7 @@ def test_embedded_ray_listens_only_on_loopback_and_a_sigkilled_run_resumes_exact
     assert all(_is_loopback(a) for a in listening), listening
 
     before, _ = store.read()
-    total = 3 * 7
+    total = 2 * 7
     assert 0 < len(before) < total
     rerun = run_cli("run", str(study), "--results", str(results))
     assert rerun.returncode == 0, rerun.stderr[-2000:]
@@ -252,9 +255,9 @@ def test_repair_moves_a_corrupt_file_aside_and_reruns_its_configs(tmp_path):
     run_study(load_spec(study), str(results), executor="local", progress_stream=open(os.devnull, "w"))
     victim = sorted(results.rglob("part-*.parquet"))[0]
     victim.write_bytes(victim.read_bytes()[:100])
-    refused = run_cli("run", str(study), "--results", str(results))
+    refused = run_main("run", str(study), "--results", str(results))
     assert refused.returncode == 2 and victim.name in refused.stderr and "--repair" in refused.stderr
-    fixed = run_cli("run", str(study), "--results", str(results), "--repair", "--executor", "local")
+    fixed = run_main("run", str(study), "--results", str(results), "--repair", "--executor", "local")
     assert fixed.returncode == 0, fixed.stderr[-2000:]
     df, corrupt = ResultStore(results).read()
     assert corrupt == [] and len(df) == 2 and not df.duplicated(KEY).any()
@@ -268,7 +271,9 @@ def _dominates(a, b, directions):
 
 
 @pytest.mark.parametrize("sampler,mode", [("nsga2", "packed"), ("tpe", "per-config")])
-def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
+def test_a_seeded_search_writes_a_nondominated_front(tmp_path, monkeypatch, sampler, mode):
+    """The per-config search on embedded Ray (Tune's OptunaSearch), the packed one locally
+    through fairdp's main in this process (packed searches on Ray: the journal resume below)."""
     objectives = {"valid_accuracy": "max", "valid_tpr_gap": "min"}
     study = _write_study(
         tmp_path / "search.yaml", name="tiny-search", seeds=[0], methods={"federate": {}},
@@ -277,7 +282,12 @@ def test_a_seeded_search_writes_a_nondominated_front(tmp_path, sampler, mode):
                                                     "lam": {"low": 0.1, "high": 3.0}}})
     results = tmp_path / "r"
     # every epoch reports its config-epochs to Tune (results without the searcher's metrics)
-    proc = run_cli("search", str(study), "--results", str(results), "--mode", mode, env={"FAIRDP_UNITS_EVERY_S": "0"})
+    if mode == "packed":
+        monkeypatch.setenv("FAIRDP_UNITS_EVERY_S", "0")
+        proc = run_main("search", str(study), "--results", str(results), "--mode", mode, "--executor", "local")
+    else:
+        proc = run_cli("search", str(study), "--results", str(results), "--mode", mode,
+                       env={"FAIRDP_UNITS_EVERY_S": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     front = pd.read_parquet(f"{results}.pareto-federate-seed3.parquet")
     rows, _ = ResultStore(results).read()
@@ -313,10 +323,10 @@ def test_a_method_that_cannot_train_on_the_dataset_is_refused_before_ray(tmp_pat
     assert "methods.fld" in err and "binary labels" in err and not (tmp_path / "r").exists()
 
 
-def _stop_after_first_pack(tmp_path, executor: str, sig: int, pack_size: int, env: dict):
-    """Start the 21-config study, send ``sig`` once its first pack is stored: (process, its
-    stderr, the study file, the results store)."""
-    study = _write_study(tmp_path / "int.yaml", seeds=[0, 1, 2], pack_size=pack_size,
+def _stop_after_first_pack(tmp_path, executor: str, sig: int, pack_size: int, env: dict, seeds=(0, 1, 2)):
+    """Start the study (7 configs a seed, 21 by default), send ``sig`` once its first pack is
+    stored: (process, its stderr, the study file, the results store)."""
+    study = _write_study(tmp_path / "int.yaml", seeds=list(seeds), pack_size=pack_size,
                          train={"epochs": 4, "batch_size": 250})
     results = tmp_path / "r"
     proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results),
@@ -339,15 +349,16 @@ def test_sigterm_stops_a_local_run_like_ctrl_c_and_the_rerun_completes(tmp_path)
     """``kill PID`` on a background run (whose SIGINT the shell ignores): fairdp's own last
     line and status 130, the finished packs kept, the rest trained by the same command."""
     env = env_without_ray(tmp_path)
-    proc, err, study, store = _stop_after_first_pack(tmp_path, "local", signal.SIGTERM, 1, env)
+    # one seed: 7 configs in 7 packs of one, the signal after the first lands with 6 left
+    proc, err, study, store = _stop_after_first_pack(tmp_path, "local", signal.SIGTERM, 1, env, seeds=(0,))
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "resumes" in err and "Traceback" not in err
     stored, _ = store.read()
-    assert 0 < len(stored) < 21 and set(stored["status"]) == {"ok"}
-    rerun = run_cli("run", str(study), "--results", store.location, "--executor", "local", env=env)
+    assert 0 < len(stored) < 7 and set(stored["status"]) == {"ok"}
+    rerun = run_main("run", str(study), "--results", store.location, "--executor", "local")
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     after, _ = store.read()
-    assert len(after) == 21 and not after.duplicated(KEY).any()
+    assert len(after) == 7 and not after.duplicated(KEY).any()
 
 
 def test_a_run_killed_mid_pack_resumes_the_pack_from_its_checkpoint_with_the_same_rows(tmp_path):
@@ -378,18 +389,17 @@ def test_a_run_killed_mid_pack_resumes_the_pack_from_its_checkpoint_with_the_sam
     assert [p.name for p in checkpoints.glob("*.ckpt")] and store.pack_files() == [], "killed too late"
     unplanned = checkpoints / "0123456789abcdef.ckpt"
     unplanned.write_bytes(b"of a pack this run does not plan")
-    plan = run_cli(*argv[3:], "--dry-run", env=env)
+    plan = run_main(*argv[3:], "--dry-run")
     assert "1 packs, 1 of the packs from their checkpoints" in plan.stderr, plan.stderr[-2000:]
-    rerun = run_cli(*argv[3:], "--checkpoint-every", "0.001", env=env)
+    rerun = run_main(*argv[3:], "--checkpoint-every", "0.001")
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "1 of the packs resume from checkpoints" in rerun.stderr
     assert re.search(r"resuming after epoch ([1-9]|1[01])\b", rerun.stderr)  # not from the first, nor retrained
     assert [p.name for p in checkpoints.iterdir()] == [unplanned.name]  # the stored pack's is gone
     (checkpoints / f"{store.read()[0]['pack_id'].iloc[0]}.ckpt").write_bytes(b"left by a kill after storing")
-    assert run_cli(*argv[3:], env=env).returncode == 0  # nothing to train
+    assert run_main(*argv[3:]).returncode == 0  # nothing to train
     assert [p.name for p in checkpoints.iterdir()] == [unplanned.name]
-    never_killed = run_cli(*argv[3:-3], str(tmp_path / "whole"), "--executor", "local", "--checkpoint-every", "0",
-                           env=env)
+    never_killed = run_main(*argv[3:-3], str(tmp_path / "whole"), "--executor", "local", "--checkpoint-every", "0")
     assert never_killed.returncode == 0, never_killed.stderr[-2000:]
     assert not (tmp_path / "whole" / ".checkpoints").exists()
     columns = [*KEY, *METRIC_COLUMNS, "best_epoch"]
@@ -404,19 +414,20 @@ def test_a_run_killed_mid_pack_resumes_the_pack_from_its_checkpoint_with_the_sam
 def test_ctrl_c_or_sigterm_stops_with_status_130_and_the_rerun_completes(tmp_path, sig):
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
-    proc, err, study, store = _stop_after_first_pack(tmp_path, "ray", sig, 2, env)
+    # two seeds, 14 configs in 8 packs (2 at a time): the signal after the first lands with packs left
+    proc, err, study, store = _stop_after_first_pack(tmp_path, "ray", sig, 2, env, seeds=(0, 1))
     results = tmp_path / "r"
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "resumes" in err and "SIGTERM received" not in err  # not Ray's stack dump
     assert "Tuner.restore" not in err  # Tune's advice names a path fairdp deletes; fairdp's own line says how
     stored, _ = store.read()
-    assert 0 < len(stored) < 21
+    assert 0 < len(stored) < 14
     analysis = run_cli("analyze", str(results))
-    assert f"partial: {len(stored)} of 21 planned configs finished" in analysis.stderr, analysis.stderr
+    assert f"partial: {len(stored)} of 14 planned configs finished" in analysis.stderr, analysis.stderr
     rerun = run_cli("run", str(study), "--results", str(results))
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     after, _ = store.read()
-    assert len(after) == 21 and not after.duplicated(KEY).any()
+    assert len(after) == 14 and not after.duplicated(KEY).any()
 
 
 def test_a_search_resumes_from_its_journal_without_retraining(tmp_path):
@@ -426,7 +437,9 @@ def test_a_search_resumes_from_its_journal_without_retraining(tmp_path):
                 "objectives": {"valid_accuracy": "max", "leakage": "min"},
                 "space": {"eps": {"low": 1, "high": 20, "log": True}}})
     results = tmp_path / "r"
-    first = run_cli("search", str(study), "--results", str(results))
+    # the first search locally, in this process (one Ray start fewer); the resume on embedded
+    # Ray: the journal and rows are the executors' shared store
+    first = run_main("search", str(study), "--results", str(results), "--executor", "local")
     assert first.returncode == 0, first.stderr[-2000:]
     rows1, _ = ResultStore(results).read()
     second = run_cli("search", str(study), "--results", str(results), "--trials", "8")
@@ -461,8 +474,9 @@ def test_four_parquet_readers_read_exactly_the_rows_of_a_directory_a_run_search_
                 "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},
                 "space": {"eps": {"low": 1, "high": 20, "log": True}}})
     results = tmp_path / "r"
-    assert run_cli("run", str(study), "--results", str(results), "--executor", "local").returncode == 0
-    proc = run_cli("search", str(study), "--results", str(results))
+    # the readers' subject is the files, the same from either executor: both local, in this process
+    assert run_main("run", str(study), "--results", str(results), "--executor", "local").returncode == 0
+    proc = run_main("search", str(study), "--results", str(results), "--executor", "local")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert main(["report", str(results), "-o", str(results / "_report")]) == 0
     assert main(["report", str(results), "-o", str(results / "report")]) == 2  # readers would read it

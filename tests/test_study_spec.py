@@ -10,6 +10,7 @@ from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.metrics import FEDERATE_PROBE
 from fairdp.study import load_spec, parse_spec
+from fairdp.study._precision import choose_precision, stored_precision
 from fairdp.study._prepare import settings_lines
 from tests.conftest import REPO
 
@@ -224,8 +225,6 @@ def test_the_federate_studies_use_federates_probe_protocol():
 ])
 def test_the_default_precision_follows_the_stored_rows_then_the_workers_cpus(train, stored, on_gpu, native, want,
                                                                             decided):
-    from fairdp.study._precision import choose_precision
-
     spec = parse_spec({**GOOD, "train": {**GOOD["train"], **train}})
     asked = []
     choice = choose_precision(spec.train, stored, on_gpu, lambda: asked.append(1) or native)
@@ -238,8 +237,6 @@ def test_the_default_precision_follows_the_stored_rows_then_the_workers_cpus(tra
 
 def test_stored_precision_reads_the_run_methods_rows_first():
     import pandas as pd
-
-    from fairdp.study._precision import stored_precision
 
     rows = pd.DataFrame({"method": ["a", "b", "c", "d"], "status": ["ok", "ok", "ok", "error"],
                          "precision": ["float32", "bf16", None, "bf16"]})

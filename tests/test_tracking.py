@@ -11,8 +11,9 @@ import yaml
 
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, parse_spec, read_history, run_study
-from fairdp.tracking import Tracker, parse_tracking, register_tracker
-from tests.conftest import assert_input_error, run_cli
+from fairdp.tracking import parse_tracking
+from fairdp.tracking._base import Tracker, register_tracker
+from tests.conftest import assert_input_error, run_cli, run_main
 
 mlflow = pytest.importorskip("mlflow", reason="the MLflow client: pip install 'fairdp[tracking]'")
 
@@ -76,7 +77,7 @@ def test_a_wrong_tracking_address_is_refused_before_anything_runs(tmp_path):
     study = tmp_path / "s.yaml"
     (tmp_path / "a-file").write_text("")  # a database under a file cannot be made
     study.write_text(yaml.safe_dump(_raw({"mlflow": {"uri": f"sqlite:///{tmp_path}/a-file/mlflow.db"}})))
-    proc = run_cli("run", str(study), "--results", str(tmp_path / "r"), "--executor", "local")
+    proc = run_main("run", str(study), "--results", str(tmp_path / "r"), "--executor", "local")
     assert_input_error(proc, "tracking.mlflow.uri")
     assert not (tmp_path / "r").exists()
 
