@@ -52,7 +52,7 @@ test-tools:
 # pytest-xdist workers; tests that must not share the machine with each other (the network
 # namespace clusters) are one xdist_group, run on one worker (--dist loadgroup)
 TEST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadgroup
+XDIST := -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 test: $(STAMP) test-tools
 	$(PY) -m pytest -q -m "not slow" $(XDIST)

@@ -24,6 +24,9 @@ def _directions(rng: np.random.Generator, k: int, dim: int, norm: float) -> np.n
     return v * (norm / np.linalg.norm(v, axis=1, keepdims=True))
 
 
+MAX_LEAKAGE = 1e6
+
+
 def _number(name: str, value: object, high: float | None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InputError(f"dataset.{name}: must be a finite number, got {value!r}")
@@ -77,7 +80,9 @@ def make_synthetic(
     groups = _at_most("groups", int_option("groups", groups, 2), rows, "rows")
     classes = _at_most("classes", int_option("classes", classes, 2), rows, "rows")
     rho = _number("label_correlation", label_correlation, 1.0)
-    scale = _number("leakage", leakage, None)
+    # the features are stored as float32: a shift near its largest value (3.4e38) overflows; far
+    # below that every probe already separates the groups perfectly
+    scale = _number("leakage", leakage, MAX_LEAKAGE)
     seed = _at_most("seed", int_option("seed", seed, 0), INT64_MAX, "2**63 - 1, the largest int64")
     split_seed = _at_most("split_seed", int_option("split_seed", split_seed, 0), INT64_MAX,
                           "2**63 - 1, the largest int64")

@@ -357,7 +357,10 @@ class ResultStore:
         file with no hidden path component is appended to ``others``, when given."""
         if self.fs.get_file_info(root).type != pafs.FileType.Directory:
             return []
-        infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(root, recursive=True))
+        except FileNotFoundError:  # removed since: a starting run's writability probe removes what it made
+            return []
         out = []
         for info in infos:
             if info.type != pafs.FileType.File:
