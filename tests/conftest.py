@@ -193,3 +193,19 @@ def one_blas_thread():
 
     with threadpool_limits(int(os.environ.get("FAIRDP_TEST_TORCH_THREADS", "1"))):
         yield
+
+
+def resolve_dotted(dotted: str):
+    """The module or object a dotted path (``fairdp.study.run_study``) names, or None."""
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part, None)
+        return obj
+    return None

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import markdown_tables
+from tests.conftest import markdown_tables, resolve_dotted
 from tests.layers import ALLOWED_UP, LAYERS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,19 +154,6 @@ def _directives(page: Path) -> list[str]:
     return DIRECTIVE.findall(page.read_text(encoding="utf-8"))
 
 
-def _resolve(dotted: str):
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for part in parts[i:]:
-            obj = getattr(obj, part)
-        return obj
-    raise AssertionError(f"{dotted} names nothing")
-
-
 def _written(p: inspect.Parameter) -> str:
     return {p.VAR_POSITIONAL: f"*{p.name}", p.VAR_KEYWORD: f"**{p.name}"}.get(p.kind, p.name)
 
@@ -183,7 +170,7 @@ def _parameter_table(page: Path, target: str) -> list[list[str]] | None:
 @pytest.mark.parametrize("target", [t for t in _directives(API_INDEX) if t.rsplit(".", 1)[-1][0].islower()])
 def test_api_page_documents_every_parameter_of_each_function(target):
     """Each function on the page (a lower-case name; a class's members are its docstrings')."""
-    obj = _resolve(target)
+    obj = resolve_dotted(target)
     assert inspect.isfunction(obj), f"{target} is not a function"
     table = _parameter_table(API_INDEX, target)
     assert table is not None, f"docs/api/index.md: {target} has no parameter table under it"
@@ -202,7 +189,7 @@ def test_api_page_documents_every_parameter_of_each_function(target):
 def test_api_page_has_every_exported_function():
     import fairdp
 
-    on_page = {id(_resolve(t)) for t in _directives(API_INDEX)}
+    on_page = {id(resolve_dotted(t)) for t in _directives(API_INDEX)}
     missing = [name for name, module in fairdp._EXPORTS.items()
                if id(getattr(importlib.import_module(module), name)) not in on_page]
     assert not missing, f"docs/api/index.md lacks fairdp.{missing}"

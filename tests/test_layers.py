@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import resolve_dotted
 from tests.layers import ALLOWED_UP, LAYERS, PUBLIC_SURFACES, TEST_PRIVATE_IMPORTS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fairdp"
@@ -187,30 +188,16 @@ def _mentioned() -> dict[str, str]:
             for name in re.findall(r"`(fairdp(?:\.\w+)+)`", page.read_text(encoding="utf-8"))}
 
 
-def _resolve(dotted: str):
-    """The module or object ``dotted`` names, or None."""
-    parts = dotted.split(".")
-    for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
-            continue
-        for part in parts[i:]:
-            obj = getattr(obj, part, None)
-        return obj
-    return None
-
-
 def _is_public(dotted: str) -> bool:
     """A module, a name in a public surface's ``__all__``, a member of a public module that is
     no surface (``fairdp.testing.figures``), or an attribute of a public class."""
-    obj = _resolve(dotted)
+    obj = resolve_dotted(dotted)
     if obj is None or inspect.ismodule(obj):
         return obj is not None
     parent, name = dotted.rsplit(".", 1)
     if parent in PUBLIC_SURFACES:
         return name in importlib.import_module(parent).__all__
-    owner = _resolve(parent)
+    owner = resolve_dotted(parent)
     return inspect.ismodule(owner) or (inspect.isclass(owner) and _is_public(parent))
 
 
