@@ -29,18 +29,25 @@ def fresh_data_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def one_torch_thread():
-    """Train in-process on one thread, as a pack does with its one CPU (``cpus_per_trial``).
+def one_thread():
+    """Train and compute in-process on one thread, as a pack does with its one CPU
+    (``cpus_per_trial``): torch, and numpy's and scikit-learn's BLAS (OpenBLAS) and OpenMP pools.
 
-    On 2 cores with another job running, torch's OpenMP threads spin-wait for each other: a
-    2000-step training loop took 32 s on 2 threads beside a busy loop per core, against 0.3 s on
-    one. Set FAIRDP_TEST_TORCH_THREADS to test with more.
+    On 2 cores with another job running, their threads spin-wait for each other: a 2000-step
+    torch training loop took 32 s on 2 threads beside a busy loop per core, against 0.3 s on one,
+    and scikit-learn's MLP probe (FEDERATE's protocol, 2,000 rows) 90-180 s instead of 5 s. Set
+    FAIRDP_TEST_TORCH_THREADS to test with more.
     """
+    import scipy.linalg  # noqa: F401 - load the pools first: a limit binds only those loaded
+    import sklearn.utils._openmp_helpers  # noqa: F401
     import torch
+    from threadpoolctl import threadpool_limits
 
+    threads = int(os.environ.get("FAIRDP_TEST_TORCH_THREADS", "1"))
     before = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("FAIRDP_TEST_TORCH_THREADS", "1")))
-    yield
+    torch.set_num_threads(threads)
+    with threadpool_limits(threads):
+        yield
     torch.set_num_threads(before)
 
 
@@ -179,20 +186,6 @@ def run_main(*args: str, cwd=REPO) -> subprocess.CompletedProcess:
     finally:
         os.chdir(before)
     return subprocess.CompletedProcess(["fairdp", *args], code, out.getvalue(), err.getvalue())
-
-
-@pytest.fixture(scope="session", autouse=True)
-def one_blas_thread():
-    """numpy's and scikit-learn's BLAS (OpenBLAS) and OpenMP pools on one thread too, as
-    ``one_torch_thread`` does for torch: on 2 cores with another job running their threads
-    spin-wait for each other, and scikit-learn's MLP probe (FEDERATE's protocol, 2,000 rows)
-    took 90-180 s instead of 5 s. FAIRDP_TEST_TORCH_THREADS sets this count as well."""
-    import scipy.linalg  # noqa: F401 - load the pools first: a limit binds only those loaded
-    import sklearn.utils._openmp_helpers  # noqa: F401
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(int(os.environ.get("FAIRDP_TEST_TORCH_THREADS", "1"))):
-        yield
 
 
 def resolve_dotted(dotted: str):
