@@ -35,7 +35,6 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-import dp_accounting
 import pandas as pd
 
 from fairdp.analysis._rows import (
@@ -132,6 +131,8 @@ def _composed(scope: pd.DataFrame, relation: str, delta: float) -> float:
     (each distinct event once, with its multiplicity) and basic composition, the sum of the
     rows' (eps, delta), when their deltas sum to at most ``delta`` (pure-DP rows, where RDP's
     conversion can cost more than the sum at a few configs)."""
+    import dp_accounting  # imported here, not at the top: it pulls in scipy (~2 s per fairdp start)
+
     rows = scope[scope[PRIVACY_EVENT].notna()]
     counted = [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n)
                for e, n in Counter(rows[PRIVACY_EVENT]).items()]

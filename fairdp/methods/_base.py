@@ -176,7 +176,7 @@ class Method(ABC):
         """
         return NOT_PRIVATE
 
-    # the adjacency ``dp_event``'s guarantee is stated under (a key of fairdp.privacy._release.RELATIONS)
+    # the adjacency ``dp_event``'s guarantee is stated under (one of fairdp.privacy._release.RELATION_NAMES)
     neighbour_relation: ClassVar[str] = "add_or_remove_one"
 
     @property

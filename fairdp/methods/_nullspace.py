@@ -9,13 +9,18 @@ torch; the projections are returned as float64 (D, D) tensors.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from sklearn.linear_model import LogisticRegression
-from sklearn.svm import LinearSVC
 
 from fairdp.errors import InputError
+
+# sklearn (scipy under it) is imported where used: importing fairdp must not cost a CLI start or
+# Ray worker ~2 s.
+if TYPE_CHECKING:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
 
 CLASSIFIERS = ("logistic", "svm")
 
@@ -55,6 +60,9 @@ def nullspace_projection(Ws: Sequence[torch.Tensor | np.ndarray]) -> torch.Tenso
 
 
 def _make_classifier(classifier: str, seed: int) -> LogisticRegression | LinearSVC:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
     if classifier == "logistic":
         return LogisticRegression(max_iter=1000, random_state=seed)
     if classifier == "svm":

@@ -42,7 +42,6 @@ from __future__ import annotations
 import math
 import time
 
-import dp_accounting
 import numpy as np
 
 from fairdp.engine import stream_seed
@@ -50,8 +49,8 @@ from fairdp.methods._base import HyperParam, Method
 from fairdp.methods._registry import register_method
 from fairdp.methods.reductions import (
     BOUND,
-    CONSTRAINTS,
     NOTION,
+    NOTIONS,
     PAPER_BOUNDS,
     fit_reduction,
     release,
@@ -107,7 +106,7 @@ class PrivateReductions(Method):
         return data.n_classes  # the released class scores
 
     def paper_grid(self, dataset):
-        return {"fairness_notion": list(CONSTRAINTS), "bound": PAPER_BOUNDS, "eps": PAPER_EPS}
+        return {"fairness_notion": list(NOTIONS), "bound": PAPER_BOUNDS, "eps": PAPER_EPS}
 
     def fit(self, data, configs, config_ids, seed, settings, arch, callback=None, checkpoint=None):
         t0 = time.perf_counter()
@@ -127,6 +126,8 @@ class PrivateReductions(Method):
     neighbour_relation = "replace_one"  # one person's attribute changes
 
     def dp_event(self, config, run):
+        import dp_accounting  # imported here, not at the top: it pulls in scipy (~2 s per fairdp start)
+
         # dp-accounting's randomized response keeps the input with probability 1 - p and
         # otherwise outputs a uniform one of the k codes: keep = 1 - p + p/k = pi, other = p/k
         # = 1 / (e^eps + k - 1), i.e. p = k (1 - pi) / (k - 1), this method's k-RR exactly

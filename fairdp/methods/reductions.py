@@ -21,15 +21,9 @@ from __future__ import annotations
 
 import time
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-from fairlearn.reductions import (
-    DemographicParity,
-    EqualizedOdds,
-    ErrorRateParity,
-    ExponentiatedGradient,
-)
-from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from fairdp.data import Dataset
@@ -37,9 +31,23 @@ from fairdp.engine import PackResult, stream_seed
 from fairdp.methods._base import HyperParam, Method
 from fairdp.methods._registry import register_method
 
-CONSTRAINTS = {"dp": DemographicParity, "eo": EqualizedOdds, "ap": ErrorRateParity}
+# fairlearn and sklearn (scipy under them) are imported where used: importing fairdp must not cost
+# a CLI start or Ray worker ~2 s
+if TYPE_CHECKING:
+    from fairlearn.reductions import ExponentiatedGradient
 
-NOTION = HyperParam("fairness_notion", choices=tuple(CONSTRAINTS),
+NOTIONS = ("dp", "eo", "ap")
+"""The fairness notions: demographic parity, equalized odds, accuracy parity."""
+
+
+def _constraint(notion: str) -> type:
+    """``notion``'s fairlearn constraint class."""
+    from fairlearn.reductions import DemographicParity, EqualizedOdds, ErrorRateParity
+
+    return dict(zip(NOTIONS, (DemographicParity, EqualizedOdds, ErrorRateParity)))[notion]
+
+
+NOTION = HyperParam("fairness_notion", choices=NOTIONS,
                     doc="constraint: demographic parity, equalized odds or accuracy parity")
 # A difference of two rates is at most 1, so a larger slack would constrain nothing.
 BOUND = HyperParam("bound", low=0.0, low_open=True, high=1.0,
@@ -54,7 +62,10 @@ PAPER_BOUNDS = [0.01, 0.02, 0.05, 0.1]
 def fit_reduction(X: np.ndarray, y: np.ndarray, groups: np.ndarray, notion: str,
                   bound: float) -> ExponentiatedGradient:
     """Exponentiated gradient with slack ``bound`` for ``notion`` w.r.t. ``groups``."""
-    constraint = CONSTRAINTS[notion](difference_bound=bound)
+    from fairlearn.reductions import ExponentiatedGradient
+    from sklearn.linear_model import LogisticRegression
+
+    constraint = _constraint(notion)(difference_bound=bound)
     model = ExponentiatedGradient(LogisticRegression(max_iter=1000), constraints=constraint,
                                   eps=bound)
     # The oracle solves dozens of small logistic regressions: threaded BLAS only adds
@@ -95,7 +106,7 @@ class Reductions(Method):
         return data.n_classes  # the released class scores
 
     def paper_grid(self, dataset):
-        return {"fairness_notion": list(CONSTRAINTS), "bound": PAPER_BOUNDS}
+        return {"fairness_notion": list(NOTIONS), "bound": PAPER_BOUNDS}
 
     def fit(self, data, configs, config_ids, seed, settings, arch, callback=None, checkpoint=None):
         t0 = time.perf_counter()

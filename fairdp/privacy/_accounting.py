@@ -58,12 +58,16 @@ import functools
 import math
 from collections.abc import Callable
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
-import dp_accounting
 from absl import logging as absl_logging
-from dp_accounting.rdp import RdpAccountant
 
 from fairdp.errors import InputError
+
+# dp_accounting (and scipy under it) is imported where used: importing fairdp must not cost a CLI
+# start or Ray worker ~2 s.
+if TYPE_CHECKING:
+    import dp_accounting
 
 PFLD_EPSILON = 1.0
 PFLD_DELTA = 1e-5
@@ -127,8 +131,14 @@ def quiet_accountant():
 
 
 def _epsilon(events: list[dp_accounting.DpEvent], delta: float,
-             relation: dp_accounting.NeighboringRelation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE) -> float:
-    """eps at ``delta`` of the RDP composition of ``events`` (Mironov 2017, Prop. 1)."""
+             relation: dp_accounting.NeighboringRelation | None = None) -> float:
+    """eps at ``delta`` of the RDP composition of ``events`` (Mironov 2017, Prop. 1); ``relation``
+    defaults to ``NeighboringRelation.ADD_OR_REMOVE_ONE``."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    if relation is None:
+        relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     with quiet_accountant():
         accountant = RdpAccountant(neighboring_relation=relation)
         accountant.compose(dp_accounting.ComposedDpEvent(events))
@@ -136,6 +146,8 @@ def _epsilon(events: list[dp_accounting.DpEvent], delta: float,
 
 
 def _sampled_gaussian(sigma: float, q: float, steps: int) -> dp_accounting.DpEvent:
+    import dp_accounting
+
     return dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
     )
@@ -172,6 +184,8 @@ def pfld_epsilon(
     the multipliers are sigma_p, sigma_d and for the step count. A sigma of 0 or ``None``
     means that step adds no noise, so the run is not private and eps is inf.
     """
+    import dp_accounting
+
     return _epsilon([pfld_event(sigma_primal, sigma_dual, batch_size, n, epochs)], _check_delta(delta),
                     dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
 
@@ -180,6 +194,8 @@ def pfld_event(sigma_primal: float | None, sigma_dual: float | None, batch_size:
                epochs: int) -> dp_accounting.DpEvent:
     """The ``DpEvent`` of a PF-LD run (Theorem 3): ``epochs * ceil(n / batch_size)`` sampled
     Gaussian primal steps composed with ``epochs`` Gaussian dual steps."""
+    import dp_accounting
+
     sigma_primal = _check_sigma("sigma_primal", sigma_primal)
     sigma_dual = _check_sigma("sigma_dual", sigma_dual)
     batch_size, n, epochs, _ = _check_run(batch_size, n, epochs, 0.5)

@@ -37,7 +37,7 @@ SCOPES = ("local", "central")
 UNITS = ("record", "attribute", "representation")
 """What one neighbouring change alters: a whole record, its sensitive attribute, or the
 representation it releases."""
-# the words of a central guarantee's neighbouring relation (keys: fairdp.privacy._release.RELATIONS)
+# the words of a central guarantee's neighbouring relation (fairdp.privacy._release.RELATION_NAMES)
 _RELATION_WORDS = {"add_or_remove_one": "add/remove one", "replace_one": "replace one",
                    "replace_attribute": "replace one"}
 

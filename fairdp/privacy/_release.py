@@ -24,27 +24,47 @@ replace one).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import attr
-import dp_accounting
 import numpy as np
-from dp_accounting import dp_event as dp_event_module
-from dp_accounting.rdp import RdpAccountant
-from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
 
 from fairdp.privacy._accounting import _check_delta, quiet_accountant
 
-NeighborRel = dp_accounting.NeighboringRelation
-# "replace_attribute": one record's sensitive attribute changes (Tran et al.'s Definition 1) in a
-# mechanism built so that the change adds or removes one bounded contribution (fairdp's PF-LD):
-# accounted as dp-accounting's REPLACE_SPECIAL, the relation whose Poisson-sampled Gaussian bound
-# is the add/remove one, with each step's multiplier taken against that contribution's bound.
-RELATIONS = {"add_or_remove_one": NeighborRel.ADD_OR_REMOVE_ONE, "replace_one": NeighborRel.REPLACE_ONE,
-             "replace_attribute": NeighborRel.REPLACE_SPECIAL}
-ORDERS = np.asarray(rdp_module.DEFAULT_RDP_ORDERS, dtype=np.float64)
+# dp_accounting (and scipy under it) is imported where used: importing fairdp must not cost a CLI
+# start or Ray worker ~2 s
+if TYPE_CHECKING:
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+RELATION_NAMES = ("add_or_remove_one", "replace_one", "replace_attribute")
+"""The neighbouring relations rows state their guarantees under."""
+
+
+@functools.cache
+def _relations() -> dict[str, dp_accounting.NeighboringRelation]:
+    """Each of ``RELATION_NAMES`` as dp-accounting's ``NeighboringRelation``."""
+    import dp_accounting
+
+    rel = dp_accounting.NeighboringRelation
+    # "replace_attribute": one record's sensitive attribute changes (Tran et al.'s Definition 1) in a
+    # mechanism built so that the change adds or removes one bounded contribution (fairdp's PF-LD):
+    # accounted as dp-accounting's REPLACE_SPECIAL, the relation whose Poisson-sampled Gaussian bound
+    # is the add/remove one, with each step's multiplier taken against that contribution's bound.
+    return dict(zip(RELATION_NAMES, (rel.ADD_OR_REMOVE_ONE, rel.REPLACE_ONE, rel.REPLACE_SPECIAL)))
+
+
+@functools.cache
+def _orders() -> np.ndarray:
+    """The RDP orders every curve is computed at (dp-accounting's defaults)."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    return np.asarray(rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=np.float64)
+
 
 COUNTS = ("poisson", "truncated_negative_binomial")
 """Trial-count distributions a study may draw (``tuning.count``); geometric and logarithmic
@@ -55,8 +75,8 @@ are the truncated negative binomial at shape 1 and 0."""
 
 def event_to_json(event: dp_accounting.DpEvent, relation: str) -> str:
     """``event`` and its neighbouring relation as one JSON object (classes by name)."""
-    if relation not in RELATIONS:
-        raise ValueError(f"unknown neighbouring relation {relation!r}; one of {sorted(RELATIONS)}")
+    if relation not in RELATION_NAMES:
+        raise ValueError(f"unknown neighbouring relation {relation!r}; one of {sorted(RELATION_NAMES)}")
     return json.dumps({"relation": relation, "event": _encode(event)}, sort_keys=True, separators=(",", ":"))
 
 
@@ -67,6 +87,8 @@ def event_from_json(text: str) -> tuple[dp_accounting.DpEvent, str]:
 
 
 def _encode(value):
+    import dp_accounting
+
     if isinstance(value, dp_accounting.DpEvent):
         fields = {f.name: _encode(getattr(value, f.name)) for f in attr.fields(type(value))}
         return {"class": type(value).__name__, **fields}
@@ -78,6 +100,8 @@ def _encode(value):
 
 
 def _decode(value):
+    from dp_accounting import dp_event as dp_event_module
+
     if isinstance(value, dict) and "class" in value:
         cls = getattr(dp_event_module, value["class"])
         return cls(**{k: _decode(v) for k, v in value.items() if k != "class"})
@@ -91,9 +115,11 @@ def _decode(value):
 # -- bounds --------------------------------------------------------------------------------------
 
 def _accountant(relation: str) -> RdpAccountant:
-    if relation not in RELATIONS:
+    from dp_accounting.rdp import RdpAccountant
+
+    if relation not in RELATION_NAMES:
         raise ValueError(f"unknown neighbouring relation {relation!r}")
-    return RdpAccountant(ORDERS, RELATIONS[relation])
+    return RdpAccountant(_orders(), _relations()[relation])
 
 
 def rdp_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
@@ -106,6 +132,8 @@ def rdp_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
 
 def composed_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: float) -> float:
     """eps at ``delta`` of running every event on the same data (RDP composition)."""
+    import dp_accounting
+
     if not events:
         raise ValueError("composed_epsilon: no events")
     with quiet_accountant():
@@ -120,6 +148,9 @@ def repeat_and_select_epsilon(events: list[dp_accounting.DpEvent], relation: str
     inf: Poisson, 1: geometric, 0: logarithmic, else truncated negative binomial), each a
     config drawn uniformly from those whose events are ``events`` and trained afresh, and
     release of the best by a fixed total order on outputs."""
+    from dp_accounting import dp_event as dp_event_module
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
+
     distinct = {event_to_json(e, relation): e for e in events}
     if not distinct:
         raise ValueError("repeat_and_select_epsilon: no events")
@@ -132,14 +163,17 @@ def repeat_and_select_epsilon(events: list[dp_accounting.DpEvent], relation: str
             return float(accountant.get_epsilon(delta))
     inner = np.max([rdp_curve(e, relation) for e in distinct.values()], axis=0)
     # the same function the accountant applies to a RepeatAndSelectDpEvent's inner curve
-    rdp = rdp_module._compute_rdp_repeat_and_select(ORDERS, inner, float(mean), float(shape))
-    return float(rdp_module.compute_epsilon(ORDERS, rdp, delta)[0])
+    rdp = rdp_module._compute_rdp_repeat_and_select(_orders(), inner, float(mean), float(shape))
+    return float(rdp_module.compute_epsilon(_orders(), rdp, delta)[0])
 
 
 def repeat_and_select_rdp(events: list[dp_accounting.DpEvent], relation: str, mean: float,
                           shape: float) -> np.ndarray:
     """RDP at each of ``ORDERS`` of one ``repeat_and_select_epsilon`` release: curves of
     releases on the same data add (several seeds' selections, each a best-of)."""
+    from dp_accounting import dp_event as dp_event_module
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
+
     distinct = {event_to_json(e, relation): e for e in events}
     if not distinct:
         raise ValueError("repeat_and_select_rdp: no events")
@@ -147,14 +181,16 @@ def repeat_and_select_rdp(events: list[dp_accounting.DpEvent], relation: str, me
         (event,) = distinct.values()
         return rdp_curve(dp_event_module.RepeatAndSelectDpEvent(event, float(mean), float(shape)), relation)
     inner = np.max([rdp_curve(e, relation) for e in distinct.values()], axis=0)
-    return np.asarray(rdp_module._compute_rdp_repeat_and_select(ORDERS, inner, float(mean), float(shape)),
+    return np.asarray(rdp_module._compute_rdp_repeat_and_select(_orders(), inner, float(mean), float(shape)),
                       dtype=np.float64)
 
 
 def epsilon_of_rdp(rdp: np.ndarray, delta: float) -> float:
     """eps at ``delta`` of an RDP curve at ``ORDERS`` (dp-accounting's conversion, as its
     accountant's ``get_epsilon``)."""
-    return float(rdp_module.compute_epsilon(ORDERS, np.asarray(rdp, dtype=np.float64), _check_delta(delta))[0])
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
+
+    return float(rdp_module.compute_epsilon(_orders(), np.asarray(rdp, dtype=np.float64), _check_delta(delta))[0])
 
 
 # -- the random trial count ---------------------------------------------------------------------
