@@ -112,11 +112,11 @@ def test_an_unknown_paper_names_the_option():
 
 
 def test_fairdp_report_compare_puts_table3_beside_the_demo(tmp_path):
-    from tests.conftest import REPO, assert_input_error, run_cli
+    from tests.conftest import REPO, assert_input_error, run_main
 
     out = tmp_path / "rep"
-    proc = run_cli("report", str(REPO / "results" / "demo-reference"), "-o", str(out), "--no-ci", "--rts", "1",
-                   "--compare", "federate-table3")
+    proc = run_main("report", str(REPO / "results" / "demo-reference"), "-o", str(out), "--no-ci", "--rts", "1",
+                    "--compare", "federate-table3")
     assert proc.returncode == 0, proc.stderr
     md = (out / "report.md").read_text()
     section = md.split("## Compared with the paper: federate-table3")[1].split("\n## ")[0]
@@ -125,8 +125,8 @@ def test_fairdp_report_compare_puts_table3_beside_the_demo(tmp_path):
     assert "| federate | local, replace one record's representation | test_tpr_gap | 2.73 ± 2.18 |" in section
     assert "| inlp | not private | test_tpr_gap | 3.91 ± 2.43 | - |" in section  # a method the demo did not run
     assert "federate test_tpr_gap below unconstrained's" in section
-    bad = run_cli("report", str(REPO / "results" / "demo-reference"), "-o", str(tmp_path / "bad"),
-                  "--compare", "table9")
+    bad = run_main("report", str(REPO / "results" / "demo-reference"), "-o", str(tmp_path / "bad"),
+                   "--compare", "table9")
     assert_input_error(bad, "--compare")
     assert not (tmp_path / "bad").exists()
 

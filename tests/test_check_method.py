@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, run_main
 
 BROKEN = '''
 import importlib.util, sys
@@ -28,8 +28,9 @@ class Unlabelled(base.GapReg):
 def test_a_module_that_registers_nothing_or_does_not_import_is_exit_2(tmp_path):
     empty = tmp_path / "empty.py"
     empty.write_text("x = 1\n")
-    proc = run_cli("check-method", str(empty))
+    proc = run_main("check-method", str(empty))
     assert proc.returncode == 2 and "registers no method" in proc.stderr
+    # the one real CLI start of `check-method` in the fast set
     proc = run_cli("check-method", str(tmp_path / "missing.py"))
     assert proc.returncode == 2 and "missing.py" in proc.stderr
 

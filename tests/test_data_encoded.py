@@ -14,13 +14,13 @@ import pytest
 from fairdp.data import load_dataset
 from fairdp.errors import InputError
 
-from .conftest import assert_input_error, run_cli
+from .conftest import assert_input_error, run_main
 
 
 def describe(name: str, **options) -> subprocess.CompletedProcess:
-    """``fairdp data describe NAME --json -o KEY=VALUE ...`` as a user would run it."""
+    """``fairdp data describe NAME --json -o KEY=VALUE ...`` through fairdp's main."""
     pairs = [arg for k, v in options.items() for arg in ("-o", f"{k}={v}")]
-    return run_cli("data", "describe", name, "--json", *pairs)
+    return run_main("data", "describe", name, "--json", *pairs)
 
 
 def assert_cli_error(proc: subprocess.CompletedProcess, needle: str) -> None:

@@ -12,7 +12,7 @@ from fairdp.data import load_dataset
 from fairdp.data._synthetic import make_synthetic
 from fairdp.errors import InputError
 
-from .conftest import assert_input_error, run_cli
+from .conftest import assert_input_error, run_main
 
 
 def probe_accuracy(d, target: str) -> float:
@@ -73,11 +73,11 @@ def test_bad_options_name_the_option(option, value):
 
 def test_cli():
     base = ("data", "describe", "synthetic", "--json")
-    proc = run_cli(*base, "-o", "rows=500", "-o", "classes=3")
+    proc = run_main(*base, "-o", "rows=500", "-o", "classes=3")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["rows"] == 500 and summary["classes"] == 3 and summary["sha256"] == {}
 
-    proc = run_cli(*base, "-o", "label_correlation=2")
+    proc = run_main(*base, "-o", "label_correlation=2")
     assert_input_error(proc, "dataset.label_correlation")
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

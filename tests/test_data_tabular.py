@@ -12,7 +12,7 @@ from fairdp.data._cache import sha256_file
 from fairdp.data._tabular import ADULT_COLUMNS, ADULT_FILES, COMPAS_FILES, GERMAN_FILES
 from fairdp.errors import InputError
 
-from .conftest import assert_input_error, run_cli
+from .conftest import assert_input_error, run_cli, run_main
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_stratified_split_unit():
 
 
 def test_describe_json_contract():
-    proc = run_cli("data", "describe", "compas", "--json", "-o", "sensitive=sex")
+    proc = run_main("data", "describe", "compas", "--json", "-o", "sensitive=sex")
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     for key in ("name", "rows", "features", "classes", "groups", "splits", "sha256"):
@@ -132,19 +132,20 @@ def test_describe_json_contract():
 
 
 def test_list_and_fetch_cli():
-    proc = run_cli("data", "fetch", "german")
+    proc = run_main("data", "fetch", "german")
     assert proc.returncode == 0, proc.stderr
     assert GERMAN_FILES[0].sha256 in proc.stdout
-    listing = run_cli("data", "list")
+    listing = run_cli("data", "list")  # the one real CLI start of `data` in the fast set
     assert listing.returncode == 0
     german_row = next(ln for ln in listing.stdout.splitlines() if ln.startswith("german"))
     assert "cached" in german_row
 
 
-def test_checksum_mismatch_is_an_input_error_and_caches_nothing(tmp_path):
+def test_checksum_mismatch_is_an_input_error_and_caches_nothing(tmp_path, monkeypatch):
     (tmp_path / "adult").mkdir()
     (tmp_path / "adult" / "adult.data").write_text("39, State-gov, tampered\n")
-    proc = run_cli("data", "describe", "adult", env={"FAIRDP_DATA_DIR": str(tmp_path)})
+    monkeypatch.setenv("FAIRDP_DATA_DIR", str(tmp_path))
+    proc = run_main("data", "describe", "adult")
     line = assert_input_error(proc, "adult.data", "checksum")
     assert "delete" in line
     assert not (tmp_path / "adult" / "adult.test").exists()
@@ -176,4 +177,4 @@ def test_every_source_failing_says_which_file_to_place_where(tmp_path, monkeypat
      (("data",), ("data_command",))],
 )
 def test_bad_cli_input_exits_2_naming_it(args, names):
-    assert_input_error(run_cli(*args), *names)
+    assert_input_error(run_main(*args), *names)

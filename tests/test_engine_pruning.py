@@ -17,7 +17,7 @@ from fairdp.errors import InputError
 from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.methods import RepresentationStep, get_method, load_plugins, method_names
 from fairdp.study import ResultStore, parse_spec, read_results, with_overrides
-from tests.conftest import REPO, assert_input_error, run_cli, run_main
+from tests.conftest import REPO, assert_input_error, run_main
 
 load_plugins([str(REPO / "examples" / "gap_reg.py")])  # the plugin's step is pruned like the built-ins
 
@@ -213,7 +213,7 @@ def test_a_cli_run_stores_pruned_at_and_the_report_says_so(tmp_path):
         "pack_size": len(NOISE_CONFIGS), "prune": {"rungs": [1, 2], "keep": 0.25, "margin": 0.0},
     }))
     results = tmp_path / "r"
-    proc = run_cli("run", str(study), "--results", str(results), "--executor", "local")
+    proc = run_main("run", str(study), "--results", str(results), "--executor", "local")
     assert proc.returncode == 0, proc.stderr
     rows = read_results(results)
     noise = rows[rows["method"] == "noise"]

@@ -52,6 +52,14 @@ def executor(request):
     return request.param
 
 
+# Each Ray case costs Tune's seconds of set-up per run: the fast set runs the Ray executor
+# through the first clause (every config once, the same numbers, progress in order), and the
+# slow set through the rest
+SLOW_ON_RAY = pytest.mark.parametrize(
+    "executor", [pytest.param(name, marks=pytest.mark.slow) if name == "ray" else name for name in EXECUTORS],
+    indirect=True)
+
+
 def _run(spec, results, executor, **kw):
     return run_study(spec, str(results), executor=executor, progress_stream=io.StringIO(), **kw)
 
@@ -64,8 +72,42 @@ def reference(tmp_path_factory):
     return ResultStore(results).read()[0]
 
 
-def test_every_config_once_with_the_same_numbers_as_any_other_executor(executor, reference, tmp_path):
+class RecordedProgress(runner.Progress):
+    """A Progress that keeps every event it hears."""
+
+    events: list[tuple[str, str]] = []
+
+    def start_pack(self, key, method, configs):
+        RecordedProgress.events.append(("start", key))
+        super().start_pack(key, method, configs)
+
+    def advance(self, key, units):
+        RecordedProgress.events.append(("advance", key))
+        super().advance(key, units)
+
+    def finish_pack(self, key):
+        RecordedProgress.events.append(("finish", key))
+        super().finish_pack(key)
+
+    def fail_pack(self, key):
+        RecordedProgress.events.append(("fail", key))
+        super().fail_pack(key)
+
+
+def test_every_config_once_with_the_same_numbers_as_any_other_executor(executor, reference, tmp_path, monkeypatch):
+    """Also: progress hears each pack start, advance, then finish (the same run: each Ray run
+    costs seconds of Tune's set-up)."""
+    monkeypatch.setattr(runner, "Progress", RecordedProgress)
+    monkeypatch.setenv("FAIRDP_UNITS_EVERY_S", "0")  # every epoch reports, as long packs do every 2 s
+    RecordedProgress.events = []
     summary = _run(_spec(), tmp_path / "r", executor)
+    by_pack: dict[str, list[str]] = {}
+    for kind, key in RecordedProgress.events:
+        by_pack.setdefault(key, []).append(kind)
+    assert len(by_pack) == summary.packs
+    for kinds in by_pack.values():
+        assert kinds[0] == "start" and kinds[-1] == "finish" and kinds.count("finish") == 1
+        assert set(kinds[1:-1]) <= {"advance"}
     df, corrupt = ResultStore(tmp_path / "r").read()
     assert corrupt == [] and summary.failed_packs == 0 and summary.configs == len(df) == 10
     assert not df.duplicated(KEY).any() and (df["status"] == "ok").all()
@@ -84,6 +126,7 @@ def test_a_cluster_asks_each_node_whether_its_cpu_multiplies_bf16_matrices(embed
     assert nodes_native_bf16(bigger) is False
 
 
+@SLOW_ON_RAY
 def test_a_resumed_study_trains_only_what_is_missing(executor, tmp_path):
     first = _run(_spec(seeds=[1]), tmp_path / "r", executor)
     whole = _run(_spec(), tmp_path / "r", executor)
@@ -94,6 +137,7 @@ def test_a_resumed_study_trains_only_what_is_missing(executor, tmp_path):
     assert len(df) == 10 and not df.duplicated(KEY).any()
 
 
+@SLOW_ON_RAY
 def test_a_pack_that_keeps_failing_is_retried_then_stored_as_error_rows_the_next_run_replaces(executor, tmp_path,
                                                                                               monkeypatch):
     """A worker-side failure (a CUDA device on a machine without one, with the driver's check of
@@ -122,6 +166,7 @@ class CtrlCAfterFirstPack(runner.Progress):
             os.kill(os.getpid(), signal.SIGINT)
 
 
+@SLOW_ON_RAY
 def test_ctrl_c_keeps_the_finished_packs_and_the_rerun_completes(executor, tmp_path, monkeypatch):
     # one seed: 5 packs of one config; the Ctrl-C after the first leaves packs under either executor
     spec = _spec(seeds=[0], pack_size=1, train={"epochs": 4, "batch_size": 250})
@@ -144,39 +189,3 @@ def test_ctrl_c_keeps_the_finished_packs_and_the_rerun_completes(executor, tmp_p
     rerun = _run(spec, tmp_path / "r", executor)
     after, _ = store.read()
     assert rerun.already_stored == len(stored) and len(after) == 5 and not after.duplicated(KEY).any()
-
-
-class RecordedProgress(runner.Progress):
-    """A Progress that keeps every event it hears."""
-
-    events: list[tuple[str, str]] = []
-
-    def start_pack(self, key, method, configs):
-        RecordedProgress.events.append(("start", key))
-        super().start_pack(key, method, configs)
-
-    def advance(self, key, units):
-        RecordedProgress.events.append(("advance", key))
-        super().advance(key, units)
-
-    def finish_pack(self, key):
-        RecordedProgress.events.append(("finish", key))
-        super().finish_pack(key)
-
-    def fail_pack(self, key):
-        RecordedProgress.events.append(("fail", key))
-        super().fail_pack(key)
-
-
-def test_progress_hears_each_pack_start_advance_then_finish(executor, tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "Progress", RecordedProgress)
-    monkeypatch.setenv("FAIRDP_UNITS_EVERY_S", "0")  # every epoch reports, as long packs do every 2 s
-    RecordedProgress.events = []
-    summary = _run(_spec(), tmp_path / "r", executor)
-    by_pack: dict[str, list[str]] = {}
-    for kind, key in RecordedProgress.events:
-        by_pack.setdefault(key, []).append(kind)
-    assert len(by_pack) == summary.packs
-    for kinds in by_pack.values():
-        assert kinds[0] == "start" and kinds[-1] == "finish" and kinds.count("finish") == 1
-        assert set(kinds[1:-1]) <= {"advance"}

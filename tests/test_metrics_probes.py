@@ -26,7 +26,10 @@ def pack():
                   for split in private.representations}
 
 
-PROTOCOLS = pytest.mark.parametrize("settings", [ProbeSettings(), FEDERATE_PROBE], ids=["default", "federate"])
+# FEDERATE's protocol fits scikit-learn's MLP up to 200 epochs per probe (tens of seconds
+# here): the fast set checks the default protocol, the slow set both
+PROTOCOLS = pytest.mark.parametrize("settings", [ProbeSettings(), pytest.param(FEDERATE_PROBE, marks=pytest.mark.slow)],
+                                    ids=["default", "federate"])
 
 
 @PROTOCOLS

@@ -72,13 +72,14 @@ def test_a_plugin_method_outside_the_package_runs_searches_and_is_analysed(tmp_p
     assert df.loc[df["method"] == "unconstrained", "lam_gap"].isna().all()
     assert np.isinf(gap["eps_formal"]).all()
 
-    analyze = run_cli("analyze", str(results), "--fairness", "dp_gap", "--selected", "--format", "csv")
+    analyze = run_main("analyze", str(results), "--fairness", "dp_gap", "--selected", "--format", "csv")
     assert analyze.returncode == 0, analyze.stderr
     table = pd.read_csv(pd.io.common.StringIO(analyze.stdout))
     assert "lam_gap" in table.columns
     picked = table.set_index("method").loc["gap_reg", "lam_gap"]
     assert picked in (0.0, 2.0, 5.0)
 
+    # in a process of its own: it loads the plugin, which would stay in this process's registry
     search = run_cli("search", str(study), "--results", str(results), "--executor", "local", cwd=tmp_path)
     assert search.returncode == 0, search.stderr[-3000:]
     after, _ = ResultStore(results).read()

@@ -29,12 +29,13 @@ from fairdp.privacy import (
     pfld_event,
     repeat_and_select_epsilon,
 )
-from fairdp.privacy._release import ORDERS, truncated_negative_binomial_gamma
+from fairdp.privacy._release import truncated_negative_binomial_gamma
 from fairdp.study import parse_spec
 from fairdp.study._plan import run_configs, tuning_draws
-from tests.conftest import assert_input_error, run_cli
+from tests.conftest import assert_input_error, run_main
 
 DELTA = 1e-5
+ORDERS = np.asarray(rdp_module.DEFAULT_RDP_ORDERS, dtype=np.float64)  # the orders fairdp's curves use
 
 
 def _cks_epsilon(rdp: np.ndarray, delta: float) -> float:
@@ -364,7 +365,7 @@ def test_bad_tuning_is_refused_naming_the_field(tuning, extra, field):
 def test_bad_tuning_exits_2_before_writing_anything(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({**BASE, "tuning": {"count": "poisson", "mean": 0.5}}))
-    assert_input_error(run_cli("run", str(path), "--results", str(tmp_path / "r"), "--executor", "local"),
+    assert_input_error(run_main("run", str(path), "--results", str(tmp_path / "r"), "--executor", "local"),
                        "tuning.mean")
     assert not (tmp_path / "r").exists()
 
@@ -389,7 +390,7 @@ def test_a_tuned_study_stores_its_draws_and_analyze_reports_eps_released(tmp_pat
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(BASE))
     results = tmp_path / "r"
-    proc = run_cli("run", str(path), "--results", str(results), "--executor", "local")
+    proc = run_main("run", str(path), "--results", str(results), "--executor", "local")
     assert proc.returncode == 0, proc.stderr
     rows = pd.read_parquet(results)
     spec = parse_spec(BASE)
@@ -412,12 +413,12 @@ def test_a_tuned_study_stores_its_draws_and_analyze_reports_eps_released(tmp_pat
     for event, eps in zip(rows["privacy_event"], rows["eps_formal"]):
         e, relation = event_from_json(event)
         assert composed_epsilon([e], relation, DELTA) == pytest.approx(eps, rel=1e-12)
-    rerun = run_cli("run", str(path), "--results", str(results), "--executor", "local")
+    rerun = run_main("run", str(path), "--results", str(results), "--executor", "local")
     assert rerun.returncode == 0 and len(pd.read_parquet(results)) == len(rows)
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({**BASE, "tuning": {"count": "poisson", "mean": 5}}))
-    assert_input_error(run_cli("run", str(other), "--results", str(results), "--executor", "local"), "tuning")
-    table = run_cli("analyze", str(results), "--selected", "--rt", "0", "--fairness", "dp_gap", "--format", "csv")
+    assert_input_error(run_main("run", str(other), "--results", str(results), "--executor", "local"), "tuning")
+    table = run_main("analyze", str(results), "--selected", "--rt", "0", "--fairness", "dp_gap", "--format", "csv")
     assert table.returncode == 0, table.stderr
     out = pd.read_csv(__import__("io").StringIO(table.stdout))
     assert {"eps_formal", "eps_released", "delta_released", "released_under"} <= set(out.columns)

@@ -17,7 +17,7 @@ from fairdp.errors import InputError
 from fairdp.study import parse_spec, read_results, run_study
 from fairdp.study._context import study_protocol, study_store
 from fairdp.study.executors import StudyContext
-from tests.conftest import assert_input_error, group_alive, run_cli, start_driver
+from tests.conftest import assert_input_error, group_alive, run_cli, run_main, start_driver
 
 STUDY = {
     "name": "faults",
@@ -171,9 +171,9 @@ def test_a_foreign_or_retyped_pack_file_is_named_and_repair_moves_it_aside(store
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(STUDY))
     for cmd in (["run", str(study), "--results", str(results), "--executor", "local"], ["analyze", str(results)]):
-        line = assert_input_error(run_cli(*cmd), str(bad), reason)
+        line = assert_input_error(run_main(*cmd), str(bad), reason)
         assert "--repair" in line
-    repaired = run_cli("run", str(study), "--results", str(results), "--executor", "local", "--repair")
+    repaired = run_main("run", str(study), "--results", str(results), "--executor", "local", "--repair")
     assert repaired.returncode == 0, repaired.stderr[-2000:]
     assert list(bad.parent.glob(f".corrupt-*-{bad.name}"))  # moved aside beside it
     rows = read_results(str(results))
@@ -186,21 +186,21 @@ def test_a_foreign_plan_file_is_named_and_repair_moves_it_aside(stored, tmp_path
     plan = tmp_path / "r.plan.parquet"
     shutil.copy(stored / "base.plan.parquet", tmp_path / "kept.plan.parquet")
     pd.DataFrame({"x": [1]}).to_parquet(plan)
-    assert_input_error(run_cli("analyze", str(results)), str(plan), "no column 'study'")
+    assert_input_error(run_main("analyze", str(results)), str(plan), "no column 'study'")
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(STUDY))
-    assert_input_error(run_cli("run", str(study), "--results", str(results), "--executor", "local"), str(plan))
-    repaired = run_cli("run", str(study), "--results", str(results), "--executor", "local", "--repair")
+    assert_input_error(run_main("run", str(study), "--results", str(results), "--executor", "local"), str(plan))
+    repaired = run_main("run", str(study), "--results", str(results), "--executor", "local", "--repair")
     assert repaired.returncode == 0 and "moved aside" in repaired.stderr
     assert list(pd.read_parquet(plan).columns)[:3] == ["study", "dataset", "method"]  # a new plan
 
 
 # -- bad inputs, refused before anything is written ---------------------------------------------
 
-def _cli_run(tmp_path, raw=None, *extra, env=None, text=None):
+def _cli_run(tmp_path, raw=None, *extra, text=None):
     study = tmp_path / "study.yaml"
     study.write_text(text if text is not None else yaml.safe_dump(raw or STUDY))
-    return run_cli("run", str(study), "--results", str(tmp_path / "out"), *extra, env=env), study
+    return run_main("run", str(study), "--results", str(tmp_path / "out"), *extra), study
 
 
 def test_a_seed_beyond_int64_is_refused_and_nothing_written(tmp_path):
@@ -214,8 +214,10 @@ def test_a_seed_beyond_int64_is_refused_and_nothing_written(tmp_path):
     ("127.0.0.1:1", None, "--address 127.0.0.1:1: no Ray cluster answers"),
     (None, {"RAY_ADDRESS": "127.0.0.1:9"}, "RAY_ADDRESS 127.0.0.1:9: no Ray cluster answers"),
 ])
-def test_a_bad_cluster_address_is_one_line_before_anything_is_written(tmp_path, address, env, named):
-    proc, _ = _cli_run(tmp_path, None, *(["--address", address] if address else []), env=env)
+def test_a_bad_cluster_address_is_one_line_before_anything_is_written(tmp_path, monkeypatch, address, env, named):
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    proc, _ = _cli_run(tmp_path, None, *(["--address", address] if address else []))
     assert_input_error(proc, named)
     assert proc.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
 
@@ -232,6 +234,7 @@ def test_an_object_store_that_does_not_answer_is_one_line_within_the_probe_time(
     t = time.monotonic()
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(STUDY))
+    # in a process of its own: the client left retrying in its thread ends with it
     proc = run_cli("run", str(study), "--results", "gs://nonexistent-bucket/r",
                    env={"FAIRDP_STORE_PROBE_TIMEOUT_S": "2"})
     assert_input_error(proc, "gs://nonexistent-bucket/r")
@@ -248,7 +251,8 @@ def test_a_plugin_that_exits_on_import_is_an_error_not_a_silent_success(tmp_path
 @pytest.mark.parametrize("command", ["analyze", "report"])
 def test_a_negative_rt_names_the_flag(stored, tmp_path, command):
     extra = ["-o", str(tmp_path / "rep")] if command == "report" else []
-    assert_input_error(run_cli(command, str(stored / "base"), "--rt", "-1", *extra), "--rt")
+    run = run_cli if command == "report" else run_main  # the one real CLI start of `report` in the fast set
+    assert_input_error(run(command, str(stored / "base"), "--rt", "-1", *extra), "--rt")
 
 
 @pytest.mark.parametrize("text, named", [("", "empty"), ("[1, 2]\n", "got list")])
@@ -282,7 +286,8 @@ def _disk_full_then_resume(tmp_path, small_disk, *executor):
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(DISK_STUDY))
     results = small_disk / "r"
-    proc = run_cli("run", str(study), "--results", str(results), *executor)
+    cli = run_main if executor else run_cli  # embedded Ray (no executor named): a process of its own
+    proc = cli("run", str(study), "--results", str(results), *executor)
     assert proc.returncode == 1, proc.stderr[-3000:]
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("fairdp: error: ")]
     assert len(errors) == 1 and proc.stderr.rstrip().splitlines()[-1] == errors[0], proc.stderr  # one error, last
@@ -291,7 +296,7 @@ def _disk_full_then_resume(tmp_path, small_disk, *executor):
     assert 0 < len(kept) < 3
     moved = tmp_path / "kept"
     shutil.copytree(results, moved)  # room: the results move to a larger disk
-    again = run_cli("run", str(study), "--results", str(moved), *executor)
+    again = cli("run", str(study), "--results", str(moved), *executor)
     assert again.returncode == 0, again.stderr[-2000:]
     rows = read_results(str(moved))
     assert len(rows) == 3 and not rows.duplicated(["seed", "config_id"]).any()

@@ -19,7 +19,7 @@ from fairdp.study import ResultStore, load_spec
 from fairdp.study._lock import LOCK_NAME, results_lock
 from fairdp.study._ray import connect_error, quiet_loggers
 from fairdp.study._tune import TUNE_DIR_PREFIX, TUNE_NOISE, check_trial_fits, remove_stale_tune_dirs
-from tests.conftest import REPO, assert_input_error, env_without_ray, run_cli, run_main
+from tests.conftest import REPO, assert_input_error, run_cli, run_main
 
 STUDY = {
     "name": "guards",
@@ -110,34 +110,6 @@ def test_a_file_uri_takes_the_lock_of_the_directory_it_names(tmp_path, monkeypat
             start(spec, f"file://{tmp_path}/r", progress_stream=io.StringIO())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # no 'file:' directory beside it
     assert list((tmp_path / "r").iterdir()) == []  # refused before anything was written
-
-
-def test_two_concurrent_runs_do_the_work_once(tmp_path):
-    """The second of two runs started together into one directory is refused while the first
-    works; the first stores every row once; a rerun then finds nothing to do, without Ray.
-    The first run also shows that Ray's token file is made private and its notice silenced."""
-    study = _study(tmp_path)
-    results = tmp_path / "r"
-    home = tmp_path / "home"  # a fresh HOME: Ray generates its token file there
-    first = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results)],
-                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "HOME": str(home)})
-    deadline = time.monotonic() + 120
-    while not (results / LOCK_NAME).exists() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    second = run_main("run", str(study), "--results", str(results))  # fairdp's main, in this process
-    out, err = first.communicate(timeout=600)
-    assert first.returncode == 0, err[-2000:]
-    assert_input_error(second, "in use", f"pid {first.pid}")
-    # Ray's token is its owner's only, and its start-up notice does not reach the user
-    assert (home / ".ray" / "auth_token").stat().st_mode & 0o777 == 0o600
-    assert "Token authentication is enabled" not in err
-    df, _ = ResultStore(results).read()
-    assert len(df) == 3 and not df.duplicated(["method", "seed", "config_id"]).any()
-    again = run_cli("run", str(study), "--results", str(results), env=env_without_ray(tmp_path))
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert "nothing to run" in again.stderr
-    pd.testing.assert_frame_equal(df, ResultStore(results).read()[0])
 
 
 @pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])

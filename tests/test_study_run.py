@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,15 @@ import pytest
 import yaml
 
 from fairdp.study import ResultStore, load_spec, read_history, run_study, study_columns
-from tests.conftest import REPO, default_cpu_precision, env_without_ray, run_cli, run_main
+from fairdp.study._lock import LOCK_NAME
+from tests.conftest import (
+    REPO,
+    assert_input_error,
+    default_cpu_precision,
+    env_without_ray,
+    run_cli,
+    run_main,
+)
 
 DESIGN_COLUMNS = (
     "study", "dataset", "method", "seed", "config_id", "eps", "lam", "lam_ort", "iterations", "clip_primal",
@@ -43,21 +52,40 @@ def _write_study(path: Path, **overrides) -> Path:
     return path
 
 
+class TinyRun(NamedTuple):
+    study: Path
+    proc: subprocess.CompletedProcess  # the first run's
+    pid: int  # the first run's
+    results: Path
+    second: subprocess.CompletedProcess  # started while the first held the results' lock
+    home: Path  # the first run's HOME
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """The tiny study run once on embedded Ray: (its spec file, the process, its results dir)."""
+    """The tiny study run once on embedded Ray, as a user would (``python -m fairdp``), with a
+    second run into the same results started in this process once the first holds their lock."""
     tmp_path = tmp_path_factory.mktemp("tiny")
     study = _write_study(tmp_path / "tiny.yaml")
+    home = tmp_path / "home"  # a fresh HOME: Ray generates its token file there
     # a relative --results is the user's working directory's, not a trial's
     # every epoch reports its config-epochs through Tune, as long trials do every 2 s, and
     # saves a checkpoint, as long packs do every 10 minutes
-    proc = run_cli("run", str(study), "--results", "r", "--checkpoint-every", "0.001", cwd=tmp_path,
-                   env={"FAIRDP_UNITS_EVERY_S": "0"})
-    return study, proc, tmp_path / "r"
+    args = [sys.executable, "-m", "fairdp", "run", str(study), "--results", "r", "--checkpoint-every", "0.001"]
+    first = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "FAIRDP_UNITS_EVERY_S": "0", "HOME": str(home)})
+    results = tmp_path / "r"
+    deadline = time.monotonic() + 120
+    while not (results / LOCK_NAME).exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = run_main("run", str(study), "--results", str(results))  # fairdp's main, in this process
+    out, err = first.communicate(timeout=600)
+    return TinyRun(study, subprocess.CompletedProcess(args, first.returncode, out, err), first.pid, results,
+                   second, home)
 
 
-def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
-    study, proc, results = tiny_run
+def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run, tmp_path):
+    study, proc, results = tiny_run.study, tiny_run.proc, tiny_run.results
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "packs 6/6 done, 0 failed" in proc.stderr and "100% | " in proc.stderr  # progress lines
     # the effective settings, once, per method: each at its paper's learning rate
@@ -92,7 +120,8 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
     assert probe["standardize"] and probe["early_stopping"] and probe["kind"] == "mlp"
     assert (probe["alpha"], probe["max_epochs"]) == (1e-4, 200)
 
-    again = run_main("run", str(study), "--results", str(results))  # nothing to run: no Ray is started
+    # nothing to run: no Ray is started (a Python that cannot import it)
+    again = run_cli("run", str(study), "--results", str(results), env=env_without_ray(tmp_path))
     assert again.returncode == 0, again.stderr[-2000:]
     assert "14 configs already stored" in again.stderr
     df2, _ = ResultStore(results).read()
@@ -100,11 +129,21 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run):
                                   df2.sort_values(KEY).reset_index(drop=True))
 
 
+def test_a_second_run_into_the_same_results_is_refused_while_the_first_works(tiny_run):
+    """The second of two runs into one directory is refused, naming the first's pid, while the
+    first works; the first (checked above) stores every row once. The first also shows that
+    Ray's token file is made private and its start-up notice does not reach the user."""
+    assert tiny_run.proc.returncode == 0, tiny_run.proc.stderr[-2000:]
+    assert_input_error(tiny_run.second, "in use", f"pid {tiny_run.pid}")
+    assert (tiny_run.home / ".ray" / "auth_token").stat().st_mode & 0o777 == 0o600
+    assert "Token authentication is enabled" not in tiny_run.proc.stderr
+
+
 def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run, tmp_path):
     """``--executor local`` on a Python that cannot import Ray (or Optuna): the same rows as
     the Ray run, byte for byte in every metric, and a study run seed by seed resumes without
     duplicates (retries, Ctrl-C and progress of every executor: test_executor_contract.py)."""
-    study, ray_proc, ray_results = tiny_run
+    study, ray_results = tiny_run.study, tiny_run.results
     env = env_without_ray(tmp_path)
     results = tmp_path / "local"
     # the first seed through fairdp's main in this process; the second, and the analysis of the
@@ -437,12 +476,12 @@ def test_a_search_resumes_from_its_journal_without_retraining(tmp_path):
                 "objectives": {"valid_accuracy": "max", "leakage": "min"},
                 "space": {"eps": {"low": 1, "high": 20, "log": True}}})
     results = tmp_path / "r"
-    # the first search locally, in this process (one Ray start fewer); the resume on embedded
-    # Ray: the journal and rows are the executors' shared store
+    # both in this process with the local executor (a resume on embedded Ray, from the journal
+    # the executors share: tests/test_search_resume.py, in the slow set)
     first = run_main("search", str(study), "--results", str(results), "--executor", "local")
     assert first.returncode == 0, first.stderr[-2000:]
     rows1, _ = ResultStore(results).read()
-    second = run_cli("search", str(study), "--results", str(results), "--trials", "8")
+    second = run_main("search", str(study), "--results", str(results), "--trials", "8", "--executor", "local")
     assert second.returncode == 0, second.stderr[-2000:]
     assert "4 complete trials already in" in second.stderr
     rows2, _ = ResultStore(results).read()

@@ -2,6 +2,7 @@
 params, metrics and per-epoch curves; a tracker that fails loses no row; a wrong address is
 refused before anything runs."""
 
+import importlib.util
 import logging
 import threading
 
@@ -15,7 +16,10 @@ from fairdp.tracking import parse_tracking
 from fairdp.tracking._base import Tracker, register_tracker
 from tests.conftest import assert_input_error, run_cli, run_main
 
-mlflow = pytest.importorskip("mlflow", reason="the MLflow client: pip install 'fairdp[tracking]'")
+# skipped without MLflow, which is imported where used: importing it costs each xdist worker's
+# collection seconds
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mlflow") is None,
+                                reason="the MLflow client: pip install 'fairdp[tracking]'")
 
 EPOCHS = 2
 KEY = ["method", "seed", "config_id"]
@@ -31,6 +35,8 @@ def _raw(tracking=None, seeds=(0, 1)):
 
 
 def _runs(uri: str, experiment: str = "tracked") -> pd.DataFrame:
+    import mlflow
+
     client = mlflow.tracking.MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)
     return [r for r in client.search_runs([exp.experiment_id], max_results=1000)], client
