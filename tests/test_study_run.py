@@ -461,7 +461,7 @@ def test_ctrl_c_or_sigterm_stops_with_status_130_and_the_rerun_completes(tmp_pat
     assert "Tuner.restore" not in err  # Tune's advice names a path fairdp deletes; fairdp's own line says how
     stored, _ = store.read()
     assert 0 < len(stored) < 14
-    analysis = run_cli("analyze", str(results))
+    analysis = run_main("analyze", str(results))
     assert f"partial: {len(stored)} of 14 planned configs finished" in analysis.stderr, analysis.stderr
     rerun = run_cli("run", str(study), "--results", str(results))
     assert rerun.returncode == 0, rerun.stderr[-2000:]

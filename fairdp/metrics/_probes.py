@@ -258,7 +258,8 @@ def _train_probes(X: torch.Tensor, y: torch.Tensor, n_classes: int, settings: Pr
     dropped from the batched tensors), so the pack costs what its configs cost, not K times
     its slowest one; the others' trajectories are unchanged (per-config Adam, shared order).
     """
-    from sklearn.model_selection import train_test_split  # here: sklearn costs a fairdp start ~0.5 s
+    # here, not at the top: scikit-learn costs every fairdp start ~0.5 s
+    from sklearn.model_selection import train_test_split
 
     k, n, d = X.shape
     probe = _PackedProbe.init(k, d, n_classes, settings, X.device, X.dtype)
