@@ -49,8 +49,9 @@ test-tools:
 	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq $$missing >/dev/null 2>&1; }; }; } || \
 	  echo "not installed:$$missing (apt-get install $(TEST_PACKAGES)): their tests will skip"
 
-# pytest-xdist workers; tests that must not share the machine with each other (the network
-# namespace clusters) are one xdist_group, run on one worker (--dist loadgroup)
+# pytest-xdist workers. An xdist_group runs whole on one worker (--dist loadgroup), first
+# (tests/conftest.py): the network namespace clusters, which must not share the machine with
+# each other, and each module whose shared module-scoped runs one worker should compute once
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup --durations=15
 

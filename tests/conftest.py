@@ -9,6 +9,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items):
+    """Tests in an ``xdist_group`` first: under ``--dist loadgroup`` a group runs whole on one
+    worker, and the groups are the longest units (the namespace clusters; a module whose
+    shared runs one worker computes once), so the ungrouped tests fill in around them instead
+    of one worker finishing a late group alone."""
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def fresh_data_dir(tmp_path_factory):
     """One empty dataset cache per test session, so the fetched datasets are fetched for real.

@@ -12,6 +12,8 @@ from fairdp.cli import main
 from fairdp.study import ResultStore
 from tests.test_analysis_report import PNG_SIGNATURE, synthetic_results
 
+pytestmark = pytest.mark.xdist_group("analysis_cli")  # one xdist worker computes the module's shared runs once
+
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):

@@ -30,6 +30,8 @@ from fairdp.analysis._tables import CONSTANT_MARK, CONSTANT_ROW
 from fairdp.fairness import confusion
 from tests.test_analysis_report import synthetic_results
 
+pytestmark = pytest.mark.xdist_group("analysis_constant")  # one xdist worker computes the module's shared runs once
+
 CONSTANT = "noise"  # the method whose every model predicts class 0, as DP-SGD did at 5 epochs (issue 40)
 N_TEST = 1000
 

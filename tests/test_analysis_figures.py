@@ -43,6 +43,8 @@ from fairdp.analysis._style import BUILTIN_STYLES, method_style, variant_style
 from fairdp.testing.figures import assert_readable, layout_problems, series_counts
 from tests.test_analysis_report import _with_random, method_of, synthetic_results
 
+pytestmark = pytest.mark.xdist_group("analysis_figures")  # one xdist worker computes the module's shared runs once
+
 REPO = Path(__file__).resolve().parents[1]
 NOTIONS = ("dp", "eo", "ap")
 EPS_GRID = (0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)

@@ -31,6 +31,8 @@ from fairdp.analysis._style import BUILTIN_STYLES, method_style
 from fairdp.analysis._tables import mean_std
 from fairdp.errors import InputError
 
+pytestmark = pytest.mark.xdist_group("analysis_report")  # one xdist worker computes the module's shared runs once
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 METHODS = ("unconstrained", "adversarial", "noise", "federate")
 EPS_METHODS = ("federate", "noise")

@@ -47,6 +47,8 @@ from fairdp.privacy import dpsgd_event, event_to_json, pfld_event
 
 from .test_data_encoded import CELEBA_ATTRS, celeba_values, write_celeba_csv
 
+pytestmark = pytest.mark.xdist_group("data_split_privacy")  # one xdist worker computes the module's shared runs once
+
 EXTRA = int(os.environ.get("FAIRDP_TEST_FLIPS", "0"))
 RNG_SEED = 20210  # which records are flipped: fixed, so a failure names the same record again
 

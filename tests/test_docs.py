@@ -24,6 +24,8 @@ import pytest
 
 from tests.conftest import markdown_tables
 
+pytestmark = pytest.mark.xdist_group("docs")  # one xdist worker computes the module's shared runs once
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 README_MAX_LINES = 200

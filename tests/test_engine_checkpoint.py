@@ -13,6 +13,8 @@ from fairdp.engine import Checkpointing, Pruning, TrainSettings, _checkpoint
 from fairdp.methods import get_method
 from fairdp.testing.method_contract import Killed, MemoryCheckpoint, assert_same_pack
 
+pytestmark = pytest.mark.xdist_group("engine_checkpoint")  # one xdist worker computes the module's shared runs once
+
 SETTINGS = TrainSettings(epochs=4, batch_size=200, device="cpu", dtype="float64")
 CONFIGS = [{"eps": e, "lam": lam} for e in (1.0, 8.0) for lam in (0.1, 1.0)]
 

@@ -19,6 +19,8 @@ from fairdp.methods import RepresentationStep, get_method, load_plugins, method_
 from fairdp.study import ResultStore, parse_spec, read_results, with_overrides
 from tests.conftest import REPO, assert_input_error, run_main
 
+pytestmark = pytest.mark.xdist_group("engine_pruning")  # one xdist worker computes the module's shared runs once
+
 load_plugins([str(REPO / "examples" / "gap_reg.py")])  # the plugin's step is pruned like the built-ins
 
 SETTINGS = TrainSettings(epochs=4, batch_size=200, device="cpu", dtype="float64")

@@ -19,6 +19,8 @@ from fairdp.study import _runner as runner
 from fairdp.study.executors import EXECUTORS
 from tests.conftest import cpu_has_native_bf16, default_cpu_precision
 
+pytestmark = pytest.mark.xdist_group("executor_contract")  # one xdist worker computes the module's shared runs once
+
 KEY = ["method", "seed", "config_id"]
 METRICS = ["best_epoch", "valid_accuracy", "test_accuracy", "test_tpr_gap", "valid_dp_gap", "eps_formal"]
 

@@ -32,6 +32,8 @@ from fairdp.engine import Architecture, TrainSettings
 from fairdp.methods import get_method
 from fairdp.metrics import tpr_gap
 
+pytestmark = pytest.mark.xdist_group("methods_properties")  # one xdist worker computes the module's shared runs once
+
 SEEDS = range(10)
 LAMS = [0.5, 1.0, 1.5, 2.0, 2.5, 2.9]
 RUNS = {"unconstrained": [{}], "adversarial": [{"lam": lam} for lam in LAMS],

@@ -22,6 +22,8 @@ from fairdp.study._optuna import open_study
 from fairdp.study.executors import GenerationPlanner
 from tests.conftest import group_alive, run_cli, start_driver
 
+pytestmark = pytest.mark.xdist_group("search_resume")  # one xdist worker computes the module's shared runs once
+
 NAME = "resume"
 SEARCH = {
     "name": NAME,

@@ -27,6 +27,8 @@ from tests.conftest import (
     run_main,
 )
 
+pytestmark = pytest.mark.xdist_group("study_run")  # one xdist worker computes the module's shared runs once
+
 DESIGN_COLUMNS = (
     "study", "dataset", "method", "seed", "config_id", "eps", "lam", "lam_ort", "iterations", "clip_primal",
     "clip_dual", "fairness_notion", "valid_accuracy", "test_accuracy", "valid_tpr_gap", "test_tpr_gap",
@@ -34,6 +36,7 @@ DESIGN_COLUMNS = (
     "test_ap_gap", "leakage", "mdl", "eps_formal", "delta", "epochs", "duration_s", "status", "error",
     "fairdp_version", "node",
 )
+
 KEY = ["method", "seed", "config_id"]
 
 
@@ -309,10 +312,12 @@ def _dominates(a, b, directions):
     return better_or_equal and strictly
 
 
-@pytest.mark.parametrize("sampler,mode", [("nsga2", "packed"), ("tpe", "per-config")])
+@pytest.mark.parametrize("sampler,mode", [("nsga2", "packed"),
+                                          pytest.param("tpe", "per-config", marks=pytest.mark.slow)])
 def test_a_seeded_search_writes_a_nondominated_front(tmp_path, monkeypatch, sampler, mode):
-    """The per-config search on embedded Ray (Tune's OptunaSearch), the packed one locally
-    through fairdp's main in this process (packed searches on Ray: the journal resume below)."""
+    """The per-config search on embedded Ray (Tune's OptunaSearch: a Ray start, in the slow set),
+    the packed one locally through fairdp's main in this process (packed searches on Ray:
+    tests/test_search_like_a_run.py)."""
     objectives = {"valid_accuracy": "max", "valid_tpr_gap": "min"}
     study = _write_study(
         tmp_path / "search.yaml", name="tiny-search", seeds=[0], methods={"federate": {}},
