@@ -51,15 +51,18 @@ test-tools:
 
 # pytest-xdist workers. An xdist_group runs whole on one worker (--dist loadgroup), first
 # (tests/conftest.py): the network namespace clusters, which must not share the machine with
-# each other, and each module whose shared module-scoped runs one worker should compute once
+# each other, and each module whose shared module-scoped runs one worker should compute once.
+# The slow set waits more than it computes (Ray and cluster start-ups, faults held for
+# seconds): one worker more than the fast set, which keeps 2 cores busy with 2.
 TEST_WORKERS ?= 2
-XDIST := -n $(TEST_WORKERS) --dist loadgroup --durations=15
+SLOW_WORKERS ?= 3
+XDIST := --dist loadgroup --durations=15
 
 test: $(STAMP) test-tools
-	$(PY) -m pytest -q -m "not slow" $(XDIST)
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) $(XDIST)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow $(XDIST)
+	$(PY) -m pytest -q -m slow -n $(SLOW_WORKERS) $(XDIST)
 
 # on a machine with a CUDA GPU (and a CUDA torch: TORCH_SPEC); skipped without one
 test-cuda: $(STAMP)

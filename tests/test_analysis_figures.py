@@ -370,7 +370,9 @@ COMMITTED = {
 }
 
 
-@pytest.mark.parametrize("name", list(COMMITTED))  # about 15 s for the four on 2 shared cores
+# pfld-compas is drawn as pfld-adult is, with the same settings: in make test-slow
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "pfld-compas" else n
+                                  for n in COMMITTED])
 def test_every_figure_of_a_committed_report_is_readable(name):
     """Each committed report's figures, drawn from its rows with its own settings, pass."""
     from fairdp.study import read_history, read_results

@@ -254,6 +254,7 @@ def test_study_spec_example_is_a_valid_study():
 
 # -- the notebook --------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a Jupyter kernel and a study on Adult: make test-slow (every step it takes is tested apart)
 def test_quickstart_notebook_runs_with_the_documented_command(tmp_path):
     """The notebook, run as its first cell says (`jupyter nbconvert --execute`, installed by the
     dev extra): no error, fairdp's own Pareto figure, a front of more than one config, chosen on

@@ -324,6 +324,7 @@ def test_bf16_clips_per_sample_gradients_in_fp32():
 PACK_VS_ALONE = [{"eps": 4.0, "lam": 0.5}, {"eps": 8.0, "lam": 1.0}, {"eps": 2.0, "lam": 2.0}]
 
 
+@pytest.mark.slow  # the method contract checks packed against alone on short runs; 30 epochs: make test-slow
 def test_packed_and_alone_runs_are_bit_identical_on_cpu_after_thirty_epochs():
     """On a CPU a config trained in a pack follows its alone trajectory bit for bit, however
     long: after 30 epochs (where CUDA's rounding has moved them apart, next test) the kept

@@ -47,19 +47,19 @@ def embedded_ray():
     ray.shutdown()
 
 
-@pytest.fixture(params=list(EXECUTORS))
+# Executors whose cases run in the slow set: each Ray run costs Tune's seconds of set-up, and
+# the fast set's embedded-Ray run is the tiny study's CLI run (tests/test_study_run.py, which
+# also checks that the local executor stores what Ray stores); every clause runs on the local
+# executor in the fast set
+SLOW_TO_START = {"ray"}
+
+
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.slow) if name in SLOW_TO_START else name
+                        for name in EXECUTORS])
 def executor(request):
     if request.param == "ray":
         request.getfixturevalue("embedded_ray")
     return request.param
-
-
-# Each Ray case costs Tune's seconds of set-up per run: the fast set runs the Ray executor
-# through the first clause (every config once, the same numbers, progress in order), and the
-# slow set through the rest
-SLOW_ON_RAY = pytest.mark.parametrize(
-    "executor", [pytest.param(name, marks=pytest.mark.slow) if name == "ray" else name for name in EXECUTORS],
-    indirect=True)
 
 
 def _run(spec, results, executor, **kw):
@@ -118,6 +118,7 @@ def test_every_config_once_with_the_same_numbers_as_any_other_executor(executor,
                                   reference.sort_values(KEY)[KEY + METRICS].reset_index(drop=True))
 
 
+@pytest.mark.slow  # on embedded Ray, with the Ray cases
 def test_a_cluster_asks_each_node_whether_its_cpu_multiplies_bf16_matrices(embedded_ray):
     """The task pinned to each node that can run a trial reads that node's CPU flags (here the
     one node is this machine); a cluster picks bf16 only if every such node answers yes."""
@@ -128,7 +129,6 @@ def test_a_cluster_asks_each_node_whether_its_cpu_multiplies_bf16_matrices(embed
     assert nodes_native_bf16(bigger) is False
 
 
-@SLOW_ON_RAY
 def test_a_resumed_study_trains_only_what_is_missing(executor, tmp_path):
     first = _run(_spec(seeds=[1]), tmp_path / "r", executor)
     whole = _run(_spec(), tmp_path / "r", executor)
@@ -139,7 +139,6 @@ def test_a_resumed_study_trains_only_what_is_missing(executor, tmp_path):
     assert len(df) == 10 and not df.duplicated(KEY).any()
 
 
-@SLOW_ON_RAY
 def test_a_pack_that_keeps_failing_is_retried_then_stored_as_error_rows_the_next_run_replaces(executor, tmp_path,
                                                                                               monkeypatch):
     """A worker-side failure (a CUDA device on a machine without one, with the driver's check of
@@ -168,7 +167,6 @@ class CtrlCAfterFirstPack(runner.Progress):
             os.kill(os.getpid(), signal.SIGINT)
 
 
-@SLOW_ON_RAY
 def test_ctrl_c_keeps_the_finished_packs_and_the_rerun_completes(executor, tmp_path, monkeypatch):
     # one seed: 5 packs of one config; the Ctrl-C after the first leaves packs under either executor
     spec = _spec(seeds=[0], pack_size=1, train={"epochs": 4, "batch_size": 250})

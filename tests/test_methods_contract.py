@@ -32,6 +32,9 @@ SETTINGS = method_contract.SETTINGS
 # the contract's checks and fixtures, collected here for every method, the plugin included
 globals().update({k: v for k, v in vars(method_contract).items() if k.startswith("test_") or k in ("data", "packs")})
 
+# the module's shared packs (``packs``: each method's, trained once) on one xdist worker, once
+pytestmark = pytest.mark.xdist_group("methods_contract")
+
 DESIGN_METHODS = {"random", "unconstrained", "noise", "dpnr", "adversarial", "multi_adversarial",
                   "inlp", "federate", "cape", "fld", "pfld", "reductions", "private_reductions"}
 

@@ -43,11 +43,12 @@ def test_gap_reg_lowers_the_demographic_parity_gap():
     assert free > 40 and penalised < free / 2, gaps
 
 
-def test_a_plugin_method_outside_the_package_runs_searches_and_is_analysed(tmp_path):
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.slow)])
+def test_a_plugin_method_outside_the_package_runs_searches_and_is_analysed(tmp_path, executor):
     """The example file copied to a directory of its own, named relative to the study file:
-    `fairdp run` trains it on embedded Ray with its own column in the rows, `fairdp analyze
-    --selected` reports its hyperparameter, and `fairdp search` searches it (locally: the Ray
-    workers' import of the plugin is the run's)."""
+    `fairdp run` trains it with its own column in the rows (on embedded Ray, in the slow set:
+    there Ray's workers import the plugin), `fairdp analyze --selected` reports its
+    hyperparameter, and `fairdp search` searches it (locally)."""
     home = tmp_path / "my_methods"
     home.mkdir()
     shutil.copy(EXAMPLE, home / "gap_reg.py")
@@ -63,7 +64,7 @@ def test_a_plugin_method_outside_the_package_runs_searches_and_is_analysed(tmp_p
                    "space": {"lam_gap": {"low": 0.0, "high": 5.0}}},
     }))
     results = tmp_path / "r"
-    run = run_cli("run", str(study), "--results", str(results), cwd=tmp_path)
+    run = run_cli("run", str(study), "--results", str(results), "--executor", executor, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     df, _ = ResultStore(results).read()
     assert len(df) == 4 and (df["status"] == "ok").all()

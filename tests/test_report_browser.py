@@ -130,6 +130,7 @@ def test_the_html_report_fits_the_window_and_every_figure_loads_in_chromium(tmp_
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # a tool for the docs' screenshots, several Chromium starts: make test-slow
 def test_a_screenshot_holds_the_whole_page_however_long(tmp_path, monkeypatch):
     """The screenshot was the first 900 pixels of the page; it is now every pixel of it, in
     slices (made small here so that the test stitches several) that join without a seam."""

@@ -17,7 +17,7 @@ from fairdp.errors import InputError
 from fairdp.study import parse_spec, read_results, run_study
 from fairdp.study._context import study_protocol, study_store
 from fairdp.study.executors import StudyContext
-from tests.conftest import assert_input_error, group_alive, run_cli, run_main, start_driver
+from tests.conftest import assert_input_error, run_cli, run_main
 
 STUDY = {
     "name": "faults",
@@ -310,55 +310,4 @@ def test_a_full_disk_is_one_line_naming_the_file_and_the_space_and_a_rerun_compl
 def test_a_full_disk_under_ray_is_one_line_too(tmp_path, small_disk):
     _disk_full_then_resume(tmp_path, small_disk)
 
-
-@pytest.mark.slow
-def test_a_sigkilled_drivers_workers_store_nothing_after_the_kill_and_a_rerun_waits_for_them(tmp_path):
-    """SIGKILL to the driver alone: its workers exit within a quarter second (they watch the
-    driver; the embedded Ray's reaper kills every process the run started) and check it just
-    before storing, so no pack file appears after the kill (without the watch, two were stored
-    0.2 and 0.6 s after it); a run started at once takes the lock only when they are gone and
-    completes the study."""
-    import signal
-
-    from fairdp.study import ResultStore
-    from fairdp.study._lock import WORKERS_DIR
-    from tests.test_ray_orphans import descendants, wait_gone
-
-    # packs of about a second each: at the kill, a worker is always close to storing one (16:
-    # a dozen left at the kill after the fourth; the rerun trains what the kill left)
-    raw = {**STUDY, "seeds": list(range(16)), "pack_size": 1, "train": {"epochs": 8, "batch_size": 50},
-           "dataset": {"name": "synthetic", "rows": 2000, "features": 8}}
-    study = tmp_path / "study.yaml"
-    study.write_text(yaml.safe_dump(raw))
-    results = tmp_path / "r"
-    proc = start_driver("run", str(study), "--results", str(results))
-    store, procs = ResultStore(results), {}
-    try:
-        # kill once some packs are stored and a worker is training one: a worker's mark exists
-        # only while it trains, so the instant the fourth pack lands may fall between packs
-        deadline, training = time.monotonic() + 240, []
-        while time.monotonic() < deadline:
-            assert proc.poll() is None
-            training = list((results / WORKERS_DIR).glob("*")) if len(store.pack_files()) >= 4 else []
-            if training:
-                break
-            time.sleep(0.02)
-        assert training, "no worker training at the kill"
-    finally:
-        procs = descendants(proc.pid)  # Ray's processes, the workers among them
-        os.kill(proc.pid, signal.SIGKILL)  # the driver alone
-        killed = time.time()
-        proc.wait()
-    # once every process the run started is gone nothing can store any more (they all go
-    # within seconds: tests/test_ray_orphans.py)
-    left, took = wait_gone(procs)
-    assert left == {}, f"still running {took:.1f} s after the driver's SIGKILL: {left}"
-    # a worker checks its driver just before storing: a store can only overlap the kill itself
-    late = [round(os.path.getmtime(p) - killed, 3) for p in store.pack_files() if os.path.getmtime(p) > killed + 0.1]
-    assert late == [], late
-    rerun = run_cli("run", str(study), "--results", str(results))
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    rows = read_results(str(results))
-    assert len(rows) == 16 and not rows.duplicated(["seed", "config_id"]).any()
-    os.killpg(proc.pid, signal.SIGKILL) if group_alive(proc.pid) else None
 

@@ -367,18 +367,15 @@ def test_a_method_that_cannot_train_on_the_dataset_is_refused_before_ray(tmp_pat
     assert "methods.fld" in err and "binary labels" in err and not (tmp_path / "r").exists()
 
 
-def _stop_after_first_pack(tmp_path, executor: str, sig: int, pack_size: int, env: dict, seeds=(0, 1, 2)):
-    """Start the study (7 configs a seed, 21 by default), send ``sig`` once its first pack is
-    stored: (process, its stderr, the study file, the results store)."""
-    study = _write_study(tmp_path / "int.yaml", seeds=list(seeds), pack_size=pack_size,
-                         train={"epochs": 4, "batch_size": 250})
-    results = tmp_path / "r"
+def _signal_after_packs(study: Path, results: Path, sig: int, packs: int, env: dict, executor: str = "ray"):
+    """Run the study into ``results``, send ``sig`` once ``packs`` pack files are stored there:
+    (the process, its stderr)."""
     proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", str(study), "--results", str(results),
                              "--executor", executor], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     store = ResultStore(results)
     deadline = time.monotonic() + 240
-    while len(store.pack_files()) < 1 and time.monotonic() < deadline and proc.poll() is None:
+    while len(store.pack_files()) < packs and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(sig)
     try:
@@ -386,15 +383,19 @@ def _stop_after_first_pack(tmp_path, executor: str, sig: int, pack_size: int, en
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    return proc, err, study, store
+    return proc, err
 
 
 def test_sigterm_stops_a_local_run_like_ctrl_c_and_the_rerun_completes(tmp_path):
     """``kill PID`` on a background run (whose SIGINT the shell ignores): fairdp's own last
     line and status 130, the finished packs kept, the rest trained by the same command."""
     env = env_without_ray(tmp_path)
-    # one seed: 7 configs in 7 packs of one, the signal after the first lands with 6 left
-    proc, err, study, store = _stop_after_first_pack(tmp_path, "local", signal.SIGTERM, 1, env, seeds=(0,))
+    # one seed: 7 configs in 7 packs of one, the signal after the first lands with 6 left (no
+    # leakage probe: the signal's handling is the subject, and the rerun trains the other 6)
+    study = _write_study(tmp_path / "int.yaml", seeds=[0], pack_size=1, train={"epochs": 4, "batch_size": 250},
+                         evaluate={"leakage": False, "mdl": False})
+    store = ResultStore(tmp_path / "r")
+    proc, err = _signal_after_packs(study, tmp_path / "r", signal.SIGTERM, 1, env, executor="local")
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "resumes" in err and "Traceback" not in err
     stored, _ = store.read()
@@ -454,24 +455,32 @@ def test_a_run_killed_mid_pack_resumes_the_pack_from_its_checkpoint_with_the_sam
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_or_sigterm_stops_with_status_130_and_the_rerun_completes(tmp_path, sig):
+def test_ctrl_c_then_sigterm_stop_a_ray_run_with_status_130_and_the_third_run_completes(tmp_path):
+    """Ctrl-C, then ``kill PID`` on the rerun (each once a pack more is stored; each Ray run
+    costs seconds of set-up, so the two signals share the study): each time fairdp's own last
+    line (not Ray's stack dump, not Tune's advice to restore a path fairdp deletes) and status
+    130, the finished packs kept, and the same command completes the study."""
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
-    # two seeds, 14 configs in 8 packs (2 at a time): the signal after the first lands with packs left
-    proc, err, study, store = _stop_after_first_pack(tmp_path, "ray", sig, 2, env, seeds=(0, 1))
+    # three seeds, 21 configs in 11 packs (2 at a time): each signal lands with packs left
+    study = _write_study(tmp_path / "int.yaml", seeds=[0, 1, 2], pack_size=2, train={"epochs": 4, "batch_size": 250})
     results = tmp_path / "r"
-    assert proc.returncode == 130, err[-2000:]
-    assert "interrupted" in err and "resumes" in err and "SIGTERM received" not in err  # not Ray's stack dump
-    assert "Tuner.restore" not in err  # Tune's advice names a path fairdp deletes; fairdp's own line says how
-    stored, _ = store.read()
-    assert 0 < len(stored) < 14
+    store = ResultStore(results)
+    stored = 0
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        proc, err = _signal_after_packs(study, results, sig, len(store.pack_files()) + 1, env)
+        assert proc.returncode == 130, (signal.Signals(sig).name, err[-2000:])
+        assert "interrupted" in err and "resumes" in err and "SIGTERM received" not in err  # not Ray's stack dump
+        assert "Tuner.restore" not in err  # Tune's advice names a path fairdp deletes; fairdp's own line says how
+        rows, _ = store.read()
+        assert stored < len(rows) < 21 and not rows.duplicated(KEY).any(), signal.Signals(sig).name
+        stored = len(rows)
     analysis = run_main("analyze", str(results))
-    assert f"partial: {len(stored)} of 14 planned configs finished" in analysis.stderr, analysis.stderr
+    assert f"partial: {stored} of 21 planned configs finished" in analysis.stderr, analysis.stderr
     rerun = run_cli("run", str(study), "--results", str(results))
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     after, _ = store.read()
-    assert len(after) == 14 and not after.duplicated(KEY).any()
+    assert len(after) == 21 and not after.duplicated(KEY).any()
 
 
 def test_a_search_resumes_from_its_journal_without_retraining(tmp_path):

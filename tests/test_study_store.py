@@ -102,7 +102,8 @@ def test_a_study_runs_into_a_file_uri(tmp_path, monkeypatch):
     cwd.mkdir()
     monkeypatch.chdir(cwd)  # a URI taken for a relative path would leave 'file:' directories here
     uri = f"file://{tmp_path}/r"
-    summary = run_study(spec, uri, num_cpus=1, progress_stream=io.StringIO())
+    # the URI is the store's to resolve, whoever runs the packs: the local executor
+    summary = run_study(spec, uri, executor="local", progress_stream=io.StringIO())
     assert summary.configs == 3 and summary.failed_packs == 0
     df = read_results(uri)
     assert len(df) == 3 and (df["status"] == "ok").all()
