@@ -7,6 +7,10 @@ whose head end can be set down to cut that host off the network. Processes are s
 each in its own process group, and teardown ends exactly what this module created: those
 groups, then anything left inside its namespaces (all started here), then the namespaces,
 which removes their links.
+
+A node is up once its ``ray start`` says "Ray runtime started.": Ray prints it only after the
+node has registered with the cluster's GCS (``ray._private.node.Node`` waits for that), so
+the wait reads the logs, and asks the GCS once, at the end, that every node is alive.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+STARTED = "Ray runtime started."  # what `ray start` says once its node is registered with the GCS
 
 
 def ip(*args: str) -> None:
@@ -99,10 +105,12 @@ def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
 
 class Cluster:
     """A head host and ``workers`` worker hosts on one bridge (10.<net>.0.0/24), Ray with
-    token authentication on every node. Use as a context manager."""
+    token authentication on every node. Use as a context manager. ``on_network``, if given, is
+    called with the cluster once the hosts' network is up, before Ray starts on them: a service
+    started there (a process of :meth:`popen`) comes up while Ray does."""
 
     def __init__(self, root: Path, workers: int = 2, head_cpus: int = 0, worker_cpus: int = 1, port: int = 6391,
-                 net: int = 214):
+                 net: int = 214, on_network: Callable[[Cluster], None] | None = None):
         self.root, self.n_workers, self.head_cpus, self.worker_cpus, self.port = root, workers, head_cpus, \
             worker_cpus, port
         tag = uuid.uuid4().hex[:6]
@@ -117,7 +125,9 @@ class Cluster:
         self.env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32), PYTHONUNBUFFERED="1")
         for key in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_AUTH_TOKEN_PATH"):
             self.env.pop(key, None)
+        self.on_network = on_network
         self.procs: dict[str, list[subprocess.Popen]] = {}
+        self.ray: dict[str, subprocess.Popen] = {}  # each host's latest `ray start`
         self.created: list[str] = []
         self.temp_dirs: list[str] = []
         self.logs = root / "cluster-logs"
@@ -127,8 +137,10 @@ class Cluster:
         try:
             self._network()
             self.logs.mkdir(exist_ok=True)
+            if self.on_network is not None:
+                self.on_network(self)
             self.start_ray(self.head)
-            self.wait_for_nodes(1)
+            self.wait_for_nodes(1, confirm=False)  # the workers join the head's GCS: up once the head is
             for ns in self.workers:
                 self.start_ray(ns)
             self.wait_for_nodes(1 + self.n_workers)
@@ -160,12 +172,15 @@ class Cluster:
         for ns in self.created:
             for proc in self.procs.get(ns, []):
                 stop_group(proc)
-        # a few seconds' grace, then SIGKILL: every test's teardown waited the whole 20 s it
-        # once had (some of Ray's processes do not end on their group's SIGTERM), and nothing
+        # a few seconds' grace for what this module started besides Ray (a driver's last
+        # words), then SIGKILL for all: `ray start` answers SIGTERM by draining its node for up
+        # to 30 s (every teardown waited out the grace it had: 20 s, then 3 s), and nothing
         # outlives the namespaces and temp dirs removed below
+        ray = set(map(id, self.ray.values()))
+        others = [p for ns in self.created for p in self.procs.get(ns, []) if id(p) not in ray]
         deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and any(ns_pids(ns) for ns in self.created):
-            time.sleep(0.5)
+        while time.monotonic() < deadline and any(p.poll() is None for p in others):
+            time.sleep(0.1)
         for ns in self.created:
             kill_namespace(ns)
             for proc in self.procs.get(ns, []):
@@ -201,7 +216,8 @@ class Cluster:
             addr = self.worker_ips[self.workers.index(ns)]
             args = [RAY, "start", "--block", f"--address={self.address}", f"--node-ip-address={addr}",
                     f"--num-cpus={self.worker_cpus}", f"--temp-dir={temp}"]
-        return self.popen(ns, args, f"ray-{ns}-{len(self.procs.get(ns, []))}.out")
+        self.ray[ns] = self.popen(ns, args, f"ray-{ns}-{len(self.procs.get(ns, []))}.out")
+        return self.ray[ns]
 
     def python(self, code: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """Run Python ``code`` on the head host."""
@@ -214,16 +230,22 @@ class Cluster:
         lines = out.stdout.strip().splitlines()
         return int(lines[-1]) if out.returncode == 0 and lines and lines[-1].isdigit() else None
 
-    def wait_for_nodes(self, n: int, timeout: float = 120) -> None:
+    def started_nodes(self) -> int:
+        """Hosts whose latest ``ray start`` runs and has said its node is registered."""
+        return sum(1 for proc in self.ray.values() if proc.poll() is None and STARTED in tail(proc, None))
+
+    def wait_for_nodes(self, n: int, timeout: float = 120, confirm: bool = True) -> None:
+        """Wait until ``n`` hosts' ``ray start`` have said their node is registered, then (with
+        ``confirm``) until the GCS counts ``n`` live nodes: one Python with Ray on the head
+        where polling that count alone took one per second, each seconds of CPU."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for ns in self.created:
-                for proc in self.procs.get(ns, [])[:1]:
-                    assert proc.poll() is None, f"{ns}: ray start exited with {proc.returncode}: {tail(proc)}"
-            if self.alive_nodes() == n:
+            for ns, proc in self.ray.items():
+                assert proc.poll() is None, f"{ns}: ray start exited with {proc.returncode}: {tail(proc)}"
+            if self.started_nodes() >= n and (not confirm or self.alive_nodes() == n):
                 return
-            time.sleep(1)
-        raise AssertionError(f"the cluster did not reach {n} live nodes")
+            time.sleep(0.2)
+        raise AssertionError(f"the cluster did not reach {n} live nodes: {self.started_nodes()} started")
 
     def wait_for_no_trials(self, hosts: list[str], timeout: float = 120) -> float:
         """Wait until no trial process runs on ``hosts`` (nothing there can store a pack any
@@ -245,6 +267,11 @@ class Cluster:
         ip("-n", self.head, "link", "set", self.links[ns], "up")
 
 
-def tail(proc: subprocess.Popen, n: int = 1500) -> str:
+def tail(proc: subprocess.Popen, n: int | None = 1500) -> str:
+    """The last ``n`` characters (None: all) of ``proc``'s log."""
     log = getattr(proc, "log_path", None)
-    return open(log).read()[-n:] if log else ""
+    if not log:
+        return ""
+    with open(log) as f:
+        text = f.read()
+    return text if n is None else text[-n:]

@@ -36,10 +36,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class S3Server:
-    """``moto_server`` on ``host:port``, optionally inside a network namespace (``netns``)."""
+    """``moto_server`` on ``host:port``, optionally inside a network namespace (``netns``).
+    With ``wait=False`` the constructor returns as soon as it has started the server, and
+    :meth:`wait` waits for it to answer (it starts while the caller does something else)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
-                 log_path: str | None = None):
+                 log_path: str | None = None, wait: bool = True):
         self.host, self.port, self.netns = host, port or free_port(host if netns is None else "127.0.0.1"), netns
         self.endpoint = f"http://{self.host}:{self.port}"
         cmd = [MOTO if os.path.exists(MOTO) else "moto_server", "-H", self.host, "-p", str(self.port)]
@@ -48,21 +50,49 @@ class S3Server:
         log = open(log_path, "w") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, env={**os.environ, **CREDENTIALS}, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        self._wait()
+        if log_path:
+            log.close()  # the server has its own copy
+        if wait:
+            self.wait()
 
-    def _wait(self, timeout: float = 60) -> None:
+    def wait(self, timeout: float = 60) -> None:
+        """Return once the server accepts connections."""
+        if self.netns:
+            self._wait_in_netns(timeout)
+            return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, f"moto_server exited with {self.proc.returncode}"
             try:
-                if self.netns:
-                    self.in_netns(f"import socket; socket.create_connection(('{self.host}', {self.port}), 1)")
-                else:
-                    self.client().list_buckets()
+                self.client().list_buckets()
                 return
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(0.3)
         raise AssertionError(f"moto_server did not answer at {self.endpoint}")
+
+    def _wait_in_netns(self, timeout: float) -> None:
+        """One Python in the server's namespace tries to connect every 0.1 s (one started per
+        try, importing boto3, took a second each)."""
+        code = (f"import socket, time\n"
+                f"while True:\n"
+                f"    try:\n"
+                f"        socket.create_connection(('{self.host}', {self.port}), 1).close()\n"
+                f"        break\n"
+                f"    except OSError:\n"
+                f"        time.sleep(0.1)\n")
+        probe = subprocess.Popen(["ip", "netns", "exec", self.netns, sys.executable, "-c", code],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while probe.poll() is None:
+                assert self.proc.poll() is None, f"moto_server exited with {self.proc.returncode}"
+                assert time.monotonic() < deadline, f"moto_server did not answer at {self.endpoint}"
+                time.sleep(0.1)
+            assert probe.returncode == 0, f"the probe of {self.endpoint} exited with {probe.returncode}"
+        finally:
+            if probe.poll() is None:
+                os.killpg(probe.pid, signal.SIGKILL)
+                probe.wait(timeout=10)
 
     def in_netns(self, code: str) -> str:
         """Run Python ``code`` (``s3`` is a boto3 client of this server) in the server's
