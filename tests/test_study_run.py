@@ -27,7 +27,9 @@ from tests.conftest import (
     run_main,
 )
 
-pytestmark = pytest.mark.xdist_group("study_run")  # one xdist worker computes the module's shared runs once
+# the tests of the tiny study's Ray run, on one xdist worker that trains it once; the module's
+# other tests (its slow set's Ray runs among them) spread over the workers
+ON_TINY_RUN = pytest.mark.xdist_group("study_run")
 
 DESIGN_COLUMNS = (
     "study", "dataset", "method", "seed", "config_id", "eps", "lam", "lam_ort", "iterations", "clip_primal",
@@ -87,6 +89,7 @@ def tiny_run(tmp_path_factory):
                    second, home)
 
 
+@ON_TINY_RUN
 def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run, tmp_path):
     study, proc, results = tiny_run.study, tiny_run.proc, tiny_run.results
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -132,6 +135,7 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run, t
                                   df2.sort_values(KEY).reset_index(drop=True))
 
 
+@ON_TINY_RUN
 def test_a_second_run_into_the_same_results_is_refused_while_the_first_works(tiny_run):
     """The second of two runs into one directory is refused, naming the first's pid, while the
     first works; the first (checked above) stores every row once. The first also shows that
@@ -142,6 +146,7 @@ def test_a_second_run_into_the_same_results_is_refused_while_the_first_works(tin
     assert "Token authentication is enabled" not in tiny_run.proc.stderr
 
 
+@ON_TINY_RUN
 def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run, tmp_path):
     """``--executor local`` on a Python that cannot import Ray (or Optuna): the same rows as
     the Ray run, byte for byte in every metric, and a study run seed by seed resumes without
