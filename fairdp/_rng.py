@@ -406,24 +406,54 @@ def coins(
     *,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Booleans (the per-generator layout of :func:`uniform`), each True with probability
+    """Booleans (K, *shape) (or ``shape`` for one generator), each True with probability
     exactly floor(prob * 2^64) / 2^64: never more than ``prob`` (a Poisson sample's rate must
-    not exceed the q its accountant charges for), and less by under 2^-64. One word per coin,
-    compared as an unsigned integer with the threshold computed exactly from ``prob``: a float,
-    or a tensor of them broadcastable to the (K, *shape) draw (per-config rates as (K, 1, ...);
-    its values are read on the host)."""
+    not exceed the q its accountant charges for), and less by under 2^-64. ``prob`` is a
+    float, or a tensor of them broadcastable to the (K, *shape) draw (per-config rates as
+    (K, 1, ...); its values are read on the host).
+
+    A coin compares a 64-bit unsigned word U with the threshold T = floor(prob * 2^64), digit
+    by digit in base 256: its first byte (one draw's byte lanes, lowest lane first) decides
+    it unless the byte equals T's top byte t (probability 1/256); only those coins take a
+    word of a second draw, whose upper 56 bits are compared with T's lower 56. So
+    P(True) = t / 2^8 + 2^-8 (T mod 2^56) / 2^56 = T / 2^64 exactly, from an eighth of the
+    words a word per coin would take. Every coin takes its byte whatever is asked of it,
+    and a config's second-draw words are the first of its own draw (counter-based streams):
+    a config's coins do not depend on its pack, and the second draw is made (one block at
+    least) even when no coin needs it, so the draw counters advance alike everywhere."""
     shape = tuple(shape)
-    values = prob.detach().cpu().double() if isinstance(prob, torch.Tensor) else torch.tensor(float(prob))
+    values = prob.detach().cpu().double() if isinstance(prob, torch.Tensor) else torch.tensor(float(prob), dtype=torch.float64)
     if not bool(((values >= 0) & (values <= 1)).all()):
         raise ValueError(f"coins: prob must be in [0, 1], got {prob}")
     exact = [math.floor(Fraction(float(v)) * (1 << 64)) for v in values.reshape(-1).tolist()]
-    w = words(_size(shape), generators, device=device)
-    w = w.reshape(*w.shape[:-1], *shape)
-    # an unsigned comparison as a signed one: flip both sides' sign bits; 2^64 (prob 1) always holds
-    threshold = torch.tensor([min(t, (1 << 64) - 1) + SIGN_BIT for t in exact], dtype=torch.int64,
-                             device=w.device).reshape(values.shape)
-    always = torch.tensor([t >= 1 << 64 for t in exact], device=w.device).reshape(values.shape)
-    return ((w ^ SIGN_BIT) < threshold) | always
+    n = _size(shape)
+    w = words(-(-n // 8), generators, device=device)
+    lead = w.shape[:-1]
+    w = w.reshape(-1, w.shape[-1])  # (R, words): R streams, one without a config axis
+    # T's top byte and the rest, broadcast (R, *shape); T = 2^64 (prob 1) as 255 * 2^56 + 2^56,
+    # so that every lane up to 255 holds: below 255 by its byte, 255 by any 56 upper bits
+    tops = [min(t >> 56, 255) for t in exact]
+    rest = torch.tensor([t - (top << 56) for t, top in zip(exact, tops)], dtype=torch.int64)
+    rest = rest.reshape(values.shape if lead else (1, *values.shape))
+    top = torch.tensor(tops, dtype=torch.uint8).reshape(rest.shape)
+    if w.device.type == "cpu":  # NumPy's byte comparisons and nonzero: one pass each, several times torch's
+        lanes = w.numpy().view(np.uint8)[:, :n].reshape(len(w), *shape)
+        tied_np = np.equal(lanes, top.numpy())
+        out, tied = torch.from_numpy(np.less(lanes, top.numpy())), torch.from_numpy(tied_np)
+        ties = torch.from_numpy(np.count_nonzero(tied_np.reshape(len(w), n), axis=1))
+        at = tuple(torch.from_numpy(i) for i in np.nonzero(tied_np))
+    else:  # the same lanes by shifts
+        lanes = torch.stack([(w >> (8 * i)) & 0xFF for i in range(8)], dim=-1).reshape(len(w), -1)[:, :n]
+        lanes, top = lanes.reshape(len(w), *shape), top.to(w.device, torch.int64)
+        out, tied = lanes < top, lanes == top
+        ties, at = tied.reshape(len(w), n).sum(dim=1), tied.nonzero(as_tuple=True)
+    extra = words(max(int(ties.max()), 1), generators, device=device).reshape(len(w), -1)
+    # a stream's i-th tie (in coin order) takes its i-th word of the second draw
+    stream = at[0]
+    rank = torch.arange(len(stream), device=w.device) - (torch.cumsum(ties, 0) - ties)[stream]
+    upper = (extra[stream, rank] >> 8) & ((1 << 56) - 1)  # the word's upper 56 bits, non-negative
+    out[at] = upper < rest.to(w.device).expand(tied.shape)[at]
+    return out.reshape(*lead, *shape)
 
 
 def bernoulli_mask(

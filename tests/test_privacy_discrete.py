@@ -207,19 +207,76 @@ def test_eps_beyond_the_tables_is_refused_with_one_line():
 
 # -- exact-rate coins and the Gaussian's tail ---------------------------------------------------
 
-@settings(max_examples=40, deadline=None)
-@given(st.floats(min_value=0.0, max_value=1.0, allow_nan=False))
-def test_coins_compare_each_word_with_the_exact_threshold(q):
-    """A coin is True exactly when its word, as an unsigned integer, is below floor(q 2^64): the
-    rate is that over 2^64, never above q (the 24-bit float uniforms it replaces gave
-    ceil(q 2^24) / 2^24, above q)."""
-    names = ["c/0/sample", "c/1/sample"]
-    coins = _rng.coins((300,), q, _rng.PackStream.from_names(names))
-    words = _rng.PackStream.from_names(names).words(300).numpy().view(np.uint64)
+def _reference_coins(first: np.ndarray, second: np.ndarray, n: int, q: float) -> list[bool]:
+    """One stream's coins by their definition, in Python integers: coin i's word U has lane i
+    of the first draw (byte i % 8 of word i // 8, lowest byte first) as its top byte and, when
+    that byte ties with T's, the upper 56 bits of the second draw's next word as the rest;
+    the coin is U < T = floor(q 2^64)."""
     threshold = math.floor(Fraction(q) * 2 ** 64)
-    assert Fraction(threshold, 2 ** 64) <= Fraction(q)
-    expected = np.array([[int(w) < threshold for w in row] for row in words])
-    assert np.array_equal(coins.numpy(), expected)
+    out, tie = [], 0
+    for i in range(n):
+        byte = (int(first[i // 8]) >> (8 * (i % 8))) & 0xFF
+        if byte != min(threshold >> 56, 255):
+            out.append((byte << 56) < threshold)
+            continue
+        out.append((byte << 56) + (int(second[tie]) >> 8) < threshold)
+        tie += 1
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(min_value=0.0, max_value=1.0, allow_nan=False), st.integers(0, 255))
+def test_coins_compare_each_word_with_the_exact_threshold(q, top):
+    """A coin is True exactly when its 64-bit word, as an unsigned integer, is below
+    floor(q 2^64), the rate that over 2^64, never above q (the 24-bit float uniforms it
+    replaced gave ceil(q 2^24) / 2^24, above q): checked against the words of the two draws,
+    with q also put on a byte boundary's neighbourhood so that many coins tie on their byte."""
+    for rate in (q, min(1.0, top / 256 + q / 256)):
+        names = ["c/0/sample", "c/1/sample"]
+        n = 3001
+        coins = _rng.coins((n,), rate, _rng.PackStream.from_names(names))
+        reference = _rng.PackStream.from_names(names)
+        first = reference.words(-(-n // 8)).numpy().view(np.uint64)
+        second = reference.words(n).numpy().view(np.uint64)  # a config's words do not depend on how many
+        assert Fraction(math.floor(Fraction(rate) * 2 ** 64), 2 ** 64) <= Fraction(rate)
+        for k in range(2):
+            assert coins[k].tolist() == _reference_coins(first[k], second[k], n, rate)
+
+
+class _TwoDraws(_rng.PackStream):
+    """A one-config stream whose two next draws are the given words (the first repeated)."""
+
+    def __init__(self, first: int, second: list[int]):
+        super().__init__(np.zeros((1, 2), dtype=np.uint64))
+        self.draws_left = [first, second]
+
+    def words(self, n_words, device=None):
+        value = self.draws_left.pop(0)
+        row = [value] * n_words if isinstance(value, int) else (value * n_words)[:n_words]
+        return torch.tensor(np.array(row, dtype=np.uint64).view(np.int64)).reshape(1, -1)
+
+
+REST = 0x1234 << 11  # T = 2^63 + REST is a double: 53 significant bits
+
+
+@pytest.mark.parametrize("lane, rest, holds", [
+    (0x80, None, True), (0x81, None, False), (0x7F, None, True),    # decided by the byte (None: no tie)
+    (0x80, REST - 1, True), (0x80, REST, False), (0x80, REST + 1, False),  # a tie: the rest decides
+])
+def test_a_coin_on_its_thresholds_byte_is_decided_by_the_next_56_bits(lane, rest, holds):
+    """T = 0x80 << 56 | REST: a coin whose byte is below 0x80 holds, above fails, and on it
+    holds exactly when the second draw's upper 56 bits are below REST."""
+    q = float(Fraction((0x80 << 56) + REST, 2 ** 64))
+    assert math.floor(Fraction(q) * 2 ** 64) == (0x80 << 56) + REST
+    second = [((rest if rest is not None else 0) << 8) | 0xAB]  # the low byte is not read
+    coin = _rng.coins((1,), q, _TwoDraws(int.from_bytes(bytes([lane] * 8), "little"), second))
+    assert bool(coin[0, 0]) is holds
+
+
+def test_coins_at_rate_one_and_zero_are_constant_whatever_the_words():
+    for value in (0, 2 ** 64 - 1, 0xFF00FF00FF00FF00):
+        assert bool(_rng.coins((16,), 1.0, _TwoDraws(value, [2 ** 64 - 1])).all())
+        assert not bool(_rng.coins((16,), 0.0, _TwoDraws(value, [0])).any())
 
 
 def test_pfld_poisson_sample_rate_is_never_above_q():

@@ -17,7 +17,7 @@ from fairdp.engine._losses import (
 )
 from fairdp.engine._model import ModelSpec, PackedModel, layer_shapes
 from fairdp.engine._packed import PackedLinear, grad_reverse
-from fairdp.engine._per_sample import add_clipped_gradients, forward_traced
+from fairdp.engine._per_sample import add_clipped_gradients, backprop_errors, forward_traced
 from fairdp.engine._prune import Pruning
 from fairdp.engine._seeds import stream_seed
 from fairdp.engine._settings import TrainSettings
@@ -25,7 +25,7 @@ from fairdp.engine._settings import TrainSettings
 __all__ = [
     # method-author API (docs/api/engine.md; the step contract is fairdp.engine.contract)
     "Architecture", "Checkpointing", "EVAL_CHUNK", "ModelSpec", "PackedLinear", "PackedModel", "Pruning",
-    "TrainSettings", "add_clipped_gradients", "difference_loss", "fit_pack", "forward_traced", "grad_reverse",
+    "TrainSettings", "add_clipped_gradients", "backprop_errors", "difference_loss", "fit_pack", "forward_traced", "grad_reverse",
     "lambda_schedule", "layer_shapes", "pairwise_difference_loss", "per_config_cross_entropy", "stream_seed",
 ]
 

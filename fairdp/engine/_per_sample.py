@@ -36,10 +36,28 @@ def forward_traced(layers: Sequence[PackedLinear], x: torch.Tensor):
 
 
 @torch.no_grad()
+def backprop_errors(layers: Sequence[PackedLinear], inputs, grad_output: torch.Tensor) -> list[torch.Tensor]:
+    """Every layer's error (the gradient w.r.t. its output, what autograd would give for the
+    ``outputs`` of ``forward_traced``) from ``grad_output``, the gradient w.r.t. the chain's
+    output of the first R traced rows, (K, R, out). A ReLU chain's backward is linear in its
+    output's gradient, delta_{l-1} = (delta_l W_l^T) * [a_l > 0] with a_l the layer's input:
+    one batched matmul and one masking pass a layer, without an autograd graph."""
+    rows = grad_output.shape[1]
+    deltas = [grad_output]
+    for layer, a in zip(reversed(layers[1:]), reversed(inputs[1:])):
+        d = torch.bmm(deltas[-1], layer.weight.transpose(1, 2).to(deltas[-1].dtype))
+        deltas.append(torch.ops.aten.threshold_backward(d, a[:, :rows].to(d.dtype), 0))  # ReLU's own backward
+    return deltas[::-1]
+
+
+@torch.no_grad()
 def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight: torch.Tensor,
-                          clip: torch.Tensor, noise_std: torch.Tensor | None, generators) -> np.ndarray:
+                          clip: torch.Tensor, noise_std: torch.Tensor | None, generators,
+                          plain=None) -> np.ndarray:
     """Add -sum_z weight[k, z] * clip(g_z, clip[k]) + N(0, noise_std[k]^2) to every ``.grad``
-    (no noise, and no draw, when ``noise_std`` is None).
+    (no noise, and no draw, when ``noise_std`` is None), and with ``plain`` (per layer, the
+    errors of an unclipped objective of the first rows, (K, P, out) with P <= B) that
+    objective's gradient too, in the same matmul.
 
     ``inputs`` and ``deltas`` are, per layer, its input (K, B, in) and the gradient of
     sum_z f_z w.r.t. its output (K, B, out), so g_z is row z's gradient of f_z for config
@@ -53,10 +71,11 @@ def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight
     # accountant charges for are exact only if clipping and noise are not rounded to bf16.
     with full_precision(weight.device):
         return _add_clipped(layers, [a.to(clip.dtype) for a in inputs], [d.to(clip.dtype) for d in deltas],
-                            weight, clip, noise_std, generators)
+                            weight, clip, noise_std, generators,
+                            [d.to(clip.dtype) for d in plain] if plain is not None else None)
 
 
-def _add_clipped(layers, inputs, deltas, weight, clip, noise_std, generators) -> np.ndarray:
+def _add_clipped(layers, inputs, deltas, weight, clip, noise_std, generators, plain) -> np.ndarray:
     sq = sum(d.pow(2).sum(-1) * (a.pow(2).sum(-1) + 1) for a, d in zip(inputs, deltas))  # (K, B)
     norms = sq.sqrt()
     factor = torch.clamp(clip.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)  # min(1, C / ||g||)
@@ -67,13 +86,16 @@ def _add_clipped(layers, inputs, deltas, weight, clip, noise_std, generators) ->
     if noise_std is not None:
         noise = _rng.normal((sum(sizes),), generators, device=coef.device, dtype=coef.dtype) * noise_std.unsqueeze(1)
         chunks = iter(noise.split(sizes, dim=1))
-    for layer, a, d in zip(layers, inputs, deltas):
+    for i, (layer, a, d) in enumerate(zip(layers, inputs, deltas)):
         cd = coef * d
+        if plain is not None:  # the unclipped objective's rows: the first ones
+            cd[:, :plain[i].shape[1]] -= plain[i]
         for param, g in ((layer.weight, torch.bmm(a.transpose(1, 2), cd)), (layer.bias, cd.sum(dim=1, keepdim=True))):
-            if chunks is not None:
-                param.grad += next(chunks).view_as(g) - g
+            step = g.neg_() if chunks is None else next(chunks).view_as(g).sub_(g)
+            if param.grad is None:
+                param.grad = step
             else:
-                param.grad -= g
+                param.grad += step
     weighted = weight != 0  # (K, B)
     exceeded = ((norms > clip.unsqueeze(1)) & weighted).sum(1)
     return torch.stack([exceeded, weighted.sum(1)]).cpu().numpy()

@@ -57,7 +57,9 @@ only, for a binary attribute (groups 0 and 1; refused otherwise, see ``check_dat
 Loss and population terms are the paper's: computed on the minibatch, unclipped. With no
 noise, clipping bounds nobody reaches and one minibatch per epoch (|B| = n, q = 1), PF-LD's
 update is F-LD's (tested). Per-sample gradient norms and clipped sums come from per-layer
-inputs and errors (ghost norms, ``fairdp.engine.add_clipped_gradients``). All K configs of a
+inputs and errors (ghost norms, ``fairdp.engine.add_clipped_gradients``), the errors
+backpropagated by hand (``fairdp.engine.backprop_errors``), for the minibatch and the private
+sample in one pass (see ``PrivateLagrangianStep.update``). All K configs of a
 pack train together: stacked parameters, per-config multipliers, clipping bounds, noise
 scales and Poisson samples, each from the config's own streams.
 """
@@ -78,6 +80,7 @@ from fairdp.engine import (
     PackedModel,
     PackStep,
     add_clipped_gradients,
+    backprop_errors,
     forward_traced,
 )
 from fairdp.errors import InputError
@@ -177,6 +180,28 @@ def h_all(logits: torch.Tensor, y: torch.Tensor, is_ap: torch.Tensor) -> torch.T
     return torch.where(is_ap.unsqueeze(1), ce.view(k, -1), torch.softmax(logits, dim=-1)[..., 1])
 
 
+def h_and_grad(logits: torch.Tensor, y: torch.Tensor, is_ap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``h_all`` (K, B) in fp32 (or the run's float64) and its gradient w.r.t. the logits
+    (K, B, 2), in closed form: d CE / dz = softmax(z) - onehot(y) for ap, and for dp and eo
+    d p_1 / dz = p_1 (1 - p_1) (-1, +1)."""
+    z = logits if logits.dtype == torch.float64 else logits.float()
+    p = torch.softmax(z, dim=-1)
+    labels = y if y.dim() == 2 else y.expand(z.shape[:2])
+    ce_grad = p - torch.nn.functional.one_hot(labels, z.shape[-1]).to(z.dtype)
+    p1 = p[..., 1]
+    dp1 = (p1 * (1 - p1)).unsqueeze(2) * torch.tensor([-1.0, 1.0], dtype=z.dtype, device=z.device)
+    ap = is_ap.view(-1, 1)
+    ce = -torch.log_softmax(z, dim=-1).gather(2, labels.unsqueeze(2)).squeeze(2)
+    return torch.where(ap, ce, p1), torch.where(ap.unsqueeze(2), ce_grad, dp1)
+
+
+def cross_entropy_grad(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The gradient of each row's cross-entropy w.r.t. its logits, (K, B, C): softmax - onehot."""
+    z = logits if logits.dtype == torch.float64 else logits.float()
+    labels = y if y.dim() == 2 else y.expand(z.shape[:2])
+    return torch.softmax(z, dim=-1) - torch.nn.functional.one_hot(labels, z.shape[-1]).to(z.dtype)
+
+
 class LagrangianStep(ClassifierSGDStep):
     """F-LD (Algorithm 1) for a chunk of configs; each config has its ``fairness_notion``."""
 
@@ -248,7 +273,7 @@ class PrivateLagrangianStep(ClassifierSGDStep):
     """
 
     per_config_attributes = ("is_ap", "is_eo", "c_p", "h_bound", "sig_p", "sig_d", "lam", "sign", "count1",
-                             "released")
+                             "released", "population_sizes")
 
     def __init__(self, ctx: PackContext, sigmas: list[tuple[float, float]]):
         super().__init__(ctx)
@@ -271,6 +296,8 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         train = ctx.split("train")
         self.n = len(train.y)
         self.q = min(ctx.settings.batch_size, self.n) / self.n
+        self.group1 = (train.s == 1).unsqueeze(0)  # read only by the private part's sample
+        self.population_sizes = self._count_population()
 
     def _slots(self, y: torch.Tensor) -> torch.Tensor:
         """(K, B) population slot of each row for each config (y is (B,) or (K, B))."""
@@ -279,6 +306,9 @@ class PrivateLagrangianStep(ClassifierSGDStep):
 
     def _population_sizes(self) -> torch.Tensor:
         """(K, 2) rows of each population slot in the training set (public: labels only)."""
+        return self.population_sizes
+
+    def _count_population(self) -> torch.Tensor:
         y = self.ctx.split("train").y
         n1 = float((y == 1).sum())
         eo = torch.tensor([self.n - n1, n1], device=self.lam.device, dtype=self.lam.dtype)
@@ -308,48 +338,53 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         """(index (K, M), valid (K, M)): each config's Poisson sample of group-1 training rows
         at rate q, padded to the longest. Every row draws its coin, whatever its group, so the
         sample does not depend on the attributes beyond whom it keeps."""
-        train = self.ctx.split("train")
         # exact integer coins: the rate is never above the q the accountant charges for
         coins = _rng.coins((self.n,), self.q, self.ctx.generators("sample"), device=self.lam.device)
-        keep = coins & (train.s == 1).unsqueeze(0)
-        counts = keep.sum(dim=1)
+        keep = coins & self.group1
+        # each config's kept rows in row order, then padding (row 0, weight 0): nonzero lists
+        # them config by config, and a row's place is its rank among its config's
+        config, row = keep.nonzero(as_tuple=True)
+        counts = torch.bincount(config, minlength=len(keep))
         m = max(int(counts.max()), 1)
-        # stable order of the kept rows first, then padding; sort puts True (1) before False (0)
-        order = torch.sort(keep.to(torch.int8), dim=1, descending=True, stable=True).indices[:, :m]
+        first = torch.cumsum(counts, 0) - counts
+        index = torch.zeros(len(counts), m, dtype=torch.long, device=keep.device)
+        index[config, torch.arange(len(row), device=keep.device) - first[config]] = row
         valid = torch.arange(m, device=keep.device).unsqueeze(0) < counts.unsqueeze(1)
-        return order, valid
+        return index, valid
 
     def update(self, batch: Batch, optimizer) -> None:
-        k, dtype = self.ctx.k, self.ctx.dtype
-        xb, yb = batch.x, batch.y  # the minibatch's attributes are never read
-        logits, inputs, outputs = forward_traced(self.layers(), xb)
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, 2), yb.repeat(k), reduction="none").view(k, -1).mean(1)
-        h = h_all(logits, yb, self.is_ap)
-        slots = self._slots(yb)
-        onehot = torch.nn.functional.one_hot(slots, 2).to(dtype)  # (K, B, 2)
-        in_slot = onehot.sum(dim=1).clamp(min=1.0)  # (K, 2) rows of each slot in the batch
-        # population terms, by autograd: sum_a lambda_a sign_a mu(B_P)
-        pop_weight = ((self.lam * self.sign).sum(dim=2) / in_slot)  # (K, 2)
-        loss = loss + (h * (onehot @ pop_weight.unsqueeze(2)).squeeze(2)).sum(1)
-        rho, kappa = self.coefficients()
-        optimizer.zero_grad(set_to_none=True)
-        deltas = torch.autograd.grad(h.sum(), outputs, retain_graph=True)
-        loss.sum().backward()
-        # public part of the group term: every minibatch row, an estimate of the sum over P
-        public_weight = (onehot @ rho.unsqueeze(2)).squeeze(2) * (self.n / len(yb))
-        self.clip_counts += add_clipped_gradients(self.layers(), inputs, deltas, public_weight, self.c_p, None, None)
-        # private part: group 1's rows of a fresh Poisson sample, clipped, plus the noise
+        # One pass over the minibatch's B rows and the private sample's M rows together (the
+        # costs at these sizes are per operation, not per row): their forward, the loss's and
+        # h's errors backpropagated by hand (backprop_errors: both in one batched matmul a
+        # layer, where autograd takes a pass each), the per-row norms, and one matmul a layer
+        # for the loss's gradient plus every clipped contribution (add_clipped_gradients'
+        # plain). The sum is the one the step releases; only its float rounding order is new.
+        k, b, layers = self.ctx.k, len(batch.y), self.layers()
         index, valid = self.poisson_sample()
         train = self.ctx.split("train")
-        x_priv, y_priv = train.X[index], train.y[index]
-        logits_p, inputs_p, outputs_p = forward_traced(self.layers(), x_priv)
-        deltas_p = torch.autograd.grad(h_all(logits_p, y_priv, self.is_ap).sum(), outputs_p)
-        slot_p = torch.nn.functional.one_hot(self._slots(y_priv), 2).to(dtype)
-        private_weight = (slot_p @ kappa.unsqueeze(2)).squeeze(2) * valid.to(dtype)
+        # the minibatch's attributes are never read; the sample's are, inside the mechanism
+        x = torch.cat([batch.x.expand(k, *batch.x.shape), train.X[index]], dim=1)  # (K, B + M, d)
+        y = torch.cat([batch.y.expand(k, -1), train.y[index]], dim=1)
+        with torch.no_grad():
+            logits, inputs, _ = forward_traced(layers, x)
+        h, dh = h_and_grad(logits, y, self.is_ap)
+        onehot = torch.nn.functional.one_hot(self._slots(y), 2).to(h.dtype)  # (K, B + M, 2)
+        # the objective, on the minibatch: mean cross-entropy plus sum_a lambda_a sign_a mu(B_P)
+        in_slot = onehot[:, :b].sum(dim=1).clamp(min=1.0)  # (K, 2) rows of each slot in the batch
+        pop_weight = onehot[:, :b] @ ((self.lam * self.sign).sum(dim=2) / in_slot).to(h.dtype).unsqueeze(2)
+        d_loss = cross_entropy_grad(logits[:, :b], batch.y) / b + pop_weight * dh[:, :b]
+        loss_deltas = backprop_errors(layers, inputs, d_loss.to(logits.dtype))  # the minibatch's rows
+        h_deltas = backprop_errors(layers, inputs, dh.to(logits.dtype))
+        # the group term: the public part's weight on every minibatch row (n / |B| times the
+        # minibatch's sum estimates P's), the private part's on the sample's group-1 rows
+        rho, kappa = self.coefficients()
+        onehot = onehot.to(rho.dtype)
+        weight = torch.cat([(onehot[:, :b] @ rho.unsqueeze(2)).squeeze(2) * (self.n / b),
+                            (onehot[:, b:] @ kappa.unsqueeze(2)).squeeze(2) * valid.to(rho.dtype)], dim=1)
         noise_std = self.sig_p * self.primal_sensitivity()
-        self.clip_counts += add_clipped_gradients(self.layers(), inputs_p, deltas_p,
-                                                  private_weight, self.c_p, noise_std, self.ctx.generators("noise"))
+        optimizer.zero_grad(set_to_none=True)
+        self.clip_counts += add_clipped_gradients(layers, inputs, h_deltas, weight, self.c_p, noise_std,
+                                                  self.ctx.generators("noise"), plain=loss_deltas)
         optimizer.step()
 
     @torch.no_grad()

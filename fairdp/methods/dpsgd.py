@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fairdp.engine import PackedModel, add_clipped_gradients, forward_traced
+from fairdp.engine import PackedModel, add_clipped_gradients, backprop_errors, forward_traced
 from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
-from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod
+from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, cross_entropy_grad
 from fairdp.methods._registry import register_method
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon, dpsgd_event
 
@@ -78,11 +78,11 @@ def dpsgd_gradients(model: PackedModel, xb: torch.Tensor, yb: torch.Tensor, clip
     """
     k, b = clip.shape[0], len(yb)
     layers = [*model.encoder.layers, *model.classifier.layers]
-    logits, inputs, outputs = forward_traced(layers, xb)
-    rows = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), yb.repeat(k), reduction="none").view(k, -1)
-    deltas = torch.autograd.grad(rows.sum(), outputs)
+    with torch.no_grad():
+        logits, inputs, _ = forward_traced(layers, xb)
+    # each row's loss gradient backpropagated by hand through the ReLU chain: no autograd graph
+    deltas = backprop_errors(layers, inputs, cross_entropy_grad(logits, yb).to(logits.dtype))
     for p in model.parameters():
-        p.grad = torch.zeros_like(p)
-    weight = torch.full((k, b), -1.0 / b, device=xb.device, dtype=logits.dtype)  # -(1/B): the step adds -weight * g
+        p.grad = None
+    weight = torch.full((k, b), -1.0 / b, device=xb.device, dtype=clip.dtype)  # -(1/B): the step adds -weight * g
     return add_clipped_gradients(layers, inputs, deltas, weight, clip, sigma * clip / b, generators)
