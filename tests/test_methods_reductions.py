@@ -2,9 +2,12 @@
 logistic regression, the randomized response, the slack correction, and the pack contract."""
 
 import dataclasses
+from decimal import Decimal, getcontext
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 
 import fairdp.methods
@@ -67,6 +70,45 @@ def test_randomized_response_keep_and_flip_rates(k, eps):
     # A flip lands on each of the k - 1 other groups equally often.
     other = np.bincount((z - s)[z != s] % k, minlength=k)[1:] / (z != s).sum()
     np.testing.assert_allclose(other, 1 / (k - 1), atol=0.01)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(min_value=1e-6, max_value=30.0, allow_nan=False), st.integers(2, 6))
+def test_randomized_response_keeps_the_stated_ratio_exactly(eps, k):
+    """P(keep) / P(one other code) = (k - 1) T / (2^64 - T) is at most e^eps, checked in exact
+    rationals against e^eps to 60 digits (not the float pi the method starts from), and T
+    falls short of the true pi by under 2^-48 relative: the rate is not needlessly lowered."""
+    getcontext().prec = 60
+    t = pr.keep_threshold(eps, k)
+    e = Decimal(eps).exp()
+    ratio = Decimal((k - 1) * t) / Decimal(2 ** 64 - t)
+    assert ratio <= e
+    true_keep = e / (e + k - 1)
+    assert Decimal(t) / Decimal(2 ** 64) >= true_keep * (1 - Decimal(2) ** -48)
+
+
+class _Raw:
+    """A bit generator whose 64-bit words are given."""
+
+    def __init__(self, words):
+        self.words = np.array(words, dtype=np.uint64)
+
+    def random_raw(self, n):
+        return self.words[:n]
+
+
+class _GivenWords:
+    def __init__(self, words):
+        self.bit_generator = _Raw(words)
+
+    def integers(self, low, high, size):
+        return np.full(size, low)
+
+
+def test_randomized_response_keeps_exactly_the_words_below_the_threshold():
+    t = pr.keep_threshold(1.0, 2)
+    z = pr.randomized_response(np.array([0, 0, 0, 1]), 2, 1.0, _GivenWords([t - 1, t, 2 ** 64 - 1, 0]))
+    assert z.tolist() == [0, 1, 1, 1]
 
 
 def test_shrinkage_identity_and_corrected_bound():

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import time
+from fractions import Fraction
 
 import numpy as np
 
@@ -70,12 +71,24 @@ def keep_probability(eps: float, n_groups: int) -> float:
     return 1.0 / (1.0 + (n_groups - 1) * math.exp(-eps))
 
 
+def keep_threshold(eps: float, n_groups: int) -> int:
+    """T: a code is kept when its 64-bit word is below T, so with probability T / 2^64, at most
+    pi and below it by under 2^-49 relative. pi in floating point can be a few ulps above the
+    true e^eps / (e^eps + k - 1); the margin of 2^-50 puts T's rate below the true pi, so that
+    P(keep) / P(one other code) = (k - 1) T / (2^64 - T) <= e^eps exactly, the ratio the
+    guarantee states (float uniforms compared with a float pi hold it only up to rounding)."""
+    low = Fraction(keep_probability(eps, n_groups)) * (1 - Fraction(1, 2 ** 50))
+    return math.floor(low * 2 ** 64)
+
+
 def randomized_response(s: np.ndarray, n_groups: int, eps: float,
                         rng: np.random.Generator) -> np.ndarray:
-    """k-ary randomized response: keep each code w.p. pi, else a uniformly drawn other code."""
-    flip = rng.random(len(s)) >= keep_probability(eps, n_groups)
+    """k-ary randomized response: keep each code with probability ``keep_threshold`` / 2^64
+    (one 64-bit word a row, an exact integer comparison), else a uniformly drawn other code
+    (NumPy's bounded integers are exact)."""
+    keep = rng.bit_generator.random_raw(len(s)) < np.uint64(keep_threshold(eps, n_groups))
     other = (s + rng.integers(1, n_groups, size=len(s))) % n_groups
-    return np.where(flip, other, s)
+    return np.where(keep, s, other)
 
 
 def corrected_bound(z: np.ndarray, y: np.ndarray, n_groups: int, notion: str, bound: float,
