@@ -9,6 +9,7 @@ from fairdp.data import load_dataset
 from fairdp.engine import ModelSpec, PackedModel, TrainSettings
 from fairdp.methods import get_method
 from fairdp.methods._lagrangian import ARCHITECTURE
+from fairdp.methods import dpsgd
 from fairdp.methods.dpsgd import dpsgd_gradients
 from fairdp.privacy import PFLD_DELTA, calibrate_dpsgd_sigma, gaussian_epsilon
 
@@ -87,13 +88,16 @@ def test_calibration_meets_the_target_and_the_pack_reports_the_accountants_eps()
     assert res.predictions["test"].shape == (2, len(data.splits["test"]))
 
 
-def test_a_training_step_adds_noise_of_std_sigma_c_over_b():
+def test_a_training_step_adds_noise_of_std_sigma_c_over_b(monkeypatch):
     """DP-SGD's own step inside the engine's loop, not the building block: from identical
-    parameters, two noise streams move each entry by lr * N(0, (sigma C / B)^2) apart, so
-    the difference has std sqrt(2) lr sigma C / B with the accountant-calibrated sigma."""
+    parameters and one Poisson sample (fixed here, so that only the noise streams differ), two
+    noise streams move each entry by lr * N(0, (sigma C / B)^2) apart, so the difference has
+    std sqrt(2) lr sigma C / B with the accountant-calibrated sigma and B the expected size."""
     from fairdp.engine.contract import Batch, PackContext
     from fairdp.methods import RunInfo
 
+    sample = (torch.arange(280).unsqueeze(0), torch.ones(1, 280, dtype=torch.bool))
+    monkeypatch.setattr(dpsgd, "poisson_sample", lambda *args, **kwargs: sample)
     data = load_dataset("synthetic", rows=1500, features=8, seed=3)
     method = get_method("dpsgd")
     settings = method.effective_settings(TrainSettings(epochs=2, batch_size=300, dtype="float64"))
@@ -111,3 +115,54 @@ def test_a_training_step_adds_noise_of_std_sigma_c_over_b():
     sigma = method.noise_multiplier(config, RunInfo.of(data, settings, 64))
     n = diff.numel()
     assert float(diff.std()) == pytest.approx(2 ** 0.5 * sigma * 2.0 / 300, rel=5 / (2 * n) ** 0.5)
+
+
+def _step(data, config, name, batch_size=300):
+    from fairdp.engine.contract import PackContext
+
+    method = get_method("dpsgd")
+    settings = method.effective_settings(TrainSettings(epochs=2, batch_size=batch_size, dtype="float64"))
+    return method.make_step(PackContext(data, [config], [name], 0, settings, ARCHITECTURE, torch.device("cpu")))
+
+
+def test_a_step_reads_its_own_poisson_sample_not_the_loops_minibatch():
+    """The rows a step trains on are its own Poisson sample: two steps of one stream from one
+    state give the same update whatever minibatch the loop hands them (garbage included)."""
+    from fairdp.engine.contract import Batch
+
+    data = load_dataset("synthetic", rows=1500, features=8, seed=3)
+    steps = [_step(data, {"eps": 1.0, "clip_primal": 2.0}, "same") for _ in range(2)]
+    train = steps[0].ctx.split("train")
+    idx = torch.arange(300)
+    steps[0].update(Batch(idx, train.X[idx], train.y[idx], train.s[idx]), steps[0].optimizer())
+    junk = torch.full((300, train.X.shape[1]), 1e6, dtype=train.X.dtype)
+    steps[1].update(Batch(idx, junk, 1 - train.y[idx], train.s[idx]), steps[1].optimizer())
+    for p, q in zip(steps[0].model.parameters(), steps[1].model.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_the_steps_samples_have_rate_b_over_n_and_the_sum_is_divided_by_b(monkeypatch):
+    """Over many steps the sample sizes are Binomial(n, B / n) (mean B, variance B (1 - B / n)),
+    and the step divides by B, not by the size it drew."""
+    from fairdp.engine.contract import Batch
+
+    data = load_dataset("synthetic", rows=1500, features=8, seed=3)
+    step = _step(data, {"eps": 1.0, "clip_primal": 1e12}, "rate", batch_size=90)
+    n, sizes, divisors = step.n, [], []
+    real = dpsgd.dpsgd_gradients
+
+    def spy(model, xb, yb, clip, sigma, generators, valid=None, expected_rows=None):
+        sizes.append(int(valid.sum()))
+        divisors.append(expected_rows)
+        return real(model, xb, yb, clip, sigma * 0, generators, valid=valid, expected_rows=expected_rows)
+
+    monkeypatch.setattr(dpsgd, "dpsgd_gradients", spy)
+    idx = torch.arange(90)
+    train = step.ctx.split("train")
+    for _ in range(400):
+        step.update(Batch(idx, train.X[idx], train.y[idx], train.s[idx]), step.optimizer())
+    q = 90 / n
+    sizes = np.array(sizes)
+    assert abs(sizes.mean() - 90) < 4 * np.sqrt(90 * (1 - q) / len(sizes))
+    assert 0.8 < sizes.var() / (90 * (1 - q)) < 1.25
+    assert all(d == pytest.approx(90.0) for d in divisors)

@@ -202,6 +202,27 @@ def cross_entropy_grad(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.softmax(z, dim=-1) - torch.nn.functional.one_hot(labels, z.shape[-1]).to(z.dtype)
 
 
+def poisson_sample(n: int, q: float, generators, device, among: torch.Tensor | None = None):
+    """(index (K, M), valid (K, M)): each config's Poisson sample of the n training rows at rate
+    q (of those ``among`` marks, (1, n) bool, if given), row indices in row order, padded to the
+    longest with row 0 (``valid`` False). Every row draws its coin, whether ``among`` holds it or
+    not, so which rows are drawn for does not depend on ``among``; the coins are exact integer
+    comparisons (``_rng.coins``): the rate is never above the q the accountant charges for."""
+    keep = _rng.coins((n,), q, generators, device=device)
+    if among is not None:
+        keep = keep & among
+    # each config's kept rows in row order, then padding: nonzero lists them config by config,
+    # and a row's place is its rank among its config's
+    config, row = keep.nonzero(as_tuple=True)
+    counts = torch.bincount(config, minlength=len(keep))
+    m = max(int(counts.max()), 1)
+    first = torch.cumsum(counts, 0) - counts
+    index = torch.zeros(len(counts), m, dtype=torch.long, device=keep.device)
+    index[config, torch.arange(len(row), device=keep.device) - first[config]] = row
+    valid = torch.arange(m, device=keep.device).unsqueeze(0) < counts.unsqueeze(1)
+    return index, valid
+
+
 class LagrangianStep(ClassifierSGDStep):
     """F-LD (Algorithm 1) for a chunk of configs; each config has its ``fairness_notion``."""
 
@@ -335,22 +356,8 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         return self.c_p * self.coefficients()[1].abs().amax(dim=1)
 
     def poisson_sample(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(index (K, M), valid (K, M)): each config's Poisson sample of group-1 training rows
-        at rate q, padded to the longest. Every row draws its coin, whatever its group, so the
-        sample does not depend on the attributes beyond whom it keeps."""
-        # exact integer coins: the rate is never above the q the accountant charges for
-        coins = _rng.coins((self.n,), self.q, self.ctx.generators("sample"), device=self.lam.device)
-        keep = coins & self.group1
-        # each config's kept rows in row order, then padding (row 0, weight 0): nonzero lists
-        # them config by config, and a row's place is its rank among its config's
-        config, row = keep.nonzero(as_tuple=True)
-        counts = torch.bincount(config, minlength=len(keep))
-        m = max(int(counts.max()), 1)
-        first = torch.cumsum(counts, 0) - counts
-        index = torch.zeros(len(counts), m, dtype=torch.long, device=keep.device)
-        index[config, torch.arange(len(row), device=keep.device) - first[config]] = row
-        valid = torch.arange(m, device=keep.device).unsqueeze(0) < counts.unsqueeze(1)
-        return index, valid
+        """Each config's Poisson sample of group-1 training rows at rate q (``poisson_sample``)."""
+        return poisson_sample(self.n, self.q, self.ctx.generators("sample"), self.lam.device, among=self.group1)
 
     def update(self, batch: Batch, optimizer) -> None:
         # One pass over the minibatch's B rows and the private sample's M rows together (the

@@ -3,12 +3,16 @@
 Tran et al.'s "P" (private, no fairness) next to PF-LD: the same two-hidden-layer network
 and plain SGD steps as ``fld``/``pfld``, but every row's gradient of its own loss is clipped
 to ``clip_primal`` (C) and Gaussian noise N(0, sigma^2 C^2) is added to the clipped sum
-before averaging over the batch. It protects whole training rows (features, label and
-sensitive attribute), not only the attribute as PF-LD does. sigma is calibrated by the RDP
-accountant to the target ``eps`` at delta = 1e-5 for the run's batch size, training-set
-size and epochs (``calibrate_dpsgd_sigma``: epochs * ceil(n / B) sampled Gaussian steps
-at rate B / n); rows report the accountant's eps for the sigma used. Per-row gradient norms
-come from ghost norms (``fairdp.engine.add_clipped_gradients``), as in PF-LD.
+before dividing by the batch size B. It protects whole training rows (features, label and
+sensitive attribute), not only the attribute as PF-LD does. Each step's rows are a Poisson
+sample of the training set at rate q = B / n with exact-rate coins (as Opacus's default
+``poisson_sampling``), not the loop's shuffled minibatch, and the sum is divided by the
+expected size B: epochs * ceil(n / B) steps are then exactly the sampled Gaussian mechanism
+the RDP accountant composes (fairdp 0.3 trained on shuffled fixed-size batches, which that
+analysis covers only heuristically). sigma is calibrated to the target ``eps`` at delta =
+1e-5 for the run's batch size, training-set size and epochs (``calibrate_dpsgd_sigma``);
+rows report the accountant's eps for the sigma used. Per-row gradient norms come from ghost
+norms (``fairdp.engine.add_clipped_gradients``), as in PF-LD.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import torch
 
 from fairdp.engine import PackedModel, add_clipped_gradients, backprop_errors, forward_traced
 from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
-from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, cross_entropy_grad
+from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, cross_entropy_grad, poisson_sample
 from fairdp.methods._registry import register_method
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon, dpsgd_event
 
@@ -52,17 +56,27 @@ class DPSGD(TranMethod):
 
 
 class DPSGDStep(ClassifierSGDStep):
+    """Each step draws its own rows: a Poisson sample of the training set at rate q = B / n
+    (each config from its own stream), not the loop's shuffled minibatch, so that the
+    accountant's sampled Gaussian mechanism is the step's exact analysis; the clipped sum plus
+    noise is divided by the expected sample size q n = B, a constant, as the analysis assumes."""
+
     per_config_attributes = ("clip", "sigma")
 
     def __init__(self, ctx, sigmas: list[float]):
         super().__init__(ctx)
         self.clip = ctx.per_config("clip_primal")
         self.sigma = torch.tensor(sigmas, device=ctx.device, dtype=ctx.dtype)
+        self.n = len(ctx.split("train").y)
+        self.q = min(ctx.settings.batch_size, self.n) / self.n
 
     def update(self, batch, optimizer):
+        index, valid = poisson_sample(self.n, self.q, self.ctx.generators("sample"), self.clip.device)
+        train = self.ctx.split("train")
         optimizer.zero_grad(set_to_none=True)
-        self.clip_counts += dpsgd_gradients(self.model, batch.x, batch.y, self.clip, self.sigma,
-                                            self.ctx.generators("noise"))
+        self.clip_counts += dpsgd_gradients(self.model, train.X[index], train.y[index], self.clip, self.sigma,
+                                            self.ctx.generators("noise"), valid=valid,
+                                            expected_rows=self.q * self.n)
         optimizer.step()
 
     def diagnostics(self):
@@ -70,13 +84,18 @@ class DPSGDStep(ClassifierSGDStep):
 
 
 def dpsgd_gradients(model: PackedModel, xb: torch.Tensor, yb: torch.Tensor, clip: torch.Tensor,
-                    sigma: torch.Tensor, generators) -> np.ndarray:
+                    sigma: torch.Tensor, generators, valid: torch.Tensor | None = None,
+                    expected_rows: float | None = None) -> np.ndarray:
     """Set every parameter's ``.grad`` to DP-SGD's (sum over rows of clip(g_z, C) + N(0, sigma^2 C^2)) / B.
 
     g_z is row z's gradient of its own cross-entropy (all K configs at once; ``clip`` and
-    ``sigma`` per config). Returns (rows clipped, rows) per config, shape (2, K).
+    ``sigma`` per config). The rows are shared, ``xb`` (B, d) and ``yb`` (B,), or each
+    config's own, (K, M, d) and (K, M) with ``valid`` (K, M) marking the real ones (padding
+    adds nothing); B is ``expected_rows`` when given (a Poisson sample's expected size), else
+    the number of rows. Returns (rows clipped, rows) per config, shape (2, K).
     """
-    k, b = clip.shape[0], len(yb)
+    k = clip.shape[0]
+    b = float(expected_rows) if expected_rows is not None else yb.shape[-1]
     layers = [*model.encoder.layers, *model.classifier.layers]
     with torch.no_grad():
         logits, inputs, _ = forward_traced(layers, xb)
@@ -84,5 +103,7 @@ def dpsgd_gradients(model: PackedModel, xb: torch.Tensor, yb: torch.Tensor, clip
     deltas = backprop_errors(layers, inputs, cross_entropy_grad(logits, yb).to(logits.dtype))
     for p in model.parameters():
         p.grad = None
-    weight = torch.full((k, b), -1.0 / b, device=xb.device, dtype=clip.dtype)  # -(1/B): the step adds -weight * g
+    weight = torch.full((k, yb.shape[-1]), -1.0 / b, device=xb.device, dtype=clip.dtype)  # the step adds -weight * g
+    if valid is not None:
+        weight = weight * valid.to(clip.dtype)
     return add_clipped_gradients(layers, inputs, deltas, weight, clip, sigma * clip / b, generators)

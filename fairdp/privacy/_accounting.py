@@ -26,9 +26,9 @@ Step count. Algorithm 1 runs one primal update per mini-batch of each of the T e
 last partial batch included (as ``fairdp.engine`` iterates ``range(0, n, batch_size)``):
 T * ceil(n / |B|) primal steps. This is >= ceil(T n / |B|), Theorem 3's count, so the
 guarantee holds under either reading. PF-LD draws its private sample by Poisson sampling, so
-eq. (11) is its exact analysis. DP-SGD, like TF-Privacy's ``compute_dp_sgd_privacy``, is
-accounted as Poisson sampling while it trains on the engine's shuffled fixed-size batches:
-covered only heuristically there.
+eq. (11) is its exact analysis; so does DP-SGD, whose every step is a Poisson sample of the
+training rows at rate |B| / n (not the engine's shuffled fixed-size batches, which the
+sampled Gaussian analysis would cover only heuristically).
 
 Composition and conversion. Theorem 3 adds the RDP curves of T ceil(n/|B|) primal and T
 dual steps (one ``ComposedDpEvent``). The accountant converts RDP to (eps, delta) with
