@@ -1,9 +1,12 @@
 """Reference costs: seconds per config-epoch of every registered method, and of the probes, on Adult.
 
-    .venv/bin/python benchmarks/bench_costs.py [--pack 8] [--epochs 2] [--repeats 2] [--precisions float32,bf16] [--write]
+    .venv/bin/python benchmarks/bench_costs.py [--pack 8] [--epochs 2] [--repeats 2] [--precisions float32,bf16]
+                                               [--batches 2000,256] [--methods M,...] [--write]
 
 For each method, a pack of up to ``--pack`` configs spread over its Adult paper grid trains
-for 1 and for 1 + ``--epochs`` epochs on one thread (a trial's default ``cpus_per_trial: 1``),
+for 1 and for 1 + ``--epochs`` epochs on one thread (a trial's default ``cpus_per_trial: 1``)
+at each of ``--batches`` (default 2000, the reference, and 256: a step's fixed work makes a
+config-epoch dearer at small batches; the dry run fits a / B + b to them),
 after a one-config warm-up (and one of FEDERATE before the first method, for the process's
 one-off costs). The cost of a config-epoch is the slope between the two, the least of
 ``--repeats`` timings; what the one-epoch
@@ -15,7 +18,10 @@ as a study without ``train.precision`` then trains in it); float32's figure is t
 another precision's is stored under its name. The probes train in full precision whatever the
 study's. ``--write`` stores the figures in
 ``fairdp/study/reference_costs.json``, which ``fairdp run --dry-run`` turns into a time
-estimate and the live ETA uses as the relative cost of methods it has not measured yet.
+estimate (with each accountant-calibrated method's ``per_calibration``, the seconds its noise
+search takes for one eps and batch size, which a worker pays once for each) and the live ETA
+uses as the relative cost of methods it has not measured yet; with
+``--methods`` it replaces only those methods' figures (the file records when each was updated).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import torch
 
 from fairdp.data import load_dataset
 from fairdp.engine import TrainSettings, native_bf16
-from fairdp.methods import get_method, method_names
+from fairdp.methods import RunInfo, get_method, method_names
 from fairdp.metrics import ProbeSettings, evaluate_pack
 from fairdp.study._estimate import REFERENCE_PATH
 
@@ -44,6 +50,26 @@ def spread(configs: list[dict], k: int) -> list[dict]:
         return configs
     step = len(configs) / k
     return [configs[int(i * step)] for i in range(k)]
+
+
+# Below this a method's guarantee is a formula, not an accountant's search: not stored
+CALIBRATION_FLOOR = 0.01
+
+
+def calibration_seconds(method, configs: list[dict], data, settings: TrainSettings) -> float:
+    """Seconds of a config's guarantee on a fresh process, ``Method.privacy`` for each of
+    ``configs`` at a study's shape (30 epochs, batch 256) with the accountants' caches
+    emptied, averaged: the noise calibration a study's worker does once per eps and batch size.
+    Not per 1,000 rows: the search's cost depends on the step count, little on the rows."""
+    from fairdp.privacy import _accounting
+
+    run = RunInfo.of(data, dataclasses.replace(settings, epochs=30, batch_size=256), method.representation_dim(data))
+    started = time.perf_counter()
+    for config in configs:
+        _accounting.calibrate_dpsgd_sigma.cache_clear()
+        _accounting.calibrate_pfld_sigmas.cache_clear()
+        method.privacy(method.validate_config(config), run)
+    return (time.perf_counter() - started) / len(configs)
 
 
 def _cpu_model() -> str:
@@ -64,11 +90,13 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help=f"store the figures in {REFERENCE_PATH}")
     ap.add_argument("--repeats", type=int, default=2, help="timings per method; the least is kept (default 2)")
     ap.add_argument("--methods", help="comma-separated methods to time (default: every registered one)")
+    ap.add_argument("--batches", default="2000,256",
+                    help="comma-separated batch sizes to time the methods that train by epochs at (default 2000,256); "
+                         "the first is the reference, whose figure is the method's; the dry run fits a / B + b "
+                         "through them for a study's batch sizes")
     ap.add_argument("--precisions", help="comma-separated precisions to time the methods in (default float32, and "
                                          "bf16 where this CPU has native bf16 matmuls); float32 is always timed")
     args = ap.parse_args()
-    if args.write and args.methods:
-        ap.error("--write stores every method's figure, measured in one run: drop --methods")
     precisions = (args.precisions.split(",") if args.precisions
                   else ["float32"] + (["bf16"] if native_bf16("cpu") else []))
     if any(p not in ("float32", "bf16") for p in precisions):
@@ -78,7 +106,8 @@ def main() -> None:
     data = load_dataset("adult")
     n_train = len(data.splits["train"])
     rows_k = n_train / 1000
-    settings = TrainSettings(epochs=args.epochs, batch_size=2000, device="cpu")
+    batches = [int(b) for b in args.batches.split(",")]
+    settings = TrainSettings(epochs=args.epochs, batch_size=batches[0], device="cpu")
     methods, probe_pack = {}, None
     print(f"Adult, {n_train} training rows, {args.epochs} epochs, packs of up to {args.pack}, "
           f"1 thread, {_cpu_model()}, precisions {', '.join(precisions)}")
@@ -94,9 +123,10 @@ def main() -> None:
             federate.train_pack(data, warm, 0, dataclasses.replace(settings, epochs=epochs, precision=precision))
     names = args.methods.split(",") if args.methods else method_names()
 
-    def timed(method, configs, epochs, precision, callback=None):
+    def timed(method, configs, epochs, precision, callback=None, batch=None):
         t = time.perf_counter()
-        result = method.train_pack(data, configs, 0, dataclasses.replace(settings, epochs=epochs, precision=precision),
+        result = method.train_pack(data, configs, 0, dataclasses.replace(settings, epochs=epochs, precision=precision,
+                                                                         batch_size=batch or batches[0]),
                                    callback=callback)
         return time.perf_counter() - t, result
 
@@ -116,25 +146,43 @@ def main() -> None:
                 # the slope between 1 and 1 + E epochs: a config-epoch's cost without the pack's
                 # fixed part; the least of --repeats, as this machine's timings of one script vary
                 # by tens of %
-                slopes, shorts = [], [t_short]
-                for r in range(args.repeats):
-                    if r:
-                        shorts.append(timed(method, configs, 1, precision)[0])
-                    wall, result = timed(method, configs, 1 + args.epochs, precision)
-                    slopes.append((wall - shorts[-1]) / (k * args.epochs))
-                per = min(slopes)
-                fixed = max(0.0, min(shorts) - k * per)
+                by_batch = {}
+                for batch in batches:
+                    slopes, shorts = [], [t_short] if batch == batches[0] else []
+                    for r in range(args.repeats):
+                        if r or batch != batches[0]:
+                            shorts.append(timed(method, configs, 1, precision, batch=batch)[0])
+                        wall, result = timed(method, configs, 1 + args.epochs, precision, batch=batch)
+                        slopes.append((wall - shorts[-1]) / (k * args.epochs))
+                    by_batch[str(batch)] = min(slopes) / rows_k
+                    if batch == batches[0]:
+                        per = min(slopes)
+                        fixed = max(0.0, min(shorts) - k * per)
                 figure = {"per_config_epoch": per / rows_k, "per_pack": fixed / rows_k}
+                if len(batches) > 1:
+                    figure["by_batch"] = by_batch
+                if precision == "float32":
+                    calibrating = calibration_seconds(method, configs, data, settings)
+                    if calibrating > CALIBRATION_FLOOR:
+                        figure["per_calibration"] = calibrating
                 if precision == "float32":
                     methods[name] = figure
                 else:
                     methods[name][precision] = figure
+            at = (" (" + ", ".join(f"B {b}: {v:.4f}" for b, v in figure.get("by_batch", {}).items()) + ")"
+                  if by_epochs and "by_batch" in figure else "")
+            if by_epochs and "per_calibration" in figure:
+                at += f"; calibration {figure['per_calibration']:.2f} s per eps"
             print(f"| {name} | {precision if by_epochs else '-'} | {k} | {wall:.2f} | {'yes' if by_epochs else 'no'} | "
-                  f"{per / rows_k:.4f} | {fixed / rows_k:.4f} |", flush=True)
+                  f"{per / rows_k:.4f}{at} | {fixed / rows_k:.4f} |", flush=True)
             if name == "federate" and precision == "float32":
                 probe_pack = result
             if not by_epochs:
                 break
+    if args.methods:
+        if args.write:
+            _update(methods, args, precisions, batches)
+        return
     if probe_pack is None:
         probe_pack = federate.train_pack(data, spread(federate.expand(federate.paper_grid("adult")), args.pack), 0,
                                          dataclasses.replace(settings, precision="float32"))
@@ -150,14 +198,12 @@ def main() -> None:
         probes[kind] = max(0.0, time.perf_counter() - t - base) / k / rows_k
         print(f"| probe {kind} | - | {k} | - | - | {probes[kind]:.4f} per config | - |", flush=True)
     if args.write:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                          text=True).stdout.strip():
-            commit += "-dirty"  # measured with uncommitted changes
+        commit = _commit()
         figures = {
             "measured": {"machine": f"{_cpu_model()}, {os.cpu_count()} cores", "device": "cpu", "threads": 1,
                          "torch": torch.__version__, "dataset": "adult", "train_rows": n_train,
                          "pack": args.pack, "epochs": args.epochs, "precisions": precisions, "commit": commit,
+                         "batch_size": batches[0], "batches": batches,
                          "date": datetime.date.today().isoformat()},
             "unit": "seconds per 1,000 training rows",
             "methods": methods,
@@ -167,6 +213,35 @@ def main() -> None:
             json.dump(figures, f, indent=1, sort_keys=True)
             f.write("\n")
         print(f"written to {REFERENCE_PATH}")
+
+
+def _commit() -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                      text=True).stdout.strip():
+        commit += "-dirty"  # measured with uncommitted changes
+    return commit
+
+
+def _update(methods: dict, args, precisions: list[str], batches: list[int]) -> None:
+    """--write with --methods: replace those methods' figures in the stored file, which says
+    under ``updated`` when, where, at which commit and in which precisions each was measured
+    (the others keep ``measured``'s). A precision not measured here is dropped from the
+    method's figure: the estimate then uses float32's for it, and says so."""
+    with open(REFERENCE_PATH) as f:
+        figures = json.load(f)
+    if figures["measured"].get("epochs") != args.epochs:
+        raise SystemExit(f"--write --methods: measure over the stored figures' {figures['measured'].get('epochs')} "
+                         f"epochs, so that the methods stay comparable")
+    for name, figure in methods.items():
+        figures["methods"][name] = figure
+        figures.setdefault("updated", {})[name] = {
+            "commit": _commit(), "date": datetime.date.today().isoformat(), "batches": batches,
+            "machine": f"{_cpu_model()}, {os.cpu_count()} cores", "precisions": precisions}
+    with open(REFERENCE_PATH, "w") as f:
+        json.dump(figures, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"updated {', '.join(methods)} in {REFERENCE_PATH}")
 
 
 if __name__ == "__main__":

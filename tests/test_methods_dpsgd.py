@@ -7,9 +7,8 @@ import torch
 from fairdp import _rng
 from fairdp.data import load_dataset
 from fairdp.engine import ModelSpec, PackedModel, TrainSettings
-from fairdp.methods import get_method
+from fairdp.methods import dpsgd, get_method
 from fairdp.methods._lagrangian import ARCHITECTURE
-from fairdp.methods import dpsgd
 from fairdp.methods.dpsgd import dpsgd_gradients
 from fairdp.privacy import PFLD_DELTA, calibrate_dpsgd_sigma, gaussian_epsilon
 

@@ -58,8 +58,9 @@ Loss and population terms are the paper's: computed on the minibatch, unclipped.
 noise, clipping bounds nobody reaches and one minibatch per epoch (|B| = n, q = 1), PF-LD's
 update is F-LD's (tested). Per-sample gradient norms and clipped sums come from per-layer
 inputs and errors (ghost norms, ``fairdp.engine.add_clipped_gradients``), the errors
-backpropagated by hand (``fairdp.engine.backprop_errors``), for the minibatch and the private
-sample in one pass (see ``PrivateLagrangianStep.update``). All K configs of a
+backpropagated by hand (``fairdp.engine.backprop_errors``) once for the minibatch and the
+private sample together: with two logits every row's gradient, of its loss or of h, is a
+multiple of one direction (``binary_slopes``; see ``PrivateLagrangianStep.update``). All K configs of a
 pack train together: stacked parameters, per-config multipliers, clipping bounds, noise
 scales and Poisson samples, each from the config's own streams.
 """
@@ -180,19 +181,16 @@ def h_all(logits: torch.Tensor, y: torch.Tensor, is_ap: torch.Tensor) -> torch.T
     return torch.where(is_ap.unsqueeze(1), ce.view(k, -1), torch.softmax(logits, dim=-1)[..., 1])
 
 
-def h_and_grad(logits: torch.Tensor, y: torch.Tensor, is_ap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``h_all`` (K, B) in fp32 (or the run's float64) and its gradient w.r.t. the logits
-    (K, B, 2), in closed form: d CE / dz = softmax(z) - onehot(y) for ap, and for dp and eo
-    d p_1 / dz = p_1 (1 - p_1) (-1, +1)."""
+def binary_slopes(logits: torch.Tensor, y: torch.Tensor, is_ap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's gradient of its cross-entropy and of h w.r.t. its two logits as multiples of
+    the direction (-1, +1), (K, B) each in fp32 (or the run's float64). Two-class softmax
+    depends on z_1 - z_0 only, so every such gradient lies along it: d CE / dz = (p_1 - y)
+    (-1, +1), d p_1 / dz = p_1 (1 - p_1) (-1, +1); h is the cross-entropy for ap, p_1 else."""
     z = logits if logits.dtype == torch.float64 else logits.float()
-    p = torch.softmax(z, dim=-1)
+    p1 = torch.softmax(z, dim=-1)[..., 1]
     labels = y if y.dim() == 2 else y.expand(z.shape[:2])
-    ce_grad = p - torch.nn.functional.one_hot(labels, z.shape[-1]).to(z.dtype)
-    p1 = p[..., 1]
-    dp1 = (p1 * (1 - p1)).unsqueeze(2) * torch.tensor([-1.0, 1.0], dtype=z.dtype, device=z.device)
-    ap = is_ap.view(-1, 1)
-    ce = -torch.log_softmax(z, dim=-1).gather(2, labels.unsqueeze(2)).squeeze(2)
-    return torch.where(ap, ce, p1), torch.where(ap.unsqueeze(2), ce_grad, dp1)
+    slope_ce = p1 - labels.to(z.dtype)
+    return slope_ce, torch.where(is_ap.view(-1, 1), slope_ce, p1 * (1 - p1))
 
 
 def cross_entropy_grad(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -361,11 +359,11 @@ class PrivateLagrangianStep(ClassifierSGDStep):
 
     def update(self, batch: Batch, optimizer) -> None:
         # One pass over the minibatch's B rows and the private sample's M rows together (the
-        # costs at these sizes are per operation, not per row): their forward, the loss's and
-        # h's errors backpropagated by hand (backprop_errors: both in one batched matmul a
-        # layer, where autograd takes a pass each), the per-row norms, and one matmul a layer
-        # for the loss's gradient plus every clipped contribution (add_clipped_gradients'
-        # plain). The sum is the one the step releases; only its float rounding order is new.
+        # costs at these sizes are per operation, not per row): their forward, one backward
+        # (backprop_errors) of the logits' direction (-1, +1), along which every row's
+        # gradient of its loss and of h lies (``binary_slopes``), the per-row norms, and one
+        # matmul a layer for the loss's gradient plus every clipped contribution
+        # (add_clipped_gradients' plain). The sum is the one the step releases.
         k, b, layers = self.ctx.k, len(batch.y), self.layers()
         index, valid = self.poisson_sample()
         train = self.ctx.split("train")
@@ -374,14 +372,16 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         y = torch.cat([batch.y.expand(k, -1), train.y[index]], dim=1)
         with torch.no_grad():
             logits, inputs, _ = forward_traced(layers, x)
-        h, dh = h_and_grad(logits, y, self.is_ap)
-        onehot = torch.nn.functional.one_hot(self._slots(y), 2).to(h.dtype)  # (K, B + M, 2)
+        slope_ce, slope_h = binary_slopes(logits, y, self.is_ap)
+        onehot = torch.nn.functional.one_hot(self._slots(y), 2).to(slope_h.dtype)  # (K, B + M, 2)
         # the objective, on the minibatch: mean cross-entropy plus sum_a lambda_a sign_a mu(B_P)
         in_slot = onehot[:, :b].sum(dim=1).clamp(min=1.0)  # (K, 2) rows of each slot in the batch
-        pop_weight = onehot[:, :b] @ ((self.lam * self.sign).sum(dim=2) / in_slot).to(h.dtype).unsqueeze(2)
-        d_loss = cross_entropy_grad(logits[:, :b], batch.y) / b + pop_weight * dh[:, :b]
-        loss_deltas = backprop_errors(layers, inputs, d_loss.to(logits.dtype))  # the minibatch's rows
-        h_deltas = backprop_errors(layers, inputs, dh.to(logits.dtype))
+        pop_weight = (onehot[:, :b] @ ((self.lam * self.sign).sum(dim=2) / in_slot).to(slope_h.dtype).unsqueeze(2))
+        slope_loss = slope_ce[:, :b] / b + pop_weight.squeeze(2) * slope_h[:, :b]
+        direction = torch.tensor([-1.0, 1.0], device=logits.device, dtype=logits.dtype)
+        unit = backprop_errors(layers, inputs, direction.expand(*logits.shape).contiguous())
+        h_deltas = [d * slope_h.unsqueeze(2).to(d.dtype) for d in unit]
+        loss_deltas = [d[:, :b] * slope_loss.unsqueeze(2).to(d.dtype) for d in unit]  # the minibatch's rows
         # the group term: the public part's weight on every minibatch row (n / |B| times the
         # minibatch's sum estimates P's), the private part's on the sample's group-1 rows
         rho, kappa = self.coefficients()

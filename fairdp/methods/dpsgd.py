@@ -22,7 +22,12 @@ import torch
 
 from fairdp.engine import PackedModel, add_clipped_gradients, backprop_errors, forward_traced
 from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
-from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, cross_entropy_grad, poisson_sample
+from fairdp.methods._lagrangian import (
+    ClassifierSGDStep,
+    TranMethod,
+    cross_entropy_grad,
+    poisson_sample,
+)
 from fairdp.methods._registry import register_method
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon, dpsgd_event
 

@@ -46,11 +46,29 @@ def lacking_precision(methods, precision: str | None, figures: dict | None = Non
     return [m for m in methods if "per_config_epoch" in per_method.get(m, {}) and precision not in per_method[m]]
 
 
+def config_epoch_figure(fig: dict, batch_size: int | None) -> float:
+    """A method's seconds per config-epoch per 1,000 rows at ``batch_size``. An epoch of
+    ceil(n / B) steps costs n (a / B + b) for a step of a + b B seconds (its per-step work and
+    its per-row work), so the figures measured at several batch sizes (``by_batch``) are fitted
+    as a / B + b, least squares in 1 / B; with one figure, or no batch size, the figure itself
+    (measured at the reference batch size)."""
+    by_batch = {int(b): float(v) for b, v in fig.get("by_batch", {}).items()}
+    if batch_size is None or len(by_batch) < 2:
+        return fig["per_config_epoch"]
+    inverse = [1.0 / b for b in by_batch]
+    values = list(by_batch.values())
+    mean_x, mean_y = sum(inverse) / len(inverse), sum(values) / len(values)
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in zip(inverse, values))
+             / sum((x - mean_x) ** 2 for x in inverse))
+    return max(0.0, mean_y + slope * (1.0 / batch_size - mean_x))
+
+
 def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
-               figures: dict | None = None, probes: bool = True, precision: str | None = None) -> dict[str, float]:
+               figures: dict | None = None, probes: bool = True, precision: str | None = None,
+               batch_size: int | None = None) -> dict[str, float]:
     """Reference seconds per config-epoch (one trial slot) of each of ``methods`` that has a
-    figure, for this study: its training in ``precision``, plus (``probes``) its probes (full
-    precision) spread over its epochs."""
+    figure, for this study: its training in ``precision`` at ``batch_size`` (``config_epoch_figure``),
+    plus (``probes``) its probes (full precision) spread over its epochs."""
     figures = reference() if figures is None else figures
     per_method = _method_figures(figures, precision)
     probe_figs = figures.get("probes_per_config", {}) if probes else {}
@@ -62,7 +80,8 @@ def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
         fig = per_method.get(name)
         if fig is None:
             continue
-        per_config = fig["per_config_epoch"] * epochs if "per_config_epoch" in fig else fig["per_config"]
+        per_config = (config_epoch_figure(fig, batch_size) * epochs if "per_config_epoch" in fig
+                      else fig["per_config"])
         costs[name] = (per_config + probe) * rows_k / epochs
     return costs
 
@@ -75,11 +94,22 @@ def pack_fixed(methods, train_rows: int, figures: dict | None = None, precision:
             if "per_pack" in per_method.get(m, {})}
 
 
-def makespan(packs: list[tuple[str, float]], costs: dict[str, float], slots: int,
-             fixed: dict[str, float] | None = None) -> float:
-    """Wall seconds to run ``packs`` ((method, config-epochs), in the order they are handed
-    out) on ``slots`` slots, each pack to the first free slot, a pack taking its method's
-    ``fixed`` time plus its config-epochs at ``costs``. Methods without a cost count 0."""
+def calibration_seconds(spec, packs, figures: dict | None = None) -> float:
+    """Reference seconds a trial slot spends calibrating noise (``per_calibration``: an
+    accountant's search for the multiplier, once per worker process for each distinct target
+    eps and batch size of a method, then cached): the sum over the distinct (method, eps, batch
+    size) of ``packs``, as every slot meets most of them in a study's shuffle of packs."""
+    per_method = (reference() if figures is None else figures).get("methods", {})
+    keys = {(p.method, c.get("eps"), c.get("batch_size") or spec.train.batch_size)
+            for p in packs for c in p.configs if "per_calibration" in per_method.get(p.method, {})}
+    return sum(per_method[method]["per_calibration"] for method, _, _ in keys)
+
+
+def makespan(packs: list[tuple], costs: dict, slots: int, fixed: dict | None = None) -> float:
+    """Wall seconds to run ``packs`` ((key, config-epochs), in the order they are handed out;
+    a key is a method, or a (method, batch size) as ``pack_work`` gives) on ``slots`` slots,
+    each pack to the first free slot, a pack taking its key's ``fixed`` time plus its
+    config-epochs at ``costs``. Keys without a cost count 0."""
     fixed = fixed or {}
     free = [0.0] * max(1, slots)
     for method, units in packs:
@@ -90,10 +120,30 @@ def makespan(packs: list[tuple[str, float]], costs: dict[str, float], slots: int
     return max(free)
 
 
-def study_unit_costs(spec, train_rows: int, probes: bool = True, precision: str | None = None) -> dict[str, float]:
-    """``unit_costs`` for the methods, epochs and probes of a study spec trained in ``precision``."""
+def study_unit_costs(spec, train_rows: int, probes: bool = True, precision: str | None = None,
+                     batch_size: int | None = None) -> dict[str, float]:
+    """``unit_costs`` for the methods, epochs and probes of a study spec trained in ``precision``
+    at ``batch_size`` (default the study's)."""
     return unit_costs(study_methods(spec), spec.train.epochs, train_rows, spec.leakage, spec.mdl, probes=probes,
-                      precision=precision)
+                      precision=precision, batch_size=batch_size or spec.train.batch_size)
+
+
+def pack_work(spec, packs, train_rows: int, precision: str | None = None):
+    """The dry run's ``makespan`` inputs for ``packs``: ((method, batch size), config-epochs)
+    per pack, the reference cost of a config-epoch and the fixed cost of a pack under each such
+    key (a pack trains at one batch size: its configs' ``batch_size``, else the study's)."""
+    work, costs, fixed = [], {}, {}
+    base = pack_fixed(study_methods(spec), train_rows, precision=precision)
+    for p in packs:
+        key = (p.method, int(p.configs[0].get("batch_size") or spec.train.batch_size))
+        if key not in costs:
+            at_batch = study_unit_costs(spec, train_rows, precision=precision, batch_size=key[1])
+            if p.method in at_batch:
+                costs[key] = at_batch[p.method]
+            if p.method in base:
+                fixed[key] = base[p.method]
+        work.append((key, len(p.configs) * spec.train.epochs))
+    return work, costs, fixed
 
 
 def study_methods(spec) -> list[str]:
@@ -102,8 +152,20 @@ def study_methods(spec) -> list[str]:
 
 def describe_reference(figures: dict | None = None) -> str:
     """Where the reference figures were measured, in a few words."""
-    measured = (reference() if figures is None else figures).get("measured", {})
+    figures = reference() if figures is None else figures
+    measured = figures.get("measured", {})
     if not measured:
         return "no reference figures"
+    updated = figures.get("updated", {})
+    later = "; " + "; ".join(
+        f"{', '.join(sorted(names))} at fairdp {commit} ({machine})"
+        for (commit, machine), names in _grouped(updated).items()) if updated else ""
     return (f"{measured.get('device', '?')} ({measured.get('machine', '?')}), {measured.get('threads', '?')} "
-            f"thread per trial, torch {measured.get('torch', '?')}, fairdp {measured.get('commit', '?')}")
+            f"thread per trial, torch {measured.get('torch', '?')}, fairdp {measured.get('commit', '?')}{later}")
+
+
+def _grouped(updated: dict) -> dict[tuple[str, str], list[str]]:
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, where in updated.items():
+        groups.setdefault((where.get("commit", "?"), where.get("machine", "?")), []).append(name)
+    return groups

@@ -14,11 +14,11 @@ import pandas as pd
 from fairdp.engine import resolve_device
 from fairdp.errors import InputError
 from fairdp.study._estimate import (
+    calibration_seconds,
     describe_reference,
     lacking_precision,
     makespan,
-    pack_fixed,
-    study_methods,
+    pack_work,
     study_unit_costs,
 )
 from fairdp.study._executors import DEFAULT_EXECUTOR, make_executor
@@ -216,28 +216,32 @@ def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: b
     study's precision (``choice``, settled; float32's figures while it waits for a cluster's
     nodes), saying what they are."""
     precision = choice.precision if choice is not None else None
-    costs = study_unit_costs(spec, train_rows, precision=precision)
-    if not costs:
+    if not study_unit_costs(spec, train_rows, precision=precision):
         return "  estimate: none (no reference figures; benchmarks/bench_costs.py --write measures them)"
-    fixed = pack_fixed(study_methods(spec), train_rows, precision=precision)
-    work = [(p.method, len(p.configs) * spec.train.epochs) for p in packs]
-    missing = sorted({m for m, _ in work} - set(costs))
+    work, costs, fixed = pack_work(spec, packs, train_rows, precision)
+    calibrating = calibration_seconds(spec, packs)
+    methods = {method for (method, _), _ in work}
+    missing = sorted(methods - {method for method, _ in costs})
     lacking = f"; {', '.join(missing)} not included (no figure)" if missing else ""
-    in_float32 = lacking_precision(sorted({m for m, _ in work}), precision)
+    in_float32 = lacking_precision(sorted(methods), precision)
     if in_float32:
         lacking += f"; {', '.join(in_float32)} at float32's figure (none in {precision})"
     where = describe_reference()
+
+    def total(on_slots: int) -> str:  # each slot calibrates for itself
+        return duration(makespan(work, costs, on_slots, fixed) + calibrating)
+
     if resolve_device(spec.train.device).type == "cuda":
         return (f"  estimate: none for a GPU run; the reference figures are from a {where}. A CPU run "
-                f"would take about {duration(makespan(work, costs, slots, fixed))} of training{lacking}")
+                f"would take about {total(slots)} of training{lacking}")
     trained = f"training in {precision or spec.train.dtype}"
     if choice is not None and not choice.decided:
         trained += " (in bf16, faster, if every node has native bf16 matmuls)"
     if remote:
-        return (f"  estimate: about {duration(makespan(work, costs, 1, fixed))} of compute, {trained}, on one slot of "
-                f"the reference {where}, divided among the cluster's slots{lacking}")
-    return (f"  estimate: about {duration(makespan(work, costs, slots, fixed))} of {trained} and probes on {slots} "
-            f"slot(s) at the reference speed ({where}; Ray start-up not included){lacking}")
+        return (f"  estimate: about {total(1)} of compute, {trained}, on one slot of the reference {where}, "
+                f"divided among the cluster's slots{lacking}")
+    return (f"  estimate: about {total(slots)} of {trained} and probes on {slots} slot(s) at the reference speed "
+            f"({where}; Ray start-up not included){lacking}")
 
 
 def _drop_finished_checkpoints(store: ResultStore, stored) -> None:
