@@ -5,8 +5,8 @@
 
 For each method, a pack of up to ``--pack`` configs spread over its Adult paper grid trains
 for 1 and for 1 + ``--epochs`` epochs on one thread (a trial's default ``cpus_per_trial: 1``)
-at each of ``--batches`` (default 2000, the reference, and 256: a step's fixed work makes a
-config-epoch dearer at small batches; the dry run fits a / B + b to them),
+at each of ``--batches`` (default 2000, the reference, 1024 and 256: a step's fixed work makes a
+config-epoch dearer at small batches; the dry run interpolates between them in 1 / B),
 after a one-config warm-up (and one of FEDERATE before the first method, for the process's
 one-off costs). The cost of a config-epoch is the slope between the two, the least of
 ``--repeats`` timings; what the one-epoch
@@ -90,10 +90,10 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help=f"store the figures in {REFERENCE_PATH}")
     ap.add_argument("--repeats", type=int, default=2, help="timings per method; the least is kept (default 2)")
     ap.add_argument("--methods", help="comma-separated methods to time (default: every registered one)")
-    ap.add_argument("--batches", default="2000,256",
-                    help="comma-separated batch sizes to time the methods that train by epochs at (default 2000,256); "
-                         "the first is the reference, whose figure is the method's; the dry run fits a / B + b "
-                         "through them for a study's batch sizes")
+    ap.add_argument("--batches", default="2000,1024,256",
+                    help="comma-separated batch sizes to time the methods that train by epochs at (default 2000,1024,256); "
+                         "the first is the reference, whose figure is the method's; the dry run interpolates "
+                         "between them in 1 / B for a study's batch sizes")
     ap.add_argument("--precisions", help="comma-separated precisions to time the methods in (default float32, and "
                                          "bf16 where this CPU has native bf16 matmuls); float32 is always timed")
     args = ap.parse_args()

@@ -249,6 +249,17 @@ def test_a_config_epoch_is_costed_at_the_packs_batch_size(batch):
     assert costs == pytest.approx({"m": 2 * (a / batch + b)})  # per 1,000 rows x 2
 
 
+@pytest.mark.parametrize("batch, expected", [
+    (2000, 1.0), (1024, 2.0), (256, 5.0),               # the measured points themselves
+    (1500, 1.0 + (2.0 - 1.0) * (1 / 1500 - 1 / 2000) / (1 / 1024 - 1 / 2000)),  # between two: linear in 1 / B
+    (512, 2.0 + (5.0 - 2.0) * (1 / 512 - 1 / 1024) / (1 / 256 - 1 / 1024)),
+    (128, 5.0 + (5.0 - 2.0) * (1 / 128 - 1 / 256) / (1 / 256 - 1 / 1024)),   # beyond: the end segment extended
+])
+def test_figures_at_three_batch_sizes_are_interpolated_between_neighbours(batch, expected):
+    fig = {"per_config_epoch": 1.0, "by_batch": {"2000": 1.0, "1024": 2.0, "256": 5.0}}
+    assert config_epoch_figure(fig, batch) == pytest.approx(expected)
+
+
 def test_the_dry_run_costs_each_pack_at_its_own_batch_size():
     from fairdp.study import load_spec
     from fairdp.study._estimate import pack_work

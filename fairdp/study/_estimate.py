@@ -49,18 +49,16 @@ def lacking_precision(methods, precision: str | None, figures: dict | None = Non
 def config_epoch_figure(fig: dict, batch_size: int | None) -> float:
     """A method's seconds per config-epoch per 1,000 rows at ``batch_size``. An epoch of
     ceil(n / B) steps costs n (a / B + b) for a step of a + b B seconds (its per-step work and
-    its per-row work), so the figures measured at several batch sizes (``by_batch``) are fitted
-    as a / B + b, least squares in 1 / B; with one figure, or no batch size, the figure itself
-    (measured at the reference batch size)."""
-    by_batch = {int(b): float(v) for b, v in fig.get("by_batch", {}).items()}
-    if batch_size is None or len(by_batch) < 2:
+    its per-row work), so between batch sizes measured (``by_batch``) the figure is
+    interpolated linearly in 1 / B, and beyond them the nearest segment is extended; with one
+    figure, or no batch size, the figure itself (measured at the reference batch size)."""
+    points = sorted((1.0 / int(b), float(v)) for b, v in fig.get("by_batch", {}).items())
+    if batch_size is None or len(points) < 2:
         return fig["per_config_epoch"]
-    inverse = [1.0 / b for b in by_batch]
-    values = list(by_batch.values())
-    mean_x, mean_y = sum(inverse) / len(inverse), sum(values) / len(values)
-    slope = (sum((x - mean_x) * (y - mean_y) for x, y in zip(inverse, values))
-             / sum((x - mean_x) ** 2 for x in inverse))
-    return max(0.0, mean_y + slope * (1.0 / batch_size - mean_x))
+    x = 1.0 / batch_size
+    inner = [i for i in range(1, len(points) - 1) if points[i][0] <= x]
+    (x0, y0), (x1, y1) = points[inner[-1] if inner else 0], points[(inner[-1] if inner else 0) + 1]
+    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
 def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
