@@ -120,7 +120,9 @@ def test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing(tiny_run, t
     assert (df["optimizer"] == "adam").all() and (df["lr"] == 1e-3).all()
     # no train.precision on a CPU: bf16 where it multiplies bf16 matrices in hardware, else float32
     assert (df["precision"] == default_cpu_precision()).all()
-    assert f"precision {default_cpu_precision()} (" in proc.stderr
+    # the plan says bf16, or full precision as a study without one computes it (float32 here)
+    said = "bf16" if default_cpu_precision() == "bf16" else "tf32 on CUDA, float32 on a CPU"
+    assert f"precision {said} (" in proc.stderr
     assert {tuple(json.loads(a)["encoder"]) for a in df["architecture"]} == {(300, 300)}
     probe = json.loads(df["probe"].iloc[0])
     assert probe["standardize"] and probe["early_stopping"] and probe["kind"] == "mlp"
