@@ -323,11 +323,8 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         y = y if y.dim() == 2 else y.expand(self.ctx.k, -1)
         return torch.where(self.is_eo.unsqueeze(1), y, torch.zeros_like(y))
 
-    def _population_sizes(self) -> torch.Tensor:
-        """(K, 2) rows of each population slot in the training set (public: labels only)."""
-        return self.population_sizes
-
     def _count_population(self) -> torch.Tensor:
+        """(K, 2) rows of each population slot in the training set (public: labels only)."""
         y = self.ctx.split("train").y
         n1 = float((y == 1).sum())
         eo = torch.tensor([self.n - n1, n1], device=self.lam.device, dtype=self.lam.dtype)
@@ -336,7 +333,7 @@ class PrivateLagrangianStep(ClassifierSGDStep):
 
     def _normalisers(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(n_0, n_1) per config and slot from the released counts (1 where none yet)."""
-        sizes = self._population_sizes()
+        sizes = self.population_sizes
         n1 = torch.nan_to_num(self.count1, nan=1.0)
         n1 = torch.minimum(n1.clamp(min=1.0), (sizes - 1).clamp(min=1.0))
         return (sizes - n1).clamp(min=1.0), n1
@@ -417,7 +414,7 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         self.released = torch.cat([released_sums, self.count1], dim=1)
         n0, n1 = self._normalisers()
         violation = torch.stack([means_p - (sums_p - released_sums) / n0, means_p - released_sums / n1], dim=2)
-        live = (self._population_sizes() > 0).to(h.dtype).unsqueeze(2)  # slot 1 of dp and ap holds no rows
+        live = (self.population_sizes > 0).to(h.dtype).unsqueeze(2)  # slot 1 of dp and ap holds no rows
         self.lam = ((self.lam + DUAL_STEP * violation.abs()).clamp(0.0, LAMBDA_MAX)) * live
         self.sign = torch.sign(violation) * live
 
