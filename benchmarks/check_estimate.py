@@ -20,7 +20,7 @@ import pandas as pd
 
 from fairdp.data import load_dataset
 from fairdp.study import load_spec, read_results
-from fairdp.study._estimate import calibration_seconds, makespan, pack_work, reference
+from fairdp.study._estimate import calibration_by_pack_key, makespan, pack_work
 from fairdp.study._plan import Backlog
 
 
@@ -40,16 +40,12 @@ def main() -> None:
     packs = Backlog.from_stored(spec, pd.DataFrame()).packs(args.slots, False)
     precision = rows["precision"].dropna().iloc[0] if "precision" in rows and rows["precision"].notna().any() else None
     work, costs, fixed = pack_work(spec, packs, train_rows, precision)
-    figures = reference()["methods"]
     estimated: dict[tuple, float] = {}
     for key, units in work:
         estimated[key] = estimated.get(key, 0.0) + fixed.get(key, 0.0) + units * costs.get(key, 0.0)
-    for key in estimated:
-        per = figures.get(key[0], {}).get("per_calibration")
-        if per:
-            eps = {c.get("eps") for p in packs if p.method == key[0] for c in p.configs
-                   if int(c.get("batch_size") or spec.train.batch_size) == key[1]}
-            estimated[key] += per * len(eps) * args.slots  # every slot's process searches for itself
+    calibration = calibration_by_pack_key(spec, packs)
+    for key, seconds in calibration.items():
+        estimated[key] = estimated.get(key, 0.0) + seconds * args.slots  # every slot's process searches for itself
     batch = rows["batch_size"].fillna(spec.train.batch_size).astype(int) if "batch_size" in rows else spec.train.batch_size
     measured = (rows.assign(batch=batch).drop_duplicates(["method", "batch", "pack_duration_s"])
                 .groupby(["method", "batch"])["pack_duration_s"].sum())
@@ -60,7 +56,7 @@ def main() -> None:
         got = float(measured.get((method, b), float("nan")))
         print(f"| {method} | {b} | {est:.0f} | {got:.0f} | {got / est:.2f} |")
     if args.wall:
-        whole = makespan(work, costs, args.slots, fixed) + calibration_seconds(spec, packs)
+        whole = makespan(work, costs, args.slots, fixed) + sum(calibration.values())
         print(f"whole study on {args.slots} slots: estimated {whole:.0f} s, measured {args.wall:.0f} s wall, "
               f"{args.wall / whole:.2f}x")
 

@@ -281,7 +281,7 @@ def test_the_dry_run_costs_each_pack_at_its_own_batch_size():
 def test_each_slot_pays_one_calibration_per_distinct_method_eps_and_batch():
     from types import SimpleNamespace
 
-    from fairdp.study._estimate import calibration_seconds
+    from fairdp.study._estimate import calibration_by_pack_key, calibration_seconds
 
     figures = {"methods": {"dpsgd": {"per_config_epoch": 1.0, "per_calibration": 2.0},
                            "fld": {"per_config_epoch": 1.0}}}
@@ -291,6 +291,8 @@ def test_each_slot_pays_one_calibration_per_distinct_method_eps_and_batch():
              SimpleNamespace(method="fld", configs=[{"lr": 0.1}])]
     # (1, 256), (2, 256), (1, 1024): three searches; fld has none
     assert calibration_seconds(spec, packs, figures) == pytest.approx(6.0)
+    # per pack key, as benchmarks/check_estimate.py attributes them
+    assert calibration_by_pack_key(spec, packs, figures) == {("dpsgd", 256): 4.0, ("dpsgd", 1024): 2.0}
 
 
 def test_every_builtin_method_has_a_reference_figure():

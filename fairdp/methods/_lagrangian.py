@@ -193,13 +193,6 @@ def binary_slopes(logits: torch.Tensor, y: torch.Tensor, is_ap: torch.Tensor) ->
     return slope_ce, torch.where(is_ap.view(-1, 1), slope_ce, p1 * (1 - p1))
 
 
-def cross_entropy_grad(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The gradient of each row's cross-entropy w.r.t. its logits, (K, B, C): softmax - onehot."""
-    z = logits if logits.dtype == torch.float64 else logits.float()
-    labels = y if y.dim() == 2 else y.expand(z.shape[:2])
-    return torch.softmax(z, dim=-1) - torch.nn.functional.one_hot(labels, z.shape[-1]).to(z.dtype)
-
-
 def poisson_sample(n: int, q: float, generators, device, among: torch.Tensor | None = None):
     """(index (K, M), valid (K, M)): each config's Poisson sample of the n training rows at rate
     q (of those ``among`` marks, (1, n) bool, if given), row indices in row order, padded to the

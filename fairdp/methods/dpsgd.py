@@ -22,12 +22,7 @@ import torch
 
 from fairdp.engine import PackedModel, add_clipped_gradients, backprop_errors, forward_traced
 from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
-from fairdp.methods._lagrangian import (
-    ClassifierSGDStep,
-    TranMethod,
-    cross_entropy_grad,
-    poisson_sample,
-)
+from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, poisson_sample
 from fairdp.methods._registry import register_method
 from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon, dpsgd_event
 
@@ -112,3 +107,10 @@ def dpsgd_gradients(model: PackedModel, xb: torch.Tensor, yb: torch.Tensor, clip
     if valid is not None:
         weight = weight * valid.to(clip.dtype)
     return add_clipped_gradients(layers, inputs, deltas, weight, clip, sigma * clip / b, generators)
+
+
+def cross_entropy_grad(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The gradient of each row's cross-entropy w.r.t. its logits, (K, B, C): softmax - onehot."""
+    z = logits if logits.dtype == torch.float64 else logits.float()
+    labels = y if y.dim() == 2 else y.expand(z.shape[:2])
+    return torch.softmax(z, dim=-1) - torch.nn.functional.one_hot(labels, z.shape[-1]).to(z.dtype)

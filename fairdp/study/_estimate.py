@@ -92,15 +92,23 @@ def pack_fixed(methods, train_rows: int, figures: dict | None = None, precision:
             if "per_pack" in per_method.get(m, {})}
 
 
-def calibration_seconds(spec, packs, figures: dict | None = None) -> float:
-    """Reference seconds a trial slot spends calibrating noise (``per_calibration``: an
-    accountant's search for the multiplier, once per worker process for each distinct target
-    eps and batch size of a method, then cached): the sum over the distinct (method, eps, batch
-    size) of ``packs``, as every slot meets most of them in a study's shuffle of packs."""
+def calibration_by_pack_key(spec, packs, figures: dict | None = None) -> dict[tuple[str, int], float]:
+    """Reference seconds one trial slot spends calibrating noise, per ``pack_work`` key
+    (method, batch size): an accountant's search for the multiplier (``per_calibration``) runs
+    once per worker process for each distinct target eps and batch size of a method, then is
+    cached, and every slot meets most of them in a study's shuffle of packs."""
     per_method = (reference() if figures is None else figures).get("methods", {})
-    keys = {(p.method, c.get("eps"), c.get("batch_size") or spec.train.batch_size)
-            for p in packs for c in p.configs if "per_calibration" in per_method.get(p.method, {})}
-    return sum(per_method[method]["per_calibration"] for method, _, _ in keys)
+    targets = {(p.method, int(c.get("batch_size") or spec.train.batch_size), c.get("eps"))
+               for p in packs for c in p.configs if "per_calibration" in per_method.get(p.method, {})}
+    seconds: dict[tuple[str, int], float] = {}
+    for method, batch, _ in targets:
+        seconds[(method, batch)] = seconds.get((method, batch), 0.0) + per_method[method]["per_calibration"]
+    return seconds
+
+
+def calibration_seconds(spec, packs, figures: dict | None = None) -> float:
+    """Reference seconds one trial slot spends calibrating noise over the whole study."""
+    return sum(calibration_by_pack_key(spec, packs, figures).values())
 
 
 def makespan(packs: list[tuple], costs: dict, slots: int, fixed: dict | None = None) -> float:
