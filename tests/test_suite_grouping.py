@@ -37,6 +37,7 @@ UNGROUPED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a pytest run of its own with two workers (16 s here); make test-slow is grouped too
 def test_a_group_runs_on_one_worker_and_its_module_fixture_once(tmp_path):
     (tmp_path / "test_grouped.py").write_text(GROUPED)
     (tmp_path / "test_alone.py").write_text(UNGROUPED)

@@ -263,7 +263,7 @@ def _truncated_negative_binomial_by_inversion(shape: float, gamma: float, untrun
     log_scale = shape * math.log(gamma) - math.log(untruncated_positive) - math.lgamma(shape)
     log_fail = math.log1p(-gamma)
     while True:
-        u, total, first, size = rng.random(), 0.0, 1, 4096
+        u, total, first, size = rng.random(), 0.0, 1, 64  # most draws end in the first chunk: start small
         while True:
             k = np.arange(first, first + size, dtype=np.float64)
             pmf = np.exp(gammaln(k + shape) - gammaln(k + 1) + k * log_fail + log_scale)
