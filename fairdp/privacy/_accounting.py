@@ -213,6 +213,7 @@ def _smallest_sigma(epsilon_of: Callable[[float], float], target: float) -> floa
     ``epsilon_of(lo) > target >= epsilon_of(hi)`` and returning ``hi``: the answer is
     rounded up, so the budget holds exactly, not approximately.
     """
+    epsilon_of = functools.lru_cache(maxsize=None)(epsilon_of)  # the bracket's last lo was its hi
     lo, hi = 0.5, 1.0
     while epsilon_of(hi) > target:
         lo, hi = hi, 2 * hi
