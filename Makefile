@@ -63,7 +63,7 @@ test-tools:
 # The slow set waits more than it computes (Ray and cluster start-ups, faults held for
 # seconds): one worker more than the fast set, which keeps 2 cores busy with 2.
 TEST_WORKERS ?= 2
-SLOW_WORKERS ?= 4
+SLOW_WORKERS ?= 3
 XDIST := --dist loadgroup --durations=15
 
 test: $(STAMP) test-tools
