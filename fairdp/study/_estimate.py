@@ -56,8 +56,9 @@ def config_epoch_figure(fig: dict, batch_size: int | None) -> float:
     if batch_size is None or len(points) < 2:
         return fig["per_config_epoch"]
     x = 1.0 / batch_size
-    inner = [i for i in range(1, len(points) - 1) if points[i][0] <= x]
-    (x0, y0), (x1, y1) = points[inner[-1] if inner else 0], points[(inner[-1] if inner else 0) + 1]
+    # the segment whose left end is the last inner point at or below x (the first one if none)
+    left = max((i for i in range(1, len(points) - 1) if points[i][0] <= x), default=0)
+    (x0, y0), (x1, y1) = points[left], points[left + 1]
     return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
