@@ -41,6 +41,11 @@ removing a record applies; dp-accounting names this relation ``REPLACE_SPECIAL``
 replaced by a "special" one that contributes nothing: here, the reference group), and rows
 store it as ``replace_attribute``. DP-SGD: add or remove one whole record.
 
+Calibration. The noise search (``_smallest_sigma``) is steered by ``fairdp.privacy._rdp_guide``,
+the same formulas vectorised over the orders, but every eps it reports and every step of the
+search near the target is dp-accounting's, and the bracket it returns is certified by
+dp-accounting at both ends.
+
 Why dp-accounting rather than opacus: both ship the Mironov-Talwar-Zhang 2019 SG bound of
 eq. (11), and opacus could take the dual step as a q = 1 step, but dp-accounting states
 each step as a ``DpEvent`` composed in one accountant, is the accountant TF-Privacy
@@ -55,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 from collections.abc import Callable
 from numbers import Integral, Real
@@ -69,12 +75,16 @@ from fairdp.errors import InputError
 if TYPE_CHECKING:
     import dp_accounting
 
+logger = logging.getLogger(__name__)
+
 PFLD_EPSILON = 1.0
 PFLD_DELTA = 1e-5
 PFLD_CLIP_PRIMAL = 10.0
 PFLD_CLIP_DUAL = 5.0
 
 _SIGMA_RTOL = 1e-3  # relative precision of calibrated noise multipliers
+# the guide's eps agrees with dp-accounting's to ~1e-12 (relative): beyond 1e-6 of the target it decides
+_GUIDE_MARGIN = 1e-6
 
 
 def _check_int(name: str, value: object, low: int) -> int:
@@ -168,6 +178,7 @@ def gaussian_epsilon(sigma: float | None, steps: int, q: float, delta: float) ->
     return _epsilon([_sampled_gaussian(sigma, q, steps)], _check_delta(delta))
 
 
+@functools.lru_cache(maxsize=1024)  # each row reports the eps its calibration certified: computed once
 def pfld_epsilon(
     sigma_primal: float | None,
     sigma_dual: float | None,
@@ -206,26 +217,66 @@ def pfld_event(sigma_primal: float | None, sigma_dual: float | None, batch_size:
     ])
 
 
-def _smallest_sigma(epsilon_of: Callable[[float], float], target: float) -> float:
+def _bisect(within: Callable[[float], bool]) -> tuple[float, float]:
+    """(lo, hi) with ``within(hi)``, not ``within(lo)`` and hi <= lo (1 + _SIGMA_RTOL), by
+    geometric bisection from [0.5, 1] on a ``within`` that holds from some sigma on."""
+    lo, hi = 0.5, 1.0
+    while not within(hi):
+        lo, hi = hi, 2 * hi
+    while within(lo):
+        lo, hi = lo / 2, lo
+    while hi > lo * (1 + _SIGMA_RTOL):
+        mid = math.sqrt(lo * hi)
+        if within(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo, hi
+
+
+def _smallest_sigma(epsilon_of: Callable[[float], float], target: float,
+                    guide: Callable[[float], float] | None = None) -> float:
     """Smallest sigma, up to a factor 1 + _SIGMA_RTOL, with ``epsilon_of(sigma) <= target``.
 
     Geometric bisection on a decreasing ``epsilon_of``, keeping the invariant
     ``epsilon_of(lo) > target >= epsilon_of(hi)`` and returning ``hi``: the answer is
     rounded up, so the budget holds exactly, not approximately.
+
+    ``guide``, a fast approximation of ``epsilon_of`` (``fairdp.privacy._rdp_guide``), takes
+    the decisions it is clearly right about (more than _GUIDE_MARGIN from the target);
+    ``epsilon_of`` takes the others, then certifies the bracket found, at both ends. A bracket
+    that fails (a guide wrong by more than the margin) is searched again with ``epsilon_of``
+    alone, so the answer is the unguided search's whenever the guide decides as it would.
     """
-    epsilon_of = functools.lru_cache(maxsize=None)(epsilon_of)  # the bracket's last lo was its hi
-    lo, hi = 0.5, 1.0
-    while epsilon_of(hi) > target:
-        lo, hi = hi, 2 * hi
-    while epsilon_of(lo) <= target:
-        lo, hi = lo / 2, lo
-    while hi > lo * (1 + _SIGMA_RTOL):
-        mid = math.sqrt(lo * hi)
-        if epsilon_of(mid) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    epsilon_of = functools.lru_cache(maxsize=None)(epsilon_of)  # a bracket's last lo was its hi
+    if guide is not None:
+        def within(sigma: float) -> bool:
+            approx = guide(sigma)
+            if abs(approx - target) > _GUIDE_MARGIN * target:  # inf: decided; nan: not
+                return approx <= target
+            return epsilon_of(sigma) <= target
+
+        lo, hi = _bisect(within)
+        if epsilon_of(hi) <= target < epsilon_of(lo):
+            return hi
+        logger.warning("the RDP guide misled the noise search for eps %s; searching with the accountant alone",
+                       target)
+    return _bisect(lambda sigma: epsilon_of(sigma) <= target)[1]
+
+
+def _dpsgd_guide(batch_size: int, n: int, epochs: int, delta: float) -> Callable[[float], float]:
+    from fairdp.privacy import _rdp_guide
+
+    q, steps = batch_size / n, epochs * -(-n // batch_size)
+    return lambda sigma: _rdp_guide.epsilon_from_rdp(steps * _rdp_guide.sampled_gaussian_rdp(q, sigma), delta)
+
+
+def _pfld_guide(sigma_dual: float, batch_size: int, n: int, epochs: int, delta: float) -> Callable[[float], float]:
+    from fairdp.privacy import _rdp_guide
+
+    q, steps = batch_size / n, epochs * -(-n // batch_size)
+    dual = epochs * _rdp_guide.sampled_gaussian_rdp(1.0, sigma_dual)
+    return lambda sigma: _rdp_guide.epsilon_from_rdp(steps * _rdp_guide.sampled_gaussian_rdp(q, sigma) + dual, delta)
 
 
 # Calibration is a pure function of its arguments, and a method's privacy hook and its training
@@ -261,11 +312,13 @@ def calibrate_pfld_sigmas(
         lambda s: gaussian_epsilon(s, epochs, 1.0, delta), dual_share * target_eps
     )
     sigma_primal = _smallest_sigma(
-        lambda s: pfld_epsilon(s, sigma_dual, batch_size, n, epochs, delta), target_eps
+        lambda s: pfld_epsilon(s, sigma_dual, batch_size, n, epochs, delta), target_eps,
+        _pfld_guide(sigma_dual, batch_size, n, epochs, delta),
     )
     return sigma_primal, sigma_dual
 
 
+@functools.lru_cache(maxsize=1024)  # each row reports the eps its calibration certified: computed once
 def dpsgd_epsilon(sigma: float | None, batch_size: int, n: int, epochs: int, delta: float) -> float:
     """eps of a DP-SGD run: ``epochs * ceil(n / batch_size)`` sampled Gaussian steps at rate
     batch_size / n (one per mini-batch, the last partial one included, as for PF-LD)."""
@@ -288,4 +341,5 @@ def calibrate_dpsgd_sigma(target_eps: float, delta: float, batch_size: int, n: i
     if not 0 < target_eps < math.inf:
         raise InputError(f"target_eps must be finite and > 0, got {target_eps}")
     batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
-    return _smallest_sigma(lambda s: dpsgd_epsilon(s, batch_size, n, epochs, delta), target_eps)
+    return _smallest_sigma(lambda s: dpsgd_epsilon(s, batch_size, n, epochs, delta), target_eps,
+                           _dpsgd_guide(batch_size, n, epochs, delta))
