@@ -265,14 +265,14 @@ def _smallest_sigma(epsilon_of: Callable[[float], float], target: float,
 
 
 def _dpsgd_guide(batch_size: int, n: int, epochs: int, delta: float) -> Callable[[float], float]:
-    from fairdp.privacy import _rdp_guide
+    from fairdp.privacy import _rdp_guide  # scipy: loaded by a calibration, not by importing fairdp
 
     q, steps = batch_size / n, epochs * -(-n // batch_size)
     return lambda sigma: _rdp_guide.epsilon_from_rdp(steps * _rdp_guide.sampled_gaussian_rdp(q, sigma), delta)
 
 
 def _pfld_guide(sigma_dual: float, batch_size: int, n: int, epochs: int, delta: float) -> Callable[[float], float]:
-    from fairdp.privacy import _rdp_guide
+    from fairdp.privacy import _rdp_guide  # scipy: loaded by a calibration, not by importing fairdp
 
     q, steps = batch_size / n, epochs * -(-n // batch_size)
     dual = epochs * _rdp_guide.sampled_gaussian_rdp(1.0, sigma_dual)
