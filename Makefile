@@ -60,9 +60,10 @@ test-tools:
 # pytest-xdist workers. An xdist_group runs whole on one worker (--dist loadgroup), first
 # (tests/conftest.py): the network namespace clusters, which must not share the machine with
 # each other, and each module whose shared module-scoped runs one worker should compute once.
-# The slow set waits more than it computes (Ray and cluster start-ups, faults held for
-# seconds): one worker more than the fast set, which keeps 2 cores busy with 2.
-TEST_WORKERS ?= 2
+# Both sets wait on much (Ray and subprocess start-ups, in the slow set cluster start-ups and
+# faults held for seconds): 3 workers keep 2 cores busy through those waits (the fast set took
+# 9 min 3 s on 3 against 10 min 26 s on 2, back to back on 2 cores; 4 slowed the Ray tests).
+TEST_WORKERS ?= 3
 SLOW_WORKERS ?= 3
 XDIST := --dist loadgroup --durations=15
 
