@@ -29,7 +29,7 @@ from fairdp.privacy import (
     pfld_event,
     repeat_and_select_epsilon,
 )
-from fairdp.privacy._release import truncated_negative_binomial_gamma
+from fairdp.privacy._release import rdp_curve, truncated_negative_binomial_gamma
 from fairdp.study import parse_spec
 from fairdp.study._plan import run_configs, tuning_draws
 from tests.conftest import assert_input_error, run_main
@@ -77,6 +77,31 @@ def test_composition_of_gaussians_is_rdp_summed_by_hand():
     # and more than any one of them, less than the sum of their eps
     alone = [_cks_epsilon(_gaussian_rdp(s), DELTA) for s in sigmas]
     assert max(alone) < by_hand < sum(alone)
+
+
+_RELATIONS = {"add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+              "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
+              "replace_attribute": dp_accounting.NeighboringRelation.REPLACE_SPECIAL}
+
+
+@pytest.mark.parametrize(("events", "relation"), [
+    ([dpsgd_event(0.9, 100, 1000, 3)], "add_or_remove_one"),
+    ([pfld_event(1.3, 4.0, 256, 30000, 2), pfld_event(2.1, 9.0, 64, 30000, 3)], "replace_attribute"),
+    ([dpsgd_event(0.9, 100, 1000, 3), dp_accounting.GaussianDpEvent(3.0), dpsgd_event(0.9, 100, 1000, 3)],
+     "add_or_remove_one"),
+    ([dp_accounting.RandomizedResponseDpEvent(0.4, 2), dp_accounting.GaussianDpEvent(2.0)], "replace_one"),
+])
+def test_curves_and_compositions_are_the_accountants_to_the_bit(events, relation):
+    """fairdp sums DP-SGD's and PF-LD's Gaussian steps from curves it computes once per (q, sigma);
+    the result must be dp-accounting's own, bit for bit (other events go through it as they are)."""
+    accountant = dp_accounting.rdp.RdpAccountant(ORDERS, _RELATIONS[relation])
+    accountant.compose(dp_accounting.ComposedDpEvent(events))
+    for _ in range(2):  # computed, then from the cache
+        assert np.array_equal(rdp_curve(dp_accounting.ComposedDpEvent(events), relation), accountant._rdp)
+        assert composed_epsilon(events, relation, DELTA) == accountant.get_epsilon(DELTA)
+    single = dp_accounting.rdp.RdpAccountant(ORDERS, _RELATIONS[relation])
+    single.compose(dp_accounting.dp_event.RepeatAndSelectDpEvent(events[0], 10.0, 1.0))
+    assert repeat_and_select_epsilon(events[:1], relation, DELTA, 10, 1.0) == single.get_epsilon(DELTA)
 
 
 def _rows(events: list, eps: list[float], delta: float, method="dpsgd", tuning=None, relation="add_or_remove_one"):

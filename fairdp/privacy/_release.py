@@ -13,8 +13,11 @@ Two bounds, both through Google's ``dp-accounting`` RDP accountant:
   ``RepeatAndSelectDpEvent`` bound (Theorems 2 and 6). A trial is "draw a config, train
   it", whose RDP at each order is at most the largest of the grid's configs (joint
   quasi-convexity of Renyi divergence), so the repeated event's curve is the pointwise
-  maximum of the grid's curves; with one distinct event it is that event itself, and the
-  public ``RepeatAndSelectDpEvent`` is composed as is.
+  maximum of the grid's curves (with one distinct event, that event's curve: what the
+  accountant computes for a ``RepeatAndSelectDpEvent``, to the bit).
+
+DP-SGD's and PF-LD's events are Gaussian steps; their curves are summed as the accountant sums
+them, from each distinct step's curve computed once per process (``rdp_curve``).
 
 Events are stored with each result row as JSON (``event_to_json``), with the neighbouring
 relation the method's guarantee is stated under (DP-SGD: add/remove one record; PF-LD: one
@@ -122,12 +125,56 @@ def _accountant(relation: str) -> RdpAccountant:
     return RdpAccountant(_orders(), _relations()[relation])
 
 
-def rdp_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
-    """RDP of ``event`` at each of ``ORDERS``."""
+@functools.lru_cache(maxsize=4096)
+def _step_rdp(q: float, sigma: float) -> np.ndarray:
+    """dp-accounting's RDP of one Gaussian step, Poisson-sampled at rate ``q`` (1: every record),
+    at ``ORDERS``: the function its accountant adds to its curve for such a step, computed once
+    per process (a study's configs share a few (q, sigma), its seeds share all of them)."""
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
+
     with quiet_accountant():
-        accountant = _accountant(relation)
-        accountant.compose(event)
-        return np.array(accountant._rdp, dtype=np.float64)  # the accountant exposes no getter
+        curve = rdp_module._compute_rdp_poisson_subsampled_gaussian(q, sigma, _orders())
+    curve.setflags(write=False)
+    return curve
+
+
+def _gaussian_steps(event: dp_accounting.DpEvent, relation: str, count: int = 1) -> list[tuple] | None:
+    """``event``'s Gaussian steps as (count, q, sigma), in the order dp-accounting's RDP accountant
+    visits them, or None if it holds anything else (or a sampled step the relation does not allow)."""
+    from dp_accounting import dp_event as ev
+
+    if isinstance(event, ev.SelfComposedDpEvent):
+        return _gaussian_steps(event.event, relation, event.count * count)
+    if isinstance(event, ev.ComposedDpEvent):
+        steps = [_gaussian_steps(e, relation, count) for e in event.events]
+        return None if any(s is None for s in steps) else [step for s in steps for step in s]
+    if isinstance(event, ev.GaussianDpEvent):
+        return [(count, 1.0, event.noise_multiplier)]
+    if (isinstance(event, ev.PoissonSampledDpEvent) and isinstance(event.event, ev.GaussianDpEvent)
+            and relation in ("add_or_remove_one", "replace_attribute")):
+        return [(count, event.sampling_probability, event.event.noise_multiplier)]
+    return None
+
+
+def rdp_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
+    """RDP of ``event`` at each of ``ORDERS``, as dp-accounting's accountant composes it.
+
+    Gaussian and Poisson-sampled Gaussian steps (DP-SGD's and PF-LD's events) are added up as
+    the accountant adds them (``rdp += count * step``, in its order, so the curve is its curve
+    to the bit) from each step's curve computed once (``_step_rdp``); any other event goes
+    through the accountant itself."""
+    if relation not in RELATION_NAMES:
+        raise ValueError(f"unknown neighbouring relation {relation!r}")
+    steps = _gaussian_steps(event, relation)
+    if steps is None:
+        with quiet_accountant():
+            accountant = _accountant(relation)
+            accountant.compose(event)
+            return np.array(accountant._rdp, dtype=np.float64)  # the accountant exposes no getter
+    rdp = np.zeros_like(_orders(), dtype=np.float64)
+    for count, q, sigma in steps:
+        rdp += count * _step_rdp(q, sigma)
+    return rdp
 
 
 def composed_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: float) -> float:
@@ -136,10 +183,22 @@ def composed_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: 
 
     if not events:
         raise ValueError("composed_epsilon: no events")
-    with quiet_accountant():
-        accountant = _accountant(relation)
-        accountant.compose(dp_accounting.ComposedDpEvent(list(events)))
-        return float(accountant.get_epsilon(_check_delta(delta)))
+    return epsilon_of_rdp(rdp_curve(dp_accounting.ComposedDpEvent(list(events)), relation), delta)
+
+
+def _repeat_and_select_curve(events: list[dp_accounting.DpEvent], relation: str, mean: float,
+                             shape: float, caller: str) -> np.ndarray:
+    """RDP at ``ORDERS`` of a random search over configs with ``events`` (see the module
+    docstring): dp-accounting's repeat-and-select function of the pointwise largest curve, as
+    its accountant applies it to a ``RepeatAndSelectDpEvent``'s inner event."""
+    from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
+
+    distinct = {event_to_json(e, relation): e for e in events}
+    if not distinct:
+        raise ValueError(f"{caller}: no events")
+    inner = np.max([rdp_curve(e, relation) for e in distinct.values()], axis=0)
+    return np.asarray(rdp_module._compute_rdp_repeat_and_select(_orders(), inner, float(mean), float(shape)),
+                      dtype=np.float64)
 
 
 def repeat_and_select_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: float,
@@ -148,41 +207,16 @@ def repeat_and_select_epsilon(events: list[dp_accounting.DpEvent], relation: str
     inf: Poisson, 1: geometric, 0: logarithmic, else truncated negative binomial), each a
     config drawn uniformly from those whose events are ``events`` and trained afresh, and
     release of the best by a fixed total order on outputs."""
-    from dp_accounting import dp_event as dp_event_module
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
-
-    distinct = {event_to_json(e, relation): e for e in events}
-    if not distinct:
-        raise ValueError("repeat_and_select_epsilon: no events")
     delta = _check_delta(delta)
-    if len(distinct) == 1:
-        (event,) = distinct.values()
-        with quiet_accountant():
-            accountant = _accountant(relation)
-            accountant.compose(dp_event_module.RepeatAndSelectDpEvent(event, float(mean), float(shape)))
-            return float(accountant.get_epsilon(delta))
-    inner = np.max([rdp_curve(e, relation) for e in distinct.values()], axis=0)
-    # the same function the accountant applies to a RepeatAndSelectDpEvent's inner curve
-    rdp = rdp_module._compute_rdp_repeat_and_select(_orders(), inner, float(mean), float(shape))
-    return float(rdp_module.compute_epsilon(_orders(), rdp, delta)[0])
+    return epsilon_of_rdp(_repeat_and_select_curve(events, relation, mean, shape, "repeat_and_select_epsilon"),
+                          delta)
 
 
 def repeat_and_select_rdp(events: list[dp_accounting.DpEvent], relation: str, mean: float,
                           shape: float) -> np.ndarray:
     """RDP at each of ``ORDERS`` of one ``repeat_and_select_epsilon`` release: curves of
     releases on the same data add (several seeds' selections, each a best-of)."""
-    from dp_accounting import dp_event as dp_event_module
-    from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
-
-    distinct = {event_to_json(e, relation): e for e in events}
-    if not distinct:
-        raise ValueError("repeat_and_select_rdp: no events")
-    if len(distinct) == 1:
-        (event,) = distinct.values()
-        return rdp_curve(dp_event_module.RepeatAndSelectDpEvent(event, float(mean), float(shape)), relation)
-    inner = np.max([rdp_curve(e, relation) for e in distinct.values()], axis=0)
-    return np.asarray(rdp_module._compute_rdp_repeat_and_select(_orders(), inner, float(mean), float(shape)),
-                      dtype=np.float64)
+    return _repeat_and_select_curve(events, relation, mean, shape, "repeat_and_select_rdp")
 
 
 def epsilon_of_rdp(rdp: np.ndarray, delta: float) -> float:
