@@ -155,6 +155,11 @@ def _epsilon(events: list[dp_accounting.DpEvent], delta: float,
         return float(accountant.get_epsilon(delta))
 
 
+def _step_count(batch_size: int, n: int, epochs: int) -> int:
+    """Steps of a run: one per mini-batch of each epoch, the last partial one included."""
+    return epochs * -(-n // batch_size)
+
+
 def _sampled_gaussian(sigma: float, q: float, steps: int) -> dp_accounting.DpEvent:
     import dp_accounting
 
@@ -210,7 +215,7 @@ def pfld_event(sigma_primal: float | None, sigma_dual: float | None, batch_size:
     sigma_primal = _check_sigma("sigma_primal", sigma_primal)
     sigma_dual = _check_sigma("sigma_dual", sigma_dual)
     batch_size, n, epochs, _ = _check_run(batch_size, n, epochs, 0.5)
-    primal_steps = epochs * -(-n // batch_size)
+    primal_steps = _step_count(batch_size, n, epochs)
     return dp_accounting.ComposedDpEvent([
         _sampled_gaussian(sigma_primal, batch_size / n, primal_steps),
         dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma_dual), epochs),
@@ -267,14 +272,14 @@ def _smallest_sigma(epsilon_of: Callable[[float], float], target: float,
 def _dpsgd_guide(batch_size: int, n: int, epochs: int, delta: float) -> Callable[[float], float]:
     from fairdp.privacy import _rdp_guide  # scipy: loaded by a calibration, not by importing fairdp
 
-    q, steps = batch_size / n, epochs * -(-n // batch_size)
+    q, steps = batch_size / n, _step_count(batch_size, n, epochs)
     return lambda sigma: _rdp_guide.epsilon_from_rdp(steps * _rdp_guide.sampled_gaussian_rdp(q, sigma), delta)
 
 
 def _pfld_guide(sigma_dual: float, batch_size: int, n: int, epochs: int, delta: float) -> Callable[[float], float]:
     from fairdp.privacy import _rdp_guide  # scipy: loaded by a calibration, not by importing fairdp
 
-    q, steps = batch_size / n, epochs * -(-n // batch_size)
+    q, steps = batch_size / n, _step_count(batch_size, n, epochs)
     dual = epochs * _rdp_guide.sampled_gaussian_rdp(1.0, sigma_dual)
     return lambda sigma: _rdp_guide.epsilon_from_rdp(steps * _rdp_guide.sampled_gaussian_rdp(q, sigma) + dual, delta)
 
@@ -323,14 +328,14 @@ def dpsgd_epsilon(sigma: float | None, batch_size: int, n: int, epochs: int, del
     """eps of a DP-SGD run: ``epochs * ceil(n / batch_size)`` sampled Gaussian steps at rate
     batch_size / n (one per mini-batch, the last partial one included, as for PF-LD)."""
     batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
-    return gaussian_epsilon(sigma, epochs * -(-n // batch_size), batch_size / n, delta)
+    return gaussian_epsilon(sigma, _step_count(batch_size, n, epochs), batch_size / n, delta)
 
 
 def dpsgd_event(sigma: float | None, batch_size: int, n: int, epochs: int) -> dp_accounting.DpEvent:
     """The ``DpEvent`` of a DP-SGD run: ``epochs * ceil(n / batch_size)`` sampled Gaussian steps."""
     sigma = _check_sigma("sigma", sigma)
     batch_size, n, epochs, _ = _check_run(batch_size, n, epochs, 0.5)
-    return _sampled_gaussian(sigma, batch_size / n, epochs * -(-n // batch_size))
+    return _sampled_gaussian(sigma, batch_size / n, _step_count(batch_size, n, epochs))
 
 
 @functools.lru_cache(maxsize=1024)

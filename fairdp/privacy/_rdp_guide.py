@@ -15,11 +15,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS
 from scipy import special
 
-# dp-accounting's RdpAccountant default orders (a test pins the equality)
-ORDERS = np.array([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512, 1024],
-                  dtype=np.float64)
+ORDERS = np.asarray(DEFAULT_RDP_ORDERS, dtype=np.float64)  # the orders dp-accounting's accountant uses
 _MAX_TERMS_FRAC = 1000  # dp-accounting's _MAX_STEPS_LOG_A_FRAC: an order not converged by then is inf
 
 
@@ -30,10 +29,10 @@ def _log_comb(n, k):
 def _log_a_int(q: float, sigma: float, alphas: np.ndarray) -> np.ndarray:
     """log A_alpha for integer orders: log sum_i C(alpha, i) q^i (1-q)^(alpha-i) e^((i^2-i)/(2 s^2))."""
     counts = alphas.astype(np.int64) + 1
+    starts = np.cumsum(counts) - counts  # each order's first term in the flat array of all terms
     alpha = np.repeat(alphas, counts)
-    i = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    i = np.arange(counts.sum()) - np.repeat(starts, counts)
     terms = _log_comb(alpha, i) + i * math.log(q) + (alpha - i) * math.log1p(-q) + (i * i - i) / (2 * sigma**2)
-    starts = np.cumsum(counts) - counts
     top = np.maximum.reduceat(terms, starts)
     return top + np.log(np.add.reduceat(np.exp(terms - np.repeat(top, counts)), starts))
 
