@@ -8,6 +8,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Ray lowers its workers to nice 15. Beside the other xdist workers' training (nice 0, one
+# scheduling group) an embedded Ray's trials then got ~3% of a core: the tiny study took 7.5
+# min beside two busy loops, 88 s with the workers at nice 0. Every Ray this suite starts
+# (embedded, `ray start` on the namespace nodes) inherits this.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 
 def pytest_collection_modifyitems(items):
     """Tests in an ``xdist_group`` first: under ``--dist loadgroup`` a group runs whole on one
