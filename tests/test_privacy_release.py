@@ -90,10 +90,17 @@ _RELATIONS = {"add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMO
     ([dpsgd_event(0.9, 100, 1000, 3), dp_accounting.GaussianDpEvent(3.0), dpsgd_event(0.9, 100, 1000, 3)],
      "add_or_remove_one"),
     ([dp_accounting.RandomizedResponseDpEvent(0.4, 2), dp_accounting.GaussianDpEvent(2.0)], "replace_one"),
+    # private reductions' events, repeated as a study's rows repeat them, beside other leaves
+    ([dp_accounting.SelfComposedDpEvent(dp_accounting.RandomizedResponseDpEvent(0.25, 2), 7),
+      dp_accounting.RandomizedResponseDpEvent(0.1, 3), dp_accounting.NoOpDpEvent(),
+      dp_accounting.RandomizedResponseDpEvent(0.25, 2)], "replace_one"),
+    ([dp_accounting.LaplaceDpEvent(0.5), dpsgd_event(1.1, 64, 1000, 2),
+      dp_accounting.SelfComposedDpEvent(dp_accounting.LaplaceDpEvent(2.0), 3)], "add_or_remove_one"),
 ])
 def test_curves_and_compositions_are_the_accountants_to_the_bit(events, relation):
-    """fairdp sums DP-SGD's and PF-LD's Gaussian steps from curves it computes once per (q, sigma);
-    the result must be dp-accounting's own, bit for bit (other events go through it as they are)."""
+    """fairdp sums every leaf's curve, computed once per process (Gaussian steps per (q, sigma),
+    randomized response and Laplace per event), as the accountant adds them; the result must be
+    dp-accounting's own, bit for bit."""
     accountant = dp_accounting.rdp.RdpAccountant(ORDERS, _RELATIONS[relation])
     accountant.compose(dp_accounting.ComposedDpEvent(events))
     for _ in range(2):  # computed, then from the cache

@@ -69,7 +69,8 @@ def released_guarantees(df: object, selected: object, rt: float, by: Sequence[st
     out = as_frame(selected, "selected").copy()
     by = check_by(by, out)
     require_columns(rows, [*RUN_KEYS, "config_id"], "df")
-    values = [_released(rows, sel, rt, by) for _, sel in out.iterrows()]
+    scopes = _scopes(rows, by)
+    values = [_released(scopes, sel, rt) for _, sel in out.iterrows()]
     for i, col in enumerate(RELEASED_GUARANTEE_COLUMNS):
         out[col] = [v[i] for v in values]
     return out
@@ -80,20 +81,36 @@ def has_release_events(df: pd.DataFrame) -> bool:
     return PRIVACY_EVENT in df.columns and bool(df[PRIVACY_EVENT].notna().any())
 
 
-def _scope(rows: pd.DataFrame, sel: pd.Series, by: Sequence[str]) -> pd.DataFrame:
-    """The rows the selection of ``sel``'s run and by-group chose from."""
-    mask = pd.Series(True, index=rows.index)
-    for key in RUN_KEYS:
-        mask &= rows[key] == sel[key]
-    for key in by:
-        # a method without the column (a baseline repeated per notion) is one group
-        if key in rows.columns and rows.loc[mask, key].notna().any():
-            mask &= rows[key] == sel[key]
-    return rows[mask]
+def _scopes(rows: pd.DataFrame, by: Sequence[str]) -> dict:
+    """``rows`` split once by run (``RUN_KEYS``), then by each of ``by`` that the run's rows
+    hold (``_scope`` looks a selection up in it): a report looks up hundreds of selections,
+    and filtering the whole table for each took most of its time. Key None: no rows."""
+    return {None: rows.iloc[:0],
+            **{run: _split_by(grp, tuple(by)) for run, grp in rows.groupby(list(RUN_KEYS), sort=False)}}
 
 
-def _released(rows: pd.DataFrame, sel: pd.Series, rt: float, by: Sequence[str]):
-    scope = _scope(rows, sel, by)
+def _split_by(rows: pd.DataFrame, by: tuple[str, ...]):
+    """``rows``, or (key, {value: ...}) split by the first of ``by`` that some row holds."""
+    if not by:
+        return rows
+    key, rest = by[0], by[1:]
+    # a method without the column (a baseline repeated per notion) is one group
+    if key not in rows.columns or not rows[key].notna().any():
+        return _split_by(rows, rest)
+    return key, {value: _split_by(grp, rest) for value, grp in rows.groupby(key, sort=False)}
+
+
+def _scope(scopes: dict, sel: pd.Series) -> pd.DataFrame:
+    """The rows the selection of ``sel``'s run and by-group chose from (``scopes``: ``_scopes``')."""
+    node = scopes.get(tuple(sel[key] for key in RUN_KEYS))
+    while isinstance(node, tuple):
+        key, groups = node
+        node = groups.get(sel[key])
+    return scopes[None] if node is None else node
+
+
+def _released(scopes: dict, sel: pd.Series, rt: float):
+    scope = _scope(scopes, sel)
     events = scope[PRIVACY_EVENT].dropna().tolist() if PRIVACY_EVENT in scope.columns else []
     event = sel.get(PRIVACY_EVENT)
     if not isinstance(event, str):
@@ -164,11 +181,12 @@ def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: S
     by = check_by(by)
     keys = ["dataset", "method", *by]
     kinds = guarantees_by_method(rows) if len(rows) else {}
+    scopes = _scopes(rows, by)
     out = []
     for key, grp in released.groupby(keys, sort=True, dropna=False):
         worst = grp.loc[grp["eps_released"].fillna(math.inf).idxmax()]
         lo, hi = int(grp["trained"].min()), int(grp["trained"].max())
-        mean_eps, mean_bound = _over_seeds(rows, grp, rt, by)
+        mean_eps, mean_bound = _over_seeds(scopes, grp, rt)
         ident = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         out.append({**ident, "guarantee": guarantee_text(kinds.get(str(ident["method"]))),
                     "seeds": len(grp), "ε of one config": float(grp["eps_formal"].max()),
@@ -178,13 +196,14 @@ def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: S
     return pd.DataFrame(out)
 
 
-def _over_seeds(rows: pd.DataFrame, grp: pd.DataFrame, rt: float, by: Sequence[str]) -> tuple[float, str]:
+def _over_seeds(scopes: dict, grp: pd.DataFrame, rt: float) -> tuple[float, str]:
     """(eps, bound) of releasing the mean over ``grp``'s seeds (one selected row per seed, with
-    ``released_guarantees``' columns), at the seeds' largest ``delta_released``."""
+    ``released_guarantees``' columns), at the seeds' largest ``delta_released`` (``scopes``:
+    ``_scopes`` of every row the selection chose from)."""
     uncovered = grp[grp["eps_released"].isna()]
     if len(uncovered):
         return math.nan, str(uncovered["released_under"].iloc[0])
-    scopes = [_scope(rows, sel, by) for _, sel in grp.iterrows()]
+    scopes = [_scope(scopes, sel) for _, sel in grp.iterrows()]
     delta = float(grp["delta_released"].max())
     events = pd.concat([sc[PRIVACY_EVENT].dropna() for sc in scopes])
     _, relation = event_from_json(events.iloc[0])

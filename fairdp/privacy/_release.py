@@ -138,42 +138,67 @@ def _step_rdp(q: float, sigma: float) -> np.ndarray:
     return curve
 
 
-def _gaussian_steps(event: dp_accounting.DpEvent, relation: str, count: int = 1) -> list[tuple] | None:
-    """``event``'s Gaussian steps as (count, q, sigma), in the order dp-accounting's RDP accountant
-    visits them, or None if it holds anything else (or a sampled step the relation does not allow)."""
+@functools.lru_cache(maxsize=4096)
+def _leaf_rdp(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
+    """dp-accounting's RDP of one leaf event (no composition inside: a randomized response, a
+    Laplace step, a repeat-and-select) at ``ORDERS``: its accountant's curve after composing
+    the event once, ``0 + 1 * f(event)``, which is ``f(event)`` to the bit; computed once per
+    process (a study's rows repeat a few events thousands of times)."""
+    with quiet_accountant():
+        accountant = _accountant(relation)
+        accountant.compose(event)
+        curve = np.array(accountant._rdp, dtype=np.float64)  # the accountant exposes no getter
+    curve.setflags(write=False)
+    return curve
+
+
+def _leaf_steps(event: dp_accounting.DpEvent, relation: str, count: int = 1) -> list[tuple] | None:
+    """``event``'s leaves as (count, curve) in the order dp-accounting's RDP accountant visits
+    them (each leaf adds ``count * f(leaf)`` to its curve), Gaussian steps from ``_step_rdp``,
+    any other leaf from ``_leaf_rdp``; None where the accountant itself must decide (a sampled
+    step the relation does not allow, an event it may refuse)."""
     from dp_accounting import dp_event as ev
 
+    if isinstance(event, ev.NoOpDpEvent):
+        return []
     if isinstance(event, ev.SelfComposedDpEvent):
-        return _gaussian_steps(event.event, relation, event.count * count)
+        return _leaf_steps(event.event, relation, event.count * count)
     if isinstance(event, ev.ComposedDpEvent):
-        steps = [_gaussian_steps(e, relation, count) for e in event.events]
+        steps = [_leaf_steps(e, relation, count) for e in event.events]
         return None if any(s is None for s in steps) else [step for s in steps for step in s]
     if isinstance(event, ev.GaussianDpEvent):
-        return [(count, 1.0, event.noise_multiplier)]
-    if (isinstance(event, ev.PoissonSampledDpEvent) and isinstance(event.event, ev.GaussianDpEvent)
-            and relation in ("add_or_remove_one", "replace_attribute")):
-        return [(count, event.sampling_probability, event.event.noise_multiplier)]
+        return [(count, _step_rdp(1.0, event.noise_multiplier))]
+    if isinstance(event, ev.PoissonSampledDpEvent):
+        if isinstance(event.event, ev.GaussianDpEvent) and relation in ("add_or_remove_one", "replace_attribute"):
+            return [(count, _step_rdp(event.sampling_probability, event.event.noise_multiplier))]
+        return None
+    if isinstance(event, (ev.RandomizedResponseDpEvent, ev.LaplaceDpEvent, ev.RepeatAndSelectDpEvent)):
+        try:
+            return [(count, _leaf_rdp(event, relation))]
+        except Exception:  # noqa: BLE001 - refused or unhashable: the accountant says why
+            return None
     return None
 
 
 def rdp_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
     """RDP of ``event`` at each of ``ORDERS``, as dp-accounting's accountant composes it.
 
-    Gaussian and Poisson-sampled Gaussian steps (DP-SGD's and PF-LD's events) are added up as
-    the accountant adds them (``rdp += count * step``, in its order, so the curve is its curve
-    to the bit) from each step's curve computed once (``_step_rdp``); any other event goes
-    through the accountant itself."""
+    The accountant adds ``count * f(leaf)`` to its curve for every leaf of a composition, in
+    its traversal order; so does this, from each leaf's curve computed once per process
+    (``_step_rdp`` for DP-SGD's and PF-LD's Gaussian steps, ``_leaf_rdp`` for randomized
+    response, Laplace and repeat-and-select), which makes the curve the accountant's to the
+    bit. Anything else goes through the accountant itself."""
     if relation not in RELATION_NAMES:
         raise ValueError(f"unknown neighbouring relation {relation!r}")
-    steps = _gaussian_steps(event, relation)
+    steps = _leaf_steps(event, relation)
     if steps is None:
         with quiet_accountant():
             accountant = _accountant(relation)
             accountant.compose(event)
             return np.array(accountant._rdp, dtype=np.float64)  # the accountant exposes no getter
     rdp = np.zeros_like(_orders(), dtype=np.float64)
-    for count, q, sigma in steps:
-        rdp += count * _step_rdp(q, sigma)
+    for count, curve in steps:
+        rdp += count * curve
     return rdp
 
 
