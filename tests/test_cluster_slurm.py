@@ -98,7 +98,8 @@ def test_a_simulated_two_node_allocation_runs_a_study(tmp_path):
     try:
         network._network()  # the namespaces and their link only: the script starts Ray itself
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SLURM_"))}
-        env["RAY_worker_niceness"] = os.environ["RAY_worker_niceness"]  # conftest's, for the suite's load
+        for key in ("RAY_worker_niceness", "RAY_prestart_worker_first_driver"):  # conftest's, for the suite's load
+            env[key] = os.environ[key]
         env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", FAIRDP_VENV=str(REPO / ".venv"),
                    SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="node[0-1]", SLURM_NNODES="2", SLURM_CPUS_PER_TASK="1",
                    FAKE_SLURM_NODES=f"node0={network.head},node1={network.workers[0]}",

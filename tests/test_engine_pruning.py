@@ -211,7 +211,9 @@ def test_a_cli_run_stores_pruned_at_and_the_report_says_so(tmp_path):
     study.write_text(yaml.safe_dump({
         "name": "pruned", "dataset": {"name": "synthetic", "rows": 1500, "features": 12, "seed": 3},
         "train": {"epochs": 4, "batch_size": 200}, "evaluate": {"leakage": False, "mdl": False},
-        "methods": {"noise": {"grid": {"eps": [e["eps"] for e in NOISE_CONFIGS]}}, "reductions": {}},
+        # one reductions config (its paper grid is 12 expgrad fits): a method not trained by epochs
+        "methods": {"noise": {"grid": {"eps": [e["eps"] for e in NOISE_CONFIGS]}},
+                    "reductions": {"grid": {"fairness_notion": ["dp"], "bound": [0.05]}}},
         "pack_size": len(NOISE_CONFIGS), "prune": {"rungs": [1, 2], "keep": 0.25, "margin": 0.0},
     }))
     results = tmp_path / "r"
