@@ -181,7 +181,7 @@ def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: S
     by = check_by(by)
     keys = ["dataset", "method", *by]
     kinds = guarantees_by_method(rows) if len(rows) else {}
-    scopes = _scopes(rows, by)
+    scopes = _scopes(rows, by) if len(released) else {}
     out = []
     for key, grp in released.groupby(keys, sort=True, dropna=False):
         worst = grp.loc[grp["eps_released"].fillna(math.inf).idxmax()]
