@@ -203,14 +203,14 @@ def _over_seeds(scopes: dict, grp: pd.DataFrame, rt: float) -> tuple[float, str]
     uncovered = grp[grp["eps_released"].isna()]
     if len(uncovered):
         return math.nan, str(uncovered["released_under"].iloc[0])
-    scopes = [_scope(scopes, sel) for _, sel in grp.iterrows()]
+    seed_rows = [_scope(scopes, sel) for _, sel in grp.iterrows()]  # each seed's rows chosen from
     delta = float(grp["delta_released"].max())
-    events = pd.concat([sc[PRIVACY_EVENT].dropna() for sc in scopes])
+    events = pd.concat([sc[PRIVACY_EVENT].dropna() for sc in seed_rows])
     _, relation = event_from_json(events.iloc[0])
     seeds = len(grp)
     if seeds == 1:
         return float(grp["eps_released"].iloc[0]), "one seed: its own release"
-    records = [sc[TUNING].dropna() if TUNING in sc.columns else pd.Series(dtype=object) for sc in scopes]
+    records = [sc[TUNING].dropna() if TUNING in sc.columns else pd.Series(dtype=object) for sc in seed_rows]
     if rt == 0 and all(len(r) for r in records):
         rdp = 0.0
         for r in records:  # each seed's repeat-and-select, composed: RDP curves add
@@ -219,6 +219,6 @@ def _over_seeds(scopes: dict, grp: pd.DataFrame, rt: float) -> tuple[float, str]
             grid = [event_from_json(e)[0] for e in record["grid_events"]]
             rdp = rdp + repeat_and_select_rdp(grid, relation, count.mean, count.shape)
         return epsilon_of_rdp(rdp, delta), f"composition of the {seeds} seeds' repeat-and-select releases"
-    eps = _composed(pd.concat(scopes), relation, delta)
+    eps = _composed(pd.concat(seed_rows), relation, delta)
     what = "trials drawn" if any(len(r) for r in records) else "configs trained"
     return eps, f"composition of the {len(events)} {what} in the {seeds} seeds (the same data)"

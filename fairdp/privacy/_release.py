@@ -144,12 +144,17 @@ def _leaf_rdp(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
     Laplace step, a repeat-and-select) at ``ORDERS``: its accountant's curve after composing
     the event once, ``0 + 1 * f(event)``, which is ``f(event)`` to the bit; computed once per
     process (a study's rows repeat a few events thousands of times)."""
+    curve = _accountant_curve(event, relation)
+    curve.setflags(write=False)
+    return curve
+
+
+def _accountant_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
+    """The RDP curve of dp-accounting's accountant after composing ``event`` (raises what it raises)."""
     with quiet_accountant():
         accountant = _accountant(relation)
         accountant.compose(event)
-        curve = np.array(accountant._rdp, dtype=np.float64)  # the accountant exposes no getter
-    curve.setflags(write=False)
-    return curve
+        return np.array(accountant._rdp, dtype=np.float64)  # the accountant exposes no getter
 
 
 def _leaf_steps(event: dp_accounting.DpEvent, relation: str, count: int = 1) -> list[tuple] | None:
@@ -192,10 +197,7 @@ def rdp_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
         raise ValueError(f"unknown neighbouring relation {relation!r}")
     steps = _leaf_steps(event, relation)
     if steps is None:
-        with quiet_accountant():
-            accountant = _accountant(relation)
-            accountant.compose(event)
-            return np.array(accountant._rdp, dtype=np.float64)  # the accountant exposes no getter
+        return _accountant_curve(event, relation)
     rdp = np.zeros_like(_orders(), dtype=np.float64)
     for count, curve in steps:
         rdp += count * curve
