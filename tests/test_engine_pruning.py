@@ -129,16 +129,20 @@ NEURAL = [n for n in method_names() if get_method(n).optimizer is not None]
 def test_every_neural_method_keeps_its_survivors_state_when_a_config_is_cut_out(name, data, monkeypatch):
     """Whatever the rule decides, taking a config out of a chunk (model, optimiser, per-config
     state, random streams) leaves the others' runs unchanged; one chunk of three, then three
-    chunks of one, so whole chunks stop too."""
+    chunks of one, so whole chunks stop too. Layers of 32 units (the method's own depths and
+    dropout): a mis-sliced state shows at any width."""
     method = get_method(name)
     grid = method.expand(method.paper_grid(data.name))
     configs = [grid[i] for i in sorted({0, len(grid) // 2, len(grid) - 1})]
+    arch = method.default_architecture(data.name)
+    arch = dataclasses.replace(arch, **{part: (32,) * len(getattr(arch, part))
+                                        for part in ("encoder", "classifier", "adversary")})
     base = TrainSettings(epochs=3, batch_size=256, device="cpu", dtype="float64")
     monkeypatch.setattr(loop, "configs_to_stop", lambda acc, gap, pruning: [1] if len(acc) == len(configs) else [])
     for chunk in (len(configs), 1):
         settings = dataclasses.replace(base, config_chunk=chunk)
-        full = method.train_pack(data, configs, seed=0, settings=settings)
-        pruned = method.train_pack(data, configs, seed=0,
+        full = method.train_pack(data, configs, seed=0, settings=settings, arch=arch)
+        pruned = method.train_pack(data, configs, seed=0, arch=arch,
                                    settings=dataclasses.replace(settings, prune=Pruning((1,), fairness="notion_gap")))
         if len(configs) == 1:
             assert (pruned.pruned_at == 0).all()

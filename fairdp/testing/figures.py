@@ -1,7 +1,8 @@
 """Whether a drawn figure is readable, checked as a reviewer would look at it.
 
-``layout_problems(fig)`` draws the figure and measures, with matplotlib's own extents
-(``get_window_extent`` after ``fig.canvas.draw()``), every piece of text it shows: the
+``layout_problems(fig)`` lays the figure out and measures, with matplotlib's own extents
+(``get_window_extent`` after ``fig.draw_without_rendering()``: the layout and every
+text's size as a draw computes them, without rasterising), every piece of text it shows: the
 suptitle and figure texts, each legend as a whole, each panel's title, axis labels, visible
 tick labels and annotations. It lists, in words, each of these that
 
@@ -126,11 +127,11 @@ def series_counts(fig: Figure) -> dict[str, int]:
 def layout_problems(fig: Figure, max_series: int | None = None) -> list[str]:
     """What a reader would find wrong with ``fig``'s layout, in words; [] when nothing is.
 
-    Draws the figure (``fig.canvas.draw()``), then checks every text's extent against the
+    Lays the figure out (``fig.draw_without_rendering()``), then checks every text's extent against the
     figure's, every panel's data area and every other text's, and, with ``max_series``,
     each panel's number of series.
     """
-    fig.canvas.draw()
+    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     frame = fig.bbox
     problems: list[str] = []

@@ -74,7 +74,7 @@ def packs(data):
     def get(name):
         if name not in cache:
             configs = configs_of(name, data)
-            settings = TrainSettings(epochs=2, batch_size=256, dtype="float64", config_chunk=len(configs))
+            settings = dataclasses.replace(SETTINGS, config_chunk=len(configs))
             cache[name] = get_method(name).train_pack(data, configs, seed=0, settings=settings)
         return cache[name]
 
@@ -90,8 +90,7 @@ def test_a_pack_gives_each_config_what_it_gives_alone(name, data, packs):
     packed = packs(name)
     k = len(configs)
     dim = method.representation_dim(data)
-    again = method.train_pack(data, configs, seed=0, settings=TrainSettings(epochs=2, batch_size=256,
-                                                                              dtype="float64", config_chunk=k))
+    again = method.train_pack(data, configs, seed=0, settings=dataclasses.replace(SETTINGS, config_chunk=k))
     for split in ("valid", "test"):
         n = len(data.splits[split])
         preds, reps = packed.predictions[split], packed.representations[split]
@@ -118,11 +117,15 @@ def test_a_pack_gives_each_config_what_it_gives_alone(name, data, packs):
     # Pack and alone agree to rounding after one epoch; later, rounding that training amplifies
     # can move them apart (on CUDA, a different best epoch by epoch 30: test_engine's statistical
     # test). On a CPU fairdp's FEDERATE stays bit-identical for 30 epochs (test_engine), but a
-    # method's own packed kernels need not, so the contract asks for one epoch.
-    one_epoch = dataclasses.replace(SETTINGS, epochs=1)
-    packed_once = method.train_pack(data, configs, seed=0, settings=one_epoch)
+    # method's own packed kernels need not, so the contract asks for one epoch. A method that
+    # does not train by epochs is compared at the settings ``again`` was trained with.
+    if packed.valid_accuracy_history.shape[1]:
+        alone_settings = dataclasses.replace(SETTINGS, epochs=1)
+        packed_once = method.train_pack(data, configs, seed=0, settings=alone_settings)
+    else:
+        alone_settings, packed_once = SETTINGS, again
     for i, cfg in enumerate(configs):
-        alone = method.train_pack(data, [cfg], seed=0, settings=one_epoch)
+        alone = method.train_pack(data, [cfg], seed=0, settings=alone_settings)
         assert packed_once.best_epoch[i] == alone.best_epoch[0]
         np.testing.assert_allclose(packed_once.valid_accuracy_history[i], alone.valid_accuracy_history[0])
         np.testing.assert_array_equal(packed_once.predictions["test"][i], alone.predictions["test"][0])
@@ -174,7 +177,7 @@ def test_a_pack_killed_mid_training_resumes_from_its_checkpoint_bit_for_bit(name
     computes exactly what the uninterrupted pack did: same streams, moments, best epochs."""
     method = get_method(name)
     configs = configs_of(name, data)
-    settings = TrainSettings(epochs=2, batch_size=256, dtype="float64", config_chunk=len(configs))
+    settings = dataclasses.replace(SETTINGS, config_chunk=len(configs))
     file = MemoryCheckpoint()
     seen = []
 
