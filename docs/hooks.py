@@ -299,7 +299,8 @@ LAYER_ROLES = {
     "tracking": "loggers of stored rows to MLflow and W&B, which the study drives",
     "metrics": "leakage and MDL probes and the result columns of a trained pack "
                "([Metrics and probes](guide/metrics.md))",
-    "engine": "packed models, the one training loop (`fit_pack`), per-sample clipping, checkpoints, chunk "
+    "engine": "packed models (hand-packed MLPs, any module through torch.func), the one training loop "
+              "(`fit_pack`), per-sample clipping, checkpoints, chunk "
               "and memory rules; `fairdp.engine.contract` is what a neural method implements "
               "([API](api/contract.md))",
     "privacy": "the mechanisms (Laplace, min-max, word dropout), the RDP accounting, guarantees and the "
@@ -311,6 +312,7 @@ LAYER_ROLES = {
     "fairness": "the fairness gaps as functions of confusion counts",
     "constraints": "search constraints (`valid_accuracy >= 80`): parsing, and a row's violations",
     "_atomic": "writes that never leave half a file: a hidden temporary, then a rename",
+    "_imports": "user code a study names (method plugins, model files), imported once per process",
     "_rng": "per-config random streams for packed training",
     "_philox": "Philox4x64-10, the counter-based generator behind those streams",
 }

@@ -11,7 +11,7 @@ file by its path.
 
 # unit -> rank: a unit imports only units of lower or equal rank
 LAYERS = {
-    "errors": 0, "schema": 0, "fairness": 0, "_atomic": 0, "_rng": 0, "_philox": 0, "constraints": 0,
+    "errors": 0, "schema": 0, "fairness": 0, "_atomic": 0, "_imports": 0, "_rng": 0, "_philox": 0, "constraints": 0,
     "data": 1,
     "privacy": 2,
     "engine": 3,
@@ -42,6 +42,7 @@ PUBLIC_SURFACES = (
 # pinned by value, or an internal replaced to inject a fault or spy on it. Anything else a
 # test imports comes from a public surface, or is a name a subpackage shares within fairdp.
 TEST_PRIVATE_IMPORTS = {
+    "fairdp._imports": "the record of imported plugins and model files, reset per test",
     "fairdp._atomic": "atomic writes and the unwritable-path check, called directly",
     "fairdp._philox": "the Philox generator, pinned against its reference values",
     "fairdp._rng": "the streams' internals: seeded per-config generators, CUDA graphs, tail mass",
@@ -61,13 +62,14 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.data._tabular": "the tabular loaders' pinned files and columns",
     "fairdp.data._text": "the text loaders, their downloads replaced",
     "fairdp.engine._checkpoint": "checkpoint timing replaced; the local data fingerprint",
+    "fairdp.engine._functional": "the functional pack's parts (instances, dropout, refusals) built directly",
     "fairdp.engine._loop": "the pruning rule replaced at a rung",
     "fairdp.engine._memory": "the memory model's constants and chunk rules, pinned",
+    "fairdp.engine._packed": "the hand-packed MLP that the functional path is compared with",
     "fairdp.engine._prune": "the pruning rule (dominators, configs to stop), pinned",
     "fairdp.engine._settings": "bf16 autocast and the precision names",
     "fairdp.methods._lagrangian": "the Lagrangian steps' internals (constraint masks, h)",
     "fairdp.methods._nullspace": "INLP's projections, pinned",
-    "fairdp.methods._plugins": "the record of loaded plugins, reset per test",
     "fairdp.methods._registry": "the method registry, reset per test",
     "fairdp.metrics._probes": "MDL's blocks and code lengths; the probes' training spied on",
     "fairdp.privacy._accounting": "PF-LD's published constants",

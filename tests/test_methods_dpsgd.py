@@ -26,7 +26,7 @@ def _batch(b=40, d=6, seed=0):
 def test_without_noise_or_clipping_the_gradient_is_the_mean_loss_gradient():
     model = _model()
     xb, yb = _batch()
-    counts = dpsgd_gradients(model, xb, yb, torch.full((2,), 1e12, dtype=torch.float64),
+    counts = dpsgd_gradients(model.per_sample_chain(), xb, yb, torch.full((2,), 1e12, dtype=torch.float64),
                              torch.zeros(2, dtype=torch.float64), _rng.make_generators([5, 6], "cpu"))
     got = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
@@ -41,7 +41,7 @@ def test_with_a_tiny_clip_every_row_is_clipped_and_the_step_is_the_mean_of_clipp
     model = _model()
     xb, yb = _batch()
     c = torch.tensor([1e-3, 5e-3], dtype=torch.float64)
-    counts = dpsgd_gradients(model, xb, yb, c, torch.zeros(2, dtype=torch.float64), _rng.make_generators([5, 6], "cpu"))
+    counts = dpsgd_gradients(model.per_sample_chain(), xb, yb, c, torch.zeros(2, dtype=torch.float64), _rng.make_generators([5, 6], "cpu"))
     assert (counts[0] == 40).all()
     got = [p.grad.clone() for p in model.parameters()]
     expected = [torch.zeros_like(g) for g in got]
@@ -64,7 +64,7 @@ def test_noise_has_std_sigma_times_c_over_b(sigma, clip):
     model = _model(k=2, d=50)
     xb, yb = _batch(b=64, d=50)
     tiny_signal_clip = torch.full((2,), clip, dtype=torch.float64)
-    dpsgd_gradients(model, xb, yb, tiny_signal_clip * 1e-9, torch.full((2,), sigma * 1e9, dtype=torch.float64),
+    dpsgd_gradients(model.per_sample_chain(), xb, yb, tiny_signal_clip * 1e-9, torch.full((2,), sigma * 1e9, dtype=torch.float64),
                     _rng.make_generators([7, 8], "cpu"))
     noise = torch.cat([p.grad.flatten(1) for p in model.parameters()], dim=1)  # (K, P)
     expected = sigma * clip / 64
@@ -150,10 +150,10 @@ def test_the_steps_samples_have_rate_b_over_n_and_the_sum_is_divided_by_b(monkey
     n, sizes, divisors = step.n, [], []
     real = dpsgd.dpsgd_gradients
 
-    def spy(model, xb, yb, clip, sigma, generators, valid=None, expected_rows=None):
+    def spy(chain, xb, yb, clip, sigma, generators, valid=None, expected_rows=None):
         sizes.append(int(valid.sum()))
         divisors.append(expected_rows)
-        return real(model, xb, yb, clip, sigma * 0, generators, valid=valid, expected_rows=expected_rows)
+        return real(chain, xb, yb, clip, sigma * 0, generators, valid=valid, expected_rows=expected_rows)
 
     monkeypatch.setattr(dpsgd, "dpsgd_gradients", spy)
     idx = torch.arange(90)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-import fairdp.methods._plugins as plugins_module
+import fairdp._imports as imports_module
 import fairdp.methods._registry as registry
 from fairdp.data import load_dataset
 from fairdp.engine import TrainSettings
@@ -26,7 +26,7 @@ EXAMPLE = REPO / "examples" / "gap_reg.py"
 def scratch_registry(monkeypatch):
     """Methods a test registers are gone after it (the registry is process-wide)."""
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
-    monkeypatch.setattr(plugins_module, "_LOADED", dict(plugins_module._LOADED))
+    monkeypatch.setattr(imports_module, "LOADED", dict(imports_module.LOADED))
 
 
 def test_gap_reg_lowers_the_demographic_parity_gap():

@@ -3,21 +3,34 @@
 Encoder E -> privatiser (none, FEDERATE's Laplace layer, or DPNR's min-max) -> classifier C,
 with adversaries A_i reading the representation (behind a gradient reversal layer, which
 the method's step applies). Every parameter has a leading config axis K.
+
+Each part is the architecture's MLP, hand-packed (``PackedMLP``), or a module of the user's
+(``models``: a factory per role) packed by ``FunctionalPack``. Without a privatiser or
+adversaries, a model with any such module packs encoder and classifier as one module, the
+chain whose per-sample gradients DP-SGD and PF-LD clip (``per_sample_chain``); a part the
+user left to the architecture is then its MLP as a plain module (``mlp``), initialised
+from the config's stream by torch's own initialisation rather than the hand-packed draws.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from fairdp.engine._arch import Architecture
+from fairdp.engine._functional import FunctionalPack, build_instances, mlp
 from fairdp.engine._packed import PackedMLP
+from fairdp.engine._per_sample import HandPackedChain
 from fairdp.engine._settings import full_precision
 from fairdp.privacy import laplace_privatize, minmax_privatize
 
 PRIVATIZERS = ("none", "laplace", "minmax")
+ROLES = ("encoder", "classifier", "adversary")
+# a role's module from its input and output sizes: factory(in_features, out_features) -> nn.Module
+ModelFactory = Callable[[int, int], nn.Module]
 SCHEDULES = ("ganin", "constant")
 
 
@@ -38,21 +51,66 @@ class ModelSpec:
 
 
 class PackedModel(nn.Module):
-    """Encoder E -> priv -> classifier C, with adversaries A_i reading the representation."""
+    """Encoder E -> priv -> classifier C, with adversaries A_i reading the representation.
+
+    ``models`` maps a role (``ROLES``) to the factory of the user's module for it; the other
+    roles are the architecture's MLPs."""
 
     def __init__(self, spec: ModelSpec, arch: Architecture, d_in: int, n_classes: int, n_groups: int,
-                 init_generators: list[torch.Generator], *, device, dtype):
+                 init_generators, *, device, dtype, models: Mapping[str, ModelFactory] | None = None):
         super().__init__()
         self.spec = spec
         g, kw = init_generators, dict(device=device, dtype=dtype)
         d = arch.representation_dim
-        self.encoder = PackedMLP(g, [d_in, *arch.encoder], dropout=arch.dropout, activate_last=True, **kw)
-        self.classifier = PackedMLP(g, [d, *arch.classifier, n_classes], dropout=arch.dropout,
-                                    activate_last=False, **kw)
-        self.adversaries = nn.ModuleList(
-            PackedMLP(g, [d, *arch.adversary, n_groups], dropout=arch.dropout, activate_last=False, **kw)
-            for _ in range(spec.adversaries)
-        )
+        models = dict(models or {})
+        unknown = set(models) - set(ROLES)
+        if unknown:
+            raise ValueError(f"no model role {sorted(unknown)}; roles: {', '.join(ROLES)}")
+        # hidden sizes between a role's input and output, and whether its output is activated
+        # (the encoder's last size is the representation's)
+        hidden = {"encoder": (arch.encoder[:-1], True), "classifier": (arch.classifier, False),
+                  "adversary": (arch.adversary, False)}
+
+        def as_module(role: str) -> ModelFactory:
+            if role in models:
+                return models[role]
+            layers, activate_last = hidden[role]
+            return lambda i, o: mlp([i, *layers, o], arch.dropout, activate_last)
+
+        def part(role: str, d_from: int, d_to: int) -> nn.Module:
+            if role in models:
+                return FunctionalPack(build_instances(lambda: models[role](d_from, d_to), g, **kw))
+            layers, activate_last = hidden[role]
+            sizes = [d_from, *layers, d_to]
+            return PackedMLP(g, sizes, dropout=arch.dropout, activate_last=activate_last, **kw)
+
+        self.functional: FunctionalPack | None = None  # the encoder-classifier chain, when packed as one
+        if models and spec.privatizer == "none" and not spec.adversaries:
+            encoder, classifier = as_module("encoder"), as_module("classifier")
+            self.functional = FunctionalPack(build_instances(
+                lambda: nn.Sequential(encoder(d_in, d), classifier(d, n_classes)), g, **kw))
+            self.encoder, self.classifier = self.functional.stage("0"), self.functional.stage("1")
+        else:
+            self.encoder = part("encoder", d_in, d)
+            self.classifier = part("classifier", d, n_classes)
+        self.adversaries = nn.ModuleList(part("adversary", d, n_groups) for _ in range(spec.adversaries))
+
+    @property
+    def path(self) -> str:
+        """Which packing the model takes: "hand-packed", "functional" or "mixed"."""
+        parts = [self.encoder, self.classifier, *self.adversaries]
+        hand = [isinstance(p, PackedMLP) for p in parts]
+        return "hand-packed" if all(hand) else "functional" if not any(hand) else "mixed"
+
+    def per_sample_chain(self):
+        """The input-to-logits chain that per-sample gradients go through (DP-SGD, PF-LD):
+        ghost norms over the hand-packed layers, or vmap over the functional pack."""
+        if self.functional is not None:
+            return self.functional
+        if isinstance(self.encoder, PackedMLP) and isinstance(self.classifier, PackedMLP):
+            return HandPackedChain([*self.encoder.layers, *self.classifier.layers])
+        raise ValueError("per-sample gradients need encoder and classifier packed as one chain: a model "
+                         "without privatiser or adversaries")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (K, B, C) without dropout or noise: the path per-sample gradients go through."""

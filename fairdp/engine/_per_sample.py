@@ -53,7 +53,7 @@ def backprop_errors(layers: Sequence[PackedLinear], inputs, grad_output: torch.T
 @torch.no_grad()
 def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight: torch.Tensor,
                           clip: torch.Tensor, noise_std: torch.Tensor | None, generators,
-                          plain=None) -> np.ndarray:
+                          plain=None, per_layer: bool = False) -> np.ndarray:
     """Add -sum_z weight[k, z] * clip(g_z, clip[k]) + N(0, noise_std[k]^2) to every ``.grad``
     (no noise, and no draw, when ``noise_std`` is None), and with ``plain`` (per layer, the
     errors of an unclipped objective of the first rows, (K, P, out) with P <= B) that
@@ -63,8 +63,10 @@ def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight
     sum_z f_z w.r.t. its output (K, B, out), so g_z is row z's gradient of f_z for config
     k, clipped to L2 norm ``clip[k]`` over all layers' parameters. The noise is one draw per
     config (all parameter entries at once) from that config's generator. Rows with weight 0
-    do not count. Returns, per config, how many weighted rows had a gradient norm above
-    ``clip`` and how many rows were weighted: shape (2, K).
+    do not count. ``per_layer``: each layer's part of g_z (weight and bias) is clipped to
+    clip / sqrt(layers) instead, so the whole stays within ``clip`` (Opacus's per-layer
+    clipping with equal bounds). Returns, per config, how many weighted rows had a gradient
+    norm above ``clip`` and how many rows were weighted: shape (2, K).
     """
     # Norms, clipping, the weighted sum and the noise in the parameters' dtype (fp32 or
     # float64) even under bf16 autocast: the sensitivity bound C and the noise scale that the
@@ -72,21 +74,27 @@ def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight
     with full_precision(weight.device):
         return _add_clipped(layers, [a.to(clip.dtype) for a in inputs], [d.to(clip.dtype) for d in deltas],
                             weight, clip, noise_std, generators,
-                            [d.to(clip.dtype) for d in plain] if plain is not None else None)
+                            [d.to(clip.dtype) for d in plain] if plain is not None else None, per_layer)
 
 
-def _add_clipped(layers, inputs, deltas, weight, clip, noise_std, generators, plain) -> np.ndarray:
-    sq = sum(d.pow(2).sum(-1) * (a.pow(2).sum(-1) + 1) for a, d in zip(inputs, deltas))  # (K, B)
-    norms = sq.sqrt()
-    factor = torch.clamp(clip.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)  # min(1, C / ||g||)
-    coef = (weight * factor).unsqueeze(-1)  # (K, B, 1)
+def _add_clipped(layers, inputs, deltas, weight, clip, noise_std, generators, plain, per_layer) -> np.ndarray:
+    per_layer_sq = [d.pow(2).sum(-1) * (a.pow(2).sum(-1) + 1) for a, d in zip(inputs, deltas)]  # (K, B) each
+    norms = sum(per_layer_sq).sqrt()
+    if per_layer:
+        bound = clip.unsqueeze(1) / len(layers) ** 0.5
+        coefs = [(weight * torch.clamp(bound / sq.sqrt().clamp_min(1e-12), max=1.0)).unsqueeze(-1)
+                 for sq in per_layer_sq]
+    else:
+        factor = torch.clamp(clip.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)  # min(1, C / ||g||)
+        coefs = [(weight * factor).unsqueeze(-1)] * len(layers)  # (K, B, 1)
     # one draw per config for all parameter entries: per-parameter draws cost a dispatch each
     sizes = [n for layer in layers for n in (layer.weight[0].numel(), layer.bias[0].numel())]
     chunks = None
     if noise_std is not None:
-        noise = _rng.normal((sum(sizes),), generators, device=coef.device, dtype=coef.dtype) * noise_std.unsqueeze(1)
+        noise = _rng.normal((sum(sizes),), generators, device=weight.device,
+                            dtype=torch.promote_types(weight.dtype, clip.dtype)) * noise_std.unsqueeze(1)
         chunks = iter(noise.split(sizes, dim=1))
-    for i, (layer, a, d) in enumerate(zip(layers, inputs, deltas)):
+    for i, (layer, a, d, coef) in enumerate(zip(layers, inputs, deltas, coefs)):
         cd = coef * d
         if plain is not None:  # the unclipped objective's rows: the first ones
             cd[:, :plain[i].shape[1]] -= plain[i]
@@ -99,3 +107,35 @@ def _add_clipped(layers, inputs, deltas, weight, clip, noise_std, generators, pl
     weighted = weight != 0  # (K, B)
     exceeded = ((norms > clip.unsqueeze(1)) & weighted).sum(1)
     return torch.stack([exceeded, weighted.sum(1)]).cpu().numpy()
+
+
+class HandPackedChain:
+    """Per-sample clipping over a ReLU chain of packed linear layers (ghost norms, one
+    backward by hand): the interface ``FunctionalPack`` offers for any module, so that DP-SGD
+    and PF-LD take either."""
+
+    def __init__(self, layers: Sequence[PackedLinear]):
+        self.layers = list(layers)
+
+    def parameters(self):
+        return (p for layer in self.layers for p in layer.parameters())
+
+    @torch.no_grad()
+    def forward_traced(self, x: torch.Tensor):
+        """(the chain's output (K, B, out), the trace ``add_clipped`` needs: each layer's input)."""
+        out, inputs, _ = forward_traced(self.layers, x)
+        return out, inputs
+
+    @torch.no_grad()
+    def add_clipped(self, trace, unit: torch.Tensor, row_scale: torch.Tensor | None, weight: torch.Tensor,
+                    clip: torch.Tensor, noise_std: torch.Tensor | None, generators,
+                    plain_scale: torch.Tensor | None = None, per_layer: bool = False) -> np.ndarray:
+        """``add_clipped_gradients`` with row z's gradient that of <unit[k, z] row_scale[k, z],
+        output> (``row_scale`` None: 1) and, with ``plain_scale`` (K, P), the unclipped
+        gradient of the first P rows' <unit plain_scale, output>: one backward of ``unit``."""
+        deltas = backprop_errors(self.layers, trace, unit)
+        clipped = deltas if row_scale is None else [d * row_scale.unsqueeze(2).to(d.dtype) for d in deltas]
+        plain = None if plain_scale is None else \
+            [d[:, :plain_scale.shape[1]] * plain_scale.unsqueeze(2).to(d.dtype) for d in deltas]
+        return add_clipped_gradients(self.layers, trace, clipped, weight, clip, noise_std, generators,
+                                     plain=plain, per_layer=per_layer)

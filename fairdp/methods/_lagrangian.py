@@ -80,9 +80,6 @@ from fairdp.engine import (
     PackContext,
     PackedModel,
     PackStep,
-    add_clipped_gradients,
-    backprop_errors,
-    forward_traced,
 )
 from fairdp.errors import InputError
 from fairdp.methods._base import NeuralMethod
@@ -130,10 +127,6 @@ class ClassifierSGDStep(PackStep):
 
     def optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.model.parameters(), lr=self.ctx.lr)
-
-    def layers(self):
-        """The linear layers, input to logits, that per-sample gradients go through."""
-        return [*self.model.encoder.layers, *self.model.classifier.layers]
 
     def evaluate(self, x):
         z = self.model.represent(x, None, None)
@@ -354,14 +347,13 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         # gradient of its loss and of h lies (``binary_slopes``), the per-row norms, and one
         # matmul a layer for the loss's gradient plus every clipped contribution
         # (add_clipped_gradients' plain). The sum is the one the step releases.
-        k, b, layers = self.ctx.k, len(batch.y), self.layers()
+        k, b, chain = self.ctx.k, len(batch.y), self.model.per_sample_chain()
         index, valid = self.poisson_sample()
         train = self.ctx.split("train")
         # the minibatch's attributes are never read; the sample's are, inside the mechanism
         x = torch.cat([batch.x.expand(k, *batch.x.shape), train.X[index]], dim=1)  # (K, B + M, d)
         y = torch.cat([batch.y.expand(k, -1), train.y[index]], dim=1)
-        with torch.no_grad():
-            logits, inputs, _ = forward_traced(layers, x)
+        logits, trace = chain.forward_traced(x)
         slope_ce, slope_h = binary_slopes(logits, y, self.is_ap)
         onehot = torch.nn.functional.one_hot(self._slots(y), 2).to(slope_h.dtype)  # (K, B + M, 2)
         # the objective, on the minibatch: mean cross-entropy plus sum_a lambda_a sign_a mu(B_P)
@@ -369,9 +361,6 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         pop_weight = (onehot[:, :b] @ ((self.lam * self.sign).sum(dim=2) / in_slot).to(slope_h.dtype).unsqueeze(2))
         slope_loss = slope_ce[:, :b] / b + pop_weight.squeeze(2) * slope_h[:, :b]
         direction = torch.tensor([-1.0, 1.0], device=logits.device, dtype=logits.dtype)
-        unit = backprop_errors(layers, inputs, direction.expand(*logits.shape).contiguous())
-        h_deltas = [d * slope_h.unsqueeze(2).to(d.dtype) for d in unit]
-        loss_deltas = [d[:, :b] * slope_loss.unsqueeze(2).to(d.dtype) for d in unit]  # the minibatch's rows
         # the group term: the public part's weight on every minibatch row (n / |B| times the
         # minibatch's sum estimates P's), the private part's on the sample's group-1 rows
         rho, kappa = self.coefficients()
@@ -380,8 +369,11 @@ class PrivateLagrangianStep(ClassifierSGDStep):
                             (onehot[:, b:] @ kappa.unsqueeze(2)).squeeze(2) * valid.to(rho.dtype)], dim=1)
         noise_std = self.sig_p * self.primal_sensitivity()
         optimizer.zero_grad(set_to_none=True)
-        self.clip_counts += add_clipped_gradients(layers, inputs, h_deltas, weight, self.c_p, noise_std,
-                                                  self.ctx.generators("noise"), plain=loss_deltas)
+        # every row's gradient of h is slope_h times that of the logits' direction; the
+        # minibatch's loss gradient (unclipped) is slope_loss times it
+        self.clip_counts += chain.add_clipped(trace, direction.expand(*logits.shape).contiguous(), slope_h,
+                                              weight, self.c_p, noise_std, self.ctx.generators("noise"),
+                                              plain_scale=slope_loss)
         optimizer.step()
 
     @torch.no_grad()

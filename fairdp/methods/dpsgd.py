@@ -12,7 +12,8 @@ the RDP accountant composes (fairdp 0.3 trained on shuffled fixed-size batches, 
 analysis covers only heuristically). sigma is calibrated to the target ``eps`` at delta =
 1e-5 for the run's batch size, training-set size and epochs (``calibrate_dpsgd_sigma``);
 rows report the accountant's eps for the sigma used. Per-row gradient norms come from ghost
-norms (``fairdp.engine.add_clipped_gradients``), as in PF-LD.
+norms (``fairdp.engine.add_clipped_gradients``) on the built-in network, from torch.func's
+per-sample gradients on a user's module (``PackedModel.per_sample_chain``), as in PF-LD.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fairdp.engine import PackedModel, add_clipped_gradients, backprop_errors, forward_traced
 from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
 from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, poisson_sample
 from fairdp.methods._registry import register_method
@@ -74,7 +74,8 @@ class DPSGDStep(ClassifierSGDStep):
         index, valid = poisson_sample(self.n, self.q, self.ctx.generators("sample"), self.clip.device)
         train = self.ctx.split("train")
         optimizer.zero_grad(set_to_none=True)
-        self.clip_counts += dpsgd_gradients(self.model, train.X[index], train.y[index], self.clip, self.sigma,
+        self.clip_counts += dpsgd_gradients(self.model.per_sample_chain(), train.X[index], train.y[index],
+                                            self.clip, self.sigma,
                                             self.ctx.generators("noise"), valid=valid,
                                             expected_rows=self.q * self.n)
         optimizer.step()
@@ -83,30 +84,30 @@ class DPSGDStep(ClassifierSGDStep):
         return self.clipped_fraction()
 
 
-def dpsgd_gradients(model: PackedModel, xb: torch.Tensor, yb: torch.Tensor, clip: torch.Tensor,
+def dpsgd_gradients(chain, xb: torch.Tensor, yb: torch.Tensor, clip: torch.Tensor,
                     sigma: torch.Tensor, generators, valid: torch.Tensor | None = None,
-                    expected_rows: float | None = None) -> np.ndarray:
+                    expected_rows: float | None = None, per_layer: bool = False) -> np.ndarray:
     """Set every parameter's ``.grad`` to DP-SGD's (sum over rows of clip(g_z, C) + N(0, sigma^2 C^2)) / B.
 
-    g_z is row z's gradient of its own cross-entropy (all K configs at once; ``clip`` and
-    ``sigma`` per config). The rows are shared, ``xb`` (B, d) and ``yb`` (B,), or each
-    config's own, (K, M, d) and (K, M) with ``valid`` (K, M) marking the real ones (padding
-    adds nothing); B is ``expected_rows`` when given (a Poisson sample's expected size), else
-    the number of rows. Returns (rows clipped, rows) per config, shape (2, K).
+    ``chain`` is the model's per-sample chain (``PackedModel.per_sample_chain``). g_z is row
+    z's gradient of its own cross-entropy (all K configs at once; ``clip`` and ``sigma`` per
+    config). The rows are shared, ``xb`` (B, d) and ``yb`` (B,), or each config's own,
+    (K, M, d) and (K, M) with ``valid`` (K, M) marking the real ones (padding adds nothing);
+    B is ``expected_rows`` when given (a Poisson sample's expected size), else the number of
+    rows. ``per_layer``: each layer clipped to C / sqrt(layers). Returns (rows clipped, rows)
+    per config, shape (2, K).
     """
     k = clip.shape[0]
     b = float(expected_rows) if expected_rows is not None else yb.shape[-1]
-    layers = [*model.encoder.layers, *model.classifier.layers]
-    with torch.no_grad():
-        logits, inputs, _ = forward_traced(layers, xb)
-    # each row's loss gradient backpropagated by hand through the ReLU chain: no autograd graph
-    deltas = backprop_errors(layers, inputs, cross_entropy_grad(logits, yb).to(logits.dtype))
-    for p in model.parameters():
+    logits, trace = chain.forward_traced(xb)
+    # each row's loss gradient w.r.t. its logits, pulled back through the chain per row
+    unit = cross_entropy_grad(logits, yb).to(logits.dtype)
+    for p in chain.parameters():
         p.grad = None
     weight = torch.full((k, yb.shape[-1]), -1.0 / b, device=xb.device, dtype=clip.dtype)  # the step adds -weight * g
     if valid is not None:
         weight = weight * valid.to(clip.dtype)
-    return add_clipped_gradients(layers, inputs, deltas, weight, clip, sigma * clip / b, generators)
+    return chain.add_clipped(trace, unit, None, weight, clip, sigma * clip / b, generators, per_layer=per_layer)
 
 
 def cross_entropy_grad(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,342 @@
+"""Any ``nn.Module`` packed K times: torch.func's model ensembling, config by config independent.
+
+``stack_module_state`` stacks K instances' parameters along a leading config axis and
+``functional_call`` under ``vmap`` evaluates all of them as one batched computation (the
+pattern of PyTorch's "Model ensembling" tutorial). What fairdp adds keeps every config
+independent of its pack, as the hand-packed layers (``_packed``) do:
+
+- initialisation: config k's instance is built by the factory with torch's default RNG
+  seeded from config k's ``init`` stream alone, so its initial weights do not depend on
+  which configs share its pack;
+- dropout: every ``nn.Dropout`` of the module is replaced by ``PackDropout``, whose masks are
+  drawn from each config's own ``dropout`` stream (the draw ``fairdp._rng.dropout`` makes for
+  the hand-packed layers) outside vmap's randomness and attached to the config axis vmap is
+  mapping over;
+- what cannot be packed or clipped per sample is refused by name (``packing_problems``):
+  batch statistics (batch norm) mix the rows of a batch, so one row's gradient is not its
+  own and per-sample clipping bounds nothing; running statistics are state the functional
+  call cannot update.
+
+Per-sample gradients (DP-SGD, PF-LD) are ``vmap(vjp)`` over rows inside the vmap over
+configs, a chunk of rows at a time (``FunctionalPack.add_clipped``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch._C import _functorch
+from torch.func import functional_call, stack_module_state, vjp, vmap
+
+from fairdp import _rng
+from fairdp.engine._settings import full_precision
+
+# per-sample gradients are computed a chunk of rows at a time: K x rows x parameters floats at most
+PER_SAMPLE_BYTES = 256 * 2**20
+
+
+class PackDropout(nn.Module):
+    """``nn.Dropout`` inside a ``FunctionalPack``: config k's mask from config k's own stream.
+
+    Called inside the vmap over configs, its input is one config's view; the mask is drawn
+    for all K configs at once from the pack's stream (the draw ``_rng.dropout`` makes for a
+    hand-packed layer of that shape) and attached to the config axis vmap maps over."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = float(p)
+        self.stream: _rng.PackStream | None = None  # set by FunctionalPack.forward for one call
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stream is None or self.p == 0:
+            return x
+        level = _functorch.maybe_get_level(x)
+        if level == -1:
+            raise RuntimeError("PackDropout draws its masks inside FunctionalPack's vmap only")
+        keep = 1.0 - self.p
+        if _rng._numpy_path(self.stream.device) and x.dtype in (torch.float32, torch.float64):
+            scale = self.stream.scaled_below(tuple(x.shape), keep, x.dtype)
+        else:
+            scale = self.stream.below(tuple(x.shape), keep, x.device).to(x.dtype) * (1.0 / keep)
+        return x * _functorch._add_batch_dim(scale.to(x.device), 0, level)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+def packing_problems(module: nn.Module) -> list[str]:
+    """What keeps ``module`` from being packed and clipped per sample, one line per layer
+    (its dotted name and why); empty when nothing does."""
+    problems = []
+    for name, sub in module.named_modules():
+        where = name or "(the module itself)"
+        if isinstance(sub, (nn.modules.batchnorm._BatchNorm, nn.SyncBatchNorm)):
+            problems.append(f"{where} ({type(sub).__name__}): batch statistics mix the rows of a batch, so a "
+                            f"row's gradient is not its own and per-sample clipping bounds nothing; use "
+                            f"GroupNorm or LayerNorm")
+        elif isinstance(sub, nn.modules.instancenorm._InstanceNorm) and sub.track_running_stats:
+            problems.append(f"{where} ({type(sub).__name__}): running statistics are updated in place by "
+                            f"every batch; use track_running_stats=False")
+        elif isinstance(sub, nn.modules.dropout._DropoutNd) and type(sub) is not nn.Dropout:
+            problems.append(f"{where} ({type(sub).__name__}): only nn.Dropout's element-wise masks are drawn "
+                            f"per config; use nn.Dropout")
+        elif isinstance(sub, nn.RNNBase):
+            problems.append(f"{where} ({type(sub).__name__}): torch.func cannot vmap its fused kernel; write "
+                            f"the recurrence with nn.Linear cells")
+    return problems
+
+
+def seed_words(init: _rng.PackStream) -> list[int]:
+    """One non-negative 63-bit seed per config from its ``init`` stream (one draw)."""
+    return [int(w) & (2**63 - 1) for w in init.words(1, device="cpu")[:, 0].tolist()]
+
+
+def build_instances(factory: Callable[[], nn.Module], init: _rng.PackStream, *, device, dtype) -> list[nn.Module]:
+    """K instances of ``factory()``, config k's built with torch's default generators seeded
+    from config k's ``init`` stream only: its initial weights do not depend on its pack."""
+    out = []
+    for seed in seed_words(init):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            module = factory()
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"the model factory returned {type(module).__name__}, not a torch.nn.Module")
+        out.append(module.to(device=device, dtype=dtype))
+    return out
+
+
+def _with_pack_dropout(module: nn.Module) -> tuple[nn.Module, list[PackDropout]]:
+    """A copy of ``module`` on the meta device (it only names the computation; the weights are
+    the pack's) with every ``nn.Dropout`` replaced by a ``PackDropout`` of the same rate."""
+    base = copy.deepcopy(module).to("meta")
+    drops = []
+    for sub in list(base.modules()):
+        for child_name, child in list(sub.named_children()):
+            if type(child) is nn.Dropout:
+                replacement = PackDropout(child.p)
+                setattr(sub, child_name, replacement)
+                drops.append(replacement)
+    return base, drops
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "__")  # ParameterDict and buffer names cannot hold dots
+
+
+class FunctionalPack(nn.Module):
+    """K instances of one module as stacked parameters (leading config axis K) evaluated under
+    vmap. ``forward(x)``: x (B, ...) shared by every config or (K, B, ...) one per config ->
+    (K, B, ...). The module maps a batch of rows to a batch of outputs; rows must not interact
+    (``packing_problems``)."""
+
+    def __init__(self, instances: list[nn.Module], *, shared_input_dims: int = 2):
+        super().__init__()
+        problems = packing_problems(instances[0])
+        if problems:
+            raise ValueError("cannot pack this model: " + "; ".join(problems))
+        params, buffers = stack_module_state(instances)
+        if not params:
+            raise ValueError("cannot pack this model: it has no parameters to train")
+        base, self._drops = _with_pack_dropout(instances[0])
+        # not a submodule: its (meta) parameters only name the computation, the pack's are below
+        object.__setattr__(self, "base", base)
+        self.names, self.buffer_names = list(params), list(buffers)
+        self.params = nn.ParameterDict({_key(n): nn.Parameter(p.detach()) for n, p in params.items()})
+        for n, b in buffers.items():
+            self.register_buffer("buffer__" + _key(n), b)
+        # an input of this many dimensions is one batch shared by every config; one more: a batch per config
+        self.shared_input_dims = shared_input_dims
+
+    @property
+    def k(self) -> int:
+        return next(iter(self.params.values())).shape[0]
+
+    def _state(self, detach: bool = False) -> tuple[dict, dict]:
+        params = {n: self.params[_key(n)] for n in self.names}
+        if detach:
+            params = {n: p.detach() for n, p in params.items()}
+        return params, {n: getattr(self, "buffer__" + _key(n)) for n in self.buffer_names}
+
+    def _shared(self, x: torch.Tensor) -> bool:
+        if x.dim() not in (self.shared_input_dims, self.shared_input_dims + 1):
+            raise ValueError(f"expected an input of {self.shared_input_dims} dimensions (rows shared by every "
+                             f"config) or {self.shared_input_dims + 1} (rows per config), got {tuple(x.shape)}")
+        return x.dim() == self.shared_input_dims
+
+    def forward(self, x: torch.Tensor, dropout_generators: _rng.PackStream | None = None) -> torch.Tensor:
+        """Every config's output; ``dropout_generators``: the configs' dropout stream while
+        training (``nn.Dropout`` layers draw from it), None for evaluation (no dropout)."""
+        params, buffers = self._state()
+
+        def one(p, b, rows):
+            return functional_call(self.base, (p, b), (rows,))
+
+        for d in self._drops:
+            d.stream = dropout_generators
+        try:
+            return vmap(one, in_dims=(0, 0, None if self._shared(x) else 0))(params, buffers, x)
+        finally:
+            for d in self._drops:
+                d.stream = None
+
+    def stage(self, name: str, shared_input_dims: int = 2) -> PackStage:
+        """The submodule ``name`` of the packed module (``"0"``: an ``nn.Sequential``'s first
+        part) as a module of its own that shares this pack's parameters; an input of
+        ``shared_input_dims`` dimensions is shared by every config."""
+        self.base.get_submodule(name)  # raises for a name the module does not have
+        return PackStage(self, name, shared_input_dims)
+
+    def call(self, name: str, x: torch.Tensor, dropout_generators: _rng.PackStream | None = None,
+             shared_input_dims: int = 2) -> torch.Tensor:
+        """``forward`` of the submodule ``name`` only (its parameters are this pack's)."""
+        params, buffers = self._state()
+        prefix = name + "."
+        sub = self.base.get_submodule(name)
+        own = {n[len(prefix):]: p for n, p in params.items() if n.startswith(prefix)}
+        own_buffers = {n[len(prefix):]: b for n, b in buffers.items() if n.startswith(prefix)}
+
+        def one(p, b, rows):
+            return functional_call(sub, (p, b), (rows,))
+
+        for d in self._drops:
+            d.stream = dropout_generators
+        try:
+            shared = x.dim() == shared_input_dims
+            return vmap(one, in_dims=(0, 0, None if shared else 0))(own, own_buffers, x)
+        finally:
+            for d in self._drops:
+                d.stream = None
+
+    def layer_groups(self) -> list[list[str]]:
+        """The parameters grouped by the module that holds them, in order: the layers that
+        per-layer clipping clips one by one."""
+        groups: dict[str, list[str]] = {}
+        for n in self.names:
+            groups.setdefault(n.rpartition(".")[0], []).append(n)
+        return list(groups.values())
+
+    def per_sample_grads(self, x: torch.Tensor, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Row z's gradient of <cotangent[k, z], f_k(x_z)> for every config k and row z, without
+        dropout: (K, R, *parameter shape) per parameter."""
+        params, buffers = self._state(detach=True)
+
+        def row(p, b, xz, vz):
+            _, pull = vjp(lambda q: functional_call(self.base, (q, b), (xz.unsqueeze(0),)).squeeze(0), p)
+            return pull(vz)[0]
+
+        over_rows = vmap(row, in_dims=(None, None, 0, 0))
+        return vmap(over_rows, in_dims=(0, 0, None if self._shared(x) else 0, 0))(params, buffers, x, cotangent)
+
+    def batch_grad(self, x: torch.Tensor, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The gradient of sum_z <cotangent[k, z], f_k(x_z)> per config, without dropout:
+        (K, *parameter shape) per parameter."""
+        params, buffers = self._state(detach=True)
+
+        def one(p, b, xs, vs):
+            _, pull = vjp(lambda q: functional_call(self.base, (q, b), (xs,)), p)
+            return pull(vs)[0]
+
+        return vmap(one, in_dims=(0, 0, None if self._shared(x) else 0, 0))(params, buffers, x, cotangent)
+
+    # -- per-sample clipping: the interface HandPackedChain (``_per_sample``) shares ----------
+
+    @torch.no_grad()
+    def forward_traced(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs without dropout, the trace ``add_clipped`` needs: here the input)."""
+        return self(x), x
+
+    @torch.no_grad()
+    def add_clipped(self, trace: torch.Tensor, unit: torch.Tensor, row_scale: torch.Tensor | None,
+                    weight: torch.Tensor, clip: torch.Tensor, noise_std: torch.Tensor | None, generators,
+                    plain_scale: torch.Tensor | None = None, per_layer: bool = False) -> np.ndarray:
+        """Add -sum_z weight[k, z] clip(g_z, clip[k]) + N(0, noise_std[k]^2) to every ``.grad``
+        (no noise, and no draw, when ``noise_std`` is None), where g_z is row z's gradient of
+        <unit[k, z] row_scale[k, z], f_k(x_z)> (``row_scale`` None: 1), and with ``plain_scale``
+        (K, P) the unclipped gradient of sum over the first P rows of <unit[k, z]
+        plain_scale[k, z], f_k(x_z)>. ``per_layer``: each layer's part of g_z is clipped to
+        clip / sqrt(layers), so the whole stays within clip. The noise is one draw per config
+        for all parameter entries, in ``names`` order. Returns (rows whose gradient norm
+        exceeded clip, rows weighted) per config, (2, K), as ``add_clipped_gradients`` does."""
+        x = trace
+        shared = self._shared(x)
+        k, rows = weight.shape
+        params, _ = self._state()
+        per_row_bytes = sum(p[0].numel() for p in params.values()) * max(clip.element_size(), unit.element_size())
+        chunk = max(1, PER_SAMPLE_BYTES // (k * per_row_bytes))
+        groups = self.layer_groups()
+        total = {n: torch.zeros(p.shape, device=p.device, dtype=clip.dtype) for n, p in params.items()}
+        exceeded = torch.zeros(k, dtype=torch.long, device=weight.device)
+        # clipping, sums and noise in the parameters' precision, never autocast's bf16: the
+        # sensitivity and the noise scale the accountant is told are exact only then
+        with full_precision(weight.device):
+            for lo in range(0, rows, chunk):
+                part = slice(lo, min(lo + chunk, rows))
+                cot = unit[:, part] if row_scale is None else \
+                    unit[:, part] * _trailing(row_scale[:, part], unit.dim()).to(unit.dtype)
+                g = self.per_sample_grads(x[part] if shared else x[:, part], cot)
+                g = {n: t.to(clip.dtype) for n, t in g.items()}
+                sq = {n: t.flatten(2).pow(2).sum(-1) for n, t in g.items()}  # (K, r) per parameter
+                norms = sum(sq.values()).sqrt()
+                w = weight[:, part].to(clip.dtype)
+                if per_layer:
+                    bound = clip.unsqueeze(1) / math.sqrt(len(groups))
+                    for names in groups:
+                        factor = torch.clamp(bound / sum(sq[n] for n in names).sqrt().clamp_min(1e-12), max=1.0)
+                        for n in names:
+                            total[n] += torch.einsum("kr,kr...->k...", w * factor, g[n])
+                else:
+                    factor = torch.clamp(clip.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)
+                    for n in self.names:
+                        total[n] += torch.einsum("kr,kr...->k...", w * factor, g[n])
+                exceeded += ((norms > clip.unsqueeze(1)) & (w != 0)).sum(1)
+            step = {n: -t for n, t in total.items()}
+            if plain_scale is not None:
+                p_rows = plain_scale.shape[1]
+                cot = unit[:, :p_rows] * _trailing(plain_scale, unit.dim()).to(unit.dtype)
+                plain = self.batch_grad(x[:p_rows] if shared else x[:, :p_rows], cot)
+                step = {n: step[n] + plain[n].to(clip.dtype) for n in self.names}
+            if noise_std is not None:
+                sizes = [params[n][0].numel() for n in self.names]
+                noise = _rng.normal((sum(sizes),), generators, device=clip.device, dtype=clip.dtype)
+                noise = noise * noise_std.unsqueeze(1)
+                step = {n: step[n] + piece.view_as(step[n]) for n, piece in zip(self.names, noise.split(sizes, dim=1))}
+        for n, p in params.items():
+            s = step[n].to(p.dtype)
+            p.grad = s if p.grad is None else p.grad + s
+        return torch.stack([exceeded, (weight != 0).sum(1)]).cpu().numpy()
+
+
+class PackStage(nn.Module):
+    """A part of a ``FunctionalPack``'s module evaluated on its own (an encoder of a packed
+    encoder-classifier chain); it holds no parameters: the pack does."""
+
+    def __init__(self, pack: FunctionalPack, name: str, shared_input_dims: int):
+        super().__init__()
+        object.__setattr__(self, "pack", pack)  # not a submodule: its parameters are registered once, by the owner
+        self.name, self.shared_input_dims = name, shared_input_dims
+
+    def forward(self, x: torch.Tensor, dropout_generators: _rng.PackStream | None = None) -> torch.Tensor:
+        return self.pack.call(self.name, x, dropout_generators, self.shared_input_dims)
+
+
+def mlp(sizes: Sequence[int], dropout: float, activate_last: bool) -> nn.Sequential:
+    """One config's ``PackedMLP`` as a plain module: Linear layers with ReLU and dropout
+    between them (and after the last with ``activate_last``)."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2 or activate_last:
+            layers.append(nn.ReLU())
+            if dropout > 0:
+                layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers)
+
+
+def _trailing(scale: torch.Tensor, dims: int) -> torch.Tensor:
+    """(K, R) per-row scales broadcast over a (K, R, ...) tensor of ``dims`` dimensions."""
+    return scale.reshape(*scale.shape, *([1] * (dims - 2)))
