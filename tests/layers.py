@@ -63,6 +63,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.data._text": "the text loaders, their downloads replaced",
     "fairdp.engine._checkpoint": "checkpoint timing replaced; the local data fingerprint",
     "fairdp.engine._functional": "the functional pack's parts (instances, dropout, refusals) built directly",
+    "fairdp.engine._models": "the model registry, reset per test",
     "fairdp.engine._loop": "the pruning rule replaced at a rung",
     "fairdp.engine._memory": "the memory model's constants and chunk rules, pinned",
     "fairdp.engine._packed": "the hand-packed MLP that the functional path is compared with",

@@ -203,7 +203,8 @@ def _accepted_keys() -> tuple[set[str], dict[str, set[str]]]:
         {**_BASE, "search": {**_SEARCH, "space": {"eps": {"low": 1, "high": 2}, "lam": {"choices": [0.5], B: 1}}}})}
     arch = _listed({**_BASE, "architecture": {B: 1}}, r"fields: (.*)$")
     assert _listed({**_BASE, "methods": {"federate": {"architecture": {B: 1}}}}, r"fields: (.*)$") == arch
-    keys |= {f"architecture.{k}" for k in arch}
+    # models maps each role to a factory: documented as one row over the roles
+    keys |= {f"architecture.{k}" if k != "models" else "architecture.models.<role>" for k in arch}
     options: dict[str, set[str]] = {}
     for name in dataset_names():
         for option in _listed({**_BASE, "dataset": {"name": name, B: 1}}, r"it has: (.*)$") - {"none"}:
@@ -228,6 +229,7 @@ def test_study_spec_lists_the_parsers_choices():
     """Where a key takes one of a fixed set of names, its row names every one of them."""
     from fairdp import schema
     from fairdp.data import dataset_names
+    from fairdp.engine._arch import ROLES
     from fairdp.engine._settings import PRECISIONS
     from fairdp.privacy import COUNTS
     from fairdp.study import _spec
@@ -235,7 +237,7 @@ def test_study_spec_lists_the_parsers_choices():
     documented, _ = _documented_keys()
     choices = {"search.objectives.<objective>": schema.OBJECTIVES, "selection.fairness": schema.SELECTION_FAIRNESS,
                "dataset.name": dataset_names(), "train.precision": PRECISIONS, "tuning.count": COUNTS,
-               "search.sampler": _spec.SAMPLERS}
+               "search.sampler": _spec.SAMPLERS, "architecture.models.<role>": ROLES}
     for key, names in choices.items():
         row = " ".join(documented[key][1:])
         for name in names:

@@ -47,18 +47,23 @@ def test_gap_reg_lowers_the_demographic_parity_gap():
 def test_a_plugin_method_outside_the_package_runs_searches_and_is_analysed(tmp_path, executor):
     """The example file copied to a directory of its own, named relative to the study file:
     `fairdp run` trains it with its own column in the rows (on embedded Ray, in the slow set:
-    there Ray's workers import the plugin), `fairdp analyze --selected` reports its
+    there Ray's workers import the plugin, and the model file unconstrained's encoder comes
+    from), `fairdp analyze --selected` reports its
     hyperparameter, and `fairdp search` searches it (locally)."""
     home = tmp_path / "my_methods"
     home.mkdir()
     shutil.copy(EXAMPLE, home / "gap_reg.py")
+    shutil.copy(REPO / "examples" / "models.py", home / "models.py")
     study = home / "study.yaml"
     study.write_text(yaml.safe_dump({
         "name": "plugin-e2e", "plugins": ["gap_reg.py"],
         "dataset": {"name": "synthetic", "rows": 1200, "features": 8, "label_correlation": 0.6},
         "seeds": [0], "train": {"epochs": 3, "batch_size": 200},
         "evaluate": {"leakage": False, "mdl": False}, "selection": {"fairness": "dp_gap"},
-        "methods": {"unconstrained": {}, "gap_reg": {"grid": {"lam_gap": [0.0, 2.0, 5.0]}}},
+        # unconstrained over a module of the user's from a file beside the study: Ray's workers import it too
+        "methods": {"unconstrained": {"architecture": {"models": {"encoder": {"factory": "models.py:residual_mlp",
+                                                                              "width": 16, "blocks": 1}}}},
+                    "gap_reg": {"grid": {"lam_gap": [0.0, 2.0, 5.0]}}},
         "search": {"method": "gap_reg", "population": 2, "trials": 4, "seed": 0,
                    "objectives": {"valid_accuracy": "max", "valid_dp_gap": "min"},
                    "space": {"lam_gap": {"low": 0.0, "high": 5.0}}},
@@ -71,6 +76,7 @@ def test_a_plugin_method_outside_the_package_runs_searches_and_is_analysed(tmp_p
     gap = df[df["method"] == "gap_reg"]
     assert sorted(gap["lam_gap"]) == [0.0, 2.0, 5.0]
     assert df.loc[df["method"] == "unconstrained", "lam_gap"].isna().all()
+    assert df.loc[df["method"] == "unconstrained", "architecture"].str.contains("residual_mlp").all()
     assert np.isinf(gap["eps_formal"]).all()
 
     analyze = run_main("analyze", str(results), "--fairness", "dp_gap", "--selected", "--format", "csv")

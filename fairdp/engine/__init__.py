@@ -15,7 +15,9 @@ from fairdp.engine._losses import (
     pairwise_difference_loss,
     per_config_cross_entropy,
 )
+from fairdp.engine._functional import FunctionalPack, packing_problems
 from fairdp.engine._model import ModelSpec, PackedModel, layer_shapes
+from fairdp.engine._models import ModelRef, model_names, register_model
 from fairdp.engine._packed import PackedLinear, grad_reverse
 from fairdp.engine._per_sample import add_clipped_gradients, backprop_errors, forward_traced
 from fairdp.engine._prune import Pruning
@@ -24,9 +26,10 @@ from fairdp.engine._settings import TrainSettings
 
 __all__ = [
     # method-author API (docs/api/engine.md; the step contract is fairdp.engine.contract)
-    "Architecture", "Checkpointing", "EVAL_CHUNK", "ModelSpec", "PackedLinear", "PackedModel", "Pruning",
-    "TrainSettings", "add_clipped_gradients", "backprop_errors", "difference_loss", "fit_pack", "forward_traced", "grad_reverse",
-    "lambda_schedule", "layer_shapes", "pairwise_difference_loss", "per_config_cross_entropy", "stream_seed",
+    "Architecture", "Checkpointing", "EVAL_CHUNK", "FunctionalPack", "ModelRef", "ModelSpec", "PackedLinear",
+    "PackedModel", "Pruning", "TrainSettings", "add_clipped_gradients", "backprop_errors", "difference_loss",
+    "fit_pack", "forward_traced", "grad_reverse", "lambda_schedule", "layer_shapes", "model_names",
+    "packing_problems", "pairwise_difference_loss", "per_config_cross_entropy", "register_model", "stream_seed",
 ]
 
 # Shared within fairdp, not public: what fairdp's methods, metrics, study and testing import

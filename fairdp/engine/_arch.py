@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
+from fairdp.engine._models import ModelRef
 from fairdp.errors import InputError
+
+ROLES = ("encoder", "classifier", "adversary")
 
 
 @dataclass(frozen=True)
@@ -12,13 +16,21 @@ class Architecture:
     """Hidden sizes of the encoder E, the task classifier C and each adversary A.
 
     The encoder's last hidden size is the representation size D. ``classifier=()`` means a
-    linear classifier; an adversary with hidden sizes (300, 300) has three layers.
+    linear classifier; an adversary with hidden sizes (300, 300) has three layers. ``models``
+    replaces a role's MLP by the user's module (``ModelRef`` per role, sorted by role): an
+    encoder module maps the features to D values, a classifier D to the classes, an
+    adversary D to the groups; its hidden sizes are then unused.
     """
 
     encoder: tuple[int, ...] = (300, 300)
     classifier: tuple[int, ...] = ()
     adversary: tuple[int, ...] = (300, 300)
     dropout: float = 0.1
+    models: tuple[tuple[str, ModelRef], ...] = ()
+
+    def model_factories(self) -> dict:
+        """role -> factory(in_features, out_features) of the user's modules."""
+        return {role: ref.build for role, ref in self.models}
 
     @property
     def representation_dim(self) -> int:
@@ -46,11 +58,12 @@ def preset_for(dataset: str) -> Architecture:
 
 
 def architecture_from(spec: dict | None, dataset: str, base: Architecture | None = None,
-                      path: str = "architecture") -> Architecture:
+                      path: str = "architecture", base_dir: str | Path | None = None) -> Architecture:
     """A preset by name (``{"preset": "bios"}``) or ``base`` (default: the dataset's preset),
-    with any field overridden; errors name ``path``, e.g. ``methods.federate.architecture``."""
+    with any field overridden; errors name ``path``, e.g. ``methods.federate.architecture``.
+    ``models`` maps roles to the user's modules (``ModelRef.parse``; files relative to ``base_dir``)."""
     if spec is not None and not isinstance(spec, dict):
-        raise InputError(f"{path}: must be a mapping (preset, encoder, classifier, adversary, dropout), "
+        raise InputError(f"{path}: must be a mapping (preset, encoder, classifier, adversary, dropout, models), "
                          f"got {spec!r}")
     spec = dict(spec or {})
     name = spec.pop("preset", None)
@@ -66,6 +79,8 @@ def architecture_from(spec: dict | None, dataset: str, base: Architecture | None
         if key == "dropout":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise InputError(f"{path}.dropout: must be in [0, 1), got {value!r}")
+        elif key == "models":
+            spec[key] = _models(value, f"{path}.models", base_dir, dict(base.models))
         else:
             if not isinstance(value, (list, tuple)) or not all(
                     isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
@@ -76,10 +91,28 @@ def architecture_from(spec: dict | None, dataset: str, base: Architecture | None
     return replace(base, **spec)
 
 
+def _models(value, path: str, base_dir, inherited: dict) -> tuple[tuple[str, ModelRef], ...]:
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: must map roles ({', '.join(ROLES)}) to model factories, got {value!r}")
+    out = dict(inherited)
+    for role, ref in value.items():
+        if role not in ROLES:
+            raise InputError(f"{path}.{role}: unknown role; roles: {', '.join(ROLES)}")
+        out[role] = ModelRef.parse(ref, f"{path}.{role}", base_dir)
+    return tuple(sorted(out.items()))
+
+
 def describe_architecture(arch: Architecture, adversaries: int = 1) -> str:
     """'encoder 300-300, classifier linear, 1 adversary 300-300, dropout 0.1' (hidden sizes)."""
     def sizes(layers):
         return "-".join(map(str, layers)) if layers else "linear"
 
-    adv = f"{adversaries} adversar{'y' if adversaries == 1 else 'ies'} {sizes(arch.adversary)}, " if adversaries else ""
-    return f"encoder {sizes(arch.encoder)}, classifier {sizes(arch.classifier)}, {adv}dropout {arch.dropout:g}"
+    models = dict(arch.models)
+
+    def part(role, layers):
+        return models[role].describe() if role in models else sizes(layers)
+
+    adv = f"{adversaries} adversar{'y' if adversaries == 1 else 'ies'} {part('adversary', arch.adversary)}, " \
+        if adversaries else ""
+    return (f"encoder {part('encoder', arch.encoder)}, classifier {part('classifier', arch.classifier)}, "
+            f"{adv}dropout {arch.dropout:g}")

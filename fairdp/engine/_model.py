@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fairdp.engine._arch import Architecture
+from fairdp.engine._arch import ROLES, Architecture
 from fairdp.engine._functional import FunctionalPack, build_instances, mlp
 from fairdp.engine._packed import PackedMLP
 from fairdp.engine._per_sample import HandPackedChain
@@ -28,7 +28,6 @@ from fairdp.engine._settings import full_precision
 from fairdp.privacy import laplace_privatize, minmax_privatize
 
 PRIVATIZERS = ("none", "laplace", "minmax")
-ROLES = ("encoder", "classifier", "adversary")
 # a role's module from its input and output sizes: factory(in_features, out_features) -> nn.Module
 ModelFactory = Callable[[int, int], nn.Module]
 SCHEDULES = ("ganin", "constant")
@@ -53,8 +52,8 @@ class ModelSpec:
 class PackedModel(nn.Module):
     """Encoder E -> priv -> classifier C, with adversaries A_i reading the representation.
 
-    ``models`` maps a role (``ROLES``) to the factory of the user's module for it; the other
-    roles are the architecture's MLPs."""
+    ``models`` maps a role (``ROLES``) to the factory of the user's module for it (default:
+    the architecture's ``models``); the other roles are the architecture's MLPs."""
 
     def __init__(self, spec: ModelSpec, arch: Architecture, d_in: int, n_classes: int, n_groups: int,
                  init_generators, *, device, dtype, models: Mapping[str, ModelFactory] | None = None):
@@ -62,7 +61,7 @@ class PackedModel(nn.Module):
         self.spec = spec
         g, kw = init_generators, dict(device=device, dtype=dtype)
         d = arch.representation_dim
-        models = dict(models or {})
+        models = dict(arch.model_factories() if models is None else models)
         unknown = set(models) - set(ROLES)
         if unknown:
             raise ValueError(f"no model role {sorted(unknown)}; roles: {', '.join(ROLES)}")
@@ -132,7 +131,19 @@ class PackedModel(nn.Module):
 
 
 def layer_shapes(spec: ModelSpec, arch: Architecture, d_in: int, n_classes: int, n_groups: int):
-    """(fan_in, fan_out) of every linear layer of one config's ``PackedModel``."""
-    sizes = [[d_in, *arch.encoder], [arch.representation_dim, *arch.classifier, n_classes]]
-    sizes += [[arch.representation_dim, *arch.adversary, n_groups]] * spec.adversaries
-    return [(a, b) for s in sizes for a, b in zip(s[:-1], s[1:])]
+    """(fan_in, fan_out) of every linear layer of one config's ``PackedModel``; a user's
+    module counts as its parameters of two or more dimensions, each read as (numel / out,
+    out) with out its first dimension (exact for linear layers, a convolution's weights and
+    output channels otherwise): what the memory and chunk rules size from."""
+    d = arch.representation_dim
+    parts = [("encoder", d_in, [d_in, *arch.encoder]), ("classifier", d, [d, *arch.classifier, n_classes])]
+    parts += [("adversary", d, [d, *arch.adversary, n_groups])] * spec.adversaries
+    models = dict(arch.models)
+    shapes = []
+    for role, d_from, sizes in parts:
+        if role in models:
+            module = models[role].build(d_from, sizes[-1])
+            shapes += [(p.numel() // p.shape[0], p.shape[0]) for p in module.parameters() if p.dim() >= 2]
+        else:
+            shapes += list(zip(sizes[:-1], sizes[1:]))
+    return shapes

@@ -279,6 +279,11 @@ class Method(ABC):
         (``uses_architecture`` may still be True, for a representation of the encoder's width)."""
         return ()
 
+    def model_roles(self) -> tuple[str, ...]:
+        """The roles (encoder, classifier, adversary) for which a study may give this method a
+        module of the user's (``architecture.models``); none unless the method says."""
+        return ()
+
     def representation_dim(self, data: Dataset, arch: Architecture | None = None) -> int:
         """Width of the representation an attacker sees (the encoder's output by default)."""
         return (arch or self.default_architecture(data.name)).representation_dim
@@ -327,6 +332,15 @@ class NeuralMethod(Method):
         if type(self).make_step is not NeuralMethod.make_step:  # its own step reads what it reads
             return ("encoder", "classifier", "adversary", "dropout")
         return ("encoder", "classifier", "dropout") + (("adversary",) if self.spec.adversaries else ())
+
+    def model_roles(self) -> tuple[str, ...]:
+        """The representation step's parts, except adversaries whose hidden layers the
+        orthogonality term reads (a user's module has no layers fairdp can name); a method
+        with its own step says for itself."""
+        if type(self).make_step is not NeuralMethod.make_step:
+            return ()
+        parts = [f for f in self.architecture_fields() if f in ("encoder", "classifier", "adversary")]
+        return tuple(p for p in parts if not (p == "adversary" and self.spec.orthogonality))
 
     def layer_shapes(self, data: Dataset, arch: Architecture) -> list[tuple[int, int]]:
         """(fan_in, fan_out) of one config's linear layers: the engine sizes chunks from them."""

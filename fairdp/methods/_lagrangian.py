@@ -109,6 +109,9 @@ class TranMethod(NeuralMethod):
     def architecture_fields(self):
         return ("encoder", "classifier")  # ClassifierSGDStep: no adversary, no dropout
 
+    def model_roles(self):
+        return ("encoder", "classifier")  # one chain, clipped per sample (PackedModel.per_sample_chain)
+
 
 class ClassifierSGDStep(PackStep):
     """Tran et al.'s setting, shared by F-LD, PF-LD and DP-SGD: the plain classifier (the

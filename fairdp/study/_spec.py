@@ -201,7 +201,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     train = _train(top.get("train") or {})
     leakage, mdl, probe = _evaluate(top.get("evaluate") or {})
     study_arch = top.get("architecture")
-    methods = _methods(top["methods"], dataset, train, study_arch)
+    methods = _methods(top["methods"], dataset, train, study_arch, base_dir)
     fairness, rt, by, rts = _selection(top.get("selection") or {}, methods)
     resources = _resources(top.get("resources") or {})
     pack_size = top.get("pack_size")
@@ -211,7 +211,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     method_settings = {m.name: m.settings for m in methods}
     if search is not None and search.method not in method_settings:
         method_settings[search.method] = _method_settings(get_method(search.method), dataset, train, study_arch,
-                                                          {}, "search.method")
+                                                          {}, "search.method", base_dir)
     _check_applies(method_settings, train, study_arch)
     if top.get("prune") is not None:
         train = dataclasses.replace(train, prune=_prune(top["prune"], fairness, method_settings))
@@ -345,7 +345,7 @@ def _selection(value, methods: tuple[MethodPlan, ...]) -> tuple[str, float, tupl
 
 
 def _method_settings(method: Method, dataset: str, train: TrainSettings, study_arch, body: dict,
-                     path: str) -> MethodSettings:
+                     path: str, base_dir=None) -> MethodSettings:
     """The method's optimiser and learning rate (its own ``train.lr``, else the study's, else its
     paper's) and architecture (its default, with the study's then its own fields over it)."""
     own_train = _mapping(body.get("train") or {}, f"{path}.train", optional=("lr",))
@@ -361,13 +361,21 @@ def _method_settings(method: Method, dataset: str, train: TrainSettings, study_a
     if "architecture" in body and not fields:
         raise InputError(f"{path}.architecture: '{method.name}' trains no network; an architecture does not apply")
     for key in own_arch if isinstance(own_arch, dict) else ():
-        if key != "preset" and key in ARCHITECTURE_FIELDS and key not in fields:
+        if key != "preset" and key in ARCHITECTURE_FIELDS and key not in fields and \
+                not (key == "models" and method.model_roles()):
             raise InputError(f"{path}.architecture.{key}: '{method.name}' has no {_ARCH_PART[key]}; it "
                              f"does not apply (its network has: {', '.join(fields)})")
     arch = None
     if method.uses_architecture:
-        arch = architecture_from(study_arch, dataset, base=method.default_architecture(dataset))
-        arch = architecture_from(body.get("architecture"), dataset, base=arch, path=f"{path}.architecture")
+        arch = architecture_from(study_arch, dataset, base=method.default_architecture(dataset), base_dir=base_dir)
+        arch = architecture_from(body.get("architecture"), dataset, base=arch, path=f"{path}.architecture",
+                                 base_dir=base_dir)
+        for role, _ in arch.models:
+            if role not in method.model_roles():
+                where = f"{path}.architecture.models.{role}" if role in dict(
+                    (own_arch or {}).get("models") or {}) else f"architecture.models.{role}"
+                raise InputError(f"{where}: '{method.name}' takes no module of the user's as its {role} "
+                                 f"(it takes: {', '.join(method.model_roles()) or 'none'})")
     return MethodSettings(method.optimizer, lr, arch)
 
 
@@ -381,14 +389,16 @@ def _check_applies(settings: dict[str, MethodSettings], train: TrainSettings, st
     if not any(fields.values()):
         raise InputError(f"architecture: no method of the study trains a network ({', '.join(settings)})")
     for key in study_arch if isinstance(study_arch, dict) else ():
+        if key == "models":
+            continue  # each role is checked against each method (_method_settings)
         if key != "preset" and key in ARCHITECTURE_FIELDS and not any(key in f for f in fields.values()):
             raise InputError(f"architecture.{key}: no method of the study has {_ARCH_PART[key]} "
                              f"({', '.join(settings)}); it does not apply")
 
 
-ARCHITECTURE_FIELDS = ("encoder", "classifier", "adversary", "dropout")
+ARCHITECTURE_FIELDS = ("encoder", "classifier", "adversary", "dropout", "models")
 _ARCH_PART = {"encoder": "an encoder", "classifier": "a classifier network", "adversary": "an adversary",
-              "dropout": "dropout"}
+              "dropout": "dropout", "models": "a network"}
 
 
 def _prune(value, fairness: str, settings: dict[str, MethodSettings]) -> Pruning:
@@ -416,7 +426,7 @@ MAX_TRIALS = 1_000_000
 MIN_TUNING_SHAPE, MAX_TUNING_SHAPE = 1e-6, 1e6
 
 
-def _methods(value, dataset: str, train: TrainSettings, study_arch) -> tuple[MethodPlan, ...]:
+def _methods(value, dataset: str, train: TrainSettings, study_arch, base_dir=None) -> tuple[MethodPlan, ...]:
     if not isinstance(value, dict) or not value:
         raise InputError("methods: must be a non-empty mapping of method name -> {grid: ...}")
     value = _mapping(value, "methods", optional=None)
@@ -438,7 +448,7 @@ def _methods(value, dataset: str, train: TrainSettings, study_arch) -> tuple[Met
         ids = [method.config_id(c) for c in configs]
         if len(set(ids)) != len(ids):
             raise InputError(f"{path}.grid: repeated values give the same config twice")
-        settings = _method_settings(method, dataset, train, study_arch, body, path)
+        settings = _method_settings(method, dataset, train, study_arch, body, path, base_dir)
         swept = tuple(h.name for h in method.setting_params if h.name in grid)
         plans.append(MethodPlan(name, configs, dataclasses.replace(settings, swept=swept)))
     return tuple(plans)

@@ -1,0 +1,100 @@
+"""A study over the user's own modules (``architecture.models``): a factory named by file or
+module path per role, its keyword arguments, the rows saying which module trained them, and
+refusals that name the key."""
+
+import json
+import shutil
+
+import pytest
+import yaml
+from torch import nn
+
+from fairdp.errors import InputError
+from fairdp.study import ResultStore, parse_spec
+from tests.conftest import REPO, run_main
+
+EXAMPLE = REPO / "examples" / "models.py"
+
+
+def _raw(models, methods=None) -> dict:
+    return {"name": "models-e2e", "dataset": {"name": "synthetic", "rows": 1200, "features": 8},
+            "seeds": [0], "train": {"epochs": 2, "batch_size": 200},
+            "evaluate": {"leakage": False, "mdl": False},
+            "architecture": {"models": models},
+            "methods": methods or {"federate": {"grid": {"lam": [0.5], "eps": [2.0, 8.0]}},
+                                   "dpsgd": {"grid": {"eps": [2.0], "clip_primal": [1.0]}}}}
+
+
+def test_a_study_over_a_module_from_a_file_stores_rows_naming_it(tmp_path):
+    """The example file copied beside the study, named relative to it: FEDERATE trains the
+    module as its encoder (beside its hand-packed classifier and privatiser), DP-SGD clips
+    per sample through it; the rows' architecture names the factory and its arguments."""
+    shutil.copy(EXAMPLE, tmp_path / "models.py")
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(_raw({"encoder": {"factory": "models.py:residual_mlp", "width": 16,
+                                                      "blocks": 1}})))
+    results = tmp_path / "r"
+    run = run_main("run", str(study), "--results", str(results), "--executor", "local", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    df, _ = ResultStore(results).read()
+    assert len(df) == 3 and (df["status"] == "ok").all()
+    for arch in df["architecture"]:
+        models = dict((role, ref) for role, ref in json.loads(arch)["models"])
+        assert models["encoder"]["factory"] == f"{tmp_path / 'models.py'}:residual_mlp"
+        assert dict(models["encoder"]["kwargs"]) == {"blocks": 1, "width": 16}
+    dpsgd = df[df["method"] == "dpsgd"]
+    assert (dpsgd["eps_formal"] < 2.0 + 1e-9).all()
+
+
+def test_a_module_path_and_its_keywords_reach_the_factory():
+    spec = parse_spec(_raw({"classifier": {"factory": "torch.nn:Linear", "bias": False}},
+                           {"unconstrained": {}}))
+    (method,) = spec.methods
+    arch = method.settings.architecture
+    module = dict(arch.models)["classifier"].build(300, 2)
+    assert module.bias is None and module.weight.shape == (2, 300)
+
+
+@pytest.mark.parametrize("models, methods, message", [
+    ({"decoder": "torch.nn:Linear"}, None, "architecture.models.decoder: unknown role"),
+    ({"encoder": "no_such_module_xyz:f"}, None, "architecture.models.encoder: no module named"),
+    ({"encoder": "torch.nn:NoSuchLayer"}, None, "architecture.models.encoder: torch.nn has no function 'NoSuchLayer'"),
+    ({"encoder": "missing.py:f"}, None, "architecture.models.encoder: .*missing.py: no such file"),
+    ({"encoder": "no_registered_name"}, None, "no model named 'no_registered_name'"),
+    ({"encoder": {"width": 3}}, None, "architecture.models.encoder: needs a factory"),
+    ({"adversary": "torch.nn:Linear"}, {"multi_adversarial": {}},
+     "architecture.models.adversary: 'multi_adversarial' takes no module of the user's as its adversary"),
+    ({"encoder": "torch.nn:Linear"}, {"inlp": {}}, "'inlp' takes no module of the user's as its encoder"),
+])
+def test_a_model_that_cannot_be_used_is_refused_naming_its_key(models, methods, message):
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("'", "'")):
+        parse_spec(_raw(models, methods))
+
+
+def test_a_registered_or_installed_model_is_named_by_its_name(tmp_path, monkeypatch):
+    """``register_model`` in a plugin, or the ``fairdp.models`` entry-point group of an
+    installed package: a study writes the name instead of the import path."""
+    import textwrap
+
+    import fairdp.engine._models as models_module
+    from fairdp.engine import model_names, register_model
+
+    monkeypatch.setattr(models_module, "_MODELS", {})
+    register_model("two_layers")(lambda i, o, width=8: nn.Sequential(nn.Linear(i, width), nn.ReLU(), nn.Linear(width, o)))
+    (tmp_path / "installed_nets.py").write_text(textwrap.dedent("""
+        from torch import nn
+
+        def wide(in_features, out_features):
+            return nn.Linear(in_features, out_features)
+        """))
+    dist = tmp_path / "installed_nets-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: installed-nets\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[fairdp.models]\nwide_linear = installed_nets:wide\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert {"two_layers", "wide_linear"} <= set(model_names())
+    spec = parse_spec(_raw({"encoder": {"factory": "two_layers", "width": 4}, "classifier": "wide_linear"},
+                           {"unconstrained": {}}))
+    models = dict(spec.methods[0].settings.architecture.models)
+    assert models["encoder"].build(8, 300)[0].out_features == 4
+    assert models["classifier"].build(300, 2).out_features == 2
