@@ -98,3 +98,13 @@ def test_a_registered_or_installed_model_is_named_by_its_name(tmp_path, monkeypa
     models = dict(spec.methods[0].settings.architecture.models)
     assert models["encoder"].build(8, 300)[0].out_features == 4
     assert models["classifier"].build(300, 2).out_features == 2
+
+
+def test_an_architecture_without_models_is_described_as_before_models_existed():
+    """Checkpoints key on the architecture's repr and rows store its dict: studies and killed
+    packs of an earlier fairdp resume and compare unchanged."""
+    from fairdp.engine import Architecture
+
+    arch = Architecture()
+    assert repr(arch) == "Architecture(encoder=(300, 300), classifier=(), adversary=(300, 300), dropout=0.1)"
+    assert arch.to_dict() == {"encoder": (300, 300), "classifier": (), "adversary": (300, 300), "dropout": 0.1}

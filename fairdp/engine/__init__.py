@@ -8,6 +8,7 @@ A ``Checkpointing`` passed to ``fit_pack`` makes it save its state as it trains 
 
 from fairdp.engine._arch import Architecture
 from fairdp.engine._checkpoint import Checkpointing
+from fairdp.engine._functional import FunctionalPack, packing_problems
 from fairdp.engine._loop import EVAL_CHUNK, fit_pack
 from fairdp.engine._losses import (
     difference_loss,
@@ -15,7 +16,6 @@ from fairdp.engine._losses import (
     pairwise_difference_loss,
     per_config_cross_entropy,
 )
-from fairdp.engine._functional import FunctionalPack, packing_problems
 from fairdp.engine._model import ModelSpec, PackedModel, layer_shapes
 from fairdp.engine._models import ModelRef, model_names, register_model
 from fairdp.engine._packed import PackedLinear, grad_reverse

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from dataclasses import fields as dataclasses_fields
 from pathlib import Path
 
 from fairdp.engine._models import ModelRef
@@ -11,7 +12,7 @@ from fairdp.errors import InputError
 ROLES = ("encoder", "classifier", "adversary")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Architecture:
     """Hidden sizes of the encoder E, the task classifier C and each adversary A.
 
@@ -28,6 +29,11 @@ class Architecture:
     dropout: float = 0.1
     models: tuple[tuple[str, ModelRef], ...] = ()
 
+    def __repr__(self) -> str:
+        # without models as before they existed: checkpoints key on it, rows store to_dict()
+        shown = [f for f in dataclasses_fields(self) if f.name != "models" or self.models]
+        return f"Architecture({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
+
     def model_factories(self) -> dict:
         """role -> factory(in_features, out_features) of the user's modules."""
         return {role: ref.build for role, ref in self.models}
@@ -37,7 +43,10 @@ class Architecture:
         return self.encoder[-1]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if not self.models:
+            del out["models"]
+        return out
 
 
 PRESETS: dict[str, Architecture] = {
@@ -70,7 +79,7 @@ def architecture_from(spec: dict | None, dataset: str, base: Architecture | None
     if name is not None and (not isinstance(name, str) or name not in PRESETS):
         raise InputError(f"{path}.preset: '{name}' is not one of {', '.join(PRESETS)}")
     base = PRESETS[name] if name else (base or preset_for(dataset))
-    fields = set(base.to_dict())
+    fields = {f.name for f in dataclasses_fields(base)}
     for key, value in spec.items():
         if not isinstance(key, str) or not key.isprintable():
             raise InputError(f"{path}: unknown field {key!r}; fields: preset, {', '.join(sorted(fields))}")
