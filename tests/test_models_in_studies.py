@@ -11,7 +11,7 @@ from torch import nn
 
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, parse_spec
-from tests.conftest import REPO, run_main
+from tests.conftest import REPO, assert_input_error, run_main
 
 EXAMPLE = REPO / "examples" / "models.py"
 
@@ -108,3 +108,19 @@ def test_an_architecture_without_models_is_described_as_before_models_existed():
     arch = Architecture()
     assert repr(arch) == "Architecture(encoder=(300, 300), classifier=(), adversary=(300, 300), dropout=0.1)"
     assert arch.to_dict() == {"encoder": (300, 300), "classifier": (), "adversary": (300, 300), "dropout": 0.1}
+
+
+@pytest.mark.parametrize("body, names", [
+    ("return nn.Sequential(nn.Linear(i, o), nn.BatchNorm1d(o))",
+     ["architecture.models.encoder", "bad.py:net()", "cannot be packed: 1 (BatchNorm1d): batch statistics"]),
+    ("return nn.Linear(i, o + 1)", ["architecture.models.encoder", "maps a batch of (2, 8) to (2, 301); its role needs (2, 300)"]),
+    ("raise ValueError('channels must divide\\n the width')", ["architecture.models.encoder",
+                                                              "ValueError: channels must divide the width"]),
+])
+def test_a_module_that_cannot_be_trained_is_refused_before_anything_is_written(tmp_path, body, names):
+    (tmp_path / "bad.py").write_text(f"from torch import nn\n\n\ndef net(i, o):\n    {body}\n")
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(_raw({"encoder": "bad.py:net"}, {"unconstrained": {}})))
+    run = run_main("run", str(study), "--results", str(tmp_path / "r"), "--executor", "local", cwd=tmp_path)
+    assert_input_error(run, *names)
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*.parquet"))

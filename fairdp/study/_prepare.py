@@ -27,7 +27,7 @@ from fairdp.study._lock import results_lock
 from fairdp.study._plan import check_compatible
 from fairdp.study._precision import PrecisionChoice, choose_precision, stored_precision
 from fairdp.study._resume_checks import check_same_training
-from fairdp.study._spec import StudySpec, check_sizes_fit
+from fairdp.study._spec import StudySpec, check_models, check_sizes_fit
 from fairdp.study._store import ResultStore, corrupt_error
 from fairdp.tracking import TrackingSync
 
@@ -121,6 +121,7 @@ def prepare(spec: StudySpec, results: str | None, executor: Executor, command: s
     for name in methods:
         method = get_method(name)
         method.check_dataset(data, method_field) if method_field else method.check_dataset(data)
+    check_models(spec, data, methods)  # first: the sizes' check builds the user's modules
     check_sizes_fit(spec, data, methods)
     executor.check_fits(spec)
     return Prepared(spec, command, ctx, store, executor, tuple(methods), len(data.splits["train"]), stream)

@@ -644,6 +644,43 @@ def check_sizes_fit(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
                               f"a probe of {hidden:,} hidden units on {name}'s {width:,}-wide representation")
 
 
+def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
+    """InputError naming the key, checked once the data is loaded and before anything is
+    written, if a module of the user's (``architecture.models``) cannot be built for its
+    role's sizes, cannot be packed (``packing_problems``: the layer and why), or does not map
+    a batch of rows to the role's output size."""
+    import torch
+
+    from fairdp.engine import packing_problems
+
+    for name in methods:
+        arch = spec.method_settings[name].architecture
+        if arch is None or not arch.models:
+            continue
+        body = (spec.raw.get("methods") or {}).get(name)
+        own = ((body or {}).get("architecture") or {}).get("models") or {} if isinstance(body, dict) else {}
+        d = arch.representation_dim
+        sizes = {"encoder": (data.n_features, d), "classifier": (d, data.n_classes), "adversary": (d, data.n_groups)}
+        for role, ref in arch.models:
+            where = f"methods.{name}.architecture.models.{role}" if role in own else f"architecture.models.{role}"
+            d_in, d_out = sizes[role]
+            try:
+                module = ref.build(d_in, d_out)
+                problems = packing_problems(module)
+                out = None if problems else module(torch.zeros(2, d_in))
+            except InputError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the user's module's own error, as one line
+                raise InputError(f"{where}: {ref.describe()} for {d_in} inputs and {d_out} outputs: "
+                                 f"{type(e).__name__}: {' '.join(str(e).split())}") from None
+            if problems:
+                raise InputError(f"{where}: {ref.describe()} cannot be packed: {problems[0]}")
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, d_out):
+                shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise InputError(f"{where}: {ref.describe()} maps a batch of (2, {d_in}) to {shape}; its role "
+                                 f"needs (2, {d_out})")
+
+
 # -- typed accessors ---------------------------------------------------------------------------
 
 def _mapping(value, path: str, required=(), optional=()) -> dict:
