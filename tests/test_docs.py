@@ -229,7 +229,7 @@ def test_study_spec_lists_the_parsers_choices():
     """Where a key takes one of a fixed set of names, its row names every one of them."""
     from fairdp import schema
     from fairdp.data import dataset_names
-    from fairdp.engine._arch import ROLES
+    from fairdp.engine import ROLES
     from fairdp.engine._settings import PRECISIONS
     from fairdp.privacy import COUNTS
     from fairdp.study import _spec

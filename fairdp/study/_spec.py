@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import yaml
 
 from fairdp.constraints import Constraint, parse_constraints
@@ -24,6 +25,7 @@ from fairdp.engine import (
     Pruning,
     TrainSettings,
     architecture_from,
+    packing_problems,
 )
 from fairdp.errors import InputError
 from fairdp.methods import (
@@ -649,10 +651,6 @@ def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
     written, if a module of the user's (``architecture.models``) cannot be built for its
     role's sizes, cannot be packed (``packing_problems``: the layer and why), or does not map
     a batch of rows to the role's output size."""
-    import torch
-
-    from fairdp.engine import packing_problems
-
     for name in methods:
         arch = spec.method_settings[name].architecture
         if arch is None or not arch.models:
