@@ -287,10 +287,10 @@ LAYER_ROLES = {
               "`read_results`, ...), re-exported lazily, each imported on first use",
     "__main__": "`python -m fairdp`: the `fairdp` command",
     "cli": "the `fairdp` command (`run`, `search`, `analyze`, `report`, `compare`, `data`, `audit`, "
-           "`audit-training`, `check-method`) on top of all of them; each command imports what it needs "
+           "`audit-training`, `check-method`, `check-model`) on top of all of them; each command imports what it needs "
            "when it runs, so `--help` answers at once",
-    "testing": "what a plugin author runs: the method contract (`fairdp check-method`), the training "
-               "audit over the methods, the figure layout checks",
+    "testing": "what a plugin author runs: the method contract (`fairdp check-method`), the model checks "
+               "(`fairdp check-model`), the training audit over the methods, the figure layout checks",
     "study": "specs, the backlog and packs, the executors, the Parquet store, the Optuna search "
              "([Running studies](guide/studies.md))",
     "analysis": "pure functions over result rows (selection, aggregation, Pareto fronts, tables, figures) "

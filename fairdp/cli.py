@@ -684,6 +684,19 @@ def _add_check_method_parser(sub) -> None:
     chk.set_defaults(func=_cmd_check_method)
 
 
+def _add_check_model_parser(sub) -> None:
+    """``fairdp check-model``: whether a module of the user's can be packed and clipped per sample."""
+    chk = sub.add_parser("check-model", help="check that a model factory's module can be packed and clipped per "
+                                             "sample, as a study's architecture.models would train it")
+    chk.add_argument("factory", metavar="FACTORY",
+                     help="module:function, file.py:function or a registered model name")
+    chk.add_argument("--in", dest="in_features", type=int, required=True, metavar="N", help="input features")
+    chk.add_argument("--out", dest="out_features", type=int, required=True, metavar="M", help="outputs")
+    chk.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="a keyword for the factory (a YAML value), repeatable")
+    chk.set_defaults(func=_cmd_check_model)
+
+
 def _study_options(*, results: str, seeds: str, dry_run: str) -> argparse.ArgumentParser:
     """The parent parser of the options ``run`` and ``search`` share (a study and how to train
     it): one definition of each, worded once; a command words only what means something else
@@ -820,6 +833,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"fairdp {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_data_parser, _add_audit_parser, _add_audit_training_parser, _add_check_method_parser,
+                _add_check_model_parser,
                 _add_run_parser, _add_search_parser, _add_analyze_parser, _add_report_parser, _add_compare_parser):
         add(sub)
     return p
@@ -847,6 +861,33 @@ def _cmd_check_method(args) -> int:
                            "--no-header", "-p", "no:cacheprovider", *(["-x"] if args.first_failure else [])],
                           env=env)
     return 0 if done.returncode == 0 else 1
+
+
+def _cmd_check_model(args) -> int:
+    """One line per check of ``fairdp.testing.model_check``: 0 if every check passes, 1 if
+    one fails, 2 for a factory that cannot be found or a bad option."""
+    import yaml
+
+    from fairdp.engine import ModelRef
+    from fairdp.testing.model_check import run_model_checks
+
+    kwargs = {"factory": args.factory}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise InputError(f"--set {item!r}: expected KEY=VALUE with KEY a Python name")
+        kwargs[key] = yaml.safe_load(value)
+    for flag, value in (("--in", args.in_features), ("--out", args.out_features)):
+        if value < 1:
+            raise InputError(f"{flag}: must be a positive number of features, got {value}")
+    ref = ModelRef.parse(kwargs, "FACTORY", base_dir=".")
+
+    def report(name: str, why: str | None, skipped: bool) -> None:
+        print(f"{'SKIP' if skipped else 'FAIL' if why else 'PASS'}  {name}" + (f": {why}" if why else ""))
+
+    print(f"fairdp check-model: {ref.describe()} for {args.in_features} inputs and {args.out_features} outputs",
+          file=sys.stderr, flush=True)
+    return 0 if run_model_checks(ref, args.in_features, args.out_features, report) else 1
 
 
 @contextlib.contextmanager

@@ -1,0 +1,44 @@
+"""`fairdp check-model`: what it says of a module that can be packed and of ones that cannot."""
+
+import pytest
+
+from tests.conftest import REPO, assert_input_error, run_cli, run_main
+
+
+def test_the_example_module_passes_every_check():
+    run = run_cli("check-model", str(REPO / "examples" / "models.py") + ":residual_mlp", "--in", "8", "--out", "4",
+                  "--set", "width=16", "--set", "blocks=1")
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 7 and all(ln.startswith("PASS") for ln in lines)
+    assert "residual_mlp(blocks=1, width=16)" in run.stderr
+
+
+@pytest.mark.parametrize("body, failing", [
+    ("nn.Sequential(nn.Linear(i, o), nn.BatchNorm1d(o))", "FAIL  can be packed: 1 (BatchNorm1d): batch statistics"),
+    ("Centred(i, o)", "FAIL  a row's output does not depend on the rest of its batch: row 0's output depends"),
+    ("nn.Linear(i, o + 1)", "FAIL  maps rows to outputs: maps a batch of (6, 5) to (6, 4), not (6, 3)"),
+])
+def test_a_module_that_cannot_be_trained_fails_naming_why_and_skips_what_depends_on_it(tmp_path, body, failing):
+    (tmp_path / "nets.py").write_text(
+        "from torch import nn\n\n\n"
+        "class Centred(nn.Linear):\n"
+        "    def forward(self, x):\n"
+        "        return super().forward(x - x.mean(0))  # mixes the rows of a batch\n\n\n"
+        f"def net(i, o):\n    return {body}\n")
+    run = run_main("check-model", "nets.py:net", "--in", "5", "--out", "3", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    failed = [ln for ln in lines if ln.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].startswith(failing), lines
+    after = lines[lines.index(failed[0]) + 1:]
+    assert after and all(ln.startswith("SKIP") for ln in after)
+
+
+@pytest.mark.parametrize("args, names", [
+    (["missing.py:net", "--in", "3", "--out", "2"], ["FACTORY", "missing.py: no such file"]),
+    (["torch.nn:Linear", "--in", "0", "--out", "2"], ["--in", "positive"]),
+    (["torch.nn:Linear", "--in", "3", "--out", "2", "--set", "bias"], ["--set", "KEY=VALUE"]),
+])
+def test_bad_input_is_one_line_with_status_2(tmp_path, args, names):
+    assert_input_error(run_main("check-model", *args, cwd=tmp_path), *names)
