@@ -36,6 +36,7 @@ __all__ = [
 # (the contract's types are public in fairdp.engine.contract).
 from fairdp.engine._arch import PRESETS, ROLES, architecture_from, describe_architecture, preset_for  # noqa: F401
 from fairdp.engine._checkpoint import CheckpointFile, published_data_fingerprint  # noqa: F401
+from fairdp.engine._functional import build_instances  # noqa: F401
 from fairdp.engine._loop import merge_results  # noqa: F401
 from fairdp.engine._prune import DEFAULT_KEEP, DEFAULT_MARGIN  # noqa: F401
 from fairdp.engine._seeds import config_id  # noqa: F401

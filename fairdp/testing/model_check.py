@@ -16,8 +16,7 @@ import torch
 from torch import nn
 
 from fairdp import _rng
-from fairdp.engine import FunctionalPack, ModelRef, packing_problems
-from fairdp.engine._functional import build_instances
+from fairdp.engine import FunctionalPack, ModelRef, build_instances, packing_problems
 
 ROWS, CONFIGS = 6, 3
 
