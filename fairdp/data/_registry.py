@@ -11,7 +11,7 @@ from fairdp.errors import InputError
 
 # How a dataset reaches the user: fetched and checksummed by fairdp, read from files the
 # user supplies (licences forbid redistribution), or generated.
-KINDS = ("fetched", "user files", "generated")
+KINDS = ("fetched", "user files", "generated", "packaged")
 
 
 @dataclass(frozen=True)
