@@ -10,7 +10,6 @@ study stores and a worker resolves again: the factory's resolved name and its kw
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,9 +85,6 @@ class ModelRef:
         ref.resolve(where)  # refused now, by name, not in a worker
         return ref
 
-    def with_kwargs(self, **kwargs) -> ModelRef:
-        return ModelRef(self.factory, tuple(sorted({**dict(self.kwargs), **kwargs}.items())))
-
     def resolve(self, where: str = "model") -> Callable[..., nn.Module]:
         module, sep, function = self.factory.rpartition(":")
         if not sep:
@@ -106,15 +102,6 @@ class ModelRef:
 
     def build(self, in_features: int, out_features: int) -> nn.Module:
         return self.resolve()(in_features, out_features, **dict(self.kwargs))
-
-    def check_kwargs(self, names, where: str) -> None:
-        """Refuse keyword arguments (the ref's and ``names``, e.g. a grid's) the factory does not take."""
-        params = inspect.signature(self.resolve(where)).parameters
-        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-            return
-        for name in [*dict(self.kwargs), *names]:
-            if name not in params or name in list(params)[:2]:
-                raise InputError(f"{where}: the factory {self.factory} takes no keyword {name!r}")
 
     def describe(self) -> str:
         """``"file.py:function(k=v, ...)"`` with the file's name only."""
