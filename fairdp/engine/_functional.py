@@ -173,18 +173,8 @@ class FunctionalPack(nn.Module):
     def forward(self, x: torch.Tensor, dropout_generators: _rng.PackStream | None = None) -> torch.Tensor:
         """Every config's output; ``dropout_generators``: the configs' dropout stream while
         training (``nn.Dropout`` layers draw from it), None for evaluation (no dropout)."""
-        params, buffers = self._state()
-
-        def one(p, b, rows):
-            return functional_call(self.base, (p, b), (rows,))
-
-        for d in self._drops:
-            d.stream = dropout_generators
-        try:
-            return vmap(one, in_dims=(0, 0, None if self._shared(x) else 0))(params, buffers, x)
-        finally:
-            for d in self._drops:
-                d.stream = None
+        self._shared(x)  # refuses an input of neither shape
+        return self.call("", x, dropout_generators, self.shared_input_dims)
 
     def stage(self, name: str, shared_input_dims: int = 2) -> PackStage:
         """The submodule ``name`` of the packed module (``"0"``: an ``nn.Sequential``'s first
@@ -195,9 +185,9 @@ class FunctionalPack(nn.Module):
 
     def call(self, name: str, x: torch.Tensor, dropout_generators: _rng.PackStream | None = None,
              shared_input_dims: int = 2) -> torch.Tensor:
-        """``forward`` of the submodule ``name`` only (its parameters are this pack's)."""
+        """``forward`` of the submodule ``name`` only ("": the whole module; its parameters are this pack's)."""
         params, buffers = self._state()
-        prefix = name + "."
+        prefix = name + "." if name else ""
         sub = self.base.get_submodule(name)
         own = {n[len(prefix):]: p for n, p in params.items() if n.startswith(prefix)}
         own_buffers = {n[len(prefix):]: b for n, b in buffers.items() if n.startswith(prefix)}
