@@ -90,8 +90,16 @@ DESCRIPTIONS = {
     "batch_size": "the minibatch size the config trained at (its own where the grid sweeps `batch_size`); "
                   "null without gradient training",
     "precision": "what a neural pack computed in: `float32`, `tf32`, `bf16` or `float64`; null otherwise",
+    "accountant": "dp-accounting's accountant that composes the config's `privacy_event`, `rdp` or `pld` "
+                  "(`train.accountant`; DP-SGD's and PF-LD's noise is calibrated, and their `eps_formal` "
+                  "reported, by it); null for a method without an accountant's guarantee. Absent from result "
+                  "sets written before it existed (all `rdp`)",
     "architecture": "JSON: the effective architecture (encoder, classifier, adversary sizes, dropout); null "
                     "for a method without a network",
+    "packing": "how the pack's network packed its configs: `hand-packed` (fairdp's packed layers), "
+               "`functional` (torch.func over K instances of a module: a user's module, or `train.packing: "
+               "functional`) or `mixed`; null without a network of fairdp's packed layers, and for rows "
+               "written before it existed",
     "probe": "JSON: the probe settings (`evaluate.probe`) when a probe ran; null otherwise",
     "protocol": "JSON: every other setting that changes what a row means (dataset options and a fingerprint "
                 "of its data, training settings, which probes ran, pruning); compared on resume",

@@ -45,6 +45,12 @@ OBJECTIVES = (
 # optimizer, lr, batch_size and architecture are null for a method without gradient training or
 # network (lr and batch_size are each row's own where its method's grid sweeps them);
 # precision is what a neural pack computed in (float32, tf32, bf16 or float64), null otherwise;
+# accountant is dp-accounting's accountant that composes the row's privacy_event (rdp or pld,
+# ``train.accountant``; DP-SGD's and PF-LD's noise is calibrated and their eps_formal reported by
+# it), null for a method without an accountant's guarantee, and absent from result sets written
+# before it existed (all rdp's);
+# packing how its network packed the configs (hand-packed, functional or mixed; null without
+# fairdp's packed layers, and absent from result sets written before it existed);
 # protocol is every other study setting that changes what a row means (JSON: the dataset, its
 # options and a fingerprint of its data, the training settings, which probes ran), compared
 # when a run resumes into stored rows.
@@ -78,8 +84,8 @@ RELEASE_COLUMNS = ((GUARANTEE, "string"), (PRIVACY_EVENT, "string"), (TUNING, "s
 # result sets written before pruning existed.
 PROVENANCE_COLUMNS = (
     ("best_epoch", "int64"), ("pruned_at", "int64"), ("epochs", "int64"), ("optimizer", "string"),
-    ("lr", "float64"), ("batch_size", "int64"), ("precision", "string"),
-    ("architecture", "string"), ("probe", "string"), ("protocol", "string"), ("duration_s", "float64"),
+    ("lr", "float64"), ("batch_size", "int64"), ("precision", "string"), ("accountant", "string"),
+    ("architecture", "string"), ("packing", "string"), ("probe", "string"), ("protocol", "string"), ("duration_s", "float64"),
     ("pack_id", "string"),
     ("pack_size", "int64"), ("pack_duration_s", "float64"), ("status", "string"), ("error", "string"),
     ("fairdp_version", "string"), ("node", "string"), ("finished_at", "timestamp[ms, UTC]"),

@@ -49,14 +49,16 @@ def test_a_bad_split_seed_is_named(tmp_path, value):
 def test_dpsgd_and_adversarial_train_a_cnn_encoder_on_digits(tmp_path):
     """examples/models.py's CNN as the encoder: DP-SGD clips per sample through it (packed
     with the linear classifier after it as one chain), the adversarial method trains it against
-    its hand-packed adversary (packed apart); both learn the label."""
+    its hand-packed adversary (packed apart); both learn the label. DP-SGD clips at C = 4:
+    over 8 streams of this config it reached 84-90% test accuracy in 4 epochs (at C = 1, 1 of
+    8 stalled near chance), so the check does not hold by one stream's luck."""
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump({
         "name": "digits-cnn", "dataset": {"name": "digits"}, "seeds": [0],
         "train": {"epochs": 4, "batch_size": 64}, "evaluate": {"leakage": False, "mdl": False},
         "architecture": {"models": {"encoder": {"factory": str(REPO / "examples" / "models.py") + ":digits_cnn",
                                                 "channels": 4}}},
-        "methods": {"dpsgd": {"grid": {"eps": [8.0], "clip_primal": [1.0]}},
+        "methods": {"dpsgd": {"grid": {"eps": [8.0], "clip_primal": [4.0]}},
                     "adversarial": {"grid": {"lam": [0.5]}}}}))
     run = run_main("run", str(study), "--results", str(tmp_path / "r"), "--executor", "local", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]

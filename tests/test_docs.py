@@ -231,13 +231,14 @@ def test_study_spec_lists_the_parsers_choices():
     from fairdp.data import dataset_names
     from fairdp.engine import ROLES
     from fairdp.engine._settings import PRECISIONS
-    from fairdp.privacy import COUNTS
+    from fairdp.privacy import ACCOUNTANTS, COUNTS
     from fairdp.study import _spec
 
     documented, _ = _documented_keys()
     choices = {"search.objectives.<objective>": schema.OBJECTIVES, "selection.fairness": schema.SELECTION_FAIRNESS,
                "dataset.name": dataset_names(), "train.precision": PRECISIONS, "tuning.count": COUNTS,
-               "search.sampler": _spec.SAMPLERS, "architecture.models.<role>": ROLES}
+               "search.sampler": _spec.SAMPLERS, "architecture.models.<role>": ROLES,
+               "train.accountant": ACCOUNTANTS}
     for key, names in choices.items():
         row = " ".join(documented[key][1:])
         for name in names:

@@ -2,6 +2,7 @@
 module path per role, its keyword arguments, the rows saying which module trained them, and
 refusals that name the key."""
 
+import dataclasses
 import json
 import shutil
 
@@ -9,6 +10,7 @@ import pytest
 import yaml
 from torch import nn
 
+from fairdp.engine import ModelRef
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, parse_spec
 from tests.conftest import REPO, assert_input_error, run_main
@@ -31,19 +33,27 @@ def test_a_study_over_a_module_from_a_file_stores_rows_naming_it(tmp_path):
     per sample through it; the rows' architecture names the factory and its arguments."""
     shutil.copy(EXAMPLE, tmp_path / "models.py")
     study = tmp_path / "study.yaml"
-    study.write_text(yaml.safe_dump(_raw({"encoder": {"factory": "models.py:residual_mlp", "width": 16,
-                                                      "blocks": 1}})))
+    raw = _raw({"encoder": {"factory": "models.py:residual_mlp", "width": 16, "blocks": 1}})
+    raw["methods"]["dpsgd"]["grid"]["encoder.width"] = [8, 24]  # a module keyword swept: one pack per width
+    study.write_text(yaml.safe_dump(raw))
     results = tmp_path / "r"
     run = run_main("run", str(study), "--results", str(results), "--executor", "local", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     df, _ = ResultStore(results).read()
-    assert len(df) == 3 and (df["status"] == "ok").all()
-    for arch in df["architecture"]:
+    assert len(df) == 4 and (df["status"] == "ok").all()
+    widths = {}
+    for method, arch in df[["method", "architecture"]].itertuples(index=False):
         models = dict((role, ref) for role, ref in json.loads(arch)["models"])
         assert models["encoder"]["factory"] == f"{tmp_path / 'models.py'}:residual_mlp"
-        assert dict(models["encoder"]["kwargs"]) == {"blocks": 1, "width": 16}
+        kwargs = dict(models["encoder"]["kwargs"])
+        assert kwargs["blocks"] == 1
+        widths.setdefault(method, []).append(kwargs["width"])
+    assert sorted(widths["federate"]) == [16, 16] and sorted(widths["dpsgd"]) == [8, 24]
     dpsgd = df[df["method"] == "dpsgd"]
+    assert dpsgd["pack_id"].nunique() == 2 and (dpsgd["pack_size"] == 1).all()
     assert (dpsgd["eps_formal"] < 2.0 + 1e-9).all()
+    # FEDERATE: the module beside its hand-packed classifier; DP-SGD: one chain through the module
+    assert df.set_index("method")["packing"].to_dict() == {"federate": "mixed", "dpsgd": "functional"}
 
 
 def test_a_module_path_and_its_keywords_reach_the_factory():
@@ -65,9 +75,19 @@ def test_a_module_path_and_its_keywords_reach_the_factory():
     ({"adversary": "torch.nn:Linear"}, {"multi_adversarial": {}},
      "architecture.models.adversary: 'multi_adversarial' takes no module of the user's as its adversary"),
     ({"encoder": "torch.nn:Linear"}, {"inlp": {}}, "'inlp' takes no module of the user's as its encoder"),
+    # module keywords as grid keys: a role with a module of the user's, a Python name, a scalar
+    ({"encoder": "torch.nn:Linear"}, {"dpsgd": {"grid": {"classifier.bias": [True, False]}}},
+     "methods.dpsgd.grid.classifier.bias: no module of the user's is the classifier"),
+    ({"encoder": "torch.nn:Linear"}, {"dpsgd": {"grid": {"adversary.bias": [True]}}},
+     "methods.dpsgd.grid.adversary.bias: 'dpsgd' takes no module of the user's as its 'adversary'"),
+    ({"encoder": "torch.nn:Linear"}, {"dpsgd": {"grid": {"encoder.2x": [1]}}},
+     "methods.dpsgd.grid.encoder.2x: a module's keyword must be a Python name"),
+    ({"encoder": "torch.nn:Linear"}, {"dpsgd": {"grid": {"encoder.bias": [True, {"a": 1}]}}},
+     r"methods.dpsgd.grid.encoder.bias\[1\]: a module's keyword takes a finite number, a string or a boolean"),
 ])
 def test_a_model_that_cannot_be_used_is_refused_naming_its_key(models, methods, message):
-    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("'", "'")):
+    with pytest.raises(InputError, match=message if "\\[" in message else
+                       message.replace("(", r"\(").replace(")", r"\)")):
         parse_spec(_raw(models, methods))
 
 
@@ -124,3 +144,38 @@ def test_a_module_that_cannot_be_trained_is_refused_before_anything_is_written(t
     run = run_main("run", str(study), "--results", str(tmp_path / "r"), "--executor", "local", cwd=tmp_path)
     assert_input_error(run, *names)
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*.parquet"))
+
+
+BUILT_WIDTHS = []
+
+
+def recording_net(i, o, width=4):
+    """A factory that records the width each build asked for."""
+    BUILT_WIDTHS.append(width)
+    return nn.Sequential(nn.Linear(i, width), nn.ReLU(), nn.Linear(width, o))
+
+
+def test_configs_that_sweep_a_module_keyword_train_their_own_networks_apart():
+    """train_pack builds each config's module with its own keyword, one fit per network shape,
+    and gives each config what it gives alone."""
+    import numpy as np
+
+    from fairdp.data import load_dataset
+    from fairdp.engine import TrainSettings, architecture_from
+    from fairdp.methods import get_method
+
+    BUILT_WIDTHS.clear()
+    data = load_dataset("synthetic", rows=600, features=6, seed=2)
+    method = get_method("dpsgd")
+    arch = architecture_from({"encoder": [8], "classifier": []}, data.name)
+    arch = dataclasses.replace(arch, models=(("encoder", ModelRef("tests.test_models_in_studies:recording_net")),))
+    configs = [{"eps": 4.0, "clip_primal": 1.0, "encoder.width": w} for w in (3, 5)]
+    settings = TrainSettings(epochs=1, batch_size=128, dtype="float64")
+    both = method.train_pack(data, configs, seed=0, settings=settings, arch=arch)
+    assert sorted(set(BUILT_WIDTHS)) == [3, 5]
+    for i, config in enumerate(configs):
+        alone = method.train_pack(data, [config], seed=0, settings=settings, arch=arch)
+        np.testing.assert_array_equal(both.predictions["test"][i], alone.predictions["test"][0])
+        np.testing.assert_allclose(both.representations["test"][i], alone.representations["test"][0], rtol=1e-12)
+    with pytest.raises(InputError, match="config.classifier.bias: no module of the user's is the classifier"):
+        method.train_pack(data, [{**configs[0], "classifier.bias": False}], seed=0, settings=settings, arch=arch)

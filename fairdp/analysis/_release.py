@@ -13,6 +13,14 @@ pick costs more. Per selected row, from the events the rows store (``privacy_eve
   accuracy among the trials, so which of two configs wins depends on the others (no total
   order), and the theorem does not apply; the bound is the composition of the trials drawn.
 
+Accountant. The compositions are RDP's unless every row composed says ``accountant`` pld (a
+study's ``train: {accountant: pld}``): then dp-accounting's PLD accountant composes them too,
+and ``released_under`` ends "(PLD)". Rows of both accountants in one scope (a study resumed
+under the other one is refused, but result sets can be read together) are composed by RDP,
+a valid bound for every row whatever accountant reported its own eps; so are rows written
+before the column existed, all RDP's. Repeat-and-select is RDP's in every case: dp-accounting's
+PLD accountant has no such event. An event PLD cannot compose falls back to RDP, labelled so.
+
 Not covered (``eps_released`` is NaN, ``released_under`` says why): methods without an
 accountant's guarantee of the training data (local DP per released representation, as
 FEDERATE's; no privacy at all). What is covered is the training data: the selection reads
@@ -57,6 +65,8 @@ from fairdp.privacy import (
     trial_count_from_dict,
 )
 from fairdp.schema import PRIVACY_EVENT, RUN_KEYS, TUNING
+
+ACCOUNTANT = "accountant"  # the rows' column: which accountant reported their eps (null: none)
 
 
 def released_guarantees(df: object, selected: object, rt: float, by: Sequence[str] = ()) -> pd.DataFrame:
@@ -135,28 +145,44 @@ def _released(scopes: dict, sel: pd.Series, rt: float):
             eps = repeat_and_select_epsilon(grid, relation, delta, count.mean, count.shape)
             return eps, delta, len(scope), (f"repeat-and-select: best of K ~ {count.describe()} draws "
                                             f"from {record['grid_size']} configs")
-        eps = _composed(scope, relation, delta)
+        eps, how = _composed(scope, relation, delta)
         return eps, delta, len(scope), (f"composition of the {len(events)} trials drawn (K ~ {count.describe()}; "
-                                        f"RT {rt:g} is no best-of by a fixed order)")
-    eps = _composed(scope, relation, delta)
-    return eps, delta, len(scope), (f"composition of the {len(events)} configs trained" if len(events) > 1
+                                        f"RT {rt:g} is no best-of by a fixed order)" + how)
+    eps, how = _composed(scope, relation, delta)
+    return eps, delta, len(scope), (f"composition of the {len(events)} configs trained" + how if len(events) > 1
                                      else "one config trained: its own guarantee")
 
 
-def _composed(scope: pd.DataFrame, relation: str, delta: float) -> float:
-    """The smaller of two composition bounds at ``delta`` over the scope's events: RDP
-    (each distinct event once, with its multiplicity) and basic composition, the sum of the
-    rows' (eps, delta), when their deltas sum to at most ``delta`` (pure-DP rows, where RDP's
-    conversion can cost more than the sum at a few configs)."""
+def _accountant(rows: pd.DataFrame) -> str:
+    """The accountant that composes ``rows`` (those with an event): "pld" when every one of
+    them says pld, else "rdp" (see the module docstring)."""
+    if ACCOUNTANT not in rows.columns or not len(rows):
+        return "rdp"
+    return "pld" if (rows[ACCOUNTANT] == "pld").all() else "rdp"
+
+
+def _composed(scope: pd.DataFrame, relation: str, delta: float) -> tuple[float, str]:
+    """The smaller of two composition bounds at ``delta`` over the scope's events: RDP's or,
+    where every row says pld, PLD's (each distinct event once, with its multiplicity), and
+    basic composition, the sum of the rows' (eps, delta), when their deltas sum to at most
+    ``delta`` (pure-DP rows, where RDP's conversion can cost more than the sum at a few
+    configs); with what to add to the bound's label ("" for RDP's)."""
     import dp_accounting  # imported here, not at the top: it pulls in scipy (~2 s per fairdp start)
 
     rows = scope[scope[PRIVACY_EVENT].notna()]
     counted = [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n)
                for e, n in Counter(rows[PRIVACY_EVENT]).items()]
-    eps = composed_epsilon(counted, relation, delta)
+    how = ""
+    if _accountant(rows) == "pld":
+        try:
+            eps, how = composed_epsilon(counted, relation, delta, "pld"), " (PLD)"
+        except dp_accounting.UnsupportedEventError:
+            eps, how = composed_epsilon(counted, relation, delta), " (RDP: PLD cannot compose these events)"
+    else:
+        eps = composed_epsilon(counted, relation, delta)
     if rows["delta"].sum() <= delta:
         eps = min(eps, float(rows["eps_formal"].sum()))
-    return eps
+    return eps, how
 
 
 PER_SEED = "ε released, one seed (largest)"
@@ -219,6 +245,6 @@ def _over_seeds(scopes: dict, grp: pd.DataFrame, rt: float) -> tuple[float, str]
             grid = [event_from_json(e)[0] for e in record["grid_events"]]
             rdp = rdp + repeat_and_select_rdp(grid, relation, count.mean, count.shape)
         return epsilon_of_rdp(rdp, delta), f"composition of the {seeds} seeds' repeat-and-select releases"
-    eps = _composed(pd.concat(seed_rows), relation, delta)
+    eps, how = _composed(pd.concat(seed_rows), relation, delta)
     what = "trials drawn" if any(len(r) for r in records) else "configs trained"
-    return eps, f"composition of the {len(events)} {what} in the {seeds} seeds (the same data)"
+    return eps, f"composition of the {len(events)} {what} in the {seeds} seeds (the same data)" + how

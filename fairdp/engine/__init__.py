@@ -34,7 +34,14 @@ __all__ = [
 
 # Shared within fairdp, not public: what fairdp's methods, metrics, study and testing import
 # (the contract's types are public in fairdp.engine.contract).
-from fairdp.engine._arch import PRESETS, ROLES, architecture_from, describe_architecture, preset_for  # noqa: F401
+from fairdp.engine._arch import (  # noqa: F401
+    PRESETS,
+    ROLES,
+    architecture_from,
+    describe_architecture,
+    preset_for,
+    with_model_keywords,
+)
 from fairdp.engine._checkpoint import CheckpointFile, published_data_fingerprint  # noqa: F401
 from fairdp.engine._functional import build_instances  # noqa: F401
 from fairdp.engine._loop import merge_results  # noqa: F401

@@ -111,6 +111,21 @@ def _models(value, path: str, base_dir, inherited: dict) -> tuple[tuple[str, Mod
     return tuple(sorted(out.items()))
 
 
+def with_model_keywords(arch: Architecture, keywords: dict[str, dict], path: str = "config") -> Architecture:
+    """``arch`` with role r's module called with ``keywords[r]`` over its own keywords: a config
+    that sweeps a module's keywords (grid keys ``encoder.width``) trains this architecture."""
+    if not keywords:
+        return arch
+    models = dict(arch.models)
+    for role, kwargs in keywords.items():
+        if role not in models:
+            raise InputError(f"{path}.{role}.{next(iter(kwargs))}: no module of the user's is the {role} "
+                             f"(architecture.models.{role}); a grid sweeps the keywords of one")
+        ref = models[role]
+        models[role] = ModelRef(ref.factory, tuple(sorted({**dict(ref.kwargs), **kwargs}.items())))
+    return replace(arch, models=tuple(sorted(models.items())))
+
+
 def describe_architecture(arch: Architecture, adversaries: int = 1) -> str:
     """'encoder 300-300, classifier linear, 1 adversary 300-300, dropout 0.1' (hidden sizes)."""
     def sizes(layers):

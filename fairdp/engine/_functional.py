@@ -34,6 +34,7 @@ from torch._C import _functorch
 from torch.func import functional_call, stack_module_state, vjp, vmap
 
 from fairdp import _rng
+from fairdp.engine._packed import PackedLinear, PackedMLP
 from fairdp.engine._settings import full_precision
 
 # per-sample gradients are computed a chunk of rows at a time, K x rows x parameters floats at
@@ -112,6 +113,34 @@ def build_instances(factory: Callable[[], nn.Module], init: _rng.PackStream, *, 
     return out
 
 
+def blank_instances(factory: Callable[[], nn.Module], k: int, *, device, dtype) -> list[nn.Module]:
+    """K instances of ``factory()`` whose weights the caller sets (``copy_hand_weights``):
+    built without touching torch's global RNG."""
+    with torch.random.fork_rng(devices=[]):
+        return [factory().to(device=device, dtype=dtype) for _ in range(k)]
+
+
+@torch.no_grad()
+def copy_hand_weights(instances: Sequence[nn.Module], hand: PackedMLP) -> None:
+    """Config k's weights of the hand-packed ``hand`` into ``instances[k]``, an ``mlp`` of the
+    same sizes: the built-in MLP on the functional path starts where the hand-packed one does."""
+    for k, module in enumerate(instances):
+        linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+        if len(linears) != len(hand.layers):
+            raise ValueError(f"{len(linears)} linear layers to fill from {len(hand.layers)} hand-packed ones")
+        for linear, layer in zip(linears, hand.layers):
+            linear.weight.copy_(layer.weight[k].T)
+            linear.bias.copy_(layer.bias[k, 0])
+
+
+def packing_of(module: nn.Module) -> str | None:
+    """How ``module`` packs its configs: "hand-packed" (fairdp's packed layers), "functional"
+    (``FunctionalPack``), "mixed", or None when it holds neither (a plugin's own layers)."""
+    kinds = {"functional" if isinstance(m, FunctionalPack) else "hand-packed"
+             for m in module.modules() if isinstance(m, (FunctionalPack, PackedLinear))}
+    return kinds.pop() if len(kinds) == 1 else "mixed" if kinds else None
+
+
 def _with_pack_dropout(module: nn.Module) -> tuple[nn.Module, list[PackDropout]]:
     """A copy of ``module`` on the meta device (it only names the computation; the weights are
     the pack's) with every ``nn.Dropout`` replaced by a ``PackDropout`` of the same rate."""
@@ -148,6 +177,10 @@ class FunctionalPack(nn.Module):
         # not a submodule: its (meta) parameters only name the computation, the pack's are below
         object.__setattr__(self, "base", base)
         self.names, self.buffer_names = list(params), list(buffers)
+        # noise for an nn.Linear's weight is laid out as the hand-packed layers lay theirs out,
+        # so the built-in MLP draws the same noise entry for the same weight on either path
+        self._linear_weights = {f"{name}.weight".lstrip(".") for name, m in base.named_modules()
+                                if isinstance(m, nn.Linear)}
         self.params = nn.ParameterDict({_key(n): nn.Parameter(p.detach()) for n, p in params.items()})
         for n, b in buffers.items():
             self.register_buffer("buffer__" + _key(n), b)
@@ -296,7 +329,10 @@ class FunctionalPack(nn.Module):
                 sizes = [params[n][0].numel() for n in self.names]
                 noise = _rng.normal((sum(sizes),), generators, device=clip.device, dtype=clip.dtype)
                 noise = noise * noise_std.unsqueeze(1)
-                step = {n: step[n] + piece.view_as(step[n]) for n, piece in zip(self.names, noise.split(sizes, dim=1))}
+                for n, piece in zip(self.names, noise.split(sizes, dim=1)):
+                    if n in self._linear_weights:  # drawn (in, out), as the hand-packed layers hold it
+                        piece = piece.view(k, *step[n].shape[2:0:-1]).transpose(1, 2)
+                    step[n] = step[n] + piece.reshape(step[n].shape)
         for n, p in params.items():
             s = step[n].to(p.dtype)
             p.grad = s if p.grad is None else p.grad + s

@@ -34,6 +34,7 @@ from torch import nn
 from fairdp.data import Dataset
 from fairdp.engine._arch import Architecture
 from fairdp.engine._checkpoint import Checkpointing, Saver, data_fingerprint, identity
+from fairdp.engine._functional import packing_of
 from fairdp.engine._losses import (
     per_config_accuracy,
     per_config_confusion,
@@ -271,6 +272,7 @@ def _assemble(pieces: list[tuple[np.ndarray, PackResult]], configs: list[dict], 
         representations={n: representations(n) for n in splits_out},
         duration_s=duration_s,
         precision=parts[0].precision,
+        packing=parts[0].packing,
         diagnostics={key: stacked([p.diagnostics[key] for p in parts]) for key in keys},
         pruned_at=stacked([p.pruned_at for p in parts]) if pruned else None,
         resumed_s=resumed_s,
@@ -398,6 +400,7 @@ class _ChunkTraining:
         return PackResult(configs=list(step.ctx.configs), best_epoch=best_epoch, valid_history=history,
                           predictions=predictions, representations=representations,
                           duration_s=time.perf_counter() - self.t0, precision=step.ctx.precision, model=step.model,
+                          packing=packing_of(step.model),
                           diagnostics=step.diagnostics(), pruned_at=pruned_at if self.pruning is not None else None)
 
 

@@ -21,7 +21,14 @@ import torch
 from torch import nn
 
 from fairdp.engine._arch import ROLES, Architecture
-from fairdp.engine._functional import FunctionalPack, build_instances, mlp
+from fairdp.engine._functional import (
+    FunctionalPack,
+    blank_instances,
+    build_instances,
+    copy_hand_weights,
+    mlp,
+    packing_of,
+)
 from fairdp.engine._packed import PackedMLP
 from fairdp.engine._per_sample import HandPackedChain
 from fairdp.engine._settings import full_precision
@@ -31,6 +38,9 @@ PRIVATIZERS = ("none", "laplace", "minmax")
 # a role's module from its input and output sizes: factory(in_features, out_features) -> nn.Module
 ModelFactory = Callable[[int, int], nn.Module]
 SCHEDULES = ("ganin", "constant")
+# "auto": fairdp's hand-packed layers wherever they apply; "functional": every part through
+# FunctionalPack (the built-in MLPs with the same initial weights), to compare or benchmark
+PACKINGS = ("auto", "functional")
 
 
 @dataclass(frozen=True)
@@ -53,11 +63,17 @@ class PackedModel(nn.Module):
     """Encoder E -> priv -> classifier C, with adversaries A_i reading the representation.
 
     ``models`` maps a role (``ROLES``) to the factory of the user's module for it (default:
-    the architecture's ``models``); the other roles are the architecture's MLPs."""
+    the architecture's ``models``); the other roles are the architecture's MLPs, initialised
+    with the hand-packed layers' draws. ``packing`` "functional" packs those MLPs by
+    ``FunctionalPack`` too (``TrainSettings.packing``), where "auto" keeps them hand-packed
+    wherever no module of the user's shares their chain."""
 
     def __init__(self, spec: ModelSpec, arch: Architecture, d_in: int, n_classes: int, n_groups: int,
-                 init_generators, *, device, dtype, models: Mapping[str, ModelFactory] | None = None):
+                 init_generators, *, device, dtype, models: Mapping[str, ModelFactory] | None = None,
+                 packing: str = "auto"):
         super().__init__()
+        if packing not in PACKINGS:
+            raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
         self.spec = spec
         g, kw = init_generators, dict(device=device, dtype=dtype)
         d = arch.representation_dim
@@ -70,7 +86,11 @@ class PackedModel(nn.Module):
         hidden = {"encoder": (arch.encoder[:-1], True), "classifier": (arch.classifier, False),
                   "adversary": (arch.adversary, False)}
 
-        def as_module(role: str) -> ModelFactory:
+        def hand(role: str, d_from: int, d_to: int) -> PackedMLP:
+            layers, activate_last = hidden[role]
+            return PackedMLP(g, [d_from, *layers, d_to], dropout=arch.dropout, activate_last=activate_last, **kw)
+
+        def plain(role: str) -> ModelFactory:
             if role in models:
                 return models[role]
             layers, activate_last = hidden[role]
@@ -79,27 +99,41 @@ class PackedModel(nn.Module):
         def part(role: str, d_from: int, d_to: int) -> nn.Module:
             if role in models:
                 return FunctionalPack(build_instances(lambda: models[role](d_from, d_to), g, **kw))
-            layers, activate_last = hidden[role]
-            sizes = [d_from, *layers, d_to]
-            return PackedMLP(g, sizes, dropout=arch.dropout, activate_last=activate_last, **kw)
+            packed = hand(role, d_from, d_to)
+            if packing == "auto":
+                return packed
+            instances = blank_instances(lambda: plain(role)(d_from, d_to), packed.layers[0].weight.shape[0], **kw)
+            copy_hand_weights(instances, packed)
+            return FunctionalPack(instances)
 
         self.functional: FunctionalPack | None = None  # the encoder-classifier chain, when packed as one
-        if models and spec.privatizer == "none" and not spec.adversaries:
-            encoder, classifier = as_module("encoder"), as_module("classifier")
-            self.functional = FunctionalPack(build_instances(
-                lambda: nn.Sequential(encoder(d_in, d), classifier(d, n_classes)), g, **kw))
+        if (models or packing == "functional") and spec.privatizer == "none" and not spec.adversaries:
+            chain = [("encoder", d_in, d), ("classifier", d, n_classes)]
+
+            def factory():
+                return nn.Sequential(*(plain(role)(i, o) for role, i, o in chain))
+
+            # the user's modules from the config's seeded torch RNG, then the MLPs' hand draws
+            users = [role for role, _, _ in chain if role in models]
+            instances = build_instances(factory, g, **kw) if users else blank_instances(factory, len(g), **kw)
+            for index, (role, i, o) in enumerate(chain):
+                if role not in models:
+                    copy_hand_weights([inst[index] for inst in instances], hand(role, i, o))
+            self.functional = FunctionalPack(instances)
             self.encoder, self.classifier = self.functional.stage("0"), self.functional.stage("1")
         else:
             self.encoder = part("encoder", d_in, d)
             self.classifier = part("classifier", d, n_classes)
-        self.adversaries = nn.ModuleList(part("adversary", d, n_groups) for _ in range(spec.adversaries))
+        # Han et al.'s difference loss reads each adversary's last hidden layer, which only the
+        # hand-packed MLP exposes (``return_hidden``): those adversaries stay hand-packed
+        adversary = (lambda: hand("adversary", d, n_groups)) if spec.orthogonality else \
+            (lambda: part("adversary", d, n_groups))
+        self.adversaries = nn.ModuleList(adversary() for _ in range(spec.adversaries))
 
     @property
     def path(self) -> str:
         """Which packing the model takes: "hand-packed", "functional" or "mixed"."""
-        parts = [self.encoder, self.classifier, *self.adversaries]
-        hand = [isinstance(p, PackedMLP) for p in parts]
-        return "hand-packed" if all(hand) else "functional" if not any(hand) else "mixed"
+        return packing_of(self)
 
     def per_sample_chain(self):
         """The input-to-logits chain that per-sample gradients go through (DP-SGD, PF-LD):

@@ -11,6 +11,7 @@ import torch
 
 from fairdp.engine._prune import Pruning
 from fairdp.errors import InputError
+from fairdp.privacy import ACCOUNTANTS
 
 # float32: IEEE fp32 everywhere. tf32: fp32 tensors, matmuls on CUDA tensor cores in TF32
 # (10-bit mantissa); a CPU has no TF32, so there it is float32. bf16: matmuls under
@@ -88,6 +89,10 @@ class TrainSettings:
     dtype: str = "float32"
     # None: tf32 on CUDA, float32 elsewhere (see PRECISIONS); compared by the rows' precision
     precision: str | None = field(default=None, metadata={"protocol": "column"})
+    # dp-accounting's accountant that DP-SGD and PF-LD calibrate their noise with and report the
+    # eps of: "rdp" (RdpAccountant) or "pld" (PLDAccountant, tighter: less noise for one eps);
+    # compared by the rows' accountant column (fairdp.privacy.ACCOUNTANTS)
+    accountant: str = field(default="rdp", metadata={"protocol": "column"})
     # Configs computed together inside a pack; None picks by device (see engine.config_chunk).
     config_chunk: int | None = field(default=None, metadata={"protocol": False})
     # The part of a GPU this run may fill (a Ray trial's fractional GPU); bounds CUDA chunks.
@@ -95,6 +100,10 @@ class TrainSettings:
     # Multi-objective pruning inside packs (a study's ``prune:``); None, the default, trains
     # every config for every epoch, as the papers' protocols do.
     prune: Pruning | None = None
+    # "auto": fairdp's hand-packed layers wherever they apply (they are faster); "functional":
+    # the built-in MLPs through torch.func too, from the same initial weights (engine
+    # ``PACKINGS``). Equal to rounding, so not part of what a row means; rows say which it took.
+    packing: str = field(default="auto", metadata={"protocol": False})
 
     def __post_init__(self):
         for key in ("epochs", "batch_size"):
@@ -112,8 +121,12 @@ class TrainSettings:
             raise InputError(f"train.dtype: must be float32 or float64, got {self.dtype!r}")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise InputError(f"train.precision: must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if not isinstance(self.accountant, str) or self.accountant not in ACCOUNTANTS:
+            raise InputError(f"train.accountant: must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}")
         if self.precision in ("tf32", "bf16") and self.dtype != "float32":
             raise InputError(f"train.precision: {self.precision} needs train.dtype float32, got {self.dtype}")
+        if self.packing not in ("auto", "functional"):
+            raise InputError(f"train.packing: must be auto or functional, got {self.packing!r}")
         if self.prune is not None and self.prune.rungs[-1] >= self.epochs:
             # a rung at the last epoch would stop nothing: training ends there anyway
             raise InputError(f"prune.rungs: every rung must be below train.epochs ({self.epochs}), "

@@ -204,6 +204,9 @@ class PackResult:
     representations: dict[str, np.ndarray]       # split -> (K, n_split, D), what an attacker sees
     duration_s: float
     precision: str | None = None                 # what the pack computed in (resolve_precision)
+    # how its model packed the configs: "hand-packed", "functional" or "mixed" (engine
+    # ``packing_of``), None for a method without a network or with layers of its own
+    packing: str | None = None
     model: nn.Module | None = field(default=None, repr=False)  # the trained pack when it was one chunk
     # (eps, delta) of each config, from the method's privacy hook (``Method.train_pack`` sets it)
     privacy: tuple | None = None

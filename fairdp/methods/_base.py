@@ -26,6 +26,7 @@ from fairdp.engine import (
     layer_shapes,
     merge_results,
     preset_for,
+    with_model_keywords,
 )
 from fairdp.errors import InputError
 from fairdp.methods._representation import RepresentationStep
@@ -87,8 +88,10 @@ EPS = HyperParam("eps", low=0.0, low_open=True, high=LARGEST_L1_EPS,
 MINMAX_EPS = HyperParam("eps", low=0.0, low_open=True, high=LARGEST_SCALE_EPS,
                         doc="claimed budget of the min-max Laplace layer, noise 1/eps (tables reach eps 12)")
 LAM = HyperParam("lam", low=0.0, doc="adversarial weight lambda")
-# DP-SGD and PF-LD: the eps their noise is calibrated to, by the RDP accountant at delta 1e-5
-TARGET_EPS = HyperParam("eps", low=0.0, low_open=True, doc="target eps of the RDP accountant (delta 1e-5)")
+# DP-SGD and PF-LD: the eps their noise is calibrated to, by the study's accountant (RDP unless
+# ``train.accountant`` says pld) at delta 1e-5
+TARGET_EPS = HyperParam("eps", low=0.0, low_open=True,
+                        doc="target eps of the accountant, RDP or PLD (`train.accountant`; delta 1e-5)")
 
 # Training settings a grid may sweep for a method trained by gradient: the learning rate (the
 # primal step of Tran et al.'s Algorithm 1) and the minibatch size. Unlike a hyperparameter, a
@@ -119,11 +122,15 @@ class RunInfo:
     epochs: int
     representation_dim: int   # width of what an attacker sees
     n_groups: int
+    # the dp-accounting accountant ("rdp" or "pld", ``TrainSettings.accountant``) that an
+    # accountant-based method calibrates its noise with and reports the eps of
+    accountant: str = "rdp"
 
     @classmethod
     def of(cls, data: Dataset, settings: TrainSettings, representation_dim: int) -> RunInfo:
         n = len(data.splits["train"])
-        return cls(n, min(settings.batch_size, n), settings.epochs, representation_dim, data.n_groups)
+        return cls(n, min(settings.batch_size, n), settings.epochs, representation_dim, data.n_groups,
+                   settings.accountant)
 
 
 class Method(ABC):
@@ -203,8 +210,8 @@ class Method(ABC):
         config's guarantee from ``privacy`` and its ``dp_event`` as JSON. ``config_ids`` key
         the configs' random streams (default: their hyperparameters' hash); a study that draws
         one config twice gives each draw its own id, hence fresh randomness. Configs that name
-        other training settings (``lr``, ``batch_size``) than the others train as separate
-        packs, one per setting, and come back in the order given. With a ``checkpoint`` a pack
+        other training settings (``lr``, ``batch_size``) or module keywords (``encoder.width``)
+        than the others train as separate packs, one per setting, and come back in the order given. With a ``checkpoint`` a pack
         of one setting saves its training state as it goes and resumes from a saved one."""
         self.check_dataset(data)
         configs = [self.validate_config(c) for c in configs]
@@ -213,19 +220,19 @@ class Method(ABC):
             raise ValueError(f"{len(config_ids)} config_ids for {len(configs)} configs")
         arch = arch or self.default_architecture(data.name)
         per_config = [self.config_settings(c, settings) for c in configs]
-        privacy = tuple(self._checked(self.privacy(c, RunInfo.of(data, s, self.representation_dim(data, arch))))
-                        for c, s in zip(configs, per_config))
-        events = tuple(self.event_json(c, RunInfo.of(data, s, self.representation_dim(data, arch)))
-                       for c, s in zip(configs, per_config))
-        groups: dict[TrainSettings, list[int]] = {}
-        for i, s in enumerate(per_config):
-            groups.setdefault(s, []).append(i)
+        archs = [self.config_architecture(c, arch) for c in configs]
+        runs = [RunInfo.of(data, s, self.representation_dim(data, a)) for s, a in zip(per_config, archs)]
+        privacy = tuple(self._checked(self.privacy(c, run)) for c, run in zip(configs, runs))
+        events = tuple(self.event_json(c, run) for c, run in zip(configs, runs))
+        groups: dict[tuple[TrainSettings, Architecture], list[int]] = {}
+        for i, key in enumerate(zip(per_config, archs)):
+            groups.setdefault(key, []).append(i)
         if len(groups) == 1:
-            result = self.fit(data, configs, config_ids, seed, per_config[0], arch, callback, checkpoint)
+            result = self.fit(data, configs, config_ids, seed, per_config[0], archs[0], callback, checkpoint)
         else:  # a study's planner gives each pack one setting; one checkpoint file holds one fit
             result = merge_results([(index, self.fit(data, [configs[i] for i in index],
-                                                     [config_ids[i] for i in index], seed, s, arch, callback))
-                                    for s, index in groups.items()], configs)
+                                                     [config_ids[i] for i in index], seed, s, a, callback))
+                                    for (s, a), index in groups.items()], configs)
         return dataclasses.replace(result, privacy=privacy, privacy_events=events)
 
     @property
@@ -289,22 +296,55 @@ class Method(ABC):
         return (arch or self.default_architecture(data.name)).representation_dim
 
     def validate_config(self, config: dict, path: str = "config") -> dict:
+        """``config`` checked: every hyperparameter, the training settings it sweeps, and the
+        keywords of the user's modules it sweeps (``role.keyword``, ``model_keyword_value``)."""
         known = {h.name: h for h in self.hyperparams}
         settings = {h.name: h for h in self.setting_params}
         if not isinstance(config, dict):
             raise InputError(f"{path}: must be a mapping of hyperparameters, got {type(config).__name__}")
-        for key in config:
-            if key not in known and key not in settings:
+        out = {}
+        for key, value in config.items():
+            if isinstance(key, str) and "." in key:
+                out[key] = self.model_keyword_value(key, value, f"{path}.{key}")
+            elif key not in known and key not in settings:
                 raise InputError(f"{path}.{key}: '{self.name}' has no hyperparameter '{key}'; "
                                  f"it has: {', '.join([*known, *settings]) or 'none'}")
+            else:
+                out[key] = (known.get(key) or settings[key]).validate(value, f"{path}.{key}")
         missing = [k for k in known if k not in config]
         if missing:
             raise InputError(f"{path}.{missing[0]}: '{self.name}' needs a value for '{missing[0]}'")
-        return {k: (known.get(k) or settings[k]).validate(v, f"{path}.{k}") for k, v in config.items()}
+        return out
+
+    def model_keyword_value(self, key: str, value, path: str):
+        """A config's keyword for the user's module of a role (``encoder.width``: 64): the role
+        must be one of ``model_roles``, the keyword a Python name, the value a number, string
+        or boolean (what a study file can write and a row's architecture stores)."""
+        role, _, keyword = key.partition(".")
+        if role not in self.model_roles():
+            raise InputError(f"{path}: '{self.name}' takes no module of the user's as its {role!r}; model "
+                             f"keywords apply to: {', '.join(self.model_roles()) or 'none of its parts'}")
+        if not keyword.isidentifier():
+            raise InputError(f"{path}: a module's keyword must be a Python name, got {keyword!r}")
+        if isinstance(value, float) and not math.isfinite(value) or not isinstance(value, (bool, int, float, str)):
+            raise InputError(f"{path}: a module's keyword takes a finite number, a string or a boolean, "
+                             f"got {value!r}")
+        return value
+
+    def config_architecture(self, config: dict, arch: Architecture, path: str = "config") -> Architecture:
+        """The architecture ``config`` trains: ``arch`` with the module keywords it sweeps."""
+        keywords: dict[str, dict] = {}
+        for key, value in config.items():
+            role, dot, keyword = key.partition(".")
+            if dot:
+                keywords.setdefault(role, {})[keyword] = value
+        return with_model_keywords(arch, keywords, path)
 
     def expand(self, grid: dict[str, list]) -> list[dict]:
-        """The product of ``grid``'s lists: every hyperparameter, and the training settings it names."""
-        keys = [h.name for h in self.hyperparams] + [h.name for h in self.setting_params if h.name in grid]
+        """The product of ``grid``'s lists: every hyperparameter, the training settings and the
+        module keywords (``role.keyword``) it names."""
+        keys = [h.name for h in self.hyperparams] + [h.name for h in self.setting_params if h.name in grid] + \
+            [k for k in grid if "." in k]
         return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
     def config_id(self, config: dict) -> str:

@@ -125,7 +125,8 @@ class ClassifierSGDStep(PackStep):
         super().__init__(ctx)
         data = ctx.data
         self.model = PackedModel(ModelSpec(), ctx.arch, data.n_features, data.n_classes, data.n_groups,
-                                 ctx.generators("init"), device=ctx.device, dtype=ctx.dtype)
+                                 ctx.generators("init"), device=ctx.device, dtype=ctx.dtype,
+                                 packing=ctx.settings.packing)
         self.clip_counts = np.zeros((2, ctx.k))  # rows clipped, rows clipped or not
 
     def optimizer(self) -> torch.optim.Optimizer:

@@ -34,7 +34,8 @@ class RepresentationStep(PackStep):
         self.spec = spec
         data = ctx.data
         self.model = PackedModel(spec, ctx.arch, data.n_features, data.n_classes, data.n_groups,
-                                 ctx.generators("init"), device=ctx.device, dtype=ctx.dtype)
+                                 ctx.generators("init"), device=ctx.device, dtype=ctx.dtype,
+                                 packing=ctx.settings.packing)
         self.eps = None
         if spec.privatizer != "none":
             eps = ctx.per_config("eps")

@@ -10,8 +10,10 @@ sample of the training set at rate q = B / n with exact-rate coins (as Opacus's 
 expected size B: epochs * ceil(n / B) steps are then exactly the sampled Gaussian mechanism
 the RDP accountant composes (fairdp 0.3 trained on shuffled fixed-size batches, which that
 analysis covers only heuristically). sigma is calibrated to the target ``eps`` at delta =
-1e-5 for the run's batch size, training-set size and epochs (``calibrate_dpsgd_sigma``);
-rows report the accountant's eps for the sigma used. Per-row gradient norms come from ghost
+1e-5 for the run's batch size, training-set size and epochs (``calibrate_dpsgd_sigma``) by
+the study's accountant (``train.accountant``: dp-accounting's RDP by default, or its PLD,
+whose tighter eps calibrates a smaller sigma); rows report that accountant's eps for the sigma
+used, and name it in their ``accountant`` column. Per-row gradient norms come from ghost
 norms (``fairdp.engine.add_clipped_gradients``) on the built-in network, from torch.func's
 per-sample gradients on a user's module (``PackedModel.per_sample_chain``), as in PF-LD.
 """
@@ -40,12 +42,13 @@ class DPSGD(TranMethod):
         return {"eps": [0.1, 0.5, 1.0, 2.0, 5.0, 10.0], "clip_primal": [1.0, 10.0, 50.0]}
 
     def noise_multiplier(self, config: dict, run: RunInfo) -> float:
-        """sigma calibrated so that the run is (eps, 1e-5)-DP."""
-        return calibrate_dpsgd_sigma(config["eps"], PFLD_DELTA, run.batch_size, run.n, run.epochs)
+        """sigma calibrated so that the run is (eps, 1e-5)-DP by the run's accountant (RDP or PLD)."""
+        return calibrate_dpsgd_sigma(config["eps"], PFLD_DELTA, run.batch_size, run.n, run.epochs, run.accountant)
 
     def privacy(self, config, run):
         sigma = self.noise_multiplier(config, run)
-        return Guarantee(dpsgd_epsilon(sigma, run.batch_size, run.n, run.epochs, PFLD_DELTA), PFLD_DELTA)
+        return Guarantee(dpsgd_epsilon(sigma, run.batch_size, run.n, run.epochs, PFLD_DELTA, run.accountant),
+                         PFLD_DELTA)
 
     def dp_event(self, config, run):
         return dpsgd_event(self.noise_multiplier(config, run), run.batch_size, run.n, run.epochs)

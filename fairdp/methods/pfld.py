@@ -2,8 +2,9 @@
 
 A config names its target privacy ``eps`` (delta = 1e-5, the paper's), and clipping bounds
 ``clip_primal`` (C_p) and ``clip_dual`` (C_d); the noise multipliers are calibrated to the
-target by the RDP accountant for the run's batch size, training-set size and epochs
-(``fairdp.privacy.calibrate_pfld_sigmas``), and each row reports the accountant's
+target by the study's accountant (``train.accountant``: dp-accounting's RDP by default, or
+its PLD) for the run's batch size, training-set size and epochs
+(``fairdp.privacy.calibrate_pfld_sigmas``), and each row reports that accountant's
 ``eps_formal`` for the multipliers the run used. The guarantee is for Definition 1's
 adjacency, one record's (binary) sensitive attribute changed, which the mechanism turns into
 adding or removing one record's clipped contribution (``fairdp.methods._lagrangian``): rows
@@ -38,13 +39,15 @@ class PFLD(TranMethod):
         check_binary_attribute(data, self.name, path)
 
     def noise_multipliers(self, config: dict, run: RunInfo) -> tuple[float, float]:
-        """(sigma_p, sigma_d) calibrated so that the run is (eps, 1e-5)-DP (Theorem 3)."""
-        return calibrate_pfld_sigmas(config["eps"], PFLD_DELTA, run.batch_size, run.n, run.epochs)
+        """(sigma_p, sigma_d) calibrated so that the run is (eps, 1e-5)-DP (Theorem 3) by the
+        run's accountant (RDP or PLD)."""
+        return calibrate_pfld_sigmas(config["eps"], PFLD_DELTA, run.batch_size, run.n, run.epochs,
+                                     accountant=run.accountant)
 
     def privacy(self, config, run):
         # calibration keeps the accountant's eps at or below the target; report the accountant's
         return Guarantee(pfld_epsilon(*self.noise_multipliers(config, run), run.batch_size, run.n, run.epochs,
-                                      PFLD_DELTA), PFLD_DELTA)
+                                      PFLD_DELTA, run.accountant), PFLD_DELTA)
 
     def dp_event(self, config, run):
         return pfld_event(*self.noise_multipliers(config, run), run.batch_size, run.n, run.epochs)

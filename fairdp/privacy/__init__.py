@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 # Shared within fairdp, not public: what fairdp's methods, analysis and study import.
-from fairdp.privacy._accounting import PFLD_DELTA  # noqa: F401
+from fairdp.privacy._accounting import ACCOUNTANTS, PFLD_DELTA  # noqa: F401
 from fairdp.privacy._discrete import LARGEST_L1_EPS, LARGEST_SCALE_EPS  # noqa: F401
 from fairdp.privacy._guarantee import guarantee_kind  # noqa: F401
 from fairdp.privacy._release import (  # noqa: F401

@@ -1,7 +1,8 @@
-"""RDP accounting of PF-LD (Tran, Fioretto & Van Hentenryck 2021, "Privacy Analysis") and DP-SGD.
+"""RDP and PLD accounting of PF-LD (Tran, Fioretto & Van Hentenryck 2021, "Privacy Analysis") and DP-SGD.
 
 PF-LD releases two noisy quantities, and both are accounted here with Google's
-``dp-accounting`` (``dp_accounting.rdp.RdpAccountant``), not with hand-written RDP:
+``dp-accounting`` (its ``RdpAccountant`` by default, its ``PLDAccountant`` when a study says
+``train: {accountant: pld}``; see "PLD" below), not with hand-written RDP:
 
 * primal step, eq. (8), once per mini-batch: the private part of the group term, a sum over a
   Poisson sample (rate q = |B| / n) of one clipped vector per group-1 record, plus Gaussian
@@ -46,6 +47,41 @@ the same formulas vectorised over the orders, but every eps it reports and every
 search near the target is dp-accounting's, and the bracket it returns is certified by
 dp-accounting at both ends.
 
+PLD. ``accountant="pld"`` composes the same ``DpEvent``s with dp-accounting's privacy loss
+distribution accountant (``dp_accounting.pld.PLDAccountant``; Koskela et al. 2020, Doroshenko
+et al. 2022's "connect the dots"), which computes the (eps, delta) of the composition itself
+instead of converting an RDP curve, hence a smaller eps for the same noise (measured on
+Adult's shape, n 30,000, batch 256, 30 epochs: DP-SGD at sigma 1, 2.919 against RDP's 3.209;
+PF-LD at sigma_p 1, sigma_d 50, 2.956 against 3.248) and a smaller calibrated noise for the
+same target (DP-SGD: 0.929x RDP's sigma at eps 1, 0.962x at eps 8). Its estimate is
+pessimistic (``pessimistic_estimate=True``, dp-accounting's default): every privacy loss is
+rounded *up* to the grid and the probability mass truncated from the tails is counted as an
+infinite loss, so the eps it reports is an upper bound on the mechanism's true eps at delta,
+not an approximation of it. The grid, ``PLD_DISCRETIZATION`` = 1e-4 (dp-accounting's default),
+only trades tightness against time: on the shape above the eps it reports is within 2e-5
+(absolute) of the 1e-5 grid's, which costs 10x more (8.6 s against 0.7 s at sigma 1), while a
+1e-3 grid is 2e-3 off, as large as the change a calibration's 0.1% noise step makes. One
+evaluation takes 0.03-1.5 s there on 2 cores (more noise: less), so calibrations search from
+RDP's answer (below).
+
+Relations under PLD. The PLD accountant takes a Gaussian or Poisson-sampled Gaussian event
+under ``ADD_OR_REMOVE_ONE`` (DP-SGD) and under ``REPLACE_SPECIAL`` (PF-LD) alike
+(``pld_privacy_accountant.PLDAccountant._maybe_compose``), and for both builds the same pair
+of privacy loss distributions, "remove" ((1 - q) N(0, s^2) + q N(1, s^2) against N(0, s^2))
+and "add" (the reverse), reporting the larger eps of the two directions
+(``privacy_loss_distribution.from_gaussian_mechanism``, ``_pld_for_subsampled_mechanism``:
+REPLACE_SPECIAL "results in the same privacy loss distribution"). That is the sound analysis
+for PF-LD: replacing a record by the "special" one that contributes nothing is, in fairdp's
+mechanism, exactly adding or removing its clipped contribution (see "Adjacency"), in either
+direction, so no other relation has to stand in for it; ``tests/test_privacy_pld.py`` checks
+that both relations give PF-LD's event the same eps.
+
+Calibration under PLD (``_smallest_sigma_pld``) starts from the RDP calibration's sigma (PLD's
+eps is the smaller, so that sigma is nearly always within the budget and the answer a few
+percent below it) and interpolates log eps in log sigma; every decision is the PLD
+accountant's, so the sigma returned is certified by PLD (its eps <= the target) and the one
+0.1% below it is not. The RDP path is untouched: its answers are bit for bit those before PLD.
+
 Why dp-accounting rather than opacus: both ship the Mironov-Talwar-Zhang 2019 SG bound of
 eq. (11), and opacus could take the dual step as a q = 1 step, but dp-accounting states
 each step as a ``DpEvent`` composed in one accountant, is the accountant TF-Privacy
@@ -82,6 +118,12 @@ PFLD_DELTA = 1e-5
 PFLD_CLIP_PRIMAL = 10.0
 PFLD_CLIP_DUAL = 5.0
 
+ACCOUNTANTS = ("rdp", "pld")
+"""dp-accounting's accountants a study may choose (``train.accountant``): "rdp", its
+``RdpAccountant`` (the default, and every committed result's), or "pld", its
+``PLDAccountant`` with a pessimistic estimate (see the module docstring)."""
+PLD_DISCRETIZATION = 1e-4  # the PLD grid of privacy losses (dp-accounting's default): see the module docstring
+
 _SIGMA_RTOL = 1e-3  # relative precision of calibrated noise multipliers
 # the guide's eps agrees with dp-accounting's to ~1e-12 (relative): beyond 1e-6 of the target it decides
 _GUIDE_MARGIN = 1e-6
@@ -107,6 +149,12 @@ def _check_sigma(name: str, value: float | None) -> float:
     if not 0 <= sigma < math.inf:
         raise InputError(f"{name} must be finite and >= 0 (0 or None: no noise), got {sigma}")
     return sigma
+
+
+def _check_accountant(accountant: object) -> str:
+    if isinstance(accountant, str) and accountant in ACCOUNTANTS:
+        return accountant
+    raise InputError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}")
 
 
 def _check_delta(delta: object) -> float:
@@ -141,18 +189,32 @@ def quiet_accountant():
 
 
 def _epsilon(events: list[dp_accounting.DpEvent], delta: float,
-             relation: dp_accounting.NeighboringRelation | None = None) -> float:
-    """eps at ``delta`` of the RDP composition of ``events`` (Mironov 2017, Prop. 1); ``relation``
-    defaults to ``NeighboringRelation.ADD_OR_REMOVE_ONE``."""
+             relation: dp_accounting.NeighboringRelation | None = None, accountant: str = "rdp") -> float:
+    """eps at ``delta`` of the composition of ``events``: RDP (Mironov 2017, Prop. 1) or, for
+    ``accountant="pld"``, their privacy loss distributions (pessimistic, at
+    ``PLD_DISCRETIZATION``); ``relation`` defaults to ``NeighboringRelation.ADD_OR_REMOVE_ONE``."""
     import dp_accounting
     from dp_accounting.rdp import RdpAccountant
 
     if relation is None:
         relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    if accountant == "pld":
+        return pld_epsilon_of(dp_accounting.ComposedDpEvent(events), relation, delta)
     with quiet_accountant():
         accountant = RdpAccountant(neighboring_relation=relation)
         accountant.compose(dp_accounting.ComposedDpEvent(events))
         return float(accountant.get_epsilon(delta))
+
+
+def pld_epsilon_of(event: dp_accounting.DpEvent, relation: dp_accounting.NeighboringRelation,
+                   delta: float) -> float:
+    """eps at ``delta`` of ``event`` by dp-accounting's PLD accountant: pessimistic estimate
+    (an upper bound), privacy losses on a grid of ``PLD_DISCRETIZATION``."""
+    from dp_accounting.pld import PLDAccountant
+
+    accountant = PLDAccountant(relation, value_discretization_interval=PLD_DISCRETIZATION)
+    accountant.compose(event)
+    return float(accountant.get_epsilon(delta))
 
 
 def _step_count(batch_size: int, n: int, epochs: int) -> int:
@@ -168,19 +230,20 @@ def _sampled_gaussian(sigma: float, q: float, steps: int) -> dp_accounting.DpEve
     )
 
 
-def gaussian_epsilon(sigma: float | None, steps: int, q: float, delta: float) -> float:
+def gaussian_epsilon(sigma: float | None, steps: int, q: float, delta: float, accountant: str = "rdp") -> float:
     """eps of ``steps`` sampled Gaussian steps (rate ``q``, noise multiplier ``sigma``).
 
     This is DP-SGD's guarantee (Abadi et al. 2016; Mironov, Talwar & Zhang 2019), the
     building block of Lemmas 1 and 2; ``q = 1`` is the plain Gaussian mechanism. ``sigma``
-    0 or ``None`` gives inf.
+    0 or ``None`` gives inf. ``accountant``: one of ``ACCOUNTANTS``.
     """
     sigma = _check_sigma("sigma", sigma)
     steps = _check_int("steps", steps, 1)
     q = _check_real("q", q)
     if not 0 < q <= 1:
         raise InputError(f"q must be in (0, 1], got {q}")
-    return _epsilon([_sampled_gaussian(sigma, q, steps)], _check_delta(delta))
+    return _epsilon([_sampled_gaussian(sigma, q, steps)], _check_delta(delta),
+                    accountant=_check_accountant(accountant))
 
 
 @functools.lru_cache(maxsize=1024)  # each row reports the eps its calibration certified: computed once
@@ -191,6 +254,7 @@ def pfld_epsilon(
     n: int,
     epochs: int,
     delta: float,
+    accountant: str = "rdp",
 ) -> float:
     """eps such that a PF-LD run is (eps, delta)-DP w.r.t. the sensitive attributes.
 
@@ -198,12 +262,13 @@ def pfld_epsilon(
     sampled Gaussian, q = batch_size / n, multiplier ``sigma_primal``) and ``epochs`` dual
     releases (Lemma 2, Gaussian, multiplier ``sigma_dual``); see the module docstring for why
     the multipliers are sigma_p, sigma_d and for the step count. A sigma of 0 or ``None``
-    means that step adds no noise, so the run is not private and eps is inf.
+    means that step adds no noise, so the run is not private and eps is inf. ``accountant``
+    "pld" composes the same event by privacy loss distributions (see the module docstring).
     """
     import dp_accounting
 
     return _epsilon([pfld_event(sigma_primal, sigma_dual, batch_size, n, epochs)], _check_delta(delta),
-                    dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+                    dp_accounting.NeighboringRelation.REPLACE_SPECIAL, _check_accountant(accountant))
 
 
 def pfld_event(sigma_primal: float | None, sigma_dual: float | None, batch_size: int, n: int,
@@ -269,6 +334,66 @@ def _smallest_sigma(epsilon_of: Callable[[float], float], target: float,
     return _bisect(lambda sigma: epsilon_of(sigma) <= target)[1]
 
 
+def _smallest_sigma_pld(epsilon_of: Callable[[float], float], target: float, start: float) -> float:
+    """Smallest sigma, up to a factor 1 + _SIGMA_RTOL, with ``epsilon_of(sigma) <= target``,
+    for an ``epsilon_of`` that costs a PLD composition (0.03-1.5 s): searched from ``start``
+    (the RDP-calibrated sigma, which PLD's smaller eps nearly always leaves within the budget).
+
+    The same invariant and answer as ``_smallest_sigma``, ``epsilon_of(lo) > target >=
+    epsilon_of(hi)`` and ``hi`` returned, every decision ``epsilon_of``'s own (so ``hi`` is
+    certified by it); only the probes differ. The bracket is found by steps out from
+    ``start`` (10%, then each the square of the last); then each probe is the secant estimate
+    of where log eps meets log target (log eps is nearly linear in log sigma), through the two
+    points evaluated so far whose eps is nearest the target, placed half the tolerance above
+    it and followed by one a whole tolerance below: a good estimate closes the bracket with
+    those two evaluations (a calibration from RDP's sigma takes 4-5 instead of bisection's
+    ~12). An estimate outside the bracket, or two probes in a row that fail to halve its
+    log-width, make the next probe a plain geometric bisection."""
+    epsilon_of = functools.lru_cache(maxsize=None)(epsilon_of)
+    seen: dict[float, float] = {}
+
+    def within(sigma: float) -> bool:
+        seen[sigma] = epsilon_of(sigma)
+        return seen[sigma] <= target
+
+    step = 1.1  # squared at each step out: a start far off costs a few evaluations, not dozens
+    if within(start):
+        lo, hi = start / step, start
+        while within(lo):
+            step *= step
+            lo, hi = lo / step, lo
+    else:
+        lo, hi = start, start * step
+        while not within(hi):
+            step *= step
+            lo, hi = hi, hi * step
+    half, slow = math.sqrt(1 + _SIGMA_RTOL), 0
+    while hi > lo * (1 + _SIGMA_RTOL):
+        width, probe = math.log(hi / lo), None
+        finite = sorted((abs(math.log(e / target)), s, e) for s, e in seen.items() if 0 < e < math.inf)
+        if slow < 2 and len(finite) >= 2 and finite[0][2] != finite[1][2]:
+            (_, s1, e1), (_, s2, e2) = finite[:2]
+            guess = s1 * math.exp(math.log(s2 / s1) * math.log(target / e1) / math.log(e2 / e1))
+            if lo < guess * half < hi:
+                probe = guess * half
+            elif lo < guess < hi:  # within half the tolerance below hi: try one tolerance below it
+                probe = max(hi / (1 + _SIGMA_RTOL), math.sqrt(lo * hi))
+        if probe is None:
+            probe, slow = math.sqrt(lo * hi), 0
+        if within(probe):
+            hi = probe
+            below = hi / (1 + _SIGMA_RTOL)
+            if below > lo:
+                if within(below):
+                    hi = below
+                else:
+                    lo = below
+        else:
+            lo = probe
+        slow = slow + 1 if math.log(hi / lo) > width / 2 else 0
+    return hi
+
+
 def _dpsgd_guide(batch_size: int, n: int, epochs: int, delta: float) -> Callable[[float], float]:
     from fairdp.privacy import _rdp_guide  # scipy: loaded by a calibration, not by importing fairdp
 
@@ -294,6 +419,7 @@ def calibrate_pfld_sigmas(
     n: int,
     epochs: int,
     dual_share: float = 0.1,
+    accountant: str = "rdp",
 ) -> tuple[float, float]:
     """(sigma_primal, sigma_dual) that make a PF-LD run (target_eps, delta)-DP.
 
@@ -304,7 +430,9 @@ def calibrate_pfld_sigmas(
     The default share 0.1 leaves the bulk to the primal step, which runs
     ceil(n / batch_size) times as often. Both multipliers are found to a relative
     precision of 1e-3 and rounded up, hence
-    ``pfld_epsilon(sigma_primal, sigma_dual, ...) <= target_eps`` always.
+    ``pfld_epsilon(sigma_primal, sigma_dual, ..., accountant) <= target_eps`` always: under
+    ``accountant="pld"`` both eps (the dual share's and the whole run's) are PLD's, and the
+    search starts from the RDP calibration's multipliers (``_smallest_sigma_pld``).
     """
     target_eps = _check_real("target_eps", target_eps)
     if not 0 < target_eps < math.inf:
@@ -313,22 +441,31 @@ def calibrate_pfld_sigmas(
     if not 0 < dual_share < 1:
         raise InputError(f"dual_share must be in (0, 1), got {dual_share}")
     batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
+    if _check_accountant(accountant) == "pld":
+        rdp_primal, rdp_dual = calibrate_pfld_sigmas(target_eps, delta, batch_size, n, epochs, dual_share, "rdp")
+        sigma_dual = _smallest_sigma_pld(lambda s: gaussian_epsilon(s, epochs, 1.0, delta, "pld"),
+                                         dual_share * target_eps, rdp_dual)
+        sigma_primal = _smallest_sigma_pld(
+            lambda s: pfld_epsilon(s, sigma_dual, batch_size, n, epochs, delta, "pld"), target_eps, rdp_primal)
+        return sigma_primal, sigma_dual
     sigma_dual = _smallest_sigma(
         lambda s: gaussian_epsilon(s, epochs, 1.0, delta), dual_share * target_eps
     )
     sigma_primal = _smallest_sigma(
-        lambda s: pfld_epsilon(s, sigma_dual, batch_size, n, epochs, delta), target_eps,
+        lambda s: pfld_epsilon(s, sigma_dual, batch_size, n, epochs, delta, accountant), target_eps,
         _pfld_guide(sigma_dual, batch_size, n, epochs, delta),
     )
     return sigma_primal, sigma_dual
 
 
 @functools.lru_cache(maxsize=1024)  # each row reports the eps its calibration certified: computed once
-def dpsgd_epsilon(sigma: float | None, batch_size: int, n: int, epochs: int, delta: float) -> float:
+def dpsgd_epsilon(sigma: float | None, batch_size: int, n: int, epochs: int, delta: float,
+                  accountant: str = "rdp") -> float:
     """eps of a DP-SGD run: ``epochs * ceil(n / batch_size)`` sampled Gaussian steps at rate
-    batch_size / n (one per mini-batch, the last partial one included, as for PF-LD)."""
+    batch_size / n (one per mini-batch, the last partial one included, as for PF-LD), by
+    ``accountant`` (one of ``ACCOUNTANTS``)."""
     batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
-    return gaussian_epsilon(sigma, _step_count(batch_size, n, epochs), batch_size / n, delta)
+    return gaussian_epsilon(sigma, _step_count(batch_size, n, epochs), batch_size / n, delta, accountant)
 
 
 def dpsgd_event(sigma: float | None, batch_size: int, n: int, epochs: int) -> dp_accounting.DpEvent:
@@ -339,12 +476,18 @@ def dpsgd_event(sigma: float | None, batch_size: int, n: int, epochs: int) -> dp
 
 
 @functools.lru_cache(maxsize=1024)
-def calibrate_dpsgd_sigma(target_eps: float, delta: float, batch_size: int, n: int, epochs: int) -> float:
+def calibrate_dpsgd_sigma(target_eps: float, delta: float, batch_size: int, n: int, epochs: int,
+                          accountant: str = "rdp") -> float:
     """Smallest noise multiplier (to 1e-3, rounded up) with
-    ``dpsgd_epsilon(sigma, batch_size, n, epochs, delta) <= target_eps``."""
+    ``dpsgd_epsilon(sigma, batch_size, n, epochs, delta, accountant) <= target_eps``; under
+    "pld" searched from the RDP calibration's sigma (``_smallest_sigma_pld``)."""
     target_eps = _check_real("target_eps", target_eps)
     if not 0 < target_eps < math.inf:
         raise InputError(f"target_eps must be finite and > 0, got {target_eps}")
     batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
-    return _smallest_sigma(lambda s: dpsgd_epsilon(s, batch_size, n, epochs, delta), target_eps,
+    if _check_accountant(accountant) == "pld":
+        return _smallest_sigma_pld(lambda s: dpsgd_epsilon(s, batch_size, n, epochs, delta, "pld"), target_eps,
+                                   calibrate_dpsgd_sigma(target_eps, delta, batch_size, n, epochs, "rdp"))
+    # the accountant passed on as the methods pass it: their eps is then the search's, from the cache
+    return _smallest_sigma(lambda s: dpsgd_epsilon(s, batch_size, n, epochs, delta, accountant), target_eps,
                            _dpsgd_guide(batch_size, n, epochs, delta))

@@ -17,7 +17,12 @@ Two bounds, both through Google's ``dp-accounting`` RDP accountant:
   accountant computes for a ``RepeatAndSelectDpEvent``, to the bit).
 
 DP-SGD's and PF-LD's events are Gaussian steps; their curves are summed as the accountant sums
-them, from each distinct step's curve computed once per process (``rdp_curve``).
+them, from each distinct step's curve computed once per process (``rdp_curve``). The fixed-count
+bound may instead compose the events' privacy loss distributions (``composed_epsilon(...,
+accountant="pld")``, dp-accounting's ``PLDAccountant``, the relation as below: it builds the same
+add/remove distributions for REPLACE_SPECIAL as for ADD_OR_REMOVE_ONE, see
+``fairdp.privacy._accounting``); the random-count bound is RDP's only (dp-accounting's PLD
+accountant has no repeat-and-select).
 
 Events are stored with each result row as JSON (``event_to_json``), with the neighbouring
 relation the method's guarantee is stated under (DP-SGD: add/remove one record; PF-LD: one
@@ -36,7 +41,12 @@ from typing import TYPE_CHECKING
 import attr
 import numpy as np
 
-from fairdp.privacy._accounting import _check_delta, quiet_accountant
+from fairdp.privacy._accounting import (
+    _check_accountant,
+    _check_delta,
+    pld_epsilon_of,
+    quiet_accountant,
+)
 
 # dp_accounting (and scipy under it) is imported where used: importing fairdp must not cost a CLI
 # start or Ray worker ~2 s
@@ -204,12 +214,21 @@ def rdp_curve(event: dp_accounting.DpEvent, relation: str) -> np.ndarray:
     return rdp
 
 
-def composed_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: float) -> float:
-    """eps at ``delta`` of running every event on the same data (RDP composition)."""
+def composed_epsilon(events: list[dp_accounting.DpEvent], relation: str, delta: float,
+                     accountant: str = "rdp") -> float:
+    """eps at ``delta`` of running every event on the same data: RDP composition, or with
+    ``accountant="pld"`` dp-accounting's PLD accountant (pessimistic estimate, an upper bound;
+    ``fairdp.privacy._accounting.pld_epsilon_of``), which raises dp-accounting's
+    ``UnsupportedEventError`` for an event it has no distribution of (a repeat-and-select)."""
     import dp_accounting
 
     if not events:
         raise ValueError("composed_epsilon: no events")
+    if _check_accountant(accountant) == "pld":
+        if relation not in RELATION_NAMES:
+            raise ValueError(f"unknown neighbouring relation {relation!r}")
+        return pld_epsilon_of(dp_accounting.ComposedDpEvent(list(events)), _relations()[relation],
+                              _check_delta(delta))
     return epsilon_of_rdp(rdp_curve(dp_accounting.ComposedDpEvent(list(events)), relation), delta)
 
 

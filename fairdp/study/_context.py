@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fairdp.data import load_dataset
 from fairdp.engine import Architecture, TrainSettings, published_data_fingerprint
-from fairdp.methods import get_method
+from fairdp.methods import Method, get_method
 from fairdp.metrics import ProbeSettings
 from fairdp.study._spec import StudySpec
 from fairdp.study._store import ResultStore, study_columns
@@ -128,11 +128,14 @@ def protocol_json(spec: StudySpec, data=None) -> str:
 
 def training_provenance(ctx: StudyContext, method_name: str) -> dict:
     """How the rows of ``method_name`` are trained and probed: optimizer, lr, architecture
-    (JSON) and probe protocol (JSON); None where it does not apply."""
+    (JSON), probe protocol (JSON) and the accountant that composes its privacy events (and,
+    for DP-SGD and PF-LD, calibrates their noise: ``train.accountant``); None where it does not
+    apply (the accountant: a method without a ``dp_event``)."""
     method = get_method(method_name)
     train, arch = ctx.training(method_name)
     arch = arch or (method.default_architecture(ctx.dataset) if method.uses_architecture else None)
     return {"optimizer": method.optimizer, "lr": method.effective_settings(train).lr,
             "batch_size": train.batch_size if method.optimizer is not None else None,
             "architecture": json.dumps(arch.to_dict()) if arch is not None else None,
-            "probe": json.dumps(ctx.probe.protocol()) if (ctx.leakage or ctx.mdl) else None}
+            "probe": json.dumps(ctx.probe.protocol()) if (ctx.leakage or ctx.mdl) else None,
+            "accountant": train.accountant if type(method).dp_event is not Method.dp_event else None}

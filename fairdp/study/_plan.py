@@ -118,7 +118,7 @@ class Backlog:
     def packs(self, slots: int = 1, gpu: bool = False) -> list[Pack]:
         """The backlog cut into packs for ``slots`` workers; on a GPU (``gpu``) packs are capped at
         ``GPU_PACK_CAP`` configs instead of ``DEFAULT_PACK_CAP``. Configs that sweep a training
-        setting (lr, batch_size) train apart: one pack, one setting."""
+        setting (lr, batch_size) or module keyword train apart: one pack, one setting."""
         packs = [Pack(m, s, tuple(self.configs[(m, s)][c] for c in cids), cids) for m, s, cids in self.retries]
         groups = len(self.configs)
         for (method, seed), todo in self.left.items():
@@ -142,8 +142,9 @@ def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1, gpu: bool 
 
 
 def setting_key(config: dict) -> tuple:
-    """The training settings a config names (``lr``, ``batch_size``), what packs are split by."""
-    return tuple(config.get(k) for k in ("lr", "batch_size"))
+    """The training settings (``lr``, ``batch_size``) and module keywords (``encoder.width``) a
+    config names, what packs are split by: configs of one pack share one network shape."""
+    return (*(config.get(k) for k in ("lr", "batch_size")), *sorted((k, v) for k, v in config.items() if "." in k))
 
 
 def run_configs(spec: StudySpec, plan: MethodPlan, seed: int) -> tuple[list[dict], list[str]]:

@@ -19,7 +19,7 @@ import pandas as pd
 
 from fairdp.engine import describe_architecture
 from fairdp.errors import InputError
-from fairdp.methods import get_method
+from fairdp.methods import Method, get_method
 from fairdp.study._context import StudyContext, load_study_data, study_store
 from fairdp.study._executors import Executor
 from fairdp.study._lease import object_store_lease
@@ -161,9 +161,16 @@ def settings_lines(spec: StudySpec, precision: PrecisionChoice, methods=None) ->
         if plan is not None and ms.swept:
             swept = {k: sorted({c[k] for c in plan.configs}) for k in ms.swept}
             how = f"{ms.optimizer} " + ", ".join(f"{k} {{{', '.join(f'{v:g}' for v in vs)}}}" for k, vs in swept.items())
-        spec_of = getattr(get_method(name), "spec", None)
+        method = get_method(name)
+        spec_of = getattr(method, "spec", None)
         arch = (describe_architecture(ms.architecture, spec_of.adversaries if spec_of else 0)
                 if ms.architecture else "no network")
+        if plan is not None and any("." in k for k in plan.configs[0]):
+            keys = [k for k in plan.configs[0] if "." in k]
+            arch += "; " + ", ".join(f"{k} {{{', '.join(dict.fromkeys(repr(c[k]) for c in plan.configs))}}}"
+                                     for k in keys)
+        if type(method).dp_event is not Method.dp_event:  # its noise is calibrated by the accountant
+            arch += f"; {spec.train.accountant.upper()} accountant"
         lines.append(f"  {name.ljust(width)}  {how}; {arch}")
     prune = spec.train.prune
     if prune is not None:

@@ -45,6 +45,8 @@ def base_row(ctx: StudyContext, pack: Pack, i: int) -> dict:
     for h in method.hyperparams:
         row[h.name] = h.to_column(config[h.name])
     row.update(training_provenance(ctx, pack.method))
+    if any("." in k for k in config):  # module keywords the grid sweeps: this config's own network
+        row["architecture"] = json.dumps(method.config_architecture(config, ctx.training(pack.method)[1]).to_dict())
     for h in method.setting_params:  # a setting the grid sweeps: the config's own value
         if h.name in config:
             row[h.name] = config[h.name]

@@ -238,10 +238,20 @@ def _dataset(value) -> tuple[str, dict]:
     if name not in dataset_names():
         raise InputError(f"dataset: unknown dataset '{name}'; known: {', '.join(dataset_names())}")
     known = get_entry(name).options()
-    for key in options:
+    for key, option in options.items():
         if key not in known:
             raise InputError(f"dataset.{key}: '{name}' has no option '{key}'; it has: {', '.join(known) or 'none'}")
+        if not _plain(option):  # a loader takes values and lists of them; a mapping is never an option
+            raise InputError(f"dataset.{key}: must be a value or a list of values, got {type(option).__name__} "
+                             f"{option!r:.60}")
     return name, options
+
+
+def _plain(value) -> bool:
+    """A number, string, boolean or null, or a list of them."""
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 INT64_MAX = 2**63 - 1
@@ -265,10 +275,10 @@ def _seeds(value) -> tuple[int, ...]:
 
 def _train(value) -> TrainSettings:
     d = _mapping(value, "train", optional=("epochs", "batch_size", "lr", "gamma", "device", "dtype", "precision",
-                                           "config_chunk"))
-    # TrainSettings checks dtype and precision itself (naming train.<key>); the numbers are
-    # checked here, each against the range it can hold.
-    kw = {k: d[k] for k in ("dtype", "precision") if k in d}
+                                           "accountant", "packing", "config_chunk"))
+    # TrainSettings checks dtype, precision, accountant and packing itself (naming
+    # train.<key>); the numbers are checked here, each against the range it can hold.
+    kw = {k: d[k] for k in ("dtype", "precision", "accountant", "packing") if k in d}
     if "epochs" in d:
         kw["epochs"] = checked_int(d["epochs"], "train.epochs", low=1, high=MAX_EPOCHS)
     for key in ("batch_size", "config_chunk"):
@@ -451,6 +461,9 @@ def _methods(value, dataset: str, train: TrainSettings, study_arch, base_dir=Non
         if len(set(ids)) != len(ids):
             raise InputError(f"{path}.grid: repeated values give the same config twice")
         settings = _method_settings(method, dataset, train, study_arch, body, path, base_dir)
+        for key in grid:
+            if "." in key:  # the role's module must be the user's: a grid sweeps its keywords
+                method.config_architecture({key: grid[key][0]}, settings.architecture, f"{path}.grid")
         swept = tuple(h.name for h in method.setting_params if h.name in grid)
         plans.append(MethodPlan(name, configs, dataclasses.replace(settings, swept=swept)))
     return tuple(plans)
@@ -462,8 +475,13 @@ def _grid(method: Method, grid, path: str, dataset: str) -> dict[str, list]:
     grid = _mapping(grid, path, optional=None)
     params = {h.name: h for h in method.hyperparams}
     settings = {h.name: h for h in method.setting_params}
+    models = {}  # role.keyword -> the values of a module keyword the grid sweeps
     for key in grid:
-        if key not in params and key not in settings:
+        if isinstance(key, str) and "." in key:
+            values = grid[key] if isinstance(grid[key], list) and grid[key] else [grid[key]]
+            models[key] = [method.model_keyword_value(key, v, f"{path}.{key}" + (f"[{i}]" if len(values) > 1 else ""))
+                           for i, v in enumerate(values)]
+        elif key not in params and key not in settings:
             known = [*params, *settings]
             raise InputError(f"{path}.{key}: '{method.name}' has no hyperparameter '{key}'; "
                              f"it has: {', '.join(known) or 'none'}")
@@ -493,7 +511,7 @@ def _grid(method: Method, grid, path: str, dataset: str) -> dict[str, list]:
             out[key] = [_value(hp, v, f"{path}.{key}[{i}]") for i, v in enumerate(values)]
         else:
             out[key] = [_value(hp, values, f"{path}.{key}")]
-    return out
+    return {**out, **models}
 
 
 def _value(hp: HyperParam, value, path: str):
@@ -633,8 +651,8 @@ def check_sizes_fit(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
         path = (f"methods.{name}.architecture" if isinstance(body, dict) and "architecture" in body
                 else "architecture")
         method = get_method(name)
-        shapes = method.layer_shapes(data, arch) if hasattr(method, "layer_shapes") else []
-        params = sum(fan_in * fan_out + fan_out for fan_in, fan_out in shapes)
+        params = max(sum(fan_in * fan_out + fan_out for fan_in, fan_out in method.layer_shapes(data, a))
+                     if hasattr(method, "layer_shapes") else 0 for a in _config_architectures(spec, name, arch))
         check_fits_memory(params * itemsize * 4, path,
                           f"{name}'s {params:,} parameters per config with their gradients and optimiser state")
         width = arch.representation_dim
@@ -644,6 +662,16 @@ def check_sizes_fit(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
             probe = (width + 1) * hidden + (hidden + 1) * data.n_groups
             check_fits_memory(probe * 4 * 4 + rows * hidden * 4, "evaluate.probe.hidden",
                               f"a probe of {hidden:,} hidden units on {name}'s {width:,}-wide representation")
+
+
+def _config_architectures(spec: StudySpec, name: str, arch: Architecture) -> list[Architecture]:
+    """The distinct architectures method ``name``'s configs train: ``arch``, or one per value of
+    the module keywords its grid sweeps (``encoder.width``)."""
+    plan = next((p for p in spec.methods if p.name == name), None)
+    if plan is None:
+        return [arch]
+    method = get_method(name)
+    return list(dict.fromkeys(method.config_architecture(c, arch) for c in plan.configs))
 
 
 def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
@@ -659,8 +687,13 @@ def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
         own = ((body or {}).get("architecture") or {}).get("models") or {} if isinstance(body, dict) else {}
         d = arch.representation_dim
         sizes = {"encoder": (data.n_features, d), "classifier": (d, data.n_classes), "adversary": (d, data.n_groups)}
-        for role, ref in arch.models:
-            where = f"methods.{name}.architecture.models.{role}" if role in own else f"architecture.models.{role}"
+        # every module the grid's keywords make (``encoder.width``), each once
+        refs = dict.fromkeys(ref for a in _config_architectures(spec, name, arch) for ref in a.models)
+        plan = next((p for p in spec.methods if p.name == name), None)
+        for role, ref in refs:
+            swept = plan is not None and any(k.startswith(role + ".") for k in plan.configs[0])
+            where = f"methods.{name}.grid.{role}" if swept else \
+                f"methods.{name}.architecture.models.{role}" if role in own else f"architecture.models.{role}"
             d_in, d_out = sizes[role]
             try:
                 module = ref.build(d_in, d_out)

@@ -50,7 +50,9 @@ def trained_pack(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport]
     for i, m in enumerate(metrics):
         row = base_row(ctx, pack, i)
         row.update(m, duration_s=elapsed / len(pack.configs), pack_duration_s=elapsed, status="ok",
-                   precision=result.precision)
+                   precision=result.precision, packing=result.packing)
+        if row.get(schema.PRIVACY_EVENT) is None:  # no accountant composes this config's guarantee
+            row["accountant"] = None
         if result.pruned_at is not None and result.pruned_at[i]:  # null: trained every epoch
             row["pruned_at"] = int(result.pruned_at[i])
         if tuning is not None:

@@ -85,22 +85,31 @@ def packs(data):
 
 @pytest.mark.parametrize("name", CHECKED)
 def test_a_pack_gives_each_config_what_it_gives_alone(name, data, packs):
-    method = get_method(name)
-    configs = configs_of(name, data)
-    packed = packs(name)
+    check_pack_and_alone(get_method(name), data, configs_of(name, data), SETTINGS, packs(name))
+
+
+def check_pack_and_alone(method, data, configs: list[dict], settings: TrainSettings, packed, arch=None) -> None:
+    """``packed`` (``configs`` trained as one chunk at ``settings`` over ``arch``) reproduces
+    bit for bit, has the shapes and curves rows are made from, and after one epoch gives each
+    config what it gives alone."""
     k = len(configs)
-    dim = method.representation_dim(data)
-    again = method.train_pack(data, configs, seed=0, settings=dataclasses.replace(SETTINGS, config_chunk=k))
+    settings = dataclasses.replace(settings, config_chunk=k)
+    dim = method.representation_dim(data, arch)
+    by_epochs = packed.valid_accuracy_history.shape[1] > 0
     for split in ("valid", "test"):
         n = len(data.splits[split])
         preds, reps = packed.predictions[split], packed.representations[split]
         assert preds.shape == (k, n) and preds.min() >= 0 and preds.max() < data.n_classes
         assert reps.shape == (k, n, dim) and np.isfinite(reps).all()
-        np.testing.assert_array_equal(preds, again.predictions[split])  # same seed, same pack: bitwise
-        np.testing.assert_array_equal(reps, again.representations[split])
+    if by_epochs:  # same seed, same pack: bitwise (a method without epochs: each config alone, below)
+        again = method.train_pack(data, configs, seed=0, settings=settings, arch=arch)
+        for split in ("valid", "test"):
+            np.testing.assert_array_equal(packed.predictions[split], again.predictions[split])
+            np.testing.assert_array_equal(packed.representations[split], again.representations[split])
     assert packed.best_epoch.shape == (k,)
-    if packed.valid_accuracy_history.shape[1]:  # trained by epochs: the kept epoch is one of them
-        assert ((packed.best_epoch >= 1) & (packed.best_epoch <= 2)).all()
+    epochs = settings.epochs
+    if by_epochs:  # the kept epoch is one of them
+        assert ((packed.best_epoch >= 1) & (packed.best_epoch <= epochs)).all()
         # the per-epoch curves at the kept epoch are the kept model's valid scores, as the rows
         # compute them (numpy counts of its predictions), unless evaluating it draws noise (a
         # local-DP representation is drawn afresh at every evaluation); the loss is a cross-entropy
@@ -110,7 +119,7 @@ def test_a_pack_gives_each_config_what_it_gives_alone(name, data, packs):
         assert sorted(packed.valid_history) == sorted(VALID_CURVES)
         kept = (np.arange(k), packed.best_epoch - 1)
         for curve in VALID_CURVES:
-            assert packed.valid_history[curve].shape == (k, 2)
+            assert packed.valid_history[curve].shape == (k, epochs)
             if curve != "loss" and method.privacy_scope != "local":
                 np.testing.assert_allclose(packed.valid_history[curve][kept], scores[curve], atol=1e-9)
         assert (np.isfinite(packed.valid_history["loss"]) & (packed.valid_history["loss"] > 0)).all()
@@ -118,19 +127,23 @@ def test_a_pack_gives_each_config_what_it_gives_alone(name, data, packs):
     # can move them apart (on CUDA, a different best epoch by epoch 30: test_engine's statistical
     # test). On a CPU fairdp's FEDERATE stays bit-identical for 30 epochs (test_engine), but a
     # method's own packed kernels need not, so the contract asks for one epoch. A method that
-    # does not train by epochs is compared at the settings ``again`` was trained with.
-    if packed.valid_accuracy_history.shape[1]:
-        alone_settings = dataclasses.replace(SETTINGS, epochs=1)
-        packed_once = method.train_pack(data, configs, seed=0, settings=alone_settings)
+    # does not train by epochs trains its configs one by one: each alone is its packed self, bitwise.
+    if by_epochs:
+        alone_settings = dataclasses.replace(settings, epochs=1)
+        packed_once = method.train_pack(data, configs, seed=0, settings=alone_settings, arch=arch)
     else:
-        alone_settings, packed_once = SETTINGS, again
+        alone_settings, packed_once = settings, packed
     for i, cfg in enumerate(configs):
-        alone = method.train_pack(data, [cfg], seed=0, settings=alone_settings)
+        alone = method.train_pack(data, [cfg], seed=0, settings=alone_settings, arch=arch)
         assert packed_once.best_epoch[i] == alone.best_epoch[0]
         np.testing.assert_allclose(packed_once.valid_accuracy_history[i], alone.valid_accuracy_history[0])
-        np.testing.assert_array_equal(packed_once.predictions["test"][i], alone.predictions["test"][0])
-        np.testing.assert_allclose(packed_once.representations["test"][i], alone.representations["test"][0],
-                                   rtol=1e-9, atol=1e-9)
+        for split in ("valid", "test"):
+            np.testing.assert_array_equal(packed_once.predictions[split][i], alone.predictions[split][0])
+            if by_epochs:
+                np.testing.assert_allclose(packed_once.representations[split][i],
+                                           alone.representations[split][0], rtol=1e-9, atol=1e-9)
+            else:
+                np.testing.assert_array_equal(packed_once.representations[split][i], alone.representations[split][0])
         assert packed_once.privacy[i] == alone.privacy[0]
 
 
@@ -169,39 +182,47 @@ def assert_same_pack(got, want):
     for key in want.diagnostics:
         np.testing.assert_array_equal(got.diagnostics[key], want.diagnostics[key])
     assert got.privacy == want.privacy and got.privacy_events == want.privacy_events
+    assert got.packing == want.packing
 
 
 @pytest.mark.parametrize("name", CHECKED)
 def test_a_pack_killed_mid_training_resumes_from_its_checkpoint_bit_for_bit(name, data, packs):
-    """A run killed after epoch 1 (of 2) and started again continues from the saved epoch and
-    computes exactly what the uninterrupted pack did: same streams, moments, best epochs."""
-    method = get_method(name)
-    configs = configs_of(name, data)
-    settings = dataclasses.replace(SETTINGS, config_chunk=len(configs))
+    if not check_resume(get_method(name), data, configs_of(name, data), SETTINGS, packs(name)):
+        pytest.skip(f"{name} does not train by epochs: nothing to checkpoint")
+
+
+def check_resume(method, data, configs: list[dict], settings: TrainSettings, uninterrupted, arch=None) -> bool:
+    """A run killed in its last epoch and started again continues from the saved epoch and
+    computes exactly what the ``uninterrupted`` pack did: same streams, moments, best epochs.
+    False for a method that does not train by epochs (nothing to checkpoint)."""
+    settings = dataclasses.replace(settings, config_chunk=len(configs))
     file = MemoryCheckpoint()
     seen = []
+    last = settings.epochs
 
-    def kill_at_epoch_2(report):
+    def kill_in_the_last_epoch(report):
         seen.append(report.epoch)
-        if report.epoch == 2:
+        if report.epoch == last:
             raise Killed
 
     killed = False
     try:
-        method.train_pack(data, configs, seed=0, settings=settings, callback=kill_at_epoch_2,
+        method.train_pack(data, configs, seed=0, settings=settings, arch=arch, callback=kill_in_the_last_epoch,
                           checkpoint=Checkpointing(file, every_s=0))
     except Killed:
         killed = True
     if not seen:
         assert file.writes == 0 and not killed
-        pytest.skip(f"{name} does not train by epochs: nothing to checkpoint")
-    assert killed and file.writes == 1  # saved after epoch 1, killed in epoch 2
+        return False
+    assert killed and file.writes == last - 1  # saved after each epoch before the last, killed in it
     resumed_epochs = []
-    resumed = method.train_pack(data, configs, seed=0, settings=settings,
-                                callback=lambda r: resumed_epochs.append(r.epoch), checkpoint=Checkpointing(file, every_s=0))
-    assert resumed_epochs == [2]  # epoch 1 came from the checkpoint
+    resumed = method.train_pack(data, configs, seed=0, settings=settings, arch=arch,
+                                callback=lambda r: resumed_epochs.append(r.epoch),
+                                checkpoint=Checkpointing(file, every_s=0))
+    assert resumed_epochs == [last]  # the others came from the checkpoint
     assert resumed.resumed_s > 0
-    assert_same_pack(resumed, packs(name))
+    assert_same_pack(resumed, uninterrupted)
+    return True
 
 
 # -- (b) rows, with every declared hyperparameter, through the store --------------------------
