@@ -139,17 +139,17 @@ def data():
     return load_dataset("synthetic", rows=600, features=8, seed=1)
 
 
-def test_a_dpsgd_pack_under_pld_trains_with_and_reports_pld(data):
+def test_a_dpsgd_pack_under_pld_trains_with_and_reports_pld_sigmas(data):
     method = get_method("dpsgd")
     configs = [{"eps": 0.5, "clip_primal": 1.0}, {"eps": 1.0, "clip_primal": 1.0}]
     settings = TrainSettings(epochs=1, batch_size=128, dtype="float64", accountant="pld")
-    result = method.train_pack(data, configs, seed=0, settings=settings)
     n = len(data.splits["train"])
+    # the run train_pack hands the privacy hook (a trained pack's rows: the test below)
     run = RunInfo.of(data, settings, method.representation_dim(data))
     assert run.accountant == "pld" and RunInfo(1, 1, 1, 1, 2).accountant == "rdp"
     rdp_run = RunInfo.of(data, TrainSettings(epochs=1, batch_size=128, dtype="float64"), run.representation_dim)
     sigmas = []
-    for config, (eps, delta) in zip(configs, result.privacy):
+    for config, (eps, delta) in zip(configs, (method.privacy(c, run) for c in configs)):
         sigma = calibrate_dpsgd_sigma(config["eps"], DELTA, 128, n, 1, "pld")
         sigmas.append(sigma)
         assert delta == DELTA and eps == pytest.approx(_pld(_dpsgd(sigma, 128, n, 1)), rel=1e-12)
@@ -181,6 +181,11 @@ def test_rows_store_the_accountant_and_old_rows_without_it_resume(tmp_path):
     assert corrupt == [] and len(df) == 2
     got = df.set_index("method")["accountant"]
     assert got["dpsgd"] == "pld" and pd.isna(got["unconstrained"])
+    # the trained pack's row reports PLD's eps for the sigma PLD calibrated
+    n = len(load_dataset("synthetic", **ctx.dataset_options).splits["train"])
+    sigma = calibrate_dpsgd_sigma(0.5, DELTA, 128, n, 1, "pld")
+    eps = df.set_index("method").loc["dpsgd", "eps_formal"]
+    assert eps == pytest.approx(_pld(_dpsgd(sigma, 128, n, 1)), rel=1e-12) and eps <= 0.5
     # resuming the rows under the other accountant is refused, naming the column
     with pytest.raises(InputError, match="dpsgd runs with accountant pld, this run asks for rdp"):
         check_same_training(_context(tmp_path, "rdp"), df, "results", ["dpsgd", "unconstrained"])

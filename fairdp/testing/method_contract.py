@@ -187,8 +187,9 @@ def assert_same_pack(got, want):
 
 @pytest.mark.parametrize("name", CHECKED)
 def test_a_pack_killed_mid_training_resumes_from_its_checkpoint_bit_for_bit(name, data, packs):
-    if not check_resume(get_method(name), data, configs_of(name, data), SETTINGS, packs(name)):
+    if not packs(name).valid_accuracy_history.shape[1]:  # check_resume would train it to find out
         pytest.skip(f"{name} does not train by epochs: nothing to checkpoint")
+    assert check_resume(get_method(name), data, configs_of(name, data), SETTINGS, packs(name))
 
 
 def check_resume(method, data, configs: list[dict], settings: TrainSettings, uninterrupted, arch=None) -> bool:
