@@ -150,10 +150,11 @@ def test_the_steps_samples_have_rate_b_over_n_and_the_sum_is_divided_by_b(monkey
     n, sizes, divisors = step.n, [], []
     real = dpsgd.dpsgd_gradients
 
-    def spy(chain, xb, yb, clip, sigma, generators, valid=None, expected_rows=None):
+    def spy(chain, xb, yb, clip, sigma, generators, valid=None, expected_rows=None, per_layer=False):
         sizes.append(int(valid.sum()))
         divisors.append(expected_rows)
-        return real(chain, xb, yb, clip, sigma * 0, generators, valid=valid, expected_rows=expected_rows)
+        return real(chain, xb, yb, clip, sigma * 0, generators, valid=valid, expected_rows=expected_rows,
+                    per_layer=per_layer)
 
     monkeypatch.setattr(dpsgd, "dpsgd_gradients", spy)
     idx = torch.arange(90)
@@ -165,3 +166,31 @@ def test_the_steps_samples_have_rate_b_over_n_and_the_sum_is_divided_by_b(monkey
     assert abs(sizes.mean() - 90) < 4 * np.sqrt(90 * (1 - q) / len(sizes))
     assert 0.8 < sizes.var() / (90 * (1 - q)) < 1.25
     assert all(d == pytest.approx(90.0) for d in divisors)
+
+
+@pytest.mark.parametrize("name", ["dpsgd", "pfld"])
+def test_train_clipping_per_layer_reaches_every_clipped_step(name, monkeypatch):
+    """``train.clipping: per_layer`` is what each of the method's steps clips by (the per-layer
+    arithmetic itself is checked against a per-row loop in tests/test_engine_functional.py), and
+    it changes what trains; left out, every step clips the whole gradient."""
+    from fairdp.engine._per_sample import HandPackedChain
+
+    seen = []
+    real = HandPackedChain.add_clipped
+
+    def spy(self, *args, per_layer=False, **kwargs):
+        seen.append(per_layer)
+        return real(self, *args, per_layer=per_layer, **kwargs)
+
+    monkeypatch.setattr(HandPackedChain, "add_clipped", spy)
+    data = load_dataset("synthetic", rows=600, features=6, seed=4)
+    method = get_method(name)
+    # a bound that clips; PF-LD's private term weighs nothing before its first dual step
+    config = {**method.expand(method.paper_grid(data.name))[0], "eps": 4.0, "clip_primal": 0.1}
+    outputs = {}
+    for clipping in (None, "per_layer"):
+        seen.clear()
+        settings = TrainSettings(epochs=2, batch_size=128, dtype="float64", clipping=clipping)
+        outputs[clipping] = method.train_pack(data, [config], seed=0, settings=settings).representations["test"]
+        assert seen and set(seen) == {clipping == "per_layer"}
+    assert not np.array_equal(outputs[None], outputs["per_layer"])

@@ -104,6 +104,9 @@ MALFORMED = [
     ("train.precision", "half", "train.precision"),
     ("train.device", "gpu", "train.device"),
     ("train", {"dtype": "float64", "precision": "bf16"}, "train.precision"),
+    ("train.clipping", "per_row", "train.clipping"),
+    ("train.packing", "hand", "train.packing"),
+    ("train.accountant", "prv", "train.accountant"),
     ("methods.reductions", {"train": {"lr": 0.1}}, "methods.reductions.train.lr"),
     ("methods.reductions", {"architecture": {"dropout": 0.2}}, "methods.reductions.architecture"),
     ("methods.federate.architecture", {"encoder": [64, 0]}, "methods.federate.architecture.encoder"),
@@ -196,6 +199,9 @@ def test_learning_rates_and_architectures_resolve_per_method():
     assert arch["federate"].architecture.encoder == (100, 50, 50) and arch["federate"].architecture.adversary == (300, 300)
     with pytest.raises(InputError, match="^train.lr: no method of the study trains by gradient"):
         parse_spec(_with("methods", {"reductions": {}}) | {"train": {"lr": 0.1}})
+    for key, value in (("accountant", "pld"), ("clipping", "per_layer")):  # what no method of the study uses
+        with pytest.raises(InputError, match=f"^train.{key}: no method of the study"):
+            parse_spec(_with("methods", {"federate": {}}) | {"train": {key: value}})
     with pytest.raises(InputError, match="^architecture: no method of the study trains a network"):
         parse_spec(_with("methods", {"reductions": {}}) | {"architecture": {"dropout": 0.2}})
 

@@ -100,6 +100,11 @@ class TrainSettings:
     # Multi-objective pruning inside packs (a study's ``prune:``); None, the default, trains
     # every config for every epoch, as the papers' protocols do.
     prune: Pruning | None = None
+    # How DP-SGD and PF-LD clip a row's gradient to C: None, the papers' (its whole norm), or
+    # "per_layer" (each layer's part to C / sqrt(layers), Opacus's per-layer clipping with equal
+    # bounds; the whole stays within C, so the sensitivity and the guarantee are the same).
+    # None by default: a protocol without it is the one stored before it existed.
+    clipping: str | None = None
     # "auto": fairdp's hand-packed layers wherever they apply (they are faster); "functional":
     # the built-in MLPs through torch.func too, from the same initial weights (engine
     # ``PACKINGS``). Equal to rounding, so not part of what a row means; rows say which it took.
@@ -125,6 +130,9 @@ class TrainSettings:
             raise InputError(f"train.accountant: must be one of {', '.join(ACCOUNTANTS)}, got {self.accountant!r}")
         if self.precision in ("tf32", "bf16") and self.dtype != "float32":
             raise InputError(f"train.precision: {self.precision} needs train.dtype float32, got {self.dtype}")
+        if self.clipping not in (None, "per_layer"):
+            raise InputError(f"train.clipping: must be per_layer (or left out: each row's whole gradient), "
+                             f"got {self.clipping!r}")
         if self.packing not in ("auto", "functional"):
             raise InputError(f"train.packing: must be auto or functional, got {self.packing!r}")
         if self.prune is not None and self.prune.rungs[-1] >= self.epochs:

@@ -154,6 +154,8 @@ class Method(ABC):
     # None: "attribute" under the relation replace_attribute, else "representation" for a
     # local guarantee and "record" for a central one (``guarantee_kind``).
     privacy_unit: ClassVar[str | None] = None
+    # Whether it clips each row's gradient (DP-SGD, PF-LD): ``train.clipping`` applies to it.
+    clips_per_sample: ClassVar[bool] = False
 
     def check_dataset(self, data: Dataset, path: str | None = None) -> None:
         """Refuse, before any training, a dataset this method cannot train on."""

@@ -377,7 +377,8 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         # minibatch's loss gradient (unclipped) is slope_loss times it
         self.clip_counts += chain.add_clipped(trace, direction.expand(*logits.shape).contiguous(), slope_h,
                                               weight, self.c_p, noise_std, self.ctx.generators("noise"),
-                                              plain_scale=slope_loss)
+                                              plain_scale=slope_loss,
+                                              per_layer=self.ctx.settings.clipping == "per_layer")
         optimizer.step()
 
     @torch.no_grad()

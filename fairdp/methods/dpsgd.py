@@ -34,6 +34,7 @@ CLIP = HyperParam("clip_primal", low=0.0, low_open=True, doc="C, per-row gradien
 @register_method
 class DPSGD(TranMethod):
     name = "dpsgd"
+    clips_per_sample = True
     privacy_scope = "central"
     hyperparams = (TARGET_EPS, CLIP)
 
@@ -80,7 +81,8 @@ class DPSGDStep(ClassifierSGDStep):
         self.clip_counts += dpsgd_gradients(self.model.per_sample_chain(), train.X[index], train.y[index],
                                             self.clip, self.sigma,
                                             self.ctx.generators("noise"), valid=valid,
-                                            expected_rows=self.q * self.n)
+                                            expected_rows=self.q * self.n,
+                                            per_layer=self.ctx.settings.clipping == "per_layer")
         optimizer.step()
 
     def diagnostics(self):

@@ -24,6 +24,7 @@ CLIP_DUAL = HyperParam("clip_dual", low=0.0, low_open=True, doc="C_d, per-sample
 @register_method
 class PFLD(TranMethod):
     name = "pfld"
+    clips_per_sample = True
     privacy_scope = "central"
     binary_only = True
     neighbour_relation = "replace_attribute"

@@ -171,6 +171,8 @@ def settings_lines(spec: StudySpec, precision: PrecisionChoice, methods=None) ->
                                      for k in keys)
         if type(method).dp_event is not Method.dp_event:  # its noise is calibrated by the accountant
             arch += f"; {spec.train.accountant.upper()} accountant"
+        if method.clips_per_sample and spec.train.clipping == "per_layer":
+            arch += "; per-layer clipping"
         lines.append(f"  {name.ljust(width)}  {how}; {arch}")
     prune = spec.train.prune
     if prune is not None:

@@ -275,10 +275,10 @@ def _seeds(value) -> tuple[int, ...]:
 
 def _train(value) -> TrainSettings:
     d = _mapping(value, "train", optional=("epochs", "batch_size", "lr", "gamma", "device", "dtype", "precision",
-                                           "accountant", "packing", "config_chunk"))
-    # TrainSettings checks dtype, precision, accountant and packing itself (naming
+                                           "accountant", "clipping", "packing", "config_chunk"))
+    # TrainSettings checks dtype, precision, accountant, clipping and packing itself (naming
     # train.<key>); the numbers are checked here, each against the range it can hold.
-    kw = {k: d[k] for k in ("dtype", "precision", "accountant", "packing") if k in d}
+    kw = {k: d[k] for k in ("dtype", "precision", "accountant", "clipping", "packing") if k in d}
     if "epochs" in d:
         kw["epochs"] = checked_int(d["epochs"], "train.epochs", low=1, high=MAX_EPOCHS)
     for key in ("batch_size", "config_chunk"):
@@ -395,6 +395,13 @@ def _check_applies(settings: dict[str, MethodSettings], train: TrainSettings, st
     """A study-level value no method can use is refused, never silently ignored."""
     if train.lr is not None and all(s.optimizer is None for s in settings.values()):
         raise InputError(f"train.lr: no method of the study trains by gradient ({', '.join(settings)})")
+    methods = [get_method(name) for name in settings]
+    if train.accountant != "rdp" and not any(type(m).dp_event is not Method.dp_event for m in methods):
+        raise InputError(f"train.accountant: no method of the study is accounted by one ({', '.join(settings)}); "
+                         f"DP-SGD and PF-LD are")
+    if train.clipping is not None and not any(m.clips_per_sample for m in methods):
+        raise InputError(f"train.clipping: no method of the study clips per sample ({', '.join(settings)}); "
+                         f"DP-SGD and PF-LD do")
     if study_arch is None:
         return
     fields = {name: get_method(name).architecture_fields() for name in settings}
