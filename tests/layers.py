@@ -67,6 +67,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.engine._loop": "the pruning rule replaced at a rung",
     "fairdp.engine._memory": "the memory model's constants and chunk rules, pinned",
     "fairdp.engine._packed": "the hand-packed MLP that the functional path is compared with",
+    "fairdp.engine._per_sample": "the hand-packed chain's clipping step spied on (train.clipping reaches it)",
     "fairdp.engine._prune": "the pruning rule (dominators, configs to stop), pinned",
     "fairdp.engine._settings": "bf16 autocast and the precision names",
     "fairdp.methods._lagrangian": "the Lagrangian steps' internals (constraint masks, h)",

@@ -1,9 +1,10 @@
 """The method contract over the functional path (torch.func packing of any module): FEDERATE,
-adversarial, DP-SGD and PF-LD on (a) the built-in MLP through the functional path, equal to the
-hand-packed path to float64 rounding, (b) a user's module loaded from a file, (c) a small CNN
-on the digits teaching set. Each: a pack reproduces bit for bit and gives each config what it
-gives alone, a killed pack resumes from its checkpoint bit for bit, and cutting a config out
-of a pack (pruning) leaves the others' runs as they were."""
+adversarial, DP-SGD and PF-LD on (a) the built-in MLP through the functional path, which
+computes what the hand-packed path computes to float64 rounding and reproduces bit for bit,
+(b) a user's module loaded from a file and (c) a small CNN on the digits teaching set, each of
+which: a pack reproduces bit for bit and gives each config what it gives alone, a killed pack
+resumes from its checkpoint bit for bit, and cutting a config out of a pack (pruning) leaves
+the others' runs as they were."""
 
 import dataclasses
 
@@ -42,15 +43,13 @@ def _variant(name: str):
     return data, SETTINGS, arch, None
 
 
-VARIANTS = ("mlp", "file", "cnn")
-# the CNN's per-sample gradients (DP-SGD, PF-LD) cost ~25 s here: with the slow set; the fast
-# set trains the CNN in a study (tests/test_data_digits.py)
-CASES = [pytest.param(m, v, marks=[pytest.mark.slow] if v == "cnn" else []) for v in VARIANTS for m in METHODS]
-# The built-in MLP's configs alone are not trained again through the functional path: its packs
-# equal the hand-packed path's (test_the_built_in_mlp_computes_the_same_on_either_path), whose
-# configs the method contract trains alone, and a module from a file checks pack = alone on the
-# functional path itself (18 s saved from the fast set)
-ALONE_CASES = [case for case in CASES if case.values[1] != "mlp"]
+# The built-in MLP through the functional path ("mlp") is checked by being the hand-packed
+# path's computation (test_the_built_in_mlp_computes_the_same_on_either_path), whose packs the
+# method contract checks; pack = alone, resume and pruning on the functional path itself run on
+# the module from a file and on the CNN, whose per-sample gradients (DP-SGD, PF-LD) cost ~25 s
+# here: with the slow set (the fast set trains the CNN in a study, tests/test_data_digits.py)
+CONTRACT_CASES = [pytest.param(m, v, marks=[pytest.mark.slow] if v == "cnn" else [])
+                  for v in ("file", "cnn") for m in METHODS]
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +80,7 @@ def packs(variants):
     return get
 
 
-@pytest.mark.parametrize("method, variant", ALONE_CASES)
+@pytest.mark.parametrize("method, variant", CONTRACT_CASES)
 def test_a_pack_gives_each_config_what_it_gives_alone(method, variant, variants, packs):
     data, settings, arch, path = variants(variant)
     packed = packs(method, variant)
@@ -92,13 +91,13 @@ def test_a_pack_gives_each_config_what_it_gives_alone(method, variant, variants,
     check_pack_and_alone(get_method(method), data, configs_of(method, data), settings, packed, arch)
 
 
-@pytest.mark.parametrize("method, variant", CASES)
+@pytest.mark.parametrize("method, variant", CONTRACT_CASES)
 def test_a_pack_killed_mid_training_resumes_from_its_checkpoint_bit_for_bit(method, variant, variants, packs):
     data, settings, arch, _ = variants(variant)
     assert check_resume(get_method(method), data, configs_of(method, data), settings, packs(method, variant), arch)
 
 
-@pytest.mark.parametrize("method, variant", CASES)
+@pytest.mark.parametrize("method, variant", CONTRACT_CASES)
 def test_cutting_a_config_out_leaves_the_others_runs_unchanged(method, variant, variants, packs, monkeypatch):
     """The pruning path slices the pack's stacked parameters, optimiser state and streams:
     the middle config stops after epoch 1, the others end where the unpruned pack ended."""

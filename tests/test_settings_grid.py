@@ -25,6 +25,7 @@ SPEC = {
     "dataset": {"name": "synthetic", "rows": 600, "features": 6},
     "seeds": [0],
     "train": {"epochs": 2, "batch_size": 100},
+    "evaluate": {"leakage": False, "mdl": False},  # what rows store of the settings needs no probe
     "methods": {
         "dpsgd": {"grid": {"eps": [1.0], "clip_primal": [1.0], "lr": [0.05, 0.2], "batch_size": [50, 100]}},
         "unconstrained": {},

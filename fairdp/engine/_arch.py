@@ -77,7 +77,7 @@ def architecture_from(spec: dict | None, dataset: str, base: Architecture | None
     spec = dict(spec or {})
     name = spec.pop("preset", None)
     if name is not None and (not isinstance(name, str) or name not in PRESETS):
-        raise InputError(f"{path}.preset: '{name}' is not one of {', '.join(PRESETS)}")
+        raise InputError(f"{path}.preset: {name!r} is not one of {', '.join(PRESETS)}")
     base = PRESETS[name] if name else (base or preset_for(dataset))
     fields = {f.name for f in dataclasses_fields(base)}
     for key, value in spec.items():

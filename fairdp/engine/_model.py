@@ -8,8 +8,10 @@ Each part is the architecture's MLP, hand-packed (``PackedMLP``), or a module of
 (``models``: a factory per role) packed by ``FunctionalPack``. Without a privatiser or
 adversaries, a model with any such module packs encoder and classifier as one module, the
 chain whose per-sample gradients DP-SGD and PF-LD clip (``per_sample_chain``); a part the
-user left to the architecture is then its MLP as a plain module (``mlp``), initialised
-from the config's stream by torch's own initialisation rather than the hand-packed draws.
+user left to the architecture is then its MLP as a plain module (``mlp``). Every built-in
+MLP starts from the hand-packed layers' draws, on either path: ``packing="functional"``
+(``TrainSettings.packing``) packs them all by ``FunctionalPack`` and computes what the
+hand-packed layers compute, to rounding.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ class PackedModel(nn.Module):
             packed = hand(role, d_from, d_to)
             if packing == "auto":
                 return packed
-            instances = blank_instances(lambda: plain(role)(d_from, d_to), packed.layers[0].weight.shape[0], **kw)
+            instances = blank_instances(lambda: plain(role)(d_from, d_to), len(g), **kw)
             copy_hand_weights(instances, packed)
             return FunctionalPack(instances)
 
