@@ -145,7 +145,7 @@ def test_every_registered_method_has_an_independent_privacy_check():
 def test_privacy_hook_matches_an_independent_computation(name, data, packs):
     method = get_method(name)
     result = packs(name)
-    run = RunInfo.of(data, SETTINGS, method.representation_dim(data))
+    run = RunInfo.of(data, SETTINGS, method.representation_dim(data, method_contract.architecture_of(name, data)))
     expected = INDEPENDENT_PRIVACY[name](name, data, result, run)
     assert len(result.privacy) == len(result.configs) == len(expected)
     for (eps, delta), (want_eps, want_delta, rel) in zip(result.privacy, expected):

@@ -5,6 +5,7 @@ that failed (``write_error_rows``)."""
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime, timezone
 
 import numpy as np
@@ -20,10 +21,10 @@ from fairdp.study._store import ResultStore
 
 
 def _node() -> str:
+    # a process that never imported Ray runs no Ray node (a local run: importing it costs 0.5 s)
+    ray = sys.modules.get("ray")
     try:
-        import ray
-
-        if ray.is_initialized():
+        if ray is not None and ray.is_initialized():
             return ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001 - provenance only; never fail a pack over it
         pass

@@ -59,6 +59,18 @@ def data():
     return load_dataset("synthetic", **DATA_OPTIONS)
 
 
+CONTRACT_WIDTH = 32
+
+
+def architecture_of(name: str, data):
+    """The method's own architecture (its depths, dropout, modules) with every hidden layer
+    ``CONTRACT_WIDTH`` units wide: what the contract trains. Packing, resuming and the rows do
+    not depend on width, and the FEDERATE family's 300-unit layers cost the contract ~2x."""
+    arch = get_method(name).default_architecture(data.name)
+    return dataclasses.replace(arch, **{part: (CONTRACT_WIDTH,) * len(getattr(arch, part))
+                                        for part in ("encoder", "classifier", "adversary")})
+
+
 def configs_of(name: str, data) -> list[dict]:
     """Three configs spread over the method's paper grid (fewer if the grid is smaller)."""
     method = get_method(name)
@@ -75,7 +87,8 @@ def packs(data):
         if name not in cache:
             configs = configs_of(name, data)
             settings = dataclasses.replace(SETTINGS, config_chunk=len(configs))
-            cache[name] = get_method(name).train_pack(data, configs, seed=0, settings=settings)
+            cache[name] = get_method(name).train_pack(data, configs, seed=0, settings=settings,
+                                                      arch=architecture_of(name, data))
         return cache[name]
 
     return get
@@ -85,7 +98,8 @@ def packs(data):
 
 @pytest.mark.parametrize("name", CHECKED)
 def test_a_pack_gives_each_config_what_it_gives_alone(name, data, packs):
-    check_pack_and_alone(get_method(name), data, configs_of(name, data), SETTINGS, packs(name))
+    check_pack_and_alone(get_method(name), data, configs_of(name, data), SETTINGS, packs(name),
+                         architecture_of(name, data))
 
 
 def check_pack_and_alone(method, data, configs: list[dict], settings: TrainSettings, packed, arch=None) -> None:
@@ -189,7 +203,8 @@ def assert_same_pack(got, want):
 def test_a_pack_killed_mid_training_resumes_from_its_checkpoint_bit_for_bit(name, data, packs):
     if not packs(name).valid_accuracy_history.shape[1]:  # check_resume would train it to find out
         pytest.skip(f"{name} does not train by epochs: nothing to checkpoint")
-    assert check_resume(get_method(name), data, configs_of(name, data), SETTINGS, packs(name))
+    assert check_resume(get_method(name), data, configs_of(name, data), SETTINGS, packs(name),
+                        architecture_of(name, data))
 
 
 def check_resume(method, data, configs: list[dict], settings: TrainSettings, uninterrupted, arch=None) -> bool:
