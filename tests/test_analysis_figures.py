@@ -302,11 +302,7 @@ def test_the_report_says_what_its_bars_are_and_what_its_figures_do_not_mean(tmp_
     pareto = md.split("## Pareto fronts", 1)[1].split("\n## ", 1)[0]
     assert "(accuracy 0 %, gaps and leakage 100 %) as reference point" in pareto
     assert "Neither ranks methods: a constant or random classifier" in pareto
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        write_report(rows, tmp_path / "std", rts=(0, 1))  # the default: ± 1 std
-    md = (tmp_path / "std" / "report.md").read_text(encoding="utf-8")
-    assert "(bars: ± 1 std over seeds)" in md and "say little" not in md
+    # the default, ± 1 std, and its caption: test_analysis_report.py's test_report_renders
 
 
 def test_fairdp_report_takes_error_bars(tmp_path, capsys):

@@ -352,6 +352,7 @@ def test_report_renders(results, tmp_path):
     for method in METHODS:
         assert method in md and method in html
     assert "config_id=bad" in md  # excluded rows are listed under Notes
+    assert "(bars: ± 1 std over seeds)" in md and "say little" not in md  # the default error bars
     assert not [p for p in out.rglob(".*")]  # no hidden temp files left behind
     assert (out / "table.csv").read_text().startswith("dataset,method,n_seeds,")
 
