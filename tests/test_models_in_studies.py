@@ -179,3 +179,18 @@ def test_configs_that_sweep_a_module_keyword_train_their_own_networks_apart():
         np.testing.assert_allclose(both.representations["test"][i], alone.representations["test"][0], rtol=1e-12)
     with pytest.raises(InputError, match="config.classifier.bias: no module of the user's is the classifier"):
         method.train_pack(data, [{**configs[0], "classifier.bias": False}], seed=0, settings=settings, arch=arch)
+
+
+def test_module_keywords_are_read_from_a_config_by_role():
+    """The one definition of a module keyword that the spec, the planner, the rows and the
+    methods share: a dotted key is ``role.keyword``; hyperparameters and settings are not."""
+    from fairdp.engine import is_model_keyword, model_keywords
+    from fairdp.study._plan import setting_key
+
+    config = {"eps": 1.0, "lr": 0.01, "encoder.width": 32, "encoder.depth": 2, "adversary.act": "relu"}
+    assert model_keywords(config) == {"encoder": {"width": 32, "depth": 2}, "adversary": {"act": "relu"}}
+    assert model_keywords({"eps": 1.0, "lr": 0.01}) == {}
+    assert [k for k in config if is_model_keyword(k)] == ["encoder.width", "encoder.depth", "adversary.act"]
+    # packs split by network shape: configs differing only in a module keyword never share one
+    assert setting_key(config) != setting_key({**config, "encoder.width": 64})
+    assert setting_key(config) == setting_key({**config, "eps": 8.0})

@@ -39,6 +39,8 @@ from fairdp.engine._arch import (  # noqa: F401
     ROLES,
     architecture_from,
     describe_architecture,
+    is_model_keyword,
+    model_keywords,
     preset_for,
     with_model_keywords,
 )

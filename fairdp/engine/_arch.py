@@ -111,6 +111,22 @@ def _models(value, path: str, base_dir, inherited: dict) -> tuple[tuple[str, Mod
     return tuple(sorted(out.items()))
 
 
+def is_model_keyword(key) -> bool:
+    """Whether a config or grid key names a keyword of a user's module (``encoder.width``):
+    the one definition the methods, the planner, the rows and the spec share."""
+    return isinstance(key, str) and "." in key
+
+
+def model_keywords(config: dict) -> dict[str, dict]:
+    """``{role: {keyword: value}}`` of the module keywords ``config`` sweeps (empty for none)."""
+    out: dict[str, dict] = {}
+    for key, value in config.items():
+        if is_model_keyword(key):
+            role, _, keyword = key.partition(".")
+            out.setdefault(role, {})[keyword] = value
+    return out
+
+
 def with_model_keywords(arch: Architecture, keywords: dict[str, dict], path: str = "config") -> Architecture:
     """``arch`` with role r's module called with ``keywords[r]`` over its own keywords: a config
     that sweeps a module's keywords (grid keys ``encoder.width``) trains this architecture."""

@@ -23,8 +23,10 @@ from fairdp.engine import (
     TrainSettings,
     config_id,
     fit_pack,
+    is_model_keyword,
     layer_shapes,
     merge_results,
+    model_keywords,
     preset_for,
     with_model_keywords,
 )
@@ -306,7 +308,7 @@ class Method(ABC):
             raise InputError(f"{path}: must be a mapping of hyperparameters, got {type(config).__name__}")
         out = {}
         for key, value in config.items():
-            if isinstance(key, str) and "." in key:
+            if is_model_keyword(key):
                 out[key] = self.model_keyword_value(key, value, f"{path}.{key}")
             elif key not in known and key not in settings:
                 raise InputError(f"{path}.{key}: '{self.name}' has no hyperparameter '{key}'; "
@@ -335,18 +337,13 @@ class Method(ABC):
 
     def config_architecture(self, config: dict, arch: Architecture, path: str = "config") -> Architecture:
         """The architecture ``config`` trains: ``arch`` with the module keywords it sweeps."""
-        keywords: dict[str, dict] = {}
-        for key, value in config.items():
-            role, dot, keyword = key.partition(".")
-            if dot:
-                keywords.setdefault(role, {})[keyword] = value
-        return with_model_keywords(arch, keywords, path)
+        return with_model_keywords(arch, model_keywords(config), path)
 
     def expand(self, grid: dict[str, list]) -> list[dict]:
         """The product of ``grid``'s lists: every hyperparameter, the training settings and the
         module keywords (``role.keyword``) it names."""
         keys = [h.name for h in self.hyperparams] + [h.name for h in self.setting_params if h.name in grid] + \
-            [k for k in grid if "." in k]
+            [k for k in grid if is_model_keyword(k)]
         return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
     def config_id(self, config: dict) -> str:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from fairdp.engine import is_model_keyword
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.privacy import TrialCount
@@ -144,7 +145,7 @@ def plan_packs(spec: StudySpec, stored: pd.DataFrame, slots: int = 1, gpu: bool 
 def setting_key(config: dict) -> tuple:
     """The training settings (``lr``, ``batch_size``) and module keywords (``encoder.width``) a
     config names, what packs are split by: configs of one pack share one network shape."""
-    return (*(config.get(k) for k in ("lr", "batch_size")), *sorted((k, v) for k, v in config.items() if "." in k))
+    return (*(config.get(k) for k in ("lr", "batch_size")), *sorted((k, v) for k, v in config.items() if is_model_keyword(k)))
 
 
 def run_configs(spec: StudySpec, plan: MethodPlan, seed: int) -> tuple[list[dict], list[str]]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fairdp.engine import describe_architecture
+from fairdp.engine import describe_architecture, is_model_keyword
 from fairdp.errors import InputError
 from fairdp.methods import Method, get_method
 from fairdp.study._context import StudyContext, load_study_data, study_store
@@ -165,8 +165,8 @@ def settings_lines(spec: StudySpec, precision: PrecisionChoice, methods=None) ->
         spec_of = getattr(method, "spec", None)
         arch = (describe_architecture(ms.architecture, spec_of.adversaries if spec_of else 0)
                 if ms.architecture else "no network")
-        if plan is not None and any("." in k for k in plan.configs[0]):
-            keys = [k for k in plan.configs[0] if "." in k]
+        keys = [k for k in plan.configs[0] if is_model_keyword(k)] if plan is not None else []
+        if keys:
             arch += "; " + ", ".join(f"{k} {{{', '.join(dict.fromkeys(repr(c[k]) for c in plan.configs))}}}"
                                      for k in keys)
         if type(method).dp_event is not Method.dp_event:  # its noise is calibrated by the accountant

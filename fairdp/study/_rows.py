@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from fairdp import __version__, schema
-from fairdp.engine import VALID_CURVES, PackResult
+from fairdp.engine import VALID_CURVES, PackResult, is_model_keyword
 from fairdp.methods import get_method, load_plugins
 from fairdp.privacy import trial_count_from_dict
 from fairdp.study._context import StudyContext, training_provenance
@@ -46,7 +46,7 @@ def base_row(ctx: StudyContext, pack: Pack, i: int) -> dict:
     for h in method.hyperparams:
         row[h.name] = h.to_column(config[h.name])
     row.update(training_provenance(ctx, pack.method))
-    if any("." in k for k in config):  # module keywords the grid sweeps: this config's own network
+    if any(is_model_keyword(k) for k in config):  # module keywords the grid sweeps: this config's own network
         row["architecture"] = json.dumps(method.config_architecture(config, ctx.training(pack.method)[1]).to_dict())
     for h in method.setting_params:  # a setting the grid sweeps: the config's own value
         if h.name in config:

@@ -25,6 +25,8 @@ from fairdp.engine import (
     Pruning,
     TrainSettings,
     architecture_from,
+    is_model_keyword,
+    model_keywords,
     packing_problems,
 )
 from fairdp.errors import InputError
@@ -469,7 +471,7 @@ def _methods(value, dataset: str, train: TrainSettings, study_arch, base_dir=Non
             raise InputError(f"{path}.grid: repeated values give the same config twice")
         settings = _method_settings(method, dataset, train, study_arch, body, path, base_dir)
         for key in grid:
-            if "." in key:  # the role's module must be the user's: a grid sweeps its keywords
+            if is_model_keyword(key):  # the role's module must be the user's: a grid sweeps its keywords
                 method.config_architecture({key: grid[key][0]}, settings.architecture, f"{path}.grid")
         swept = tuple(h.name for h in method.setting_params if h.name in grid)
         plans.append(MethodPlan(name, configs, dataclasses.replace(settings, swept=swept)))
@@ -484,7 +486,7 @@ def _grid(method: Method, grid, path: str, dataset: str) -> dict[str, list]:
     settings = {h.name: h for h in method.setting_params}
     models = {}  # role.keyword -> the values of a module keyword the grid sweeps
     for key in grid:
-        if isinstance(key, str) and "." in key:
+        if is_model_keyword(key):
             values = grid[key] if isinstance(grid[key], list) and grid[key] else [grid[key]]
             models[key] = [method.model_keyword_value(key, v, f"{path}.{key}" + (f"[{i}]" if len(values) > 1 else ""))
                            for i, v in enumerate(values)]
@@ -698,7 +700,7 @@ def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
         refs = dict.fromkeys(ref for a in _config_architectures(spec, name, arch) for ref in a.models)
         plan = next((p for p in spec.methods if p.name == name), None)
         for role, ref in refs:
-            swept = plan is not None and any(k.startswith(role + ".") for k in plan.configs[0])
+            swept = plan is not None and role in model_keywords(plan.configs[0])
             where = f"methods.{name}.grid.{role}" if swept else \
                 f"methods.{name}.architecture.models.{role}" if role in own else f"architecture.models.{role}"
             d_in, d_out = sizes[role]
