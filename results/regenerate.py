@@ -24,6 +24,7 @@ REPORTS = {
     "federate-adult": ("studies/federate_adult_gpu.yaml", ["--compare", "federate-table3"]),
     "pfld-adult": ("studies/pfld_adult.yaml", ["--compare", "pfld-adult"]),
     "pfld-compas": ("studies/pfld_compas.yaml", ["--compare", "pfld-compas"]),
+    "pfld-adult-sensitivity": ("studies/pfld_adult_sensitivity.yaml", []),
 }
 
 
