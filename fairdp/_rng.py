@@ -187,6 +187,21 @@ class PackStream:
 
         _fill_cpu(out, per_block, fill)
 
+    def map_counters(self, out: np.ndarray, words_per_value: int, fn) -> None:
+        """Fill ``out`` (K, n) on the CPU from the next draw, for a kernel that computes the draw's
+        words itself: ``fn(k, key, draw, first, part)`` sets ``part`` = out[k, first:first + len(part)]
+        from the words of values ``first`` onwards (``first`` a multiple of the values a whole
+        number of Philox blocks holds) of draw number ``draw`` under ``key`` (two uint64), that is
+        blocks (first * words_per_value // 4 + j + 1, draw, 0, 0), j = 0, 1, ... Spread over
+        torch's CPU threads as ``map_words``; the same words."""
+        draws = self._next()
+        per_block = 4 // math.gcd(4, words_per_value)
+
+        def fill(k: int, block: int, part: np.ndarray) -> None:
+            fn(k, self.keys[k], int(draws[k]), block * per_block, part)
+
+        _fill_cpu(out, per_block, fill)
+
     def below(self, shape: Sequence[int], prob: float, device: torch.device | str | None = None) -> torch.Tensor:
         """(K, *shape) booleans, True with probability ``prob`` rounded to a multiple of 2^-16:
         each value is one 16-bit lane of the draw's words (a quarter of a word, lowest lane

@@ -27,6 +27,7 @@ import torch
 
 from fairdp import _rng
 from fairdp.errors import InputError
+from fairdp.privacy import _grid_kernel
 from fairdp.privacy._discrete import V_CUMULATIVE, GridLaplace, laplace_l1, laplace_minmax
 
 Eps = float | Sequence[float] | torch.Tensor
@@ -182,8 +183,44 @@ def _release_from_words(w, flat, which, u_table, u_bits, v_cumulative, t, zero, 
 
 
 def _released_on_host(flat: torch.Tensor, tables: _DeviceTables, stream: _rng.PackStream) -> torch.Tensor:
-    """``_released`` for a CPU pack, bit for bit: NumPy on cache-sized pieces of the draw in the
-    threads that draw its words (``PackStream.map_words``)."""
+    """``_released`` for a CPU pack, bit for bit: the compiled kernel (``_grid_kernel``), which
+    computes each value's words and release in one pass, where it is built; else NumPy."""
+    compiled = _grid_kernel.kernel()
+    if compiled is None:
+        return _released_by_numpy(flat, tables, stream)
+    return _released_by_kernel(flat, tables, stream, compiled)
+
+
+def _released_by_kernel(flat: torch.Tensor, tables: _DeviceTables, stream: _rng.PackStream,
+                        compiled: _grid_kernel.GridKernel) -> torch.Tensor:
+    """``_released`` on the CPU by the fused C kernel, in the threads of ``PackStream.map_counters``."""
+    k, n = flat.shape
+    x = np.ascontiguousarray(flat.numpy())
+    out = np.empty((k, n), dtype=x.dtype)
+    release = compiled.release(x.dtype)
+    which = tables.which.numpy()
+    u_table = np.ascontiguousarray(tables.u_table.numpy().view(np.uint64))
+    width = len(u_table) // len(tables.t)
+    u_bits, zero, t = tables.u_bits.numpy(), tables.zero.numpy().view(np.uint64), tables.t.numpy()
+    bound, clamp = tables.bound.numpy(), tables.clamp.numpy()
+    scale_up, gamma = tables.scale_up.numpy(), tables.gamma.numpy()
+    v_cumulative = np.ascontiguousarray(V_CUMULATIVE)
+    row_bytes, item = x.strides[0], x.itemsize
+
+    def fill(c: int, key: np.ndarray, draw: int, first: int, part: np.ndarray) -> None:
+        j = int(which[c])
+        release(int(key[0]), int(key[1]), draw, first, len(part), x.ctypes.data + c * row_bytes + first * item,
+                part.ctypes.data, v_cumulative.ctypes.data, len(v_cumulative),
+                u_table.ctypes.data + j * width * 8, int(u_bits[j]), int(zero[j]), int(t[j]), int(bound[j]),
+                int(clamp[j]), float(scale_up[j]), float(gamma[j]))
+
+    stream.map_counters(out, 3, fill)
+    return torch.from_numpy(out)
+
+
+def _released_by_numpy(flat: torch.Tensor, tables: _DeviceTables, stream: _rng.PackStream) -> torch.Tensor:
+    """``_released`` for a CPU pack without the kernel, bit for bit: NumPy on cache-sized pieces of
+    the draw in the threads that draw its words (``PackStream.map_words``)."""
     k, n = flat.shape
     x = flat.contiguous().numpy()
     out = np.empty((k, n), dtype=x.dtype)

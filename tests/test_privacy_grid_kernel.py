@@ -1,0 +1,135 @@
+"""The grid Laplace mechanism's compiled CPU kernel against the NumPy path and the tensor path it
+replaces: the same released values bit for bit on any input a user's rows can hold (any eps the
+tables reach, float32 and float64, NaN, infinities, values past int64, draws cut between
+threads anywhere), and a machine without a compiler falls back to the NumPy path with one
+log line."""
+
+from __future__ import annotations
+
+import logging
+import platform
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fairdp import _rng
+from fairdp.privacy import (
+    _grid_kernel,
+    _mechanisms,
+    l1_normalize,
+    laplace_privatize,
+    minmax_privatize,
+)
+
+pytestmark = pytest.mark.skipif(_grid_kernel.kernel() is None, reason="no C compiler here: the kernel cannot be built")
+
+
+def _three_ways(x: torch.Tensor, tables, names: list[str]):
+    """(kernel, NumPy path, tensor path) releases of ``x`` (K, n) from fresh streams of ``names``."""
+    kernel = _mechanisms._released_by_kernel(x, tables, _rng.PackStream.from_names(names), _grid_kernel.kernel())
+    numpy = _mechanisms._released_by_numpy(x, tables, _rng.PackStream.from_names(names))
+    tensor = _mechanisms._released(x, tables, _rng.PackStream.from_names(names))
+    return kernel, numpy, tensor
+
+
+# NaN, infinities and values past int64 become INT64_MIN on x86-64, as NumPy's and torch's casts
+# give them there (cvttsd2si); an Arm CPU's casts saturate instead, so there only finite values
+# within int64 are compared
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+special = st.sampled_from([0.0, -0.0, 3.0e-45, 0.5, -1.0]
+                          + ([float("nan"), float("inf"), -float("inf"), 1e30, -1e30] if X86 else []))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k=st.integers(1, 4), rows=st.integers(1, 9), dim=st.integers(1, 37),
+       eps=st.lists(st.sampled_from([0.05, 0.5, 1.0, 3.0, 8.0, 12.0, 16.0, 20.0, 23.9]), min_size=1, max_size=4),
+       double=st.booleans(), normalise=st.booleans(), seed=st.integers(0, 2**31 - 1),
+       planted=st.lists(st.tuples(st.integers(0, 10**6), special), max_size=6))
+def test_kernel_releases_what_the_numpy_and_tensor_paths_release(k, rows, dim, eps, double, normalise, seed,
+                                                                  planted):
+    """Any shape (lengths not a multiple of the four values three Philox blocks hold), eps across
+    the tables' range (each its own t and alias table), either float width, rows normalised or
+    raw, and planted values the grid rounding must treat as NumPy does (NaN, infinities, values
+    whose grid index overflows int64, subnormals)."""
+    dtype = torch.float64 if double else torch.float32
+    h = torch.randn(k, rows, dim, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    x = (l1_normalize(h) if normalise else h).reshape(k, -1).clone()
+    for index, value in planted:
+        x.view(-1)[index % x.numel()] = value
+    values = tuple((eps * k)[:k])
+    tables = _mechanisms._l1_tables(values, dim, _mechanisms._mantissa_bits(dtype), torch.device("cpu"))
+    with np.errstate(invalid="ignore"):
+        kernel, numpy, tensor = _three_ways(x, tables, [f"{seed}/{i}/noise" for i in range(k)])
+    assert kernel.dtype == dtype
+    assert torch.equal(kernel.view(torch.int64 if double else torch.int32),
+                       numpy.view(torch.int64 if double else torch.int32))  # bits, signed zeros included
+    assert torch.equal(kernel, tensor)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_draw_cut_between_threads_releases_the_same_values(threads):
+    """Large enough that the draw is split between CPU threads, each part starting on a Philox
+    block inside a config's row: the parts' words continue one stream."""
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        h = torch.randn(3, 2000, 30, generator=torch.Generator().manual_seed(threads))
+        x = l1_normalize(h).reshape(3, -1)
+        tables = _mechanisms._l1_tables((8.0, 12.0, 20.0), 30, 24, torch.device("cpu"))
+        kernel, numpy, tensor = _three_ways(x, tables, [f"cut/{i}/noise" for i in range(3)])
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(kernel, numpy) and torch.equal(kernel, tensor)
+
+
+def test_minmax_tables_release_the_same_values():
+    """DPNR/CAPE's tables (scale 1/eps, entries in [0, 1]) through the public function."""
+    h = torch.randn(2, 300, 17, generator=torch.Generator().manual_seed(4))
+    names = ["mm/0/noise", "mm/1/noise"]
+    kernel = minmax_privatize(h, (0.5, 4.0), _rng.PackStream.from_names(names))
+    x = _mechanisms.minmax_normalize(h).reshape(2, -1)
+    numpy = _mechanisms._released_by_numpy(x, _mechanisms._minmax_tables((0.5, 4.0), torch.device("cpu")),
+                                           _rng.PackStream.from_names(names))
+    assert torch.equal(kernel.reshape(2, -1), numpy)
+
+
+def test_without_a_compiler_the_numpy_path_runs_after_one_log_line(tmp_path, monkeypatch, caplog):
+    """No compiler on PATH and no built kernel cached: the mechanism says so once and releases
+    exactly what the kernel would."""
+    h = torch.randn(2, 50, 12, generator=torch.Generator().manual_seed(9))
+    names = ["nocc/0/noise", "nocc/1/noise"]
+    with_kernel = laplace_privatize(h, (8.0, 16.0), _rng.PackStream.from_names(names))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("FAIRDP_KERNEL_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setattr(_grid_kernel, "_loaded", False)
+    with caplog.at_level(logging.WARNING, logger="fairdp"):
+        first = laplace_privatize(h, (8.0, 16.0), _rng.PackStream.from_names(names))
+        second = laplace_privatize(h, (8.0, 16.0), _rng.PackStream.from_names(names))
+    lines = [r for r in caplog.records if "grid Laplace kernel" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0].getMessage() and "no-such-compiler" in lines[0].getMessage()
+    assert _grid_kernel._loaded is None
+    assert torch.equal(first, with_kernel) and torch.equal(second, with_kernel)
+    assert not any((tmp_path / "kernels").glob("*.so"))
+
+
+def test_a_build_is_cached_by_source_and_compiler_and_never_left_half_written(tmp_path):
+    """The first build writes one library under a name holding the source's and compiler's hash;
+    the next finds it (no second build); no temporary file stays behind."""
+    first = _grid_kernel.build(tmp_path)
+    mtime = first.stat().st_mtime_ns
+    assert _grid_kernel.build(tmp_path) == first and first.stat().st_mtime_ns == mtime
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]
+    assert _grid_kernel.GridKernel(first).release(np.float32) is not None
+
+
+def test_a_failed_build_leaves_nothing_and_raises(tmp_path):
+    """A compiler that fails (here: `false`) raises, and leaves no library to be loaded later."""
+    import shutil
+    import subprocess
+
+    with pytest.raises(subprocess.CalledProcessError):
+        _grid_kernel.build(tmp_path, compiler=shutil.which("false"))
+    assert list(tmp_path.iterdir()) == []
