@@ -27,9 +27,17 @@ from fairdp.privacy import (
 pytestmark = pytest.mark.skipif(_grid_kernel.kernel() is None, reason="no C compiler here: the kernel cannot be built")
 
 
+def _scalar_kernel() -> _grid_kernel.GridKernel:
+    """The built kernel with its vector path off: the scalar release every CPU runs."""
+    return _grid_kernel.GridKernel(_grid_kernel.kernel().path, simd=False)
+
+
 def _three_ways(x: torch.Tensor, tables, names: list[str]):
-    """(kernel, NumPy path, tensor path) releases of ``x`` (K, n) from fresh streams of ``names``."""
+    """(kernel, NumPy path, tensor path) releases of ``x`` (K, n) from fresh streams of ``names``;
+    the kernel's vector path (where the CPU has one) is checked equal to its scalar path."""
     kernel = _mechanisms._released_by_kernel(x, tables, _rng.PackStream.from_names(names), _grid_kernel.kernel())
+    scalar = _mechanisms._released_by_kernel(x, tables, _rng.PackStream.from_names(names), _scalar_kernel())
+    assert torch.equal(kernel.view(torch.uint8), scalar.view(torch.uint8))
     numpy = _mechanisms._released_by_numpy(x, tables, _rng.PackStream.from_names(names))
     tensor = _mechanisms._released(x, tables, _rng.PackStream.from_names(names))
     return kernel, numpy, tensor
@@ -113,6 +121,15 @@ def test_without_a_compiler_the_numpy_path_runs_after_one_log_line(tmp_path, mon
     assert _grid_kernel._loaded is None
     assert torch.equal(first, with_kernel) and torch.equal(second, with_kernel)
     assert not any((tmp_path / "kernels").glob("*.so"))
+
+
+def test_the_vector_path_is_the_one_this_cpu_runs_where_it_has_avx2():
+    """Where the CPU reports AVX2 the kernel runs its vector path (the speed comes from it);
+    the scalar path is what the comparisons above hold it to."""
+    flags = open("/proc/cpuinfo").read() if platform.system() == "Linux" else ""
+    if X86 and " avx2" in flags:
+        assert _grid_kernel.kernel().simd
+    assert not _scalar_kernel().simd
 
 
 def test_a_build_is_cached_by_source_and_compiler_and_never_left_half_written(tmp_path):

@@ -2,8 +2,9 @@
 
 The C source ships with the package and is compiled by the machine's C compiler (``$CC``, else
 ``cc``) into a cache folder the first time a process needs it, then loaded with ctypes; a
-compiled library is reused by every later process (its name holds the source's and the
-compiler's hash). Nothing is compiled at set-up. Where there is no compiler, or the build or
+compiled library is reused by every later process (its name holds a hash of the source, the
+compiler, the flags and the machine's architecture; the vector path is chosen at run time, so
+one build serves every CPU of an architecture). Nothing is compiled at set-up. Where there is no compiler, or the build or
 load fails, ``kernel()`` logs one line and returns None, and the mechanism runs its NumPy path,
 which computes the same values (tests/test_privacy_discrete.py holds both to each other).
 """
@@ -14,6 +15,7 @@ import ctypes
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -54,7 +56,7 @@ def build(directory: Path | None = None, compiler: str | None = None) -> Path:
     if compiler is None:
         raise FileNotFoundError(f"no C compiler ({os.environ.get('CC') or 'cc'}) on PATH")
     source = SOURCE.read_bytes()
-    tag = hashlib.sha256(source + "\0".join((os.path.realpath(compiler), *FLAGS, sys.platform)).encode()).hexdigest()[:16]
+    tag = hashlib.sha256(source + "\0".join((os.path.realpath(compiler), *FLAGS, sys.platform, platform.machine())).encode()).hexdigest()[:16]
     directory = directory or cache_dir()
     target = directory / f"grid_kernel-{tag}.so"
     if target.exists():
@@ -75,21 +77,27 @@ def build(directory: Path | None = None, compiler: str | None = None) -> Path:
 
 
 class GridKernel:
-    """The loaded library: ``release(dtype)`` is its release function for float32 or float64."""
+    """The loaded library. ``release(dtype)`` is its release function for float32 or float64,
+    called with the vector path where the CPU has it (``simd``; False: the scalar path, which
+    computes the same values)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, simd: bool | None = None):
         lib = ctypes.CDLL(str(path))
         self.path = path
+        lib.grid_simd_supported.restype = ctypes.c_int
+        supported = bool(lib.grid_simd_supported())
+        self.simd = supported if simd is None else simd and supported
         self._functions = {}
         for dtype, name, real in ((np.float32, "grid_release_f32", ctypes.c_float),
                                   (np.float64, "grid_release_f64", ctypes.c_double)):
             fn = getattr(lib, name)
-            fn.argtypes = [*_SIGNATURE, real, real]
+            fn.argtypes = [*_SIGNATURE, real, real, ctypes.c_int]
             fn.restype = None
             self._functions[np.dtype(dtype)] = fn
 
     def release(self, dtype: np.dtype):
-        return self._functions[np.dtype(dtype)]
+        fn, simd = self._functions[np.dtype(dtype)], int(self.simd)
+        return lambda *args: fn(*args, simd)
 
 
 _loaded: GridKernel | None | bool = False  # False: not tried yet in this process; None: unavailable
