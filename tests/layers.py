@@ -76,6 +76,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.metrics._probes": "MDL's blocks and code lengths; the probes' training spied on",
     "fairdp.privacy._accounting": "PF-LD's published constants; the PLD discretisation interval",
     "fairdp.privacy._discrete": "the discrete Laplace tables, pinned",
+    "fairdp.privacy._grid_kernel": "the compiled release's build, cache and fallback; its scalar path beside its vector one",
     "fairdp.privacy._rdp_guide": "the noise search's guide curve against dp-accounting, order by order",
     "fairdp.privacy._mechanisms": "FEDERATE's code's L2 variant to audit; the host and device release paths",
     "fairdp.privacy._release": "the RDP orders and the negative binomial's gamma; its sampler switch",

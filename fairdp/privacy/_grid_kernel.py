@@ -116,7 +116,7 @@ def kernel() -> GridKernel | None:
             detail = getattr(err, "stderr", b"") or b""
             detail = detail.decode(errors="replace").strip().splitlines()[:1] if detail else []
             logger.warning("fairdp: the compiled grid Laplace kernel is unavailable (%s%s); the NumPy path "
-                           "computes the same values, about 3x slower", type(err).__name__,
+                           "computes the same values, about 4x slower", type(err).__name__,
                            f": {detail[0]}" if detail else f": {err}")
             _loaded = None
     return _loaded
