@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))
 # results directory -> (the study file its rows were run from, extra `fairdp report` options)
 REPORTS = {
     "demo-reference": ("studies/demo.yaml", []),
-    "federate-adult": ("studies/federate_adult_gpu.yaml", ["--compare", "federate-table3"]),
+    "federate-adult": ("studies/federate_adult.yaml", ["--compare", "federate-table3"]),
     "pfld-adult": ("studies/pfld_adult.yaml", ["--compare", "pfld-adult"]),
     "pfld-compas": ("studies/pfld_compas.yaml", ["--compare", "pfld-compas"]),
     "pfld-adult-sensitivity": ("studies/pfld_adult_sensitivity.yaml", []),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import pytest
 
@@ -11,7 +9,6 @@ from fairdp.analysis import get_paper
 from fairdp.analysis._papers import (
     PAPERS,
     check_claims,
-    compare_numbers,
     comparison_section,
     pfld_bounds,
     published,
@@ -37,28 +34,12 @@ def _agg(values: dict[str, tuple[float, float]], metric="test_tpr_gap") -> pd.Da
                          for m, (mean, std) in values.items()])
 
 
-def test_a_difference_is_within_the_combined_spread_of_a_difference():
-    agg = _agg({"federate": (4.0, 1.0), "unconstrained": (30.0, 2.0)})
-    out = compare_numbers(agg, get_paper("federate-table3")).set_index(["method", "metric"])
-    fed = out.loc[("federate", "test_tpr_gap")]
-    assert fed["difference"] == pytest.approx(4.0 - 2.73)
-    assert fed["spread"] == pytest.approx(math.sqrt(2.18 ** 2 + 1.0 ** 2))
-    assert fed["within spread"] is True
-    unc = out.loc[("unconstrained", "test_tpr_gap")]
-    assert unc["spread"] == pytest.approx(math.sqrt(7.17 ** 2 + 2.0 ** 2)) and not unc["within spread"]
-    # a method the study did not run has no fairdp value and no verdict
-    assert math.isnan(out.loc[("inlp", "test_tpr_gap"), "fairdp"]) and out.loc[("inlp", "test_tpr_gap"), "within spread"] is None
-
-
 def test_mdl_is_compared_by_orderings_not_by_its_difference():
     """FEDERATE's published MDL is its code's quantity (valid + test, prefix-scored, 1024-bit
-    units): no within-spread verdict, however close the numbers, and the caption says why."""
+    units): no number verdict, however close the numbers, and the caption says why."""
     paper = get_paper("federate-table3")
     agg = _agg({"federate": (18.1, 2.79), "noise": (12.0, 0.3), "unconstrained": (4.5, 0.1), "adversarial": (5.0, 0.2)},
                metric="mdl")
-    out = compare_numbers(agg, paper).set_index(["method", "metric"])
-    assert out.loc[("federate", "mdl"), "difference"] == pytest.approx(0.0)
-    assert out["within spread"].isna().all()
     claims = check_claims(agg, paper).set_index("claim")
     assert claims.loc["unconstrained mdl below federate's", "paper"] and claims.loc["unconstrained mdl below federate's", "fairdp"]
     assert claims.loc["adversarial mdl below noise's", "paper"] and claims.loc["adversarial mdl below noise's", "fairdp"]
@@ -66,10 +47,10 @@ def test_mdl_is_compared_by_orderings_not_by_its_difference():
                         "valid_accuracy": 80.0, "test_accuracy": 80.0, "valid_tpr_gap": 5.0, "test_tpr_gap": 5.0,
                         "leakage": 70.0, "mdl": mdl + seed} for m, mdl in (("federate", 18.0), ("unconstrained", 4.0)) for seed in (0, 1)])
     caption, tables = comparison_section(df, paper)
-    assert "mdl: not judged by its difference (the paper's MDL is its code's" in caption
-    numbers = tables[0].set_index(["Method", "Metric"])
-    assert numbers.loc[("federate", "mdl"), "Within spread"] == "other scale"
-    assert "federate mdl" not in caption.split("Outside the spread:")[-1]
+    assert "MDL: left out of this table, not judged by its numbers (the paper's MDL is its code's" in caption
+    numbers, orderings = tables
+    assert "MDL" not in set(numbers["Metric"])
+    assert orderings.set_index("Claim").loc["Unconstrained MDL below FEDERATE's", "Verdict"] == "supported (2 seeds)"
 
 
 def test_orderings_are_checked_on_both_tables():
@@ -122,9 +103,9 @@ def test_fairdp_report_compare_puts_table3_beside_the_demo(tmp_path):
     section = md.split("## Compared with the paper: federate-table3")[1].split("\n## ")[0]
     # the paper's cell beside fairdp's, with what the method's eps protects (rows written before
     # the guarantee column: the method's kind)
-    assert "| federate | local, replace one record's representation | test_tpr_gap | 2.73 ± 2.18 |" in section
-    assert "| inlp | not private | test_tpr_gap | 3.91 ± 2.43 | - |" in section  # a method the demo did not run
-    assert "federate test_tpr_gap below unconstrained's" in section
+    assert "| FEDERATE | local, replace one record's representation | TPR-gap | 2.73 ± 2.18 |" in section
+    assert "| INLP | not private | TPR-gap | 3.91 ± 2.43 | - | - | not run |" in section  # the demo has no INLP
+    assert "| FEDERATE TPR-gap below Unconstrained's | Table 3; D.5: " in section
     bad = run_main("report", str(REPO / "results" / "demo-reference"), "-o", str(tmp_path / "bad"),
                    "--compare", "table9")
     assert_input_error(bad, "--compare")

@@ -1,18 +1,18 @@
 """The papers' published numbers and claims, side by side with a study's own.
 
 Published tables ship as CSV under ``fairdp/analysis/papers/`` (read from the papers' text;
-each file's header says which table and what could not be read). A comparison takes the
-aggregate table of a study (``aggregate_seeds`` after ``select_by_rt``) and gives, per
-method and metric, the paper's mean ± std, fairdp's, their difference and whether it lies
-within the combined seed spread, sqrt(std_paper^2 + std_fairdp^2) (the spread of a
-difference of two independent draws). Claims are the papers' orderings (one method's mean
-below another's) and trends (a metric falling as eps grows), each checked on fairdp's means
-and, where the paper prints numbers, on the paper's.
+each file's header says which table and what could not be read). Claims are the papers'
+orderings (one method's metric below another's, or within ``ACCURACY_MARGIN`` of it) and
+trends (a metric falling as eps grows); ``check_claims`` checks them on means.
 
-PF-LD's claims (Tran et al. print no numbers for Adult or COMPAS) are judged with intervals
-over seeds instead (``pfld_claim_intervals``, ``pfld_trend_intervals``): each seed is one
-split, so a claim comparing PF-LD with another method is the mean of the per-seed paired
-differences and its t-interval, and its verdict says whether the interval settles it.
+The report judges both with intervals over seeds instead, from the rows selected as the paper
+reports (``select_by_rt``): each seed is one split, so an ordering between two methods is the
+mean of the per-seed paired differences with its t-interval, and its verdict says whether the
+interval settles it (``ordering_intervals``; PF-LD's, per notion and eps, ``pfld_claim_intervals``
+and ``pfld_trend_intervals``). A published number is itself a mean over the paper's seeds with
+its own spread, so it is judged against fairdp's by the Welch interval of the difference of two
+independent means (``number_intervals``). Tran et al. print no numbers for Adult or COMPAS:
+PF-LD's claims only.
 """
 
 from __future__ import annotations
@@ -67,20 +67,63 @@ class PaperReference:
     # shown beside fairdp's, judged by the claims' orderings only, with the reason in the caption
     other_scale: tuple[tuple[str, str], ...] = ()
     lagrangian: bool = False  # PF-LD's claims: add what bounds PF-LD per notion (``pfld_bounds``)
+    seeds: int | None = None  # the seeds behind each published mean ± std
+    labels: tuple[tuple[str, str], ...] = ()  # method and metric names as the paper prints them
 
+    def label(self, name: str | None) -> str | None:
+        return dict(self.labels).get(name, name)
+
+
+# Where Table 3 (Adult) and Appendix D.5's text state each ordering. "Table 3": an ordering its
+# means show that the text does not state for Adult (the orderings the comparison always checked).
+_T3 = "Table 3"
+_FAIRER = "D.5: 'adversarial-based approaches induce a more fair model than Unconstrained or Noise'"
+_FAIREST = "D.5: 'FEDERATE outperforming all other methods' in fairness"
+_UNFAIR = "D.5: Noise and INLP 'suffer significantly in the fairness metric'"
+_COMPARABLE = "D.5: 'all approaches have comparable accuracy, including Noise and INLP'"
+_LEAK = ("D.5: 'purely adversarial-based approaches leak significantly more information than the DP-based "
+         "approaches in terms of privacy'")
+_NOISE_INLP = "D.5: 'Noise and INLP performs marginally better in privacy than FEDERATE'"
 
 _FEDERATE_CLAIMS = (
-    Claim("below", "test_tpr_gap", "federate", "unconstrained", "Table 3; sec. D.5"),
-    Claim("below", "test_tpr_gap", "federate", "adversarial", "Table 3; sec. D.5"),
-    Claim("below", "leakage", "noise", "unconstrained", "Table 3; sec. D.5"),
-    Claim("below", "leakage", "noise", "adversarial", "Table 3; sec. D.5"),
-    Claim("below", "leakage", "federate", "unconstrained", "Table 3; sec. D.5"),
-    Claim("below", "leakage", "federate", "adversarial", "Table 3; sec. D.5"),
-    # MDL: higher is more private
-    Claim("below", "mdl", "unconstrained", "noise", "Table 3; sec. D.5"),
-    Claim("below", "mdl", "adversarial", "noise", "Table 3; sec. D.5"),
-    Claim("below", "mdl", "unconstrained", "federate", "Table 3; sec. D.5"),
-    Claim("below", "mdl", "adversarial", "federate", "Table 3; sec. D.5"),
+    # TPR-gap: lower is fairer; FEDERATE is adversarial-based, and "all other methods" leaves out
+    # Random, the bound (its gap is 0 by construction)
+    Claim("below", "test_tpr_gap", "federate", "unconstrained", f"{_T3}; {_FAIRER}; {_FAIREST}"),
+    Claim("below", "test_tpr_gap", "federate", "inlp", f"{_FAIREST}; {_UNFAIR}"),
+    Claim("below", "test_tpr_gap", "federate", "noise", f"{_FAIRER}; {_FAIREST}; {_UNFAIR}"),
+    Claim("below", "test_tpr_gap", "federate", "adversarial", f"{_T3}; {_FAIREST}"),
+    Claim("below", "test_tpr_gap", "federate", "multi_adversarial", _FAIREST),
+    Claim("below", "test_tpr_gap", "adversarial", "unconstrained", _FAIRER),
+    Claim("below", "test_tpr_gap", "adversarial", "noise", _FAIRER),
+    Claim("below", "test_tpr_gap", "multi_adversarial", "unconstrained", _FAIRER),
+    Claim("below", "test_tpr_gap", "multi_adversarial", "noise", _FAIRER),
+    # accuracy comparable: within ACCURACY_MARGIN of Unconstrained's, the model without constraint
+    *(Claim("within", "test_accuracy", m, "unconstrained", _COMPARABLE)
+      for m in ("inlp", "noise", "adversarial", "multi_adversarial", "federate")),
+    # leakage: lower is more private
+    Claim("below", "leakage", "noise", "unconstrained", _T3),
+    Claim("below", "leakage", "federate", "unconstrained", _T3),
+    Claim("below", "leakage", "noise", "adversarial", f"{_T3}; {_LEAK}"),
+    Claim("below", "leakage", "federate", "adversarial", f"{_T3}; {_LEAK}"),
+    Claim("below", "leakage", "noise", "multi_adversarial", _LEAK),
+    Claim("below", "leakage", "federate", "multi_adversarial", _LEAK),
+    Claim("below", "leakage", "noise", "federate", _NOISE_INLP),
+    Claim("below", "leakage", "inlp", "federate", _NOISE_INLP),
+    # MDL: higher is more private, so "X's MDL below Y's" is Y more private
+    Claim("below", "mdl", "unconstrained", "noise", _T3),
+    Claim("below", "mdl", "unconstrained", "federate", _T3),
+    Claim("below", "mdl", "adversarial", "noise", f"{_T3}; {_LEAK}"),
+    Claim("below", "mdl", "adversarial", "federate", f"{_T3}; {_LEAK}"),
+    Claim("below", "mdl", "multi_adversarial", "noise", _LEAK),
+    Claim("below", "mdl", "multi_adversarial", "federate", _LEAK),
+    Claim("below", "mdl", "federate", "noise", _NOISE_INLP),
+    Claim("below", "mdl", "federate", "inlp", _NOISE_INLP),
+)
+
+_FEDERATE_LABELS = (
+    ("random", "Random"), ("unconstrained", "Unconstrained"), ("inlp", "INLP"), ("noise", "Noise"),
+    ("adversarial", "Adversarial"), ("multi_adversarial", "Adversarial + Multiple"), ("federate", "FEDERATE"),
+    ("test_accuracy", "accuracy"), ("test_tpr_gap", "TPR-gap"), ("leakage", "leakage"), ("mdl", "MDL"),
 )
 
 # What FEDERATE's public code (saist1993/DPNLP, MDL in src/training_loops/common_functionality.py)
@@ -110,6 +153,10 @@ _PFLD_CLAIMS = (
           "Figure 2: 'the model accuracy slightly decreases as eps increases'"),
 )
 
+_METHOD_LABELS = {"pfld": "PF-LD", "dpsgd": "DP-SGD", "private_reductions": "M", "unconstrained": "N", "fld": "F-LD"}
+_METRIC_LABELS = {"test_notion_gap": "violation", "test_accuracy": "accuracy"}
+_PFLD_LABELS = (*_METHOD_LABELS.items(), *_METRIC_LABELS.items())
+
 _PFLD_NOTE = ("Tran et al. print no Adult or COMPAS numbers in the text (their figures are plots, and the text "
               "discusses the Bank dataset), so only their claims are checked.")
 
@@ -118,13 +165,15 @@ PAPERS = {
         "federate-table3", "FEDERATE (Maheshwari et al. 2022), Table 3: Adult, RT = 1, 5 seeds",
         "federate-table3.csv", "tpr_gap", 1.0, (), _FEDERATE_CLAIMS,
         "Read from the paper's text; Adversarial + Multiple's MDL cell holds two values and is left out.",
-        (_FEDERATE_MDL,)),
+        (_FEDERATE_MDL,), seeds=5, labels=_FEDERATE_LABELS),
     "pfld-adult": PaperReference(
         "pfld-adult", "PF-LD (Tran et al. 2021), Figures 1-2: Adult (Income), 10 repeats", None, "notion_gap",
-        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE, lagrangian=True),
+        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE, lagrangian=True,
+        labels=_PFLD_LABELS),
     "pfld-compas": PaperReference(
         "pfld-compas", "PF-LD (Tran et al. 2021), Figures 1-2: COMPAS, 10 repeats", None, "notion_gap",
-        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE, lagrangian=True),
+        1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE, lagrangian=True,
+        labels=_PFLD_LABELS),
 }
 
 
@@ -140,26 +189,6 @@ def published(paper: PaperReference) -> pd.DataFrame:
         return pd.DataFrame(columns=["method", "metric", "mean", "std"])
     with resources.files("fairdp.analysis").joinpath("papers", paper.table).open() as f:
         return pd.read_csv(f, comment="#")
-
-
-def compare_numbers(agg: pd.DataFrame, paper: PaperReference) -> pd.DataFrame:
-    """Per published (method, metric): paper mean and std, fairdp mean and std (NaN where the
-    study has no such method), difference (fairdp - paper), combined spread and whether
-    |difference| <= spread (None for a metric on another scale, ``paper.other_scale``)."""
-    pub = published(paper)
-    other_scale = dict(paper.other_scale)
-    rows = []
-    for r in pub.itertuples(index=False):
-        mine = agg[agg["method"] == r.method]
-        mean = float(mine[f"{r.metric}_mean"].iloc[0]) if len(mine) and f"{r.metric}_mean" in mine else math.nan
-        std = float(mine[f"{r.metric}_std"].iloc[0]) if len(mine) and f"{r.metric}_std" in mine else math.nan
-        spread = math.sqrt(r.std ** 2 + (std if math.isfinite(std) else 0.0) ** 2)
-        diff = mean - r.mean
-        rows.append({"method": r.method, "metric": r.metric, "paper": r.mean, "paper_std": r.std,
-                     "fairdp": mean, "fairdp_std": std, "difference": diff, "spread": spread,
-                     "within spread": (bool(abs(diff) <= spread) if math.isfinite(diff) and r.metric not in other_scale
-                                       else None)})
-    return pd.DataFrame(rows)
 
 
 def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] = (),
@@ -188,11 +217,10 @@ def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] =
                 if c.kind == "below":
                     holds = None if np.isnan(a) or np.isnan(b) else bool(a < b)
                     text = f"{c.method} {c.metric} below {c.other}'s"
-                    in_paper = _paper_below(pub, c)
                 else:
                     holds = None if np.isnan(a) or np.isnan(b) else bool(abs(a - b) <= ACCURACY_MARGIN)
                     text = f"{c.method} {c.metric} within {_MARGIN_TEXT} of {c.other}'s"
-                    in_paper = None
+                in_paper = _paper_holds(pub, c)
                 alike = DIFFERENT_GUARANTEES if different_guarantees(known[c.method], known[c.other]) else "same"
             else:
                 mine = grp[grp["method"] == c.method].dropna(subset=["eps", col]).sort_values("eps")
@@ -221,34 +249,73 @@ def _mean_of(agg: pd.DataFrame, grp: pd.DataFrame, method: str, col: str, keys, 
     return float(mine[col].iloc[0]) if len(mine) == 1 else math.nan
 
 
-def _paper_below(pub: pd.DataFrame, c: Claim) -> bool | None:
+def _paper_holds(pub: pd.DataFrame, c: Claim) -> bool | None:
+    """Whether a "below" or "within" claim holds on the paper's own means (None where it prints
+    either cell not)."""
     a = pub[(pub["method"] == c.method) & (pub["metric"] == c.metric)]
     b = pub[(pub["method"] == c.other) & (pub["metric"] == c.metric)]
     if not len(a) or not len(b):
         return None
-    return bool(a["mean"].iloc[0] < b["mean"].iloc[0])
+    diff = float(a["mean"].iloc[0]) - float(b["mean"].iloc[0])
+    return bool(diff < 0) if c.kind == "below" else bool(abs(diff) <= ACCURACY_MARGIN)
 
 
 # Verdicts of a claim judged by the interval of a mean over seeds (``pfld_claim_intervals``).
 SUPPORTED, CONTRADICTED, NOT_RESOLVED = "supported", "contradicted", "not resolved"
 TOO_FEW_SEEDS, NOT_RUN = "too few seeds", "not run"
+# Verdicts of a published number judged by the interval of fairdp's mean minus it (``number_intervals``).
+CONSISTENT, DIFFERS = "consistent", "differs"
 CLAIM_LEVEL = 95.0  # percent: the t-interval over seeds each claim is judged by
 PFLD = "pfld"
-_METHOD_LABELS = {"pfld": "PF-LD", "dpsgd": "DP-SGD", "private_reductions": "M", "unconstrained": "N", "fld": "F-LD"}
-_METRIC_LABELS = {"test_notion_gap": "violation", "test_accuracy": "accuracy"}
 _LEVELS = ("test_notion_gap", "test_accuracy")
+
+
+def _finite(values) -> np.ndarray:
+    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=np.float64)
+    return v[np.isfinite(v)]
 
 
 def mean_interval(values, level: float = CLAIM_LEVEL) -> tuple[int, float, float, float]:
     """(n, mean, lo, hi) of the finite ``values``: the mean and its t-interval at ``level``
     percent (sample std, n - 1 degrees of freedom); lo and hi NaN below two values."""
-    v = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=np.float64)
-    v = v[np.isfinite(v)]
+    v = _finite(values)
     if not len(v):
         return 0, math.nan, math.nan, math.nan
     mean = float(v.mean())
     half = t_halfwidth(float(v.std(ddof=1)), len(v), level) if len(v) >= 2 else math.nan
     return len(v), mean, mean - half, mean + half
+
+
+def welch_difference(values, mean: float, std: float, n: int,
+                     level: float = CLAIM_LEVEL) -> tuple[int, float, float, float]:
+    """(k, difference, lo, hi): the mean of the k finite ``values`` minus a published ``mean``
+    of ``n`` values with sample std ``std``, and the Welch t-interval of that difference of two
+    independent means at ``level`` percent: standard error sqrt(s^2 / k + std^2 / n), with
+    Welch-Satterthwaite degrees of freedom. lo and hi are NaN below two values on either side,
+    and equal to the difference where neither side varies."""
+    from scipy.stats import t
+
+    level = check_level(level)
+    v = _finite(values)
+    if not len(v):
+        return 0, math.nan, math.nan, math.nan
+    diff = float(v.mean()) - float(mean)
+    if len(v) < 2 or not n or n < 2 or not math.isfinite(std):
+        return len(v), diff, math.nan, math.nan
+    ours, theirs = float(v.var(ddof=1)) / len(v), float(std) ** 2 / n
+    if ours + theirs == 0:
+        return len(v), diff, diff, diff
+    dof = (ours + theirs) ** 2 / (ours ** 2 / (len(v) - 1) + theirs ** 2 / (n - 1))
+    half = float(t.ppf(0.5 + level / 200, dof)) * math.sqrt(ours + theirs)
+    return len(v), diff, diff - half, diff + half
+
+
+def number_verdict(n: int, lo: float, hi: float) -> str:
+    """A published number against fairdp's from the interval [lo, hi] of their difference over
+    n seeds of fairdp's: consistent when it holds 0, else differs; below two seeds, too few."""
+    if n < 2 or not (math.isfinite(lo) and math.isfinite(hi)):
+        return TOO_FEW_SEEDS
+    return CONSISTENT if lo <= 0 <= hi else DIFFERS
 
 
 def paired_difference(a: pd.Series, b: pd.Series, level: float = CLAIM_LEVEL) -> tuple[int, float, float, float]:
@@ -287,14 +354,16 @@ def _with_eps(selected: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def _per_seed(rows: pd.DataFrame, method: str, dataset, notion, eps: float, metric: str) -> pd.Series | None:
-    """``method``'s selected ``metric`` per seed at (dataset, notion, eps); a method without eps
-    (a baseline such as N) counts at every eps and one without a notion (DP-SGD) was repeated
-    under each by the selection (``per_notion``). None when the study has no such rows."""
+def _per_seed(rows: pd.DataFrame, method: str, dataset, metric: str, notion=None,
+              eps: float | None = None) -> pd.Series | None:
+    """``method``'s selected ``metric`` per seed at ``dataset`` (and ``notion`` and ``eps`` where
+    given: a method without eps, a baseline such as N, counts at every eps, and one without a
+    notion, DP-SGD, was repeated under each by the selection, ``per_notion``). None when the
+    study has no such rows."""
     mine = rows[(rows["method"] == method) & (rows["dataset"] == dataset)]
-    if "fairness_notion" in mine and mine["fairness_notion"].notna().any():
+    if notion is not None and "fairness_notion" in mine and mine["fairness_notion"].notna().any():
         mine = mine[mine["fairness_notion"] == notion]
-    if mine["eps"].notna().any():
+    if eps is not None and mine["eps"].notna().any():
         mine = mine[np.isclose(mine["eps"], eps)]
     if not len(mine) or metric not in mine:
         return None
@@ -333,8 +402,8 @@ def _claim_intervals(selected: pd.DataFrame, paper: PaperReference, level: float
                         f"{m}_hi": float(np.clip(hi, 0.0, 100.0))})
         for c in claims:
             key = f"{c.metric}_vs_{c.other}"
-            mine_c = _per_seed(rows, PFLD, dataset, notion, eps, c.metric)
-            other = _per_seed(rows, c.other, dataset, notion, eps, c.metric)
+            mine_c = _per_seed(rows, PFLD, dataset, c.metric, notion, eps)
+            other = _per_seed(rows, c.other, dataset, c.metric, notion, eps)
             if mine_c is None or other is None:
                 n, diff, lo, hi, verdict = 0, math.nan, math.nan, math.nan, NOT_RUN
             else:
@@ -388,10 +457,84 @@ def _trend_intervals(selected: pd.DataFrame, paper: PaperReference, level: float
     return pd.DataFrame(out, columns=columns)
 
 
-def _claim_text(c: Claim) -> str:
-    metric = _METRIC_LABELS.get(c.metric, c.metric)
-    who = _METHOD_LABELS.get(c.method, c.method)
-    other = _METHOD_LABELS.get(c.other, c.other)
+def ordering_intervals(df: pd.DataFrame, paper: PaperReference, level: float = CLAIM_LEVEL) -> pd.DataFrame:
+    """The "below" and "within" claims of a paper without by keys (FEDERATE's), judged per
+    dataset with intervals over seeds, from ``df``'s rows selected as the paper reports
+    (``select_by_rt`` with its RT and fairness: one row per method and seed).
+
+    One row per claim and dataset: ``claim`` (as the paper names methods and metrics),
+    ``source``, ``kind``, ``metric``, ``method``, ``other``, ``paper`` (whether it holds on the
+    paper's own means; None where it prints either cell not), ``seeds`` (seeds both methods
+    have), ``diff`` (the mean of the method's value minus the other's, seed by seed: one seed
+    is one split), ``lo``, ``hi`` (its t-interval at ``level`` percent) and ``verdict``
+    (``claim_verdict``; "not run" where the study lacks either method or the metric)."""
+    return _ordering_intervals(_paper_selection(df, paper), paper, level)
+
+
+def _ordering_intervals(selected: pd.DataFrame, paper: PaperReference, level: float) -> pd.DataFrame:
+    level = check_level(level)
+    pub = published(paper)
+    columns = ["dataset", "claim", "source", "kind", "metric", "method", "other", "paper", "seeds", "diff", "lo",
+               "hi", "verdict"]
+    out = []
+    for dataset in sorted(selected["dataset"].unique()):
+        for c in paper.claims:
+            if c.kind not in ("below", "within"):
+                continue
+            mine = _per_seed(selected, c.method, dataset, c.metric)
+            other = _per_seed(selected, c.other, dataset, c.metric)
+            if mine is None or other is None or mine.isna().all() or other.isna().all():
+                n, diff, lo, hi, verdict = 0, math.nan, math.nan, math.nan, NOT_RUN
+            else:
+                n, diff, lo, hi = paired_difference(mine, other, level)
+                verdict = claim_verdict(c.kind, n, lo, hi)
+            out.append({"dataset": dataset, "claim": _claim_text(c, paper), "source": c.source, "kind": c.kind,
+                        "metric": c.metric, "method": c.method, "other": c.other, "paper": _paper_holds(pub, c),
+                        "seeds": n, "diff": diff, "lo": lo, "hi": hi, "verdict": verdict})
+    return pd.DataFrame(out, columns=columns)
+
+
+def number_intervals(df: pd.DataFrame, paper: PaperReference, level: float = CLAIM_LEVEL,
+                     numbers: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each published number of ``paper`` (or ``numbers``: method, metric, mean, std over
+    ``paper.seeds`` seeds) against fairdp's, per dataset, from ``df``'s rows selected as the
+    paper reports; metrics on another scale (``paper.other_scale``) are left out.
+
+    One row per dataset and cell: ``method``, ``metric``, ``paper``, ``paper_std``,
+    ``n_seeds`` (fairdp's), ``fairdp``, ``fairdp_lo``, ``fairdp_hi`` (fairdp's mean over seeds
+    and its t-interval at ``level`` percent, cut to [0, 100]: every metric judged is a
+    percentage), ``diff`` (fairdp - paper), ``lo``, ``hi`` (``welch_difference``: the paper's
+    number is itself a mean over its seeds, with its own spread) and ``verdict``
+    (``number_verdict``; "not run" where the study lacks the method or the metric)."""
+    return _number_intervals(_paper_selection(df, paper), published(paper) if numbers is None else numbers,
+                             paper, level)
+
+
+def _number_intervals(selected: pd.DataFrame, numbers: pd.DataFrame, paper: PaperReference,
+                      level: float) -> pd.DataFrame:
+    level = check_level(level)
+    columns = ["dataset", "method", "metric", "paper", "paper_std", "n_seeds", "fairdp", "fairdp_lo", "fairdp_hi",
+               "diff", "lo", "hi", "verdict"]
+    other_scale = dict(paper.other_scale)
+    out = []
+    for dataset in sorted(selected["dataset"].unique()):
+        for r in numbers.itertuples(index=False):
+            if r.metric in other_scale:
+                continue
+            mine = _per_seed(selected, r.method, dataset, r.metric)
+            values = [] if mine is None else mine.dropna()
+            _, mean, own_lo, own_hi = mean_interval(values, level)
+            n, diff, lo, hi = welch_difference(values, r.mean, r.std, paper.seeds or 0, level)
+            out.append({"dataset": dataset, "method": r.method, "metric": r.metric, "paper": float(r.mean),
+                        "paper_std": float(r.std), "n_seeds": n, "fairdp": mean,
+                        "fairdp_lo": float(np.clip(own_lo, 0.0, 100.0)),
+                        "fairdp_hi": float(np.clip(own_hi, 0.0, 100.0)),
+                        "diff": diff, "lo": lo, "hi": hi, "verdict": number_verdict(n, lo, hi) if n else NOT_RUN})
+    return pd.DataFrame(out, columns=columns)
+
+
+def _claim_text(c: Claim, paper: PaperReference) -> str:
+    metric, who, other = paper.label(c.metric), paper.label(c.method), paper.label(c.other)
     if c.kind == "below":
         return f"{who} {metric} below {other}'s"
     if c.kind == "within":
@@ -422,7 +565,7 @@ def _claims_display(table: pd.DataFrame, paper: PaperReference) -> pd.DataFrame:
         key, other = f"{c.metric}_vs_{c.other}", _METHOD_LABELS.get(c.other, c.other)
         shown[f"{_METRIC_LABELS.get(c.metric, c.metric).capitalize()} − {other}'s"] = [
             _interval_cell(*v, fmt="+.1f") for v in zip(table[f"{key}_diff"], table[f"{key}_lo"], table[f"{key}_hi"])]
-        question = _claim_text(c).removeprefix(f"{_METHOD_LABELS[PFLD]} ")
+        question = _claim_text(c, paper).removeprefix(f"{_METHOD_LABELS[PFLD]} ")
         shown[question[:1].upper() + question[1:] + "?"] = [
             _verdict_cell(v, n) for v, n in zip(table[f"{key}_verdict"], table[f"{key}_seeds"])]
     return pd.DataFrame(shown)
@@ -473,13 +616,13 @@ def _failing_text(claims_table: pd.DataFrame, trends_table: pd.DataFrame, paper:
         bad = [f"{v} at {_where_text(table[table[col] == v], every_eps)}"
                for v in (CONTRADICTED, NOT_RESOLVED, TOO_FEW_SEEDS, NOT_RUN) if (table[col] == v).any()]
         if bad:
-            parts.append(f"{_claim_text(c)}: {'; '.join(bad)}")
+            parts.append(f"{_claim_text(c, paper)}: {'; '.join(bad)}")
     return ("Fails or unresolved: " + ". ".join(parts) + ".") if parts else "Every claim is supported."
 
 
 def _pfld_claims_caption(paper: PaperReference, claims_table: pd.DataFrame, trends_table: pd.DataFrame,
                          level: float) -> str:
-    sources = "; ".join(f"{_claim_text(c)} ({c.source})" for c in paper.claims if c.method == PFLD)
+    sources = "; ".join(f"{_claim_text(c, paper)} ({c.source})" for c in paper.claims if c.method == PFLD)
     return (f"PF-LD's claims, judged with {level:g}% t-intervals over seeds, pairing each seed's PF-LD pick with "
             f"the other method's pick on the same seed (one seed is one split): M is private_reductions, N "
             f"unconstrained, DP-SGD and N selected on each notion's own violation. Below another's: the interval of "
@@ -493,10 +636,98 @@ def _pfld_claims_caption(paper: PaperReference, claims_table: pd.DataFrame, tren
             f"{sources}. {_failing_text(claims_table, trends_table, paper)}")
 
 
+def _cells_text(rows: pd.DataFrame, names, several: bool) -> str:
+    """"A accuracy; B TPR-gap": ``names``, one per row of ``rows``, each after its dataset where
+    the table has ``several``."""
+    return "; ".join(f"{d} " * several + name for d, name in zip(rows["dataset"], names))
+
+
+def _numbers_caption(table: pd.DataFrame, paper: PaperReference, level: float) -> str:
+    n = paper.seeds
+    text = [f"The first table: fairdp's mean over seeds with its {level:g}% t-interval beside the paper's mean ± "
+            f"std over its {n} seeds. The paper's number is itself a {n}-seed mean with its own spread, so each "
+            f"cell is judged by the {level:g}% Welch interval of the difference of two independent means, fairdp − "
+            f"paper ± t(ν) √(s_fairdp² / n_fairdp + s_paper² / {n}) with Welch–Satterthwaite ν (the paper's std "
+            f"read as a sample std): consistent when the interval holds 0, else differs."]
+    text.extend(f"{paper.label(metric)}: left out of this table, not judged by its numbers ({why}); the claims "
+                f"judge its orderings." for metric, why in paper.other_scale)
+    several = table["dataset"].nunique() > 1
+    for verdict in (DIFFERS, TOO_FEW_SEEDS, NOT_RUN):
+        rows = table[table["verdict"] == verdict]
+        if len(rows):
+            names = [f"{paper.label(r.method)} {paper.label(r.metric)}"
+                     + (f" ({r.fairdp:.2f} vs {r.paper:.2f})" if verdict == DIFFERS else "")
+                     for r in rows.itertuples(index=False)]
+            text.append(f"{verdict.capitalize()}: {_cells_text(rows, names, several)}.")
+    if len(table) and not (table["verdict"] != CONSISTENT).any():
+        text.append("Every number is consistent with the paper's.")
+    return " ".join(text)
+
+
+def _numbers_display(table: pd.DataFrame, paper: PaperReference, kinds: dict, level: float) -> pd.DataFrame:
+    """``number_intervals`` as text: one row per published cell."""
+    shown = {"Dataset": table["dataset"]} if table["dataset"].nunique() > 1 else {}
+    shown.update({
+        "Method": [paper.label(m) for m in table["method"]],
+        "Guarantee": [guarantee_text(kinds_of([m], kinds)[m]) for m in table["method"]],
+        "Metric": [paper.label(m) for m in table["metric"]],
+        f"Paper ({paper.seeds} seeds)": [f"{m:.2f} ± {s:.2f}" for m, s in zip(table["paper"], table["paper_std"])],
+        f"fairdp [{level:g}% CI]": [_interval_cell(*v, fmt=".2f") for v in zip(
+            table["fairdp"], table["fairdp_lo"], table["fairdp_hi"])],
+        f"fairdp − paper [{level:g}% Welch CI]": [_interval_cell(*v, fmt="+.2f") for v in zip(
+            table["diff"], table["lo"], table["hi"])],
+        "Verdict": [_verdict_cell(v, n) for v, n in zip(table["verdict"], table["n_seeds"])],
+    })
+    return pd.DataFrame(shown)
+
+
+def _orderings_caption(table: pd.DataFrame, paper: PaperReference, level: float) -> str:
+    text = [f"The claims: each ordering the paper states (the source column says where), judged on the per-seed "
+            f"paired difference of the two methods' picks (seed s of one against seed s of the other: one seed is "
+            f"one split) with its {level:g}% t-interval. Below another's: supported when the interval lies wholly "
+            f"below 0, contradicted when wholly above, else not resolved. Within ±{_MARGIN_TEXT} of another's: "
+            f"supported when the interval lies inside ±{ACCURACY_MARGIN:g}, contradicted when wholly below "
+            f"−{ACCURACY_MARGIN:g}, else not resolved. Fewer than two paired seeds: too few seeds; not run: the "
+            f"study lacks either method or the metric. Paper's means: whether the claim holds on the paper's own "
+            f"means."]
+    if (table["metric"] == "mdl").any():
+        text.append("Leakage is lower-is-better and MDL higher-is-better: A's MDL below B's says B is the more "
+                    "private; MDL differences are fairdp's, in kbits.")
+    several = table["dataset"].nunique() > 1
+    for verdict in (CONTRADICTED, NOT_RESOLVED, TOO_FEW_SEEDS, NOT_RUN):
+        for n, rows in table[table["verdict"] == verdict].groupby("seeds", sort=True):
+            seeds = "" if verdict == NOT_RUN else f" with {n} seed{'' if n == 1 else 's'}"
+            text.append(f"{verdict.capitalize()}{seeds}: {_cells_text(rows, rows['claim'], several)}.")
+    bad = (table["verdict"] != SUPPORTED).sum()
+    if len(table):
+        text.append("Every claim is supported." if not bad else
+                    f"The other {len(table) - bad} of {len(table)} claims are supported.")
+    fails = table[table["paper"] == False]  # noqa: E712 - None: the paper prints no such cell
+    if len(fails):
+        text.append(f"On the paper's own means, fails: {_cells_text(fails, fails['claim'], several)}.")
+    return " ".join(text)
+
+
+def _orderings_display(table: pd.DataFrame, level: float) -> pd.DataFrame:
+    """``ordering_intervals`` as text: one row per claim."""
+    shown = {"Dataset": table["dataset"]} if table["dataset"].nunique() > 1 else {}
+    shown.update({
+        "Claim": table["claim"], "Source": table["source"],
+        "Paper's means": [{True: "holds", False: "fails"}.get(v, "-") for v in table["paper"]],
+        f"fairdp difference [{level:g}% CI]": [_interval_cell(*v, fmt="+.2f") for v in zip(
+            table["diff"], table["lo"], table["hi"])],
+        "Verdict": [_verdict_cell(v, n) for v, n in zip(table["verdict"], table["seeds"])],
+    })
+    return pd.DataFrame(shown)
+
+
 def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, list[pd.DataFrame]]:
-    """The report's comparison with ``paper``: a caption (with the cells that differ by more
-    than the spread) and display tables of numbers and claims, from ``df``'s rows selected
-    and aggregated as the paper reports (its RT, fairness and by keys)."""
+    """The report's comparison with ``paper``: a caption and display tables, from ``df``'s rows
+    selected and aggregated as the paper reports (its RT, fairness and by keys). Published
+    numbers (``number_intervals``) and claims (``ordering_intervals``; PF-LD's per notion and
+    eps, ``pfld_claim_intervals`` and ``pfld_trend_intervals``, then what bounds PF-LD) are
+    judged with intervals over seeds, and the caption names each number that differs and each
+    claim that is not supported."""
 
     by = [k for k in paper.by if k in df.columns]
     selected = select_by_rt(df, paper.rt, paper.fairness, by)
@@ -504,28 +735,10 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
     kinds = guarantees_by_method(df)
     tables, text = [], [f"{paper.title}: the paper's values beside this study's, selected as the paper does "
                         f"(RT = {paper.rt:g}, {paper.fairness}{', by ' + ', '.join(by) if by else ''}). {paper.note}"]
-    numbers = compare_numbers(agg, paper)
-    other_scale = dict(paper.other_scale)
-    if len(numbers):
-        off = numbers[numbers["within spread"] == False]  # noqa: E712 - None means no verdict
-        text.append("A difference is within spread when |fairdp - paper| <= sqrt(std_paper² + std_fairdp²).")
-        text.extend(f"{metric}: not judged by its difference ({why}); the claims below compare its orderings."
-                    for metric, why in other_scale.items() if metric in set(numbers["metric"]))
-        text.append(("Outside the spread: " + "; ".join(f"{r.method} {r.metric} ({r.fairdp:.2f} vs {r.paper:.2f})"
-                                                         for r in off.itertuples()) + ".")
-                    if len(off) else "Every difference is within the spread.")
-        tables.append(pd.DataFrame({
-            "Method": numbers["method"],
-            "Guarantee": [guarantee_text(kinds_of([m], kinds)[m]) for m in numbers["method"]],
-            "Metric": numbers["metric"],
-            "Paper": [f"{m:.2f} ± {s:.2f}" for m, s in zip(numbers["paper"], numbers["paper_std"])],
-            "fairdp": [f"{m:.2f} ± {s:.2f}" if math.isfinite(m) else "-"
-                       for m, s in zip(numbers["fairdp"], numbers["fairdp_std"].fillna(0.0))],
-            "Difference": [f"{d:+.2f}" if math.isfinite(d) else "-" for d in numbers["difference"]],
-            "Spread": [f"{s:.2f}" for s in numbers["spread"]],
-            "Within spread": ["other scale" if m in other_scale else {True: "yes", False: "no"}.get(w, "-")
-                              for m, w in zip(numbers["metric"], numbers["within spread"])],
-        }))
+    if paper.table is not None:
+        numbers = _number_intervals(selected, published(paper), paper, CLAIM_LEVEL)
+        text.append(_numbers_caption(numbers, paper, CLAIM_LEVEL))
+        tables.append(_numbers_display(numbers, paper, kinds, CLAIM_LEVEL))
     claims = check_claims(agg, paper, tuple(by), kinds)
     if len(claims) and (claims["guarantees"] != "same").any():
         pairs = sorted({c.replace(" below ", " vs ").replace("'s", "") for c in
@@ -533,27 +746,10 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
         text.append(f"Orderings between methods whose guarantees differ in kind ({'; '.join(pairs)}) compare them "
                     f"at their own ε, not at one privacy level: {DIFFERENT_GUARANTEES}.")
     if paper.lagrangian:
-        # PF-LD's claims with intervals over seeds, in place of the means-only summary
         claims_table = _claim_intervals(selected, paper, CLAIM_LEVEL)
         trends_table = _trend_intervals(selected, paper, CLAIM_LEVEL)
         text.append(_pfld_claims_caption(paper, claims_table, trends_table, CLAIM_LEVEL))
         tables.extend(t for t in (_claims_display(claims_table, paper), _trends_display(trends_table)) if len(t))
-    elif len(claims):
-        summary = []
-        for (claim, source), grp in claims.groupby(["claim", "source"], sort=False):
-            known = grp["fairdp"].dropna()
-            failing = grp[grp["fairdp"] == False]  # noqa: E712 - None means not run
-            summary.append({
-                "Claim": claim, "Source": source,
-                "Paper": {True: "holds", False: "fails", None: "not printed"}[_verdict(grp["paper"])],
-                "fairdp": ("not run" if not len(known) else
-                           ("holds" if known.all() else "fails") if len(known) == 1 else
-                           f"holds in {int(known.sum())} of {len(known)} groups"),
-                "Fails where": "; ".join(w or "-" for w in failing["where"]) if len(failing) else "-",
-                "Guarantees": grp["guarantees"].iloc[0],
-            })
-        tables.append(pd.DataFrame(summary))
-    if paper.lagrangian:
         text.append("The last table says what bounds PF-LD per notion, from the same rows: F-LD (the same "
                     "constraints without privacy) is its ceiling, and its primal noise grows with 1 / share_0 + "
                     "1 / share_1 of the constraint's smallest population set (equalized odds splits each group "
@@ -564,6 +760,10 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
                     "σ_p and batch size of each seed's selected row at ε 1 (a range where the seeds differ); the "
                     "noise's norm is √d times this for d parameters.")
         tables.append(pfld_bounds(df, agg, selected))
+    else:
+        orderings = _ordering_intervals(selected, paper, CLAIM_LEVEL)
+        text.append(_orderings_caption(orderings, paper, CLAIM_LEVEL))
+        tables.append(_orderings_display(orderings, CLAIM_LEVEL))
     return " ".join(text), tables
 
 
@@ -663,8 +863,3 @@ def _primal_sigma(event: object) -> float | None:
         elif isinstance(node, list):
             stack.extend(node)
     return None
-
-
-def _verdict(values: pd.Series) -> bool | None:
-    known = values.dropna()
-    return None if not len(known) else bool(known.all())
