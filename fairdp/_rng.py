@@ -173,19 +173,16 @@ class PackStream:
         values ((len(part), words_per_value) uint64, value i's words at i * words_per_value
         onwards). The parts are computed in the drawing threads while their words are in
         cache: one pass over memory, where tensor operations on a whole draw make one a step."""
-        draws = self._next()
-        per_block = 4 // math.gcd(4, words_per_value)  # values per part boundary: whole Philox blocks
 
-        def fill(k: int, block: int, part: np.ndarray) -> None:
-            first = block * per_block
-            bits = self._bits(k, first * words_per_value // 4, draws)
+        def fill(k: int, key: np.ndarray, draw: int, first: int, part: np.ndarray) -> None:
+            bits = np.random.Philox(key=key, counter=[first * words_per_value // 4, draw, 0, 0])
             # cache-sized pieces, drawn in order from one generator: the same words as one piece
             for lo in range(0, len(part), MAP_WORDS_VALUES):
                 piece = part[lo:lo + MAP_WORDS_VALUES]
                 raw = bits.random_raw(len(piece) * words_per_value)
                 fn(k, first + lo, raw.reshape(len(piece), words_per_value), piece)
 
-        _fill_cpu(out, per_block, fill)
+        self.map_counters(out, words_per_value, fill)
 
     def map_counters(self, out: np.ndarray, words_per_value: int, fn) -> None:
         """Fill ``out`` (K, n) on the CPU from the next draw, for a kernel that computes the draw's
@@ -195,7 +192,7 @@ class PackStream:
         blocks (first * words_per_value // 4 + j + 1, draw, 0, 0), j = 0, 1, ... Spread over
         torch's CPU threads as ``map_words``; the same words."""
         draws = self._next()
-        per_block = 4 // math.gcd(4, words_per_value)
+        per_block = 4 // math.gcd(4, words_per_value)  # values per part boundary: whole Philox blocks
 
         def fill(k: int, block: int, part: np.ndarray) -> None:
             fn(k, self.keys[k], int(draws[k]), block * per_block, part)
