@@ -86,10 +86,11 @@ def test_privatising_a_cuda_batch_never_waits_for_the_device():
     The engine checks eps once per pack (check_eps) and privatises with eps_checked and the
     configs' eps as host floats (a tensor eps would be read back for the mechanism's tables)."""
     from fairdp.engine.contract import PackStream
-    from fairdp.privacy import check_eps, l1_normalize, laplace_privatize, minmax_privatize
+    from fairdp.privacy import check_eps, l1_normalize, laplace_privatize, minmax_normalize, minmax_privatize
 
     h = torch.randn(4, 256, 32, device="cuda")
     h[0, 0] = 0  # a zero row: the uniform row without looking for it
+    h[1, 0, 3], h[1, 1, 0], h[2, 0, 5] = float("nan"), float("inf"), -float("inf")  # so are non-finite rows
     eps = (1.0, 2.0, 4.0, 8.0)
     check_eps(eps)
     gens = PackStream.from_names([f"s/{i}/noise" for i in range(4)], "cuda")
@@ -103,8 +104,10 @@ def test_privatising_a_cuda_batch_never_waits_for_the_device():
         minmax_privatize(h, eps, gens, eps_checked=True)
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    assert torch.allclose(normalised[0, 0], torch.full((32,), 1 / 32, device="cuda"))
+    for row in (normalised[0, 0], normalised[1, 0], normalised[1, 1], normalised[2, 0]):
+        assert torch.equal(row, torch.full((32,), 1 / 32, device="cuda"))
     assert torch.allclose(normalised.abs().sum(-1), torch.ones(4, 256, device="cuda"))
+    assert torch.equal(minmax_normalize(h)[1, 0], torch.zeros(32, device="cuda"))
 
 
 def test_the_grid_laplace_mechanism_releases_on_the_gpu_what_it_releases_on_the_cpu():

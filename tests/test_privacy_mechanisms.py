@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from fairdp import _rng
@@ -20,6 +22,7 @@ from fairdp.privacy import (
     word_dropout_epsilon,
 )
 from fairdp.privacy._discrete import laplace_l1, laplace_minmax
+from fairdp.privacy import _mechanisms
 from fairdp.privacy._mechanisms import l2_privatize_like_federate_code
 
 PRIVATIZERS = [laplace_privatize, minmax_privatize, l2_privatize_like_federate_code]
@@ -79,6 +82,48 @@ def test_l1_zero_row_maps_to_uniform_row():
     assert torch.equal(z[2], torch.full((4,), 0.25))
     out = laplace_privatize(h, 1.0, gen(0))
     assert torch.isfinite(out).all()
+
+
+NON_FINITE = [float("inf"), -float("inf"), float("nan")]
+
+
+def _paths(monkeypatch, path: str, names: list[str]):
+    """The generator for one of the mechanism's three computations of the same release: the host
+    kernel and the host NumPy path (per-config streams on the CPU), the tensor path (a generator)."""
+    if path == "numpy":
+        monkeypatch.setattr(_mechanisms._grid_kernel, "kernel", lambda: None)
+    return torch.Generator().manual_seed(7) if path == "tensor" else _rng.PackStream.from_names(names)
+
+
+@pytest.mark.parametrize("path", ["kernel", "numpy", "tensor"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dim=st.sampled_from([1, 4, 9]), bad=st.lists(st.tuples(st.integers(0, 8), st.sampled_from(NON_FINITE)), min_size=1,
+                                             max_size=4), eps=st.sampled_from([0.5, 2.0, 8.0]))
+def test_non_finite_rows_are_released_as_the_directionless_row(monkeypatch, path, dtype, dim, bad, eps):
+    """A row holding inf, -inf or NaN (row 1) has no direction: l1_normalize gives the uniform row
+    and minmax_normalize the zero row, and the release is that row's under the same stream, so
+    the L1 bound the noise is calibrated to holds (a NaN left in is clamped to the grid's edge)."""
+    h = torch.randn(3, dim, dtype=dtype, generator=gen(dim))
+    for index, value in bad:
+        h[1, index % dim] = value
+    for privatize, directionless in ((laplace_privatize, torch.full((dim,), 1.0 / dim, dtype=dtype)),
+                                     (minmax_privatize, torch.zeros(dim, dtype=dtype))):
+        normalize = NORMALIZERS[privatize]
+        assert torch.equal(normalize(h)[1], directionless)
+        assert torch.isfinite(normalize(h)).all()
+        clean = h.clone()
+        clean[1] = 1.0  # a constant row: uniform under L1, zero under min-max
+        got = privatize(h.unsqueeze(0), eps, _paths(monkeypatch, path, ["r"]))
+        want = privatize(clean.unsqueeze(0), eps, _paths(monkeypatch, path, ["r"]))
+        assert torch.equal(got, want)
+
+
+def test_rows_whose_norm_overflows_have_no_direction():
+    h = torch.tensor([[3e38, 3e38, -1.0], [1.0, 2.0, 1.0]], dtype=torch.float32)
+    assert torch.equal(l1_normalize(h)[0], torch.full((3,), 1 / 3))
+    assert torch.equal(minmax_normalize(torch.tensor([[3e38, -3e38, 0.0]]))[0], torch.zeros(3))
+    assert torch.equal(l1_normalize(h)[1], torch.tensor([0.25, 0.5, 0.25]))
 
 
 def test_l1_normalize_divides_nonzero_rows_exactly():

@@ -309,20 +309,21 @@ def l1_normalize(h: torch.Tensor) -> torch.Tensor:
     """Each row divided by its L1 norm (FEDERATE eq. 3, the deterministic part).
 
     Every output row has L1 norm 1, so two rows are at L1 distance at most 2: the
-    sensitivity the Laplace(2/eps) noise is calibrated to. A zero row has no direction;
-    it is mapped to the uniform row 1/D, which also has L1 norm 1, so the bound of 2 holds
-    for every input and the output is never NaN. Nonzero rows are divided by their exact
-    norm (the zero-row guard only replaces a 0 divisor), and the gradient flows through
-    the normalisation.
+    sensitivity the Laplace(2/eps) noise is calibrated to. A row without a finite, nonzero
+    norm has no direction: a zero row, a row holding an inf, -inf or NaN, or one whose norm
+    overflows. It is mapped to the uniform row 1/D, which also has L1 norm 1, so the bound of
+    2 holds for every input (a NaN left in would be clamped to the grid's edge by the
+    mechanism, outside the unit ball its eps is computed for). Other rows are divided by their
+    exact norm, and the gradient flows through the normalisation.
     """
-    norm = torch.linalg.vector_norm(h, ord=1, dim=-1, keepdim=True)
-    zero = norm == 0
-    out = h / torch.where(zero, 1.0, norm)
-    # Zero rows are rare: on a CPU they are looked for on the (..., 1) norms so the common case
+    norm = torch.linalg.vector_norm(h, ord=1, dim=-1, keepdim=True)  # inf or NaN if any entry is
+    no_direction = ~torch.isfinite(norm) | (norm == 0)
+    out = h / torch.where(no_direction, 1.0, norm)
+    # Such rows are rare: on a CPU they are looked for on the (..., 1) norms so the common case
     # costs no extra pass; on a GPU looking would make the host wait for the device at every
     # training step, and the pass costs less than that.
-    if h.device.type != "cpu" or zero.any():
-        out = torch.where(zero, 1.0 / h.shape[-1], out)
+    if h.device.type != "cpu" or no_direction.any():
+        out = torch.where(no_direction, 1.0 / h.shape[-1], out)
     return out
 
 
@@ -361,11 +362,17 @@ def minmax_normalize(h: torch.Tensor) -> torch.Tensor:
     """Per-row (x - min) / (max - min) into [0, 1] (DPNR Algorithm 2, step 3).
 
     Per row, not over the batch as CAPE's code does. A constant row has no range; it is
-    mapped to zeros (its x - min), which stays in [0, 1] and is never NaN.
+    mapped to zeros (its x - min), which stays in [0, 1] and is never NaN. So is a row holding
+    an inf, -inf or NaN, or one whose range overflows: a NaN left in would be clamped to the
+    grid's edge by the mechanism, outside the [0, 1] its tables are computed for.
     """
     low = h.amin(dim=-1, keepdim=True)
-    span = h.amax(dim=-1, keepdim=True) - low
-    return (h - low) / torch.where(span > 0, span, 1)
+    span = h.amax(dim=-1, keepdim=True) - low  # inf or NaN if any entry is, or if it overflows
+    has_range = torch.isfinite(span) & (span > 0)
+    out = (h - low) / torch.where(has_range, span, 1)
+    if h.device.type != "cpu" or not has_range.all():  # as in l1_normalize: no host wait on a GPU
+        out = torch.where(has_range, out, 0.0)
+    return out
 
 
 def minmax_privatize(h: torch.Tensor, eps: Eps, generator: _rng.Generators = None, *,
