@@ -16,7 +16,8 @@ def test_the_example_module_passes_every_check():
 
 @pytest.mark.parametrize("body, failing", [
     ("nn.Sequential(nn.Linear(i, o), nn.BatchNorm1d(o))", "FAIL  can be packed: 1 (BatchNorm1d): batch statistics"),
-    ("Centred(i, o)", "FAIL  a row's output does not depend on the rest of its batch: row 0's output depends"),
+    ("Centred(i, o)", "FAIL  a row's output does not depend on the rest of its batch, in training mode: row 0's output "
+                       "depends"),
     ("nn.Linear(i, o + 1)", "FAIL  maps rows to outputs: maps a batch of (6, 5) to (6, 4), not (6, 3)"),
 ])
 def test_a_module_that_cannot_be_trained_fails_naming_why_and_skips_what_depends_on_it(tmp_path, body, failing):

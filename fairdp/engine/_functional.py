@@ -94,6 +94,50 @@ def packing_problems(module: nn.Module) -> list[str]:
     return problems
 
 
+def row_mixing(module: nn.Module, x: torch.Tensor) -> str | None:
+    """Why ``module``, in training mode, does not map each row of the batch ``x`` to an output of
+    its own (None when it does on ``x``), in one line: per-sample clipping bounds one record's
+    influence only if a row's output, and so its loss and its gradient, are its own.
+
+    A copy of the module is run in training mode, as a pack trains it, with its ``nn.Dropout``
+    layers held fixed (masks of ones; a pack draws them per config and per row). It must leave
+    its parameters and buffers as they were (state updated in forward carries one batch's rows
+    into the next), give the same output twice (randomness outside ``nn.Dropout`` is drawn from
+    no config's stream), and give each row the output that row gives alone."""
+    copy_ = copy.deepcopy(module)
+    for sub in list(copy_.modules()):
+        for child_name, child in list(sub.named_children()):
+            if type(child) is nn.Dropout:
+                setattr(sub, child_name, nn.Identity())
+    copy_.train()
+    state = dict(copy_.named_parameters(), **dict(copy_.named_buffers()))
+    before = {n: t.detach().clone() for n, t in state.items()}
+
+    def changed() -> str | None:
+        return next((n for n, t in state.items() if not torch.equal(t.detach(), before[n])), None)
+
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        batch = copy_(x)
+        if (name := changed()) is not None:
+            return (f"its forward updates {name} in place: state carried from one batch to the next mixes "
+                    f"the records of different steps, and per-sample clipping would not bound a record's influence")
+        torch.manual_seed(1)
+        again = copy_(x)
+        if not (isinstance(batch, torch.Tensor) and isinstance(again, torch.Tensor)
+                and torch.allclose(batch, again, rtol=1e-9, atol=1e-12, equal_nan=True)):
+            return ("its forward is not a function of its input in training mode (random numbers drawn outside "
+                    "nn.Dropout, which no config's stream holds): use nn.Dropout")
+        for z in range(len(x)):
+            alone = copy_(x[z:z + 1])
+            if not (alone.shape[1:] == batch.shape[1:]
+                    and torch.allclose(alone[0], batch[z], rtol=1e-9, atol=1e-12, equal_nan=True)):
+                return (f"row {z}'s output depends on the other rows of its batch in training mode (batch "
+                        f"statistics, or an operation across rows): per-sample clipping would not bound a row's "
+                        f"influence")
+    return None
+
+
 def seed_words(init: _rng.PackStream) -> list[int]:
     """One non-negative 63-bit seed per config from its ``init`` stream (one draw)."""
     return [int(w) & (2**63 - 1) for w in init.words(1, device="cpu")[:, 0].tolist()]
@@ -257,13 +301,19 @@ class FunctionalPack(nn.Module):
         over_rows = vmap(row, in_dims=(None, None, 0, 0))
         return vmap(over_rows, in_dims=(0, 0, None if self._shared(x) else 0, 0))(params, buffers, x, cotangent)
 
+    def _rows_alone(self, q: dict, b: dict, xs: torch.Tensor) -> torch.Tensor:
+        """One config's outputs with each row of ``xs`` evaluated on its own (a batch of one,
+        under vmap over the rows): row z's output is a function of row z alone, whatever the
+        module does across the rows of a batch."""
+        return vmap(lambda xz: functional_call(self.base, (q, b), (xz.unsqueeze(0),)).squeeze(0))(xs)
+
     def batch_grad(self, x: torch.Tensor, cotangent: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The gradient of sum_z <cotangent[k, z], f_k(x_z)> per config, without dropout:
-        (K, *parameter shape) per parameter."""
+        """The gradient of sum_z <cotangent[k, z], f_k(x_z)> per config, each row's output its
+        own (``_rows_alone``), without dropout: (K, *parameter shape) per parameter."""
         params, buffers = self._state(detach=True)
 
         def one(p, b, xs, vs):
-            _, pull = vjp(lambda q: functional_call(self.base, (q, b), (xs,)), p)
+            _, pull = vjp(lambda q: self._rows_alone(q, b, xs), p)
             return pull(vs)[0]
 
         return vmap(one, in_dims=(0, 0, None if self._shared(x) else 0, 0))(params, buffers, x, cotangent)
@@ -272,8 +322,13 @@ class FunctionalPack(nn.Module):
 
     @torch.no_grad()
     def forward_traced(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(outputs without dropout, the trace ``add_clipped`` needs: here the input)."""
-        return self(x), x
+        """(outputs without dropout, the trace ``add_clipped`` needs: here the input). Each row is
+        evaluated on its own, as ``per_sample_grads`` evaluates it: a row's loss and the cotangent
+        its gradient is pulled back along then depend on that row alone, so one record moves the
+        clipped sum by at most the clipping bound for any module, even one that mixes the rows of
+        a batch (``row_mixing``; the study refuses those it detects before training)."""
+        params, buffers = self._state(detach=True)
+        return vmap(self._rows_alone, in_dims=(0, 0, None if self._shared(x) else 0))(params, buffers, x), x
 
     @torch.no_grad()
     def add_clipped(self, trace: torch.Tensor, unit: torch.Tensor, row_scale: torch.Tensor | None,

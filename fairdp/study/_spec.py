@@ -28,6 +28,7 @@ from fairdp.engine import (
     is_model_keyword,
     model_keywords,
     packing_problems,
+    row_mixing,
 )
 from fairdp.errors import InputError
 from fairdp.methods import (
@@ -687,7 +688,9 @@ def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
     """InputError naming the key, checked once the data is loaded and before anything is
     written, if a module of the user's (``architecture.models``) cannot be built for its
     role's sizes, cannot be packed (``packing_problems``: the layer and why), or does not map
-    a batch of rows to the role's output size."""
+    a batch of rows to the role's output size; and, for a method that clips per sample
+    (DP-SGD, PF-LD), if in training mode a row's output is not its own (``row_mixing``)."""
+    rows = torch.randn(6, data.n_features, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     for name in methods:
         arch = spec.method_settings[name].architecture
         if arch is None or not arch.models:
@@ -719,6 +722,16 @@ def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
                 shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
                 raise InputError(f"{where}: {ref.describe()} maps a batch of (2, {d_in}) to {shape}; its role "
                                  f"needs (2, {d_out})")
+            if get_method(name).clips_per_sample:
+                # the rows' inputs the role sees: the data's width for the encoder, the encoder's for the rest
+                x = rows if role == "encoder" else torch.randn(6, d_in, dtype=torch.float64,
+                                                                generator=torch.Generator().manual_seed(1))
+                try:
+                    why = row_mixing(module.double(), x)
+                except Exception as e:  # noqa: BLE001 - the user's module's own error, as one line
+                    why = f"{type(e).__name__}: {' '.join(str(e).split())}"
+                if why is not None:
+                    raise InputError(f"{where}: {ref.describe()} cannot be clipped per sample by {name}: {why}")
 
 
 # -- typed accessors ---------------------------------------------------------------------------

@@ -1,0 +1,233 @@
+"""A user's module that mixes the rows of a batch cannot weaken DP-SGD's or PF-LD's bound.
+
+Per-sample clipping bounds one record's influence on the clipped sum by C only if each row's
+output, and so its loss and the cotangent its gradient is pulled back along, is its own. Two
+defences, each tested here: the packed module's private step evaluates every row on its own
+(so the sum moves by at most C when a record is removed, for any module), and the study, like
+``fairdp check-model``, refuses the modules it can see mixing rows in training mode before
+anything is written, naming the role.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from fairdp import _rng
+from fairdp.engine import FunctionalPack, build_instances, row_mixing
+from fairdp.errors import InputError
+from fairdp.methods.dpsgd import cross_entropy_grad
+from fairdp.study import parse_spec
+from fairdp.study._context import load_study_data
+from fairdp.study._spec import check_models
+from tests.conftest import assert_input_error, run_main
+
+MIXERS = '''
+import torch
+from torch import nn
+
+
+class Centred(nn.Linear):
+    def forward(self, x):
+        return super().forward(x - x.mean(0))
+
+
+class CentredWhileTraining(nn.Linear):
+    def forward(self, x):
+        return super().forward(x - x.mean(0) if self.training else x)
+
+
+class BatchSoftmax(nn.Linear):
+    def forward(self, x):
+        return torch.softmax(super().forward(x), dim=0) * 4
+
+
+class BatchScale(nn.Module):
+    """A batch statistic inside a custom layer."""
+    def forward(self, x):
+        return x / (x.abs().mean(0, keepdim=True) + 1)
+
+
+class RunningCentre(nn.Linear):
+    """Running-mean centring: a buffer updated in place by every forward."""
+    def __init__(self, i, o):
+        super().__init__(i, o)
+        self.register_buffer("mean", torch.zeros(i))
+
+    def forward(self, x):
+        self.mean.mul_(0.9).add_(0.1 * x.detach().mean(0))
+        return super().forward(x - self.mean)
+
+
+class Noisy(nn.Linear):
+    def forward(self, x):
+        return super().forward(x + 0.1 * torch.randn_like(x))
+
+
+def centred(i, o):
+    return nn.Sequential(Centred(i, 6), nn.Tanh(), nn.Linear(6, o))
+
+
+def centred_while_training(i, o):
+    return nn.Sequential(CentredWhileTraining(i, 6), nn.Tanh(), nn.Linear(6, o))
+
+
+def batch_softmax(i, o):
+    return nn.Sequential(nn.Linear(i, 6), nn.Tanh(), BatchSoftmax(6, o))
+
+
+def batch_scale(i, o):
+    return nn.Sequential(nn.Linear(i, 6), BatchScale(), nn.Tanh(), nn.Linear(6, o))
+
+
+def running_centre(i, o):
+    return nn.Sequential(RunningCentre(i, 6), nn.Tanh(), nn.Linear(6, o))
+
+
+def noisy(i, o):
+    return nn.Sequential(Noisy(i, 6), nn.Tanh(), nn.Linear(6, o))
+
+
+def independent(i, o):
+    return nn.Sequential(nn.Linear(i, 6), nn.Tanh(), nn.Dropout(0.5), nn.Linear(6, o))
+'''
+
+# factory -> what the refusal says
+REFUSED = {
+    "centred": "row 0's output depends on the other rows of its batch in training mode",
+    "centred_while_training": "row 0's output depends on the other rows of its batch in training mode",
+    "batch_softmax": "row 0's output depends on the other rows of its batch in training mode",
+    "batch_scale": "row 0's output depends on the other rows of its batch in training mode",
+    "running_centre": "its forward updates 0.mean in place",
+    "noisy": "random numbers drawn outside nn.Dropout",
+}
+# the mixers a packed step can evaluate row by row (an in-place update of a buffer that every
+# row shares cannot be vmapped over rows; random numbers cannot be drawn under vmap by default)
+TRAINABLE = ["centred", "centred_while_training", "batch_softmax", "batch_scale"]
+
+
+@pytest.fixture(scope="module")
+def mixers(tmp_path_factory):
+    import importlib.util
+
+    path = tmp_path_factory.mktemp("mixers") / "mixers.py"
+    path.write_text(MIXERS)
+    spec = importlib.util.spec_from_file_location("fairdp_test_mixers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+X = torch.randn(6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_row_mixing_names_every_way_a_module_mixes_rows_in_training_mode(mixers, name):
+    module = getattr(mixers, name)(5, 3).double()
+    why = row_mixing(module, X)
+    assert why is not None and REFUSED[name] in why
+    assert module.training  # the user's module is left as it was
+    if name == "running_centre":
+        assert torch.equal(module[0].mean, torch.zeros(5))  # a copy ran, not the module itself
+
+
+def test_a_module_whose_rows_are_their_own_passes_with_dropout_held_fixed(mixers):
+    assert row_mixing(mixers.independent(5, 3).double(), X) is None
+    assert row_mixing(mixers.independent(5, 3).double().eval(), X) is None
+
+
+def _clipped_sum(pack: FunctionalPack, x: torch.Tensor, y: torch.Tensor, clip: float) -> torch.Tensor:
+    """DP-SGD's clipped sum (no noise, weight 1 a row) as the packed step computes it, flattened."""
+    logits, trace = pack.forward_traced(x)
+    unit = cross_entropy_grad(logits, y).to(logits.dtype)
+    for p in pack.parameters():
+        p.grad = None
+    weight = -torch.ones(1, len(y), dtype=torch.float64)
+    pack.add_clipped(trace, unit, None, weight, torch.tensor([clip], dtype=torch.float64), None, None)
+    return torch.cat([p.grad.flatten() for p in pack.parameters()])
+
+
+def _worst_move(mixers, name: str, clip: float, whole_batch: bool) -> float:
+    """The largest norm, in units of C, by which removing one record moves the clipped sum,
+    over every record of three batches and initialisations; ``whole_batch``: with the rows'
+    outputs from one forward of the whole batch (what the packed step did before)."""
+    worst = 0.0
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(12, 5, dtype=torch.float64, generator=g) * 3 + 1
+        x[0] *= 10  # an outlier: removing it moves the batch's statistics most
+        y = torch.randint(0, 4, (12,), generator=g)
+        pack = FunctionalPack(build_instances(lambda: getattr(mixers, name)(5, 4),
+                                              _rng.PackStream.from_names([f"mix/{seed}/init"]),
+                                              device="cpu", dtype=torch.float64))
+        if whole_batch:
+            pack.forward_traced = lambda rows, pack=pack: (pack(rows).detach(), rows)
+        whole = _clipped_sum(pack, x, y, clip)
+        for j in range(len(y)):
+            keep = torch.arange(len(y)) != j
+            moved = (whole - _clipped_sum(pack, x[keep], y[keep], clip)).norm().item() / clip
+            assert moved == moved  # not NaN
+            worst = max(worst, moved)
+    return worst
+
+
+@pytest.mark.parametrize("name", TRAINABLE)
+def test_removing_one_record_moves_the_packed_clipped_sum_by_at_most_c(mixers, name):
+    """For any module, even one that mixes rows: the bound the accountant is told. Evaluated
+    with the whole batch at once, the cotangent of every row carries the others: the centring
+    modules then move the sum by 1.77 C here."""
+    assert _worst_move(mixers, name, 0.5, whole_batch=False) <= 1 + 1e-9
+    if name.startswith("centred"):
+        assert _worst_move(mixers, name, 0.5, whole_batch=True) > 1.5
+
+
+def _dataset():
+    return load_study_data("synthetic", {"rows": 300, "features": 5})
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+@pytest.mark.parametrize("method, grid", [("dpsgd", {"eps": [2.0], "clip_primal": [1.0]}), ("pfld", {})])
+def test_a_study_refuses_a_row_mixing_module_for_a_per_sample_clipped_method(mixers, tmp_path, name, method, grid):
+    (tmp_path / "mixers.py").write_text(MIXERS)
+    raw = {"name": "mix", "dataset": {"name": "synthetic", "rows": 300, "features": 5}, "seeds": [0],
+           "train": {"epochs": 1, "batch_size": 100}, "architecture": {"models": {"encoder": "mixers.py:" + name}},
+           "methods": {method: {"grid": grid}}}
+    spec = parse_spec(raw, base_dir=tmp_path)
+    with pytest.raises(InputError) as err:
+        check_models(spec, _dataset(), [method])
+    message = str(err.value)
+    assert message.startswith("architecture.models.encoder: ") and f"clipped per sample by {method}" in message
+    assert REFUSED[name] in message
+
+
+def test_a_method_that_does_not_clip_per_sample_keeps_its_module(mixers, tmp_path):
+    (tmp_path / "mixers.py").write_text(MIXERS)
+    raw = {"name": "mix", "dataset": {"name": "synthetic", "rows": 300, "features": 5}, "seeds": [0],
+           "architecture": {"models": {"encoder": "mixers.py:centred"}}, "methods": {"unconstrained": {}}}
+    check_models(parse_spec(raw, base_dir=tmp_path), _dataset(), ["unconstrained"])
+
+
+def test_the_run_exits_2_naming_the_role_and_writes_nothing(tmp_path):
+    (tmp_path / "mixers.py").write_text(MIXERS)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "mix", "dataset": {"name": "synthetic", "rows": 300, "features": 5}, "seeds": [0],
+        "train": {"epochs": 1, "batch_size": 100},
+        "architecture": {"models": {"classifier": "mixers.py:centred_while_training"}},
+        "methods": {"dpsgd": {"grid": {"eps": [2.0], "clip_primal": [1.0]}}}}))
+    run = run_main("run", str(study), "--results", str(tmp_path / "r"), "--executor", "local", cwd=tmp_path)
+    assert_input_error(run, "architecture.models.classifier", "mixers.py:centred_while_training",
+                       "cannot be clipped per sample by dpsgd", "in training mode")
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*.parquet"))
+
+
+def test_check_model_fails_a_module_that_mixes_rows_only_in_training_mode(tmp_path):
+    (tmp_path / "mixers.py").write_text(MIXERS)
+    run = run_main("check-model", "mixers.py:centred_while_training", "--in", "5", "--out", "3", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert [ln for ln in run.stdout.splitlines() if ln.startswith("FAIL")] == [
+        "FAIL  a row's output does not depend on the rest of its batch, in training mode: row 0's output depends "
+        "on the other rows of its batch in training mode (batch statistics, or an operation across rows): "
+        "per-sample clipping would not bound a row's influence"]
