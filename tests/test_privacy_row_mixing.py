@@ -231,3 +231,74 @@ def test_check_model_fails_a_module_that_mixes_rows_only_in_training_mode(tmp_pa
         "FAIL  a row's output does not depend on the rest of its batch, in training mode: row 0's output depends "
         "on the other rows of its batch in training mode (batch statistics, or an operation across rows): "
         "per-sample clipping would not bound a row's influence"]
+
+
+# -- a record whose gradient is not finite ----------------------------------------------------
+
+SQRT = '''
+import torch
+from torch import nn
+
+
+class RootFirst(nn.Linear):
+    """NaN for a row whose first feature is negative: a user's module can make any record's
+    gradient non-finite from finite data."""
+    def forward(self, x):
+        return super().forward(torch.cat([x[:, :1].sqrt(), x[:, 1:]], dim=1))
+
+
+def root_first(i, o):
+    return nn.Sequential(RootFirst(i, 6), nn.Tanh(), nn.Linear(6, o))
+'''
+
+
+def _load(source: str, tmp_path):
+    import importlib.util
+
+    path = tmp_path / "nets.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("fairdp_test_nets", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_record_whose_gradient_is_not_finite_adds_nothing_on_the_functional_path(tmp_path):
+    nets = _load(SQRT, tmp_path)
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(10, 5, dtype=torch.float64, generator=g)
+    x[3, 0] = -1.0  # its output, and so its gradient, is NaN
+    y = torch.randint(0, 2, (10,), generator=g)
+    pack = FunctionalPack(build_instances(lambda: nets.root_first(5, 2), _rng.PackStream.from_names(["nan/init"]),
+                                          device="cpu", dtype=torch.float64))
+    whole = _clipped_sum(pack, x, y, 0.5)
+    keep = torch.arange(10) != 3
+    assert torch.isfinite(whole).all()
+    assert torch.equal(whole, _clipped_sum(pack, x[keep], y[keep], 0.5))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_record_whose_gradient_is_not_finite_adds_nothing_on_the_hand_packed_chain(bad):
+    from fairdp.engine import PackedLinear, add_clipped_gradients, backprop_errors, forward_traced
+
+    g = torch.Generator().manual_seed(1)
+    layers = [PackedLinear(_rng.PackStream.from_names(["a/init", "b/init"]), 4, 8, dtype=torch.float64),
+              PackedLinear(_rng.PackStream.from_names(["a/init", "b/init"]), 8, 2, dtype=torch.float64)]
+
+    def clipped(x, y):
+        out, inputs, _ = forward_traced(layers, x)
+        deltas = backprop_errors(layers, inputs, cross_entropy_grad(out, y))
+        for p in (p for layer in layers for p in layer.parameters()):
+            p.grad = None
+        counts = add_clipped_gradients(layers, inputs, deltas, -torch.ones(2, len(y), dtype=torch.float64),
+                                       torch.tensor([0.5, 0.5], dtype=torch.float64), None, None)
+        return torch.cat([p.grad.flatten() for layer in layers for p in layer.parameters()]), counts
+
+    x = torch.randn(7, 4, dtype=torch.float64, generator=g)
+    y = torch.randint(0, 2, (7,), generator=g)
+    x[2, 1] = bad
+    keep = torch.arange(7) != 2
+    (whole, counts), (without, counts_without) = clipped(x, y), clipped(x[keep], y[keep])
+    assert torch.isfinite(whole).all()
+    assert torch.allclose(whole, without, rtol=1e-12, atol=1e-15)  # a zero row changes only the sums' rounding
+    assert counts[1].tolist() == [6, 6]  # the row is not counted as weighted

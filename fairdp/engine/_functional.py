@@ -340,8 +340,9 @@ class FunctionalPack(nn.Module):
         (K, P) the unclipped gradient of sum over the first P rows of <unit[k, z]
         plain_scale[k, z], f_k(x_z)>. ``per_layer``: each layer's part of g_z is clipped to
         clip / sqrt(layers), so the whole stays within clip. The noise is one draw per config
-        for all parameter entries, in ``names`` order. Returns (rows whose gradient norm
-        exceeded clip, rows weighted) per config, (2, K), as ``add_clipped_gradients`` does."""
+        for all parameter entries, in ``names`` order. A row whose gradient is not finite adds
+        nothing. Returns (rows whose gradient norm exceeded clip, rows weighted) per config,
+        (2, K), as ``add_clipped_gradients`` does."""
         x = trace
         shared = self._shared(x)
         k, rows = weight.shape
@@ -351,6 +352,7 @@ class FunctionalPack(nn.Module):
         groups = self.layer_groups()
         total = {n: torch.zeros(p.shape, device=p.device, dtype=clip.dtype) for n, p in params.items()}
         exceeded = torch.zeros(k, dtype=torch.long, device=weight.device)
+        weighted = torch.zeros(k, dtype=torch.long, device=weight.device)
         # clipping, sums and noise in the parameters' precision, never autocast's bf16: the
         # sensitivity and the noise scale the accountant is told are exact only then
         with full_precision(weight.device):
@@ -363,6 +365,13 @@ class FunctionalPack(nn.Module):
                 sq = {n: t.flatten(2).pow(2).sum(-1) for n, t in g.items()}  # (K, r) per parameter
                 norms = sum(sq.values()).sqrt()
                 w = weight[:, part].to(clip.dtype)
+                # a row whose gradient is not finite adds nothing (``_per_sample._add_clipped``)
+                finite = torch.isfinite(norms)
+                if norms.device.type != "cpu" or not finite.all():
+                    g = {n: torch.where(_trailing(finite, t.dim()), t, 0) for n, t in g.items()}
+                    sq = {n: torch.where(finite, t, 0) for n, t in sq.items()}
+                    w = torch.where(finite, w, 0)
+                    norms = torch.where(finite, norms, 0)
                 if per_layer:
                     bound = clip.unsqueeze(1) / math.sqrt(len(groups))
                     for names in groups:
@@ -374,6 +383,7 @@ class FunctionalPack(nn.Module):
                     for n in self.names:
                         total[n] += torch.einsum("kr,kr...->k...", w * factor, g[n])
                 exceeded += ((norms > clip.unsqueeze(1)) & (w != 0)).sum(1)
+                weighted += (w != 0).sum(1)
             step = {n: -t for n, t in total.items()}
             if plain_scale is not None:
                 p_rows = plain_scale.shape[1]
@@ -391,7 +401,7 @@ class FunctionalPack(nn.Module):
         for n, p in params.items():
             s = step[n].to(p.dtype)
             p.grad = s if p.grad is None else p.grad + s
-        return torch.stack([exceeded, (weight != 0).sum(1)]).cpu().numpy()
+        return torch.stack([exceeded, weighted]).cpu().numpy()
 
 
 class PackStage(nn.Module):

@@ -63,7 +63,8 @@ def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight
     sum_z f_z w.r.t. its output (K, B, out), so g_z is row z's gradient of f_z for config
     k, clipped to L2 norm ``clip[k]`` over all layers' parameters. The noise is one draw per
     config (all parameter entries at once) from that config's generator. Rows with weight 0
-    do not count. ``per_layer``: each layer's part of g_z (weight and bias) is clipped to
+    do not count, nor do rows whose gradient is not finite (a NaN would carry the row into
+    every parameter): they add nothing. ``per_layer``: each layer's part of g_z (weight and bias) is clipped to
     clip / sqrt(layers) instead, so the whole stays within ``clip`` (Opacus's per-layer
     clipping with equal bounds). Returns, per config, how many weighted rows had a gradient
     norm above ``clip`` and how many rows were weighted: shape (2, K).
@@ -80,6 +81,17 @@ def add_clipped_gradients(layers: Sequence[PackedLinear], inputs, deltas, weight
 def _add_clipped(layers, inputs, deltas, weight, clip, noise_std, generators, plain, per_layer) -> np.ndarray:
     per_layer_sq = [d.pow(2).sum(-1) * (a.pow(2).sum(-1) + 1) for a, d in zip(inputs, deltas)]  # (K, B) each
     norms = sum(per_layer_sq).sqrt()
+    # a row whose gradient is not finite (or whose norm overflows) adds nothing: its clipped
+    # value would be NaN and carry the row into every parameter; zero stays within the bound.
+    # Rare: looked for on a CPU, applied blindly on a GPU (looking would make the host wait)
+    finite = torch.isfinite(norms)
+    if weight.device.type != "cpu" or not finite.all():
+        keep = finite.unsqueeze(-1)
+        inputs = [torch.where(keep, a, 0) for a in inputs]
+        deltas = [torch.where(keep, d, 0) for d in deltas]
+        weight = torch.where(finite, weight, 0)
+        per_layer_sq = [torch.where(finite, sq, 0) for sq in per_layer_sq]
+        norms = torch.where(finite, norms, 0)
     if per_layer:
         bound = clip.unsqueeze(1) / len(layers) ** 0.5
         coefs = [(weight * torch.clamp(bound / sq.sqrt().clamp_min(1e-12), max=1.0)).unsqueeze(-1)
