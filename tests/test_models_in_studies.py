@@ -3,6 +3,7 @@ module path per role, its keyword arguments, the rows saying which module traine
 refusals that name the key."""
 
 import dataclasses
+import hashlib
 import json
 import shutil
 
@@ -44,7 +45,9 @@ def test_a_study_over_a_module_from_a_file_stores_rows_naming_it(tmp_path):
     widths = {}
     for method, arch in df[["method", "architecture"]].itertuples(index=False):
         models = dict((role, ref) for role, ref in json.loads(arch)["models"])
-        assert models["encoder"]["factory"] == f"{tmp_path / 'models.py'}:residual_mlp"
+        # the file relative to the study and its content's digest, not where the folder lies
+        assert models["encoder"]["factory"] == "models.py:residual_mlp"
+        assert models["encoder"]["digest"] == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()[:16]
         kwargs = dict(models["encoder"]["kwargs"])
         assert kwargs["blocks"] == 1
         widths.setdefault(method, []).append(kwargs["width"])
@@ -194,3 +197,96 @@ def test_module_keywords_are_read_from_a_config_by_role():
     # packs split by network shape: configs differing only in a module keyword never share one
     assert setting_key(config) != setting_key({**config, "encoder.width": 64})
     assert setting_key(config) == setting_key({**config, "eps": 8.0})
+
+
+SWEEP_NET = '''from torch import nn
+
+
+def net(i, o, width=4):
+    return nn.Sequential(nn.Linear(i, width), nn.ReLU(), nn.Linear(width, o))
+'''
+
+
+def _sweep_study(folder, method: str = "unconstrained", grid: dict | None = None, **top):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nets.py").write_text(SWEEP_NET)
+    raw = {"name": "sweep", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": [0],
+           "train": {"epochs": 2, "batch_size": 100}, "evaluate": {"leakage": False, "mdl": False},
+           "architecture": {"encoder": [8], "models": {"encoder": "nets.py:net"}},
+           "methods": {method: {"grid": {"encoder.width": [4, 8], **(grid or {})}}}, **top}
+    (folder / "s.yaml").write_text(yaml.safe_dump(raw))
+    return folder / "s.yaml"
+
+
+def test_a_study_that_sweeps_a_module_keyword_reruns_and_a_moved_copy_resumes(tmp_path):
+    """Each stored row's architecture holds its own swept width; a rerun compares it with the
+    study's without the swept keyword. Moved with its model file, the study is the same study
+    (the file is named relative to it, with its content's digest); with the file's code
+    changed, it is refused by name."""
+    study = _sweep_study(tmp_path / "a")
+    first = run_main("run", "s.yaml", "--results", "r", "--executor", "local", cwd=study.parent)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = run_main("run", "s.yaml", "--results", "r", "--executor", "local", cwd=study.parent)
+    assert again.returncode == 0, again.stderr[-2000:]
+    shutil.copytree(study.parent, tmp_path / "moved")
+    moved = run_main("run", "s.yaml", "--results", "r", "--executor", "local", cwd=tmp_path / "moved")
+    assert moved.returncode == 0, moved.stderr[-2000:]
+    rows, _ = ResultStore(tmp_path / "moved" / "r").read()
+    assert len(rows) == 2 and (rows["status"] == "ok").all()
+    with open(tmp_path / "moved" / "nets.py", "a") as f:
+        f.write("# edited\n")
+    changed = run_main("run", "s.yaml", "--results", "r", "--executor", "local", cwd=tmp_path / "moved")
+    assert_input_error(changed, "nets.py:net (the encoder) at digest", "its code changed")
+
+
+@pytest.mark.slow
+def test_a_sweeping_study_killed_then_moved_resumes_with_the_rows_of_a_run_never_killed(tmp_path):
+    """DP-SGD through a module of the user's whose width the grid sweeps, one config a pack:
+    SIGKILL once a pack is stored, the study's folder moved, and the same command there
+    completes it, bit-equal to a run never killed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pandas as pd
+
+    from fairdp.schema import METRIC_COLUMNS
+
+    study = _sweep_study(tmp_path / "a", "dpsgd", {"eps": [2.0], "clip_primal": [1.0]}, pack_size=1)
+    study.parent.joinpath("s.yaml").write_text(study.read_text().replace("epochs: 2", "epochs: 6"))
+    proc = subprocess.Popen([sys.executable, "-m", "fairdp", "run", "s.yaml", "--results", "r", "--executor", "local"],
+                            cwd=study.parent, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    store = ResultStore(study.parent / "r")
+    try:
+        deadline = time.monotonic() + 240
+        while not store.pack_files() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert len(store.pack_files()) == 1, "killed too late or too early"
+    shutil.move(study.parent, tmp_path / "moved")
+    resumed = run_main("run", "s.yaml", "--results", "r", "--executor", "local", cwd=tmp_path / "moved")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    whole = run_main("run", "s.yaml", "--results", "whole", "--executor", "local", cwd=tmp_path / "moved")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    key = ["method", "seed", "config_id"]
+    columns = [*key, "architecture", *METRIC_COLUMNS, "eps_formal", "best_epoch"]
+    got = ResultStore(tmp_path / "moved" / "r").read()[0][columns].sort_values(key).reset_index(drop=True)
+    want = ResultStore(tmp_path / "moved" / "whole").read()[0][columns].sort_values(key).reset_index(drop=True)
+    assert len(got) == 2 and got["architecture"].nunique() == 2
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_a_list_keyword_reaches_the_factory_as_a_tuple_and_a_mapping_is_refused_by_name(tmp_path):
+    (tmp_path / "nets.py").write_text("from torch import nn\n\n\ndef net(i, o, sizes=(4,)):\n"
+                                      "    return nn.Sequential(nn.Linear(i, sizes[-1]), nn.Linear(sizes[-1], o))\n")
+    ref = ModelRef.parse({"factory": "nets.py:net", "sizes": [8, 16]}, "architecture.models.encoder", tmp_path)
+    assert dict(ref.kwargs) == {"sizes": (8, 16)} and hash(ref)
+    assert ref.build(3, 2)[0].out_features == 16
+    assert json.loads(json.dumps(ref.to_dict()))["kwargs"] == [["sizes", [8, 16]]]
+    with pytest.raises(InputError, match=r"^architecture.models.encoder.sizes: a factory's keyword takes"):
+        ModelRef.parse({"factory": "nets.py:net", "sizes": {"a": 1}}, "architecture.models.encoder", tmp_path)

@@ -44,8 +44,9 @@ class Architecture:
 
     def to_dict(self) -> dict:
         out = asdict(self)
-        if not self.models:
-            del out["models"]
+        del out["models"]
+        if self.models:
+            out["models"] = [[role, ref.to_dict()] for role, ref in self.models]
         return out
 
 
@@ -138,7 +139,7 @@ def with_model_keywords(arch: Architecture, keywords: dict[str, dict], path: str
             raise InputError(f"{path}.{role}.{next(iter(kwargs))}: no module of the user's is the {role} "
                              f"(architecture.models.{role}); a grid sweeps the keywords of one")
         ref = models[role]
-        models[role] = ModelRef(ref.factory, tuple(sorted({**dict(ref.kwargs), **kwargs}.items())))
+        models[role] = ref.with_kwargs(kwargs)
     return replace(arch, models=tuple(sorted(models.items())))
 
 

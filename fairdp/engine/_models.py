@@ -10,13 +10,15 @@ study stores and a worker resolves again: the factory's resolved name and its kw
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from torch import nn
 
-from fairdp._imports import import_target, resolve_target
+from fairdp._imports import LOADED, import_target, resolve_target
 from fairdp.errors import InputError
 
 ENTRY_POINT_GROUP = "fairdp.models"
@@ -55,13 +57,27 @@ def _load_entry_points() -> None:
                              f"{type(e).__name__}: {e}") from None
 
 
+def file_digest(path: str | Path) -> str:
+    """The first 16 hex digits of the SHA-256 of a model file's bytes: what identifies its code."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class ModelRef:
-    """A role's module: ``factory`` (a resolved import path, ``module:function`` with a file's
-    absolute path as its module, or a registered name) and its keyword arguments, sorted."""
+    """A role's module: ``factory`` and its keyword arguments, sorted.
+
+    ``factory`` is a registered name, an import path ``module:function``, or for a file
+    ``path:function`` with the path relative to the study's folder (posix separators) and
+    ``digest`` its content's (``file_digest``). That pair, not where the folder lies, is what
+    rows store and what a resumed run is compared with: a study moved with its model file
+    resumes, and a changed file is another module. ``location`` is the file's absolute path
+    on this machine, where the driver and the workers import it from; it is not part of the
+    identity (not compared, hashed, shown or stored)."""
 
     factory: str
     kwargs: tuple[tuple[str, object], ...] = field(default=())
+    digest: str | None = None
+    location: str | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, value: object, where: str, base_dir: str | Path | None = None) -> ModelRef:
@@ -80,10 +96,22 @@ class ModelRef:
         module, sep, function = value.rpartition(":")
         if sep and not (module and function.isidentifier()):
             raise InputError(f"{where}: {value!r}: expected 'module:function' or 'file.py:function'")
-        factory = f"{resolve_target(module, base_dir)}:{function}" if sep else value
-        ref = cls(factory, tuple(sorted(kwargs.items())))
+        kwargs = {k: _keyword_value(v, f"{where}.{k}") for k, v in kwargs.items()}
+        target = resolve_target(module, base_dir) if sep else None
+        if target is not None and target.endswith(".py"):
+            if not Path(target).is_file():
+                raise InputError(f"{where}: {target}: no such file")
+            base = Path(base_dir or ".").resolve()
+            relative = Path(os.path.relpath(target, base)).as_posix()
+            ref = cls(f"{relative}:{function}", tuple(sorted(kwargs.items())), file_digest(target), target)
+        else:
+            ref = cls(f"{target}:{function}" if sep else value, tuple(sorted(kwargs.items())))
         ref.resolve(where)  # refused now, by name, not in a worker
         return ref
+
+    def with_kwargs(self, kwargs: dict) -> ModelRef:
+        """This module with ``kwargs`` over its own keywords (a grid's swept ones)."""
+        return replace(self, kwargs=tuple(sorted({**dict(self.kwargs), **kwargs}.items())))
 
     def resolve(self, where: str = "model") -> Callable[..., nn.Module]:
         module, sep, function = self.factory.rpartition(":")
@@ -94,7 +122,13 @@ class ModelRef:
                 raise InputError(f"{where}: no model named {self.factory!r} ({known}); or give "
                                  f"'module:function' or 'file.py:function'")
             return _MODELS[self.factory]
-        found = getattr(import_target(module, where, "a model file must only define modules and factories"),
+        target = self.location or resolve_target(module)
+        # checked when the file is first imported in this process: what it imports is the module named
+        if self.digest is not None and target not in LOADED and Path(target).is_file() \
+                and file_digest(target) != self.digest:
+            raise InputError(f"{where}: {target} changed since the study was read (its content is not the "
+                             f"module the rows name); rerun the command")
+        found = getattr(import_target(target, where, "a model file must only define modules and factories"),
                         function, None)
         if not callable(found):
             raise InputError(f"{where}: {module} has no function {function!r}")
@@ -103,8 +137,26 @@ class ModelRef:
     def build(self, in_features: int, out_features: int) -> nn.Module:
         return self.resolve()(in_features, out_features, **dict(self.kwargs))
 
+    def to_dict(self) -> dict:
+        """What rows store: factory, kwargs, and a file's digest (never its location)."""
+        out = {"factory": self.factory, "kwargs": [list(kv) for kv in self.kwargs]}
+        if self.digest is not None:
+            out["digest"] = self.digest
+        return out
+
     def describe(self) -> str:
         """``"file.py:function(k=v, ...)"`` with the file's name only."""
         module, sep, function = self.factory.rpartition(":")
         shown = f"{Path(module).name}:{function}" if sep and module.endswith(".py") else self.factory
         return shown + "(" + ", ".join(f"{k}={v!r}" for k, v in self.kwargs) + ")"
+
+
+def _keyword_value(value, where: str):
+    """A keyword's value as the identity holds it: scalars as they are, lists as tuples (so the
+    module is hashable and its rows compare); anything else is refused by name."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_keyword_value(v, where) for v in value)
+    raise InputError(f"{where}: a factory's keyword takes a number, a string, true/false, null or a list of "
+                     f"those, got {type(value).__name__}")

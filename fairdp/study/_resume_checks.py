@@ -34,6 +34,31 @@ def protocol_difference(have: dict, want: dict, path: str = "") -> tuple[str, ob
     return None
 
 
+def _without_keywords(architecture: str, keywords) -> str:
+    """An architecture's JSON without the module keywords ``keywords`` (``encoder.width``)."""
+    arch = json.loads(architecture)
+    for role, ref in arch.get("models", []):
+        ref["kwargs"] = [[k, v] for k, v in ref["kwargs"] if f"{role}.{k}" not in keywords]
+    return json.dumps(arch)
+
+
+def _refuse_changed_file(location: str, method: str, have: str, want: str) -> None:
+    """InputError when two architectures differ only in a model file's digest: its code changed."""
+    stored, asked = json.loads(have), json.loads(want)
+
+    def without_digests(arch: dict) -> dict:
+        return {**arch, "models": [[role, {**ref, "digest": None}] for role, ref in arch.get("models", [])]}
+
+    if without_digests(stored) != without_digests(asked):
+        return
+    for (role, old), (_, new) in zip(stored["models"], asked["models"]):
+        if old.get("digest") != new.get("digest"):
+            raise InputError(f"{location}: holds {method} runs of {old['factory']} (the {role}) at digest "
+                             f"{old.get('digest')}, and the file now has digest {new.get('digest')}: its code "
+                             f"changed, and a table would mix two versions of the module; restore the file or "
+                             f"pass another --results")
+
+
 def check_same_training(ctx: StudyContext, stored, location: str, methods) -> None:
     """Refuse to resume a method whose stored rows were trained or probed otherwise: a table
     would mix two protocols. Rows from before these columns existed are not checked."""
@@ -48,6 +73,10 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
             if key not in rows.columns or key in swept:  # a swept setting is part of each config
                 continue
             have = rows[key].dropna()
+            if key == "architecture" and want is not None and ms is not None and ms.swept_keywords:
+                # each config trains the study's architecture with its own swept keywords
+                have = have.map(lambda a: _without_keywords(a, ms.swept_keywords))
+                want = _without_keywords(want, ms.swept_keywords)
             if key == "probe" and want is not None:
                 # as settings, so that keys recorded since (alpha, max_epochs, ...) read as their
                 # defaults in older rows, which were probed with those defaults
@@ -57,6 +86,8 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
             else:
                 differs = have[have != want]
             if len(differs):
+                if key == "architecture":
+                    _refuse_changed_file(location, name, differs.iloc[0], want)
                 raise InputError(f"{location}: holds {name} runs with {key} {differs.iloc[0]}, this run asks for "
                                  f"{want} (methods.{name}); pass another --results")
     # bf16 rows and full-precision rows in one table would be two protocols; TF32 and

@@ -63,6 +63,7 @@ class MethodSettings:
     lr: float | None
     architecture: Architecture | None
     swept: tuple[str, ...] = ()  # the training settings (lr, batch_size) its grid sweeps per config
+    swept_keywords: tuple[str, ...] = ()  # the module keywords (encoder.width) its grid sweeps per config
 
 
 @dataclass(frozen=True)
@@ -475,7 +476,8 @@ def _methods(value, dataset: str, train: TrainSettings, study_arch, base_dir=Non
             if is_model_keyword(key):  # the role's module must be the user's: a grid sweeps its keywords
                 method.config_architecture({key: grid[key][0]}, settings.architecture, f"{path}.grid")
         swept = tuple(h.name for h in method.setting_params if h.name in grid)
-        plans.append(MethodPlan(name, configs, dataclasses.replace(settings, swept=swept)))
+        keywords = tuple(sorted(k for k in grid if is_model_keyword(k)))
+        plans.append(MethodPlan(name, configs, dataclasses.replace(settings, swept=swept, swept_keywords=keywords)))
     return tuple(plans)
 
 
