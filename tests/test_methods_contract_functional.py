@@ -139,3 +139,26 @@ def test_the_built_in_mlp_computes_the_same_on_either_path(method, variants, pac
                                    rtol=1e-9, atol=1e-12)
     for key in hand.diagnostics:
         np.testing.assert_array_equal(functional.diagnostics[key], hand.diagnostics[key])
+
+
+def _neural_methods() -> list[str]:
+    from fairdp.methods import method_names
+    from fairdp.methods._base import NeuralMethod
+
+    return [m for m in method_names() if isinstance(get_method(m), NeuralMethod) and m not in METHODS]
+
+
+@pytest.mark.parametrize("method", _neural_methods())
+def test_every_other_built_in_method_trains_on_the_functional_path_as_it_does_hand_packed(method):
+    """``train.packing: functional`` for every built-in network (INLP's base network included:
+    its penultimate features come from the functional pack's last_linear_input), one small
+    epoch: the predictions the hand-packed path gives."""
+    data = load_dataset("synthetic", rows=400, features=8, seed=1)
+    arch = architecture_from({"encoder": [16, 16], "classifier": [], "adversary": [16]}, data.name)
+    configs = configs_of(method, data)[:2]
+    settings = TrainSettings(epochs=1, batch_size=100, dtype="float64", config_chunk=len(configs))
+    hand = get_method(method).train_pack(data, configs, seed=0, arch=arch, settings=settings)
+    functional = get_method(method).train_pack(data, configs, seed=0, arch=arch,
+                                               settings=dataclasses.replace(settings, packing="functional"))
+    for split in ("valid", "test"):
+        np.testing.assert_array_equal(functional.predictions[split], hand.predictions[split])

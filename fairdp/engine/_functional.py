@@ -281,6 +281,19 @@ class FunctionalPack(nn.Module):
             for d in self._drops:
                 d.stream = None
 
+    def last_linear_input(self, name: str, x: torch.Tensor, shared_input_dims: int = 2) -> torch.Tensor:
+        """The input of the last layer of the submodule ``name`` ("": the whole module), an
+        ``nn.Sequential`` ending in ``nn.Linear`` (a built-in MLP), without dropout: what the
+        hand-packed MLP's ``return_hidden`` gives (INLP's penultimate features)."""
+        sub = self.base.get_submodule(name)
+        if not (isinstance(sub, nn.Sequential) and len(sub) and isinstance(sub[-1], nn.Linear)):
+            raise ValueError(f"{name or 'the module'} is not a sequence of layers ending in a linear one")
+        prefix = name + "." if name else ""
+        for i in range(len(sub) - 1):
+            x = self.call(f"{prefix}{i}", x, None, shared_input_dims)
+            shared_input_dims = 2  # after the first part every config holds its own rows: (K, B, ...)
+        return x if x.dim() > shared_input_dims else x.expand(self.k, *x.shape)
+
     def layer_groups(self) -> list[list[str]]:
         """The parameters grouped by the module that holds them, in order: the layers that
         per-layer clipping clips one by one."""
@@ -415,6 +428,10 @@ class PackStage(nn.Module):
 
     def forward(self, x: torch.Tensor, dropout_generators: _rng.PackStream | None = None) -> torch.Tensor:
         return self.pack.call(self.name, x, dropout_generators, self.shared_input_dims)
+
+    def last_linear_input(self, x: torch.Tensor) -> torch.Tensor:
+        """``FunctionalPack.last_linear_input`` of this part."""
+        return self.pack.last_linear_input(self.name, x, self.shared_input_dims)
 
 
 def mlp(sizes: Sequence[int], dropout: float, activate_last: bool) -> nn.Sequential:

@@ -83,7 +83,11 @@ class INLP(NeuralMethod):
 
 
 def _penultimate(model, X: torch.Tensor) -> torch.Tensor:
-    """The input of the classifier's last layer, evaluation mode, for one config: (n, H)."""
+    """The input of the classifier's last layer, evaluation mode, for one config: (n, H), on
+    either packing path (``train.packing``)."""
     model.eval()
     with torch.no_grad():
-        return model.classifier(model.represent(X, None, None), return_hidden=True)[1][0]
+        z = model.represent(X, None, None)
+        if hasattr(model.classifier, "last_linear_input"):  # the functional path's part
+            return model.classifier.last_linear_input(z)[0]
+        return model.classifier(z, return_hidden=True)[1][0]
