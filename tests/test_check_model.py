@@ -10,7 +10,7 @@ def test_the_example_module_passes_every_check():
                   "--set", "width=16", "--set", "blocks=1")
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
-    assert len(lines) == 7 and all(ln.startswith("PASS") for ln in lines)
+    assert len(lines) == 8 and all(ln.startswith("PASS") for ln in lines)
     assert "residual_mlp(blocks=1, width=16)" in run.stderr
 
 

@@ -290,3 +290,97 @@ def test_a_list_keyword_reaches_the_factory_as_a_tuple_and_a_mapping_is_refused_
     assert json.loads(json.dumps(ref.to_dict()))["kwargs"] == [["sizes", [8, 16]]]
     with pytest.raises(InputError, match=r"^architecture.models.encoder.sizes: a factory's keyword takes"):
         ModelRef.parse({"factory": "nets.py:net", "sizes": {"a": 1}}, "architecture.models.encoder", tmp_path)
+
+
+# modules that pass a shape check and failed inside training, after packs had started
+BROKEN = '''import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Fixed(nn.Module):
+    def __init__(self, o):
+        super().__init__()
+        self.o = o
+
+    def forward(self, x):
+        return x[:, :1].expand(-1, self.o) * 2
+
+
+class Cell(nn.Module):
+    def __init__(self, i, o):
+        super().__init__()
+        self.cell = nn.GRUCell(i, o)
+
+    def forward(self, x):
+        return self.cell(x)
+
+
+class FunctionalDropout(nn.Linear):
+    def forward(self, x):
+        return super().forward(F.dropout(x, 0.5, self.training))
+
+
+class Double(nn.Linear):
+    def forward(self, x):
+        return super().forward(x).double()
+
+
+def no_parameters(i, o):
+    return Fixed(o)
+
+
+def gru_cell(i, o):
+    return Cell(i, o)
+
+
+def functional_dropout(i, o):
+    return FunctionalDropout(i, o)
+
+
+def float64_out(i, o):
+    return Double(i, o)
+
+
+def lazy(i, o):
+    return nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.Linear(8, o))
+'''
+
+
+@pytest.mark.parametrize("factory, method, precision, says", [
+    ("no_parameters", "federate", None, "has no parameters to train"),
+    ("gru_cell", "dpsgd", None, "its per-sample gradients cannot be computed"),
+    ("functional_dropout", "federate", None, "a packed training step fails"),
+    ("float64_out", "federate", "bf16", "returns float64 for float32 inputs: its output must keep the training dtype"),
+    ("float64_out", "federate", "float32", "returns float64 for float32 inputs: its output must keep the training dtype"),
+    ("lazy", "federate", None, "cannot be packed"),
+])
+def test_a_module_that_would_fail_inside_training_is_refused_before_anything_is_written(tmp_path, factory, method,
+                                                                                           precision, says):
+    from fairdp.study._context import load_study_data
+    from fairdp.study._spec import check_models
+
+    (tmp_path / "broken.py").write_text(BROKEN)
+    grid = {"federate": {"lam": [0.5], "eps": [2.0]}, "dpsgd": {"eps": [2.0], "clip_primal": [1.0]}}[method]
+    raw = _raw({"encoder": f"broken.py:{factory}"}, {method: {"grid": grid}})
+    if precision:
+        raw["train"]["precision"] = precision
+    spec = parse_spec(raw, base_dir=tmp_path)
+    with pytest.raises(InputError) as err:
+        check_models(spec, load_study_data("synthetic", {"rows": 1200, "features": 8}), [method])
+    message = str(err.value)
+    assert message.startswith(f"architecture.models.encoder: broken.py:{factory}() for 8 inputs and ")
+    assert says in message and "\n" not in message
+
+
+def test_check_model_fails_a_module_that_cannot_train_a_packed_step(tmp_path):
+    (tmp_path / "broken.py").write_text(BROKEN)
+    run = run_main("check-model", "broken.py:functional_dropout", "--in", "5", "--out", "3", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    failed = [ln for ln in run.stdout.splitlines() if ln.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].startswith("FAIL  a row's output does not depend on the rest of its batch, "
+                                                     "in training mode: its forward is not a function of its input"), failed
+    run = run_main("check-model", "broken.py:gru_cell", "--in", "5", "--out", "3", cwd=tmp_path)
+    failed = [ln for ln in run.stdout.splitlines() if ln.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].startswith(
+        "FAIL  trains a packed step in float32 and under bf16 autocast: its per-sample gradients cannot be computed: "), failed

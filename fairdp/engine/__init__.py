@@ -45,7 +45,7 @@ from fairdp.engine._arch import (  # noqa: F401
     with_model_keywords,
 )
 from fairdp.engine._checkpoint import CheckpointFile, published_data_fingerprint  # noqa: F401
-from fairdp.engine._functional import build_instances, row_mixing  # noqa: F401
+from fairdp.engine._functional import build_instances, row_mixing, trial_step  # noqa: F401
 from fairdp.engine._loop import merge_results  # noqa: F401
 from fairdp.engine._prune import DEFAULT_KEEP, DEFAULT_MARGIN  # noqa: F401
 from fairdp.engine._seeds import config_id  # noqa: F401

@@ -138,6 +138,55 @@ def row_mixing(module: nn.Module, x: torch.Tensor) -> str | None:
     return None
 
 
+TRIAL_ROWS = 6
+
+
+def trial_step(build: Callable[[], nn.Module], in_features: int, out_features: int, *,
+               dtype: torch.dtype = torch.float32, bf16: bool = False, per_sample: bool = False) -> str | None:
+    """Why a pack of the module ``build()`` makes cannot train (None if it can), in one line:
+    two configs built and packed as a study packs them (``build_instances``, ``FunctionalPack``),
+    a forward of a few rows in training mode with their dropout streams, in ``dtype`` and, with
+    ``bf16``, under bf16 autocast, giving (configs, rows, ``out_features``) in the training dtype,
+    then a backward; with ``per_sample``, also the clipped per-sample sum DP-SGD and PF-LD
+    compute. What fails here would fail inside training, after packs have started."""
+    def one_line(e: BaseException) -> str:
+        return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+    try:
+        pack = FunctionalPack(build_instances(build, _rng.PackStream.from_names(["trial/0/init", "trial/1/init"]),
+                                              device="cpu", dtype=dtype))
+    except Exception as e:  # noqa: BLE001 - the user's module's own error is the answer
+        return f"cannot be packed: {one_line(e)}"
+    x = torch.randn(TRIAL_ROWS, in_features, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    for precision in ("full", "bf16") if bf16 else ("full",):
+        where = " under bf16 autocast" if precision == "bf16" else ""
+        allowed = (dtype, torch.bfloat16) if precision == "bf16" else (dtype,)
+        try:
+            pack.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                out = pack(x, _rng.PackStream.from_names(["trial/0/dropout", "trial/1/dropout"]))
+            if tuple(out.shape) != (2, TRIAL_ROWS, out_features):
+                return f"a packed step maps {(TRIAL_ROWS, in_features)} to {tuple(out.shape[1:])}{where}, " \
+                       f"not {(TRIAL_ROWS, out_features)}"
+            if out.dtype not in allowed:
+                return (f"returns {str(out.dtype).removeprefix('torch.')} for {str(dtype).removeprefix('torch.')} "
+                        f"inputs{where}: its output must keep the training dtype")
+            out.float().square().sum().backward()
+        except Exception as e:  # noqa: BLE001
+            return f"a packed training step fails{where}: {one_line(e)}"
+        if all(p.grad is None for p in pack.parameters()):
+            return "no parameter receives a gradient from its output"
+    if per_sample:
+        try:
+            unit = torch.randn(2, TRIAL_ROWS, out_features, dtype=dtype, generator=torch.Generator().manual_seed(1))
+            weight = torch.ones(2, TRIAL_ROWS, dtype=dtype)
+            clip = torch.ones(2, dtype=dtype)
+            pack.add_clipped(pack.forward_traced(x)[1], unit, None, weight, clip, None, None)
+        except Exception as e:  # noqa: BLE001
+            return f"its per-sample gradients cannot be computed: {one_line(e)}"
+    return None
+
+
 def seed_words(init: _rng.PackStream) -> list[int]:
     """One non-negative 63-bit seed per config from its ``init`` stream (one draw)."""
     return [int(w) & (2**63 - 1) for w in init.words(1, device="cpu")[:, 0].tolist()]

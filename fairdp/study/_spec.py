@@ -29,6 +29,7 @@ from fairdp.engine import (
     model_keywords,
     packing_problems,
     row_mixing,
+    trial_step,
 )
 from fairdp.errors import InputError
 from fairdp.methods import (
@@ -689,9 +690,12 @@ def _config_architectures(spec: StudySpec, name: str, arch: Architecture) -> lis
 def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
     """InputError naming the key, checked once the data is loaded and before anything is
     written, if a module of the user's (``architecture.models``) cannot be built for its
-    role's sizes, cannot be packed (``packing_problems``: the layer and why), or does not map
-    a batch of rows to the role's output size; and, for a method that clips per sample
-    (DP-SGD, PF-LD), if in training mode a row's output is not its own (``row_mixing``)."""
+    role's sizes, cannot be packed (``packing_problems``: the layer and why), does not map
+    a batch of rows to the role's output size, or cannot train a packed step in the study's
+    dtype and precision (``trial_step``: forward with dropout, backward, and per-sample
+    gradients for a method that clips per sample); and, for such a method (DP-SGD, PF-LD), if
+    in training mode a row's output is not its own (``row_mixing``). Each module the grid's
+    keywords make is checked."""
     rows = torch.randn(6, data.n_features, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     for name in methods:
         arch = spec.method_settings[name].architecture
@@ -734,6 +738,12 @@ def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
                     why = f"{type(e).__name__}: {' '.join(str(e).split())}"
                 if why is not None:
                     raise InputError(f"{where}: {ref.describe()} cannot be clipped per sample by {name}: {why}")
+            dtype = getattr(torch, spec.train.dtype)
+            why = trial_step(lambda: ref.build(d_in, d_out), d_in, d_out, dtype=dtype,
+                             bf16=dtype != torch.float64 and spec.train.precision in (None, "bf16"),
+                             per_sample=get_method(name).clips_per_sample)
+            if why is not None:
+                raise InputError(f"{where}: {ref.describe()} for {d_in} inputs and {d_out} outputs: {why}")
 
 
 # -- typed accessors ---------------------------------------------------------------------------

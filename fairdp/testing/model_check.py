@@ -3,9 +3,12 @@
 Each check is a name and a function returning None (passed) or why it failed, in one line:
 the factory builds for the role's sizes; nothing in it keeps it from being packed
 (``fairdp.engine.packing_problems``: the layer and why); it maps a batch of rows to the
-output size, each row's output its own in training mode; K configs packed start from the weights each starts from alone; a config's
-outputs in a pack are its outputs alone, dropout included, to rounding; its clipped per-sample
-gradient sum equals a per-row loop's. A failing check skips the checks that need it.
+output size, each row's output its own in training mode (``row_mixing``); a pack of it trains a
+step, forward with dropout, backward and per-sample gradients, in float32 and under bf16
+autocast (``trial_step``; the study runs the same two checks before anything is written); K
+configs packed start from the weights each starts from alone; a config's outputs in a pack are
+its outputs alone, dropout included, to rounding; its clipped per-sample gradient sum equals a
+per-row loop's. A failing check skips the checks that need it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import torch
 from torch import nn
 
 from fairdp import _rng
-from fairdp.engine import FunctionalPack, ModelRef, build_instances, packing_problems, row_mixing
+from fairdp.engine import FunctionalPack, ModelRef, build_instances, packing_problems, row_mixing, trial_step
 
 ROWS, CONFIGS = 6, 3
 
@@ -98,8 +101,14 @@ def model_checks(ref: ModelRef, in_features: int, out_features: int) -> list[tup
         worst = max((a - b).abs().max().item() / max(b.abs().max().item(), 1e-12) for a, b in zip(got, expected))
         return None if worst < 1e-7 else f"the clipped per-sample sum differs from a per-row loop by {worst:.3g} (relative)"
 
+    def trains():
+        # the study's default path: float32, and bf16 autocast where the CPUs have it
+        return trial_step(lambda: ref.build(in_features, out_features), in_features, out_features,
+                          dtype=torch.float32, bf16=True, per_sample=True)
+
     return [("builds for its sizes", builds), ("can be packed", packable), ("maps rows to outputs", maps_rows),
             ("a row's output does not depend on the rest of its batch, in training mode", rows_independent),
+            ("trains a packed step in float32 and under bf16 autocast", trains),
             ("a config starts from the same weights in a pack as alone", same_start),
             ("a config computes the same in a pack as alone, dropout included", same_outputs),
             ("clipped per-sample gradients equal a per-row loop", clipped_sum)]
