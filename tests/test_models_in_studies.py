@@ -344,6 +344,10 @@ def float64_out(i, o):
 
 def lazy(i, o):
     return nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.Linear(8, o))
+
+
+def zero_width(i, o, width=0):
+    return nn.Sequential(nn.Linear(i, width), nn.ReLU(), nn.Linear(width, o))
 '''
 
 
@@ -354,6 +358,7 @@ def lazy(i, o):
     ("float64_out", "federate", "bf16", "returns float64 for float32 inputs: its output must keep the training dtype"),
     ("float64_out", "federate", "float32", "returns float64 for float32 inputs: its output must keep the training dtype"),
     ("lazy", "federate", None, "cannot be packed"),
+    ("zero_width", "federate", None, "its parameter 0.weight has no entries (a layer of width 0)"),
 ])
 def test_a_module_that_would_fail_inside_training_is_refused_before_anything_is_written(tmp_path, factory, method,
                                                                                            precision, says):

@@ -157,6 +157,9 @@ def trial_step(build: Callable[[], nn.Module], in_features: int, out_features: i
                                               device="cpu", dtype=dtype))
     except Exception as e:  # noqa: BLE001 - the user's module's own error is the answer
         return f"cannot be packed: {one_line(e)}"
+    empty = next((n for n in pack.names if pack.params[_key(n)][0].numel() == 0), None)
+    if empty is not None:
+        return f"its parameter {empty} has no entries (a layer of width 0)"
     x = torch.randn(TRIAL_ROWS, in_features, dtype=dtype, generator=torch.Generator().manual_seed(0))
     for precision in ("full", "bf16") if bf16 else ("full",):
         where = " under bf16 autocast" if precision == "bf16" else ""

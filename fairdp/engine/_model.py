@@ -179,7 +179,7 @@ def layer_shapes(spec: ModelSpec, arch: Architecture, d_in: int, n_classes: int,
     for role, d_from, sizes in parts:
         if role in models:
             module = models[role].build(d_from, sizes[-1])
-            shapes += [(p.numel() // p.shape[0], p.shape[0]) for p in module.parameters() if p.dim() >= 2]
+            shapes += [(p.numel() // p.shape[0], p.shape[0]) for p in module.parameters() if p.dim() >= 2 and p.numel()]
         else:
             shapes += list(zip(sizes[:-1], sizes[1:]))
     return shapes
