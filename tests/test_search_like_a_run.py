@@ -138,3 +138,26 @@ def test_a_search_on_ray_says_nothing_of_searcher_saves(tmp_path):
     assert "save not implemented" not in proc.stderr and "Traceback" not in proc.stderr
     assert json.loads(json.dumps(_trials(tmp_path / "r", "like-run-noise-seed0")[0].params)) != {}
     assert isinstance(pd.read_parquet(f"{tmp_path / 'r'}.pareto-noise-seed0.parquet"), pd.DataFrame)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "directory"])
+def test_a_journal_fairdp_cannot_read_is_refused_before_anything_is_changed(tmp_path, damage):
+    """Binary garbage (with newlines) in place of the journal was cut as a partial record, then
+    failed in a UnicodeDecodeError; a directory raised IsADirectoryError. Both: one line, exit
+    2, the file as it was, for the search and its dry run."""
+    study, results = _study(tmp_path), tmp_path / "r"
+    results.mkdir()
+    journal = results / "_optuna.journal"
+    if damage == "garbage":
+        journal.write_bytes(bytes(range(256)) * 3 + b"\x00\xff")
+    else:
+        journal.mkdir()
+    before = journal.read_bytes() if damage == "garbage" else None
+    for dry in ([], ["--dry-run"]):
+        proc = run_main("search", str(study), "--results", str(results), "--executor", "local", *dry)
+        assert_input_error(proc, str(journal), "not a file" if damage == "directory" else "line 1 is not an Optuna")
+        assert "dropped a partial last record" not in proc.stderr
+        if damage == "garbage":
+            assert journal.read_bytes() == before
+        else:
+            assert journal.is_dir() and not any(journal.iterdir())

@@ -4,6 +4,7 @@ optuna-dashboard opens journal files)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -71,6 +72,29 @@ def distributions(search: SearchSpec) -> dict:
     return out
 
 
+def check_journal(journal: str) -> None:
+    """InputError, before anything reads or changes it, unless ``journal`` is absent or an
+    Optuna journal: a regular file whose complete lines are JSON records and whose last,
+    partial line (a run killed while writing it) is text."""
+    if not os.path.lexists(journal):
+        return
+    if not os.path.isfile(journal):
+        raise InputError(f"{journal}: not a file, so not the search's Optuna journal; move it aside or pass "
+                         f"another --results")
+    with open(journal, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        complete = number < len(lines)
+        try:
+            text = line.decode("utf-8")
+            if complete and not isinstance(json.loads(text), dict):
+                raise ValueError("not a record")
+        except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise InputError(f"{journal}: line {number} is not an Optuna journal record, so fairdp cannot resume "
+                             f"the search from it; move it aside or pass another --results") from None
+
+
 def repair_journal(journal: str) -> int:
     """Cut a journal back to its last complete record if a kill left half a line at its end
     (a warning of the ``fairdp`` logger); returns the bytes dropped. Optuna skips such a line
@@ -109,6 +133,7 @@ def open_study(search: SearchSpec, study_name: str, journal: str,
     from optuna.storages.journal import JournalFileBackend
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    check_journal(journal)
     repair_journal(journal)
     private_journal(journal)
     storage = JournalStorage(JournalFileBackend(journal))
@@ -202,6 +227,7 @@ def restore_sampler_state(sampler, state: list[dict]) -> None:
 def read_complete_trials(journal: str, study_name: str) -> int:
     """Complete trials of ``study_name`` in ``journal``, read without writing (0 when there is
     none): what a dry run reports."""
+    check_journal(journal)
     if not os.path.isfile(journal):
         return 0
     import optuna
