@@ -162,11 +162,15 @@ AUDIT_TRAINING_METHODS = ("dpsgd", "pfld")
 """The keys of ``fairdp.testing.training_audit.METHODS``, spelled out so that building the
 parser does not import torch (tests check that the two agree)."""
 
+AUDIT_CANARY_KINDS = ("gradient", "input")
+"""``fairdp.testing.training_audit.CANARY_KINDS``, spelled out for the same reason."""
+
 
 def _cmd_audit_training(args) -> int:
     """One-run audit (Steinke, Nasr and Jagielski 2023) of one DP-SGD or PF-LD config: train it
-    once with canaries, guess their signs from the trained model, print the claimed eps beside
-    the empirical lower bound. Writes nothing; progress on stderr."""
+    once with canaries, guess their signs from what the auditor sees, print the claimed eps
+    beside the empirical lower bound and the most the audit could show; for PF-LD also the
+    audit of its dual release on its own. Writes nothing; progress on stderr."""
     if not (math.isfinite(args.eps) and args.eps > 0):
         raise InputError(f"--eps must be a finite number > 0, got {args.eps}")
     if not 0 < args.confidence < 1:
@@ -186,14 +190,30 @@ def _cmd_audit_training(args) -> int:
     if args.seed < 0:
         raise InputError(f"--seed must be >= 0, got {args.seed}")
     for flag, value in (("--noise-scale", args.noise_scale), ("--canary-norm", args.canary_norm)):
-        if not (math.isfinite(value) and value > 0):
+        if value is not None and not (math.isfinite(value) and value > 0):
             raise InputError(f"{flag} must be a finite number > 0, got {value}")
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
         raise InputError(f"--lr must be a finite number > 0, got {args.lr}")
+    if args.method != "pfld" and args.no_dual_noise:
+        raise InputError("--no-dual-noise: only pfld releases dual values")
+    if args.dual_samples < 1000:
+        raise InputError(f"--dual-samples must be >= 1000, got {args.dual_samples}")
+    dual = args.method == "pfld" and not args.no_dual_audit
+    if dual and args.epochs < 2:
+        raise InputError("--epochs must be >= 2 for PF-LD's dual release audit (PF-LD releases dual values after "
+                         "every epoch but the last), or pass --no-dual-audit")
     opts = _options(args.option)
 
     from fairdp.data import load_dataset  # after the cheap checks
-    from fairdp.testing.training_audit import audit_training, subsample
+    from fairdp.testing.training_audit import (
+        BLIND_TO,
+        DETECTS,
+        DUAL_BLIND_TO,
+        DUAL_DETECTS,
+        audit_dual_release,
+        audit_training,
+        subsample,
+    )
 
     data = load_dataset(args.dataset, **opts)
     if args.rows is not None:
@@ -201,37 +221,75 @@ def _cmd_audit_training(args) -> int:
     config = {"eps": args.eps, "clip_primal": args.clip}
     if args.method == "pfld":
         config = {"fairness_notion": args.notion, **config, "clip_dual": args.clip_dual}
-    result = audit_training(args.method, config, data, canaries=args.canaries, k_positive=k_pos, k_negative=k_neg,
-                            epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
-                            beta=1 - args.confidence, canary_norm=args.canary_norm, noise_scale=args.noise_scale,
-                            clipping=not args.no_clipping, progress=_progress_to_stderr)
-    # the lower bound exceeding the claim refutes it at the stated confidence
-    verdict = "REFUTED" if result.refuted else "consistent"
+    result = audit_training(args.method, config, data, canaries=args.canaries, canary_kind=args.canary_kind,
+                            k_positive=k_pos, k_negative=k_neg, epochs=args.epochs, batch_size=args.batch_size,
+                            lr=args.lr, seed=args.seed, beta=1 - args.confidence, canary_norm=args.canary_norm,
+                            noise_scale=args.noise_scale, clipping=not args.no_clipping,
+                            noise_first_layer_only=args.first_layer_noise_only, dual_noise=not args.no_dual_noise,
+                            progress=_progress_to_stderr)
+    released = None
+    if dual:
+        released = audit_dual_release(config, data, epochs=args.epochs, batch_size=args.batch_size,
+                                      samples=args.dual_samples, seed=args.seed, beta=1 - args.confidence,
+                                      noise_scale=args.noise_scale, dual_noise=not args.no_dual_noise,
+                                      progress=_progress_to_stderr)
+    # a lower bound exceeding the claim refutes it at the stated confidence
+    refuted = result.refuted or (released is not None and released.refuted)
+    verdict = "REFUTED" if refuted else "consistent"
     if args.json:
-        print(json.dumps({**result.to_dict(), "confidence": args.confidence, "verdict": verdict}, indent=2))
+        record = {**result.to_dict(), "confidence": args.confidence, "verdict": verdict,
+                  "detects": list(DETECTS[result.canary_kind]), "blind_to": list(BLIND_TO[result.canary_kind])}
+        if released is not None:
+            record["dual_release"] = {**released.to_dict(), "verdict": "REFUTED" if released.refuted else "consistent",
+                                      "detects": list(DUAL_DETECTS), "blind_to": list(DUAL_BLIND_TO)}
+        print(json.dumps(record, indent=2))
         return 0
     level = f"{args.confidence:.4g}"
     shown = ", ".join(f"{k}={v}" for k, v in result.config.items())
-    _print_table(
-        ("method", "config", "claimed eps", "delta", "eps lower bound", "ceiling", "correct", "confidence",
-         "verdict"),
-        [(args.method, shown, f"{result.claimed_eps:.4g}", f"{result.claimed_delta:.3g}", f"{result.eps_lower:.4g}",
-          f"{result.eps_ceiling:.4g}", f"{result.correct}/{result.guesses}", level, verdict)],
-    )
-    where = "in the training set" if args.method == "dpsgd" else "attribute 1, all in the training set"
-    print(f"\n{result.dataset}: {result.n_train} train rows; {result.canaries} canaries, {result.positive_signs} "
-          f"with sign +1 ({where}); {result.epochs} epochs, batch {result.batch_size}, seed {result.seed}")
+    rows = [(args.method, shown, f"one run, {result.canaries} {result.canary_kind} canaries",
+             f"{result.claimed_eps:.4g}", f"{result.claimed_delta:.3g}", f"{result.eps_lower:.4g}",
+             f"{result.eps_ceiling:.4g}", f"{result.correct}/{result.guesses} right", level,
+             "REFUTED" if result.refuted else "consistent")]
+    if released is not None:
+        rows.append((args.method, shown, f"dual release, {released.samples} draws per dataset",
+                     f"{released.claimed_eps:.4g}", f"{released.claimed_delta:.3g}", f"{released.eps_lower:.4g}",
+                     f"{released.eps_ceiling:.4g}", f"attribute {1 if released.numerator == 'x' else 0} favoured", level,
+                     "REFUTED" if released.refuted else "consistent"))
+    _print_table(("method", "config", "audit", "claimed eps", "delta", "eps lower bound", "largest showable",
+                  "evidence", "confidence", "verdict"), rows)
+    where = "in the training set" if args.method == "dpsgd" else "attribute 1"
+    if args.method == "pfld" and result.canary_kind == "input":
+        where += "; every input canary is a training record"
+    print(f"\n{result.dataset}: {result.n_train} train rows; {result.canaries} {result.canary_kind} canaries, "
+          f"{result.positive_signs} with sign +1 ({where}); {result.epochs} epochs, batch {result.batch_size}, "
+          f"seed {result.seed}")
+    if result.canaries_per_group:
+        print("canaries per parameter: " + ", ".join(f"{k} {v}" for k, v in result.canaries_per_group.items()))
     print(f"adjacency: {result.adjacency}")
     print(f"guesses: the {result.k_positive} highest scores +1 ({result.correct_positive} right), the "
           f"{result.k_negative} lowest -1 ({result.correct - result.correct_positive} right)")
     if result.planted_bug:
         bugs = ([f"noise multipliers x{result.noise_scale:g}"] if result.noise_scale != 1.0 else []) + \
-            ([] if result.clipping else ["per-row clipping off"])
+            ([] if result.clipping else ["per-row clipping off"]) + \
+            (["noise on the first layer only"] if result.noise_first_layer_only else []) + \
+            ([] if result.dual_noise else ["dual sums and counts released without noise"])
         print(f"planted bug: {', '.join(bugs)} (the claim is the correct run's)")
-    print("eps lower bound: a lower bound (Steinke et al. 2023, Theorem 3): it can refute the claim, never "
-          f"prove it; {result.eps_ceiling:.4g} is the most {result.guesses} guesses among {result.canaries} "
-          "canaries can show")
-    if result.refuted:
+    print(f"eps lower bound: a lower bound (Steinke et al. 2023, Theorem 3): it can refute the claim, never prove "
+          f"it; the largest eps it can show is {result.eps_ceiling:.4g} ({result.guesses} guesses among "
+          f"{result.canaries} canaries, all right)")
+    if result.claimed_eps >= result.eps_ceiling:
+        print(f"  the claim eps = {result.claimed_eps:.4g} is at or above that: this audit cannot refute it "
+              f"(more canaries, or a smaller --eps, can)")
+    print("it detects: " + "; ".join(DETECTS[result.canary_kind]))
+    print("it cannot detect: " + "; ".join(BLIND_TO[result.canary_kind]))
+    if released is not None:
+        print(f"dual release: train row {released.target_row}'s attribute 1 against 0 (its clipped h "
+              f"{released.target_h:.3g}), sigma_d {released.sigma_dual:.4g}; event {released.event}: "
+              f"P >= {released.p_lower:.4g} against <= {released.p_upper:.4g}; the largest eps it can show is "
+              f"{released.eps_ceiling:.4g}")
+        print("  it detects: " + "; ".join(DUAL_DETECTS))
+        print("  it cannot detect: " + "; ".join(DUAL_BLIND_TO))
+    if refuted:
         print(f"the claim eps = {result.claimed_eps:.4g} is refuted at confidence {level}")
     return 0
 
@@ -648,8 +706,8 @@ def _add_audit_parser(sub) -> None:
 
 def _add_audit_training_parser(sub) -> None:
     """``fairdp audit-training``: a canary audit of a DP-SGD or PF-LD config's training."""
-    aut = sub.add_parser("audit-training", help="one-run canary audit of a DP-SGD or PF-LD config's training: "
-                         "claimed eps vs an empirical lower bound")
+    aut = sub.add_parser("audit-training", help="one-run canary audit of a DP-SGD or PF-LD config's training (and "
+                         "of PF-LD's dual release): claimed eps vs an empirical lower bound")
     aut.add_argument("--method", required=True, choices=AUDIT_TRAINING_METHODS)
     aut.add_argument("--eps", required=True, type=float, help="the config's target eps (delta 1e-5)")
     aut.add_argument("--clip", type=float, default=1.0, help="clip_primal, the per-row gradient clip (default 1)")
@@ -663,15 +721,27 @@ def _add_audit_training_parser(sub) -> None:
     aut.add_argument("--batch-size", type=int, default=100, help="minibatch size (default 100)")
     aut.add_argument("--lr", type=float, help="learning rate (default: the method's, 0.1)")
     aut.add_argument("--canaries", type=int, default=1000, help="m, canaries with random signs (default 1000)")
+    aut.add_argument("--canary-kind", choices=AUDIT_CANARY_KINDS, default="gradient",
+                     help="gradient: white-box Dirac gradient canaries on every layer, scored on every step "
+                          "(default); input: black-box canary records, scored on the final model")
     aut.add_argument("--k-positive", type=int, help="highest scores guessed +1 (default canaries // 10)")
     aut.add_argument("--k-negative", type=int, help="lowest scores guessed -1 (default canaries // 10)")
-    aut.add_argument("--canary-norm", type=float, default=4.0, help="R, each canary's one non-zero feature (default 4)")
+    aut.add_argument("--canary-norm", type=float,
+                     help="a gradient canary's norm in clipping bounds (default 10), or an input canary's one "
+                          "non-zero feature (default 4)")
     aut.add_argument("--confidence", type=float, default=0.95, help="probability that the bound holds (default 0.95)")
     aut.add_argument("--seed", type=int, default=0, help="draws the canaries' signs and seeds the run (default 0)")
+    aut.add_argument("--dual-samples", type=int, default=4000,
+                     help="PF-LD: dual releases drawn per neighbouring dataset (default 4000)")
+    aut.add_argument("--no-dual-audit", action="store_true", help="PF-LD: skip the audit of its dual release")
     aut.add_argument("--noise-scale", type=float, default=1.0,
-                     help="planted bug, to see the audit catch it: scale the noise multipliers (e.g. 0.01)")
+                     help="planted bug, to see the audit catch it: scale the noise multipliers (e.g. 0.2)")
     aut.add_argument("--no-clipping", action="store_true",
                      help="planted bug: per-row clipping off, the noise kept at the clipping bound's scale")
+    aut.add_argument("--first-layer-noise-only", action="store_true",
+                     help="planted bug: each step's noise on the first layer's weight and bias only")
+    aut.add_argument("--no-dual-noise", action="store_true",
+                     help="planted bug (PF-LD): the dual sums and counts released without noise")
     aut.add_argument("--json", action="store_true", help="one JSON object")
     aut.set_defaults(func=_cmd_audit_training)
 

@@ -1,24 +1,37 @@
 """One-run auditing (Steinke, Nasr and Jagielski 2023): the bound against independent
-computations, and the audit of a trained DP-SGD or PF-LD config, correct and with a planted bug.
+computations, and the audit of a trained DP-SGD or PF-LD config, correct and with planted bugs;
+PF-LD's dual release audited on its own.
 
 The bound's p-value is checked against a computation written from Theorems 1 and 3 alone (exact
 binomial sums with math.comb, the max over every i in 1..m); its coverage on the mechanism
 where it is tight (eps-randomized response of each canary's sign, plus an exact reveal with
 probability delta for (eps, delta)) is computed exactly over the binomial law of the number of
-correct guesses, and its p-value against a Monte Carlo simulation of that mechanism.
+correct guesses, and its p-value against a Monte Carlo simulation of that mechanism. The
+distinguishing game's (eps, delta) bound is checked on every event of a Gaussian mechanism
+against its exact privacy profile.
+
+The white-box gradient canaries are checked part by part (their places, how a sampled canary
+enters the step, the auditor's reference against the step's own update), then as a whole: each
+planted bug (noise x0.2, noise on the first layer only, clipping off, PF-LD's dual release
+without noise) is refuted, and the correct mechanisms are not, at several seeds.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairdp.errors import InputError
 from fairdp.privacy.training_audit import (
+    distinguishing_ceiling,
     epsilon_ceiling,
+    event_epsilon_lower_bound,
     guess_accuracy,
     one_run_epsilon_lower_bound,
     one_run_p_value,
@@ -153,12 +166,52 @@ def test_bad_counts_are_refused(kwargs, name):
         one_run_epsilon_lower_bound(**kwargs)
 
 
+# -- the distinguishing game's (eps, delta) bound -------------------------------------------------
+
+
+def _gaussian_delta(eps: float, mu: float) -> float:
+    """The exact delta(eps) of the Gaussian mechanism with mu = sensitivity / sigma (Balle and
+    Wang 2018): Phi(-eps / mu + mu / 2) - e^eps Phi(-eps / mu - mu / 2)."""
+    phi = NormalDist().cdf
+    return phi(-eps / mu + mu / 2) - math.exp(eps) * phi(-eps / mu - mu / 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(mu=st.floats(0.05, 5.0), threshold=st.floats(-6.0, 8.0), eps=st.floats(0.0, 6.0))
+def test_an_event_of_a_gaussian_mechanism_never_refutes_its_exact_profile(mu, threshold, eps):
+    """Every event {y >= t} of N(mu, 1) against N(0, 1), with its exact probabilities, gives a
+    bound at most eps at the mechanism's exact delta(eps): the bound is sound for (eps, delta)."""
+    phi = NormalDist().cdf
+    p_x, p_x_prime = 1 - phi(threshold - mu), 1 - phi(threshold)
+    delta = min(max(_gaussian_delta(eps, mu), 0.0), 1.0)
+    assert event_epsilon_lower_bound(p_x, p_x_prime, delta) <= eps + 1e-9
+
+
+def test_the_event_bound_is_the_log_ratio_less_delta():
+    assert event_epsilon_lower_bound(0.5, 0.05) == pytest.approx(math.log(10))
+    assert event_epsilon_lower_bound(0.5, 0.05, 0.25) == pytest.approx(math.log(5))
+    assert event_epsilon_lower_bound(0.01, 0.05) == 0.0  # the ratio favours the other input
+    assert event_epsilon_lower_bound(1e-5, 1e-9, 1e-5) == 0.0  # delta covers the whole event
+    with pytest.raises(InputError, match="p_upper"):
+        event_epsilon_lower_bound(0.5, 1.5)
+
+
+def test_the_distinguishing_ceiling_is_every_held_out_sample_on_one_side():
+    # Clopper-Pearson at n of n and 0 of n, each at confidence 0.975: (0.025)^(1/n) and 1 - that
+    n, beta = 2000, 0.05
+    low = (beta / 2) ** (1 / n)
+    assert distinguishing_ceiling(n, 1 - beta) == pytest.approx(math.log(low / (1 - low)), rel=1e-9)
+    assert distinguishing_ceiling(n, 1 - beta, 1e-5) == pytest.approx(math.log((low - 1e-5) / (1 - low)), rel=1e-9)
+    assert distinguishing_ceiling(4000) > distinguishing_ceiling(n) > distinguishing_ceiling(1000)
+
+
 # -- the audit of a trained config -------------------------------------------------------------
 
 AUDIT = dict(canaries=600, epochs=4, batch_size=100)
-# PF-LD's private part starts at 0 (the multipliers do) and grows with the dual steps: a canary's
-# attribute shows after a few epochs
-PFLD_AUDIT = dict(AUDIT, epochs=6)
+# input canaries: PF-LD's private part starts at 0 (the multipliers do) and grows with the dual
+# steps: a canary's attribute shows after a few epochs
+PFLD_INPUT_AUDIT = dict(AUDIT, epochs=6)
+DUAL = dict(epochs=4, samples=2000)
 
 
 @pytest.fixture(scope="module")
@@ -168,12 +221,275 @@ def data():
     return load_dataset("synthetic", rows=2500, features=12, seed=1)
 
 
-def _audit(data, method, eps=1.0, **kwargs):
+@pytest.fixture(scope="module")
+def small():
+    """A smaller set for the dual release audit, whose every draw reads every training row."""
+    from fairdp.data import load_dataset
+
+    return load_dataset("synthetic", rows=1000, features=12, seed=1)
+
+
+def _config(method, eps=1.0, notion="dp"):
+    return ({"eps": eps, "clip_primal": 1.0} if method == "dpsgd" else
+            {"fairness_notion": notion, "eps": eps, "clip_primal": 1.0, "clip_dual": 1.0})
+
+
+def _audit(data, method, eps=1.0, notion="dp", **kwargs):
     from fairdp.testing.training_audit import audit_training
 
-    config = ({"eps": eps, "clip_primal": 1.0} if method == "dpsgd" else
-              {"fairness_notion": "dp", "eps": eps, "clip_primal": 1.0, "clip_dual": 1.0})
-    return audit_training(method, config, data, **{**(AUDIT if method == "dpsgd" else PFLD_AUDIT), **kwargs})
+    base = PFLD_INPUT_AUDIT if method == "pfld" and kwargs.get("canary_kind") == "input" else AUDIT
+    return audit_training(method, _config(method, eps, notion), data, **{**base, **kwargs})
+
+
+def _step(data, method, batch_size=100, notion="dp"):
+    """The method's own step for one config on ``data``, as fit_pack builds it."""
+    from fairdp.engine import PackContext, TrainSettings
+    from fairdp.methods import get_method
+
+    impl = get_method(method)
+    config = impl.validate_config(_config(method, notion=notion))
+    settings = impl.config_settings(config, TrainSettings(epochs=4, batch_size=batch_size, config_chunk=1))
+    arch = impl.default_architecture(data.name)
+    ctx = PackContext(data, [config], [impl.config_id(config)], 0, settings, arch, __import__("torch").device("cpu"))
+    return impl.make_step(ctx)
+
+
+# gradient canaries: where they sit
+
+
+@pytest.mark.parametrize("m", [6, 37, 600, 1200])
+def test_gradient_canaries_cover_every_parameter_group_on_coordinates_of_their_own(m):
+    from fairdp.testing.training_audit import place_gradient_canaries
+
+    shapes = [(12, 64), (64, 64), (64, 2)]
+    placed = place_gradient_canaries(shapes, m, seed=3)
+    assert len(placed) == m
+    coords = placed.flat_index(shapes)
+    assert len(set(coords.tolist())) == m  # one coordinate each
+    groups = placed.group()
+    assert set(groups.tolist()) == set(range(6))  # every layer's weight and bias
+    sizes = [n for a, b in shapes for n in (a * b, b)]
+    counts = np.bincount(groups, minlength=6)
+    assert all(c <= max(s // 2, 1) for c, s in zip(counts, sizes))  # most of each group canary-free
+    for layer in range(3):  # no weight canary on a unit whose bias holds one
+        mine = placed.layer == layer
+        assert not set(placed.unit[mine & ~placed.is_bias]) & set(placed.unit[mine & placed.is_bias])
+    # in proportion to the group's size, where the caps let it
+    if m == 600:
+        assert counts[2] > counts[0] > counts[4] > counts[5] and counts[2] == pytest.approx(600 * 4096 / 5122, abs=2)
+    np.testing.assert_array_equal(place_gradient_canaries(shapes, m, seed=3).flat_index(shapes), coords)
+
+
+def test_too_many_gradient_canaries_are_refused():
+    from fairdp.testing.training_audit import place_gradient_canaries
+
+    with pytest.raises(InputError, match="canaries: at most"):
+        place_gradient_canaries([(4, 4), (4, 2)], 15, seed=0)
+
+
+def test_a_canary_coordinate_is_the_parameter_entry_it_names(data):
+    """flat_index against the parameters themselves: a marker put at each canary's entry is
+    found at its flat index of the chain's parameters flattened in order."""
+    import torch
+
+    from fairdp.testing.training_audit import place_gradient_canaries
+
+    step = _step(data, "dpsgd")
+    layers = step.model.per_sample_chain().layers
+    shapes = [tuple(layer.weight.shape[1:]) for layer in layers]
+    placed = place_gradient_canaries(shapes, 300, seed=1)
+    marked = [torch.zeros_like(p[0]) for layer in layers for p in (layer.weight, layer.bias)]
+    for i in range(300):
+        tensor = marked[2 * placed.layer[i] + int(placed.is_bias[i])]
+        tensor[(0 if placed.is_bias[i] else placed.column[i]), placed.unit[i]] = i + 1
+    flat = torch.cat([t.reshape(-1) for t in marked]).numpy()
+    np.testing.assert_array_equal(flat[placed.flat_index(shapes)], np.arange(1, 301))
+
+
+# gradient canaries: how they enter the step
+
+
+def test_the_audit_chain_adds_what_the_engine_chain_adds(data):
+    """With no canaries and no planted bug the audit's chain gives the engine's clipped noisy
+    sum, bit for bit: its rows, clipping and noise are the engine's."""
+    import torch
+
+    from fairdp._rng import PackStream
+    from fairdp.testing.training_audit import _AuditChain
+
+    for method in ("dpsgd", "pfld"):
+        step = _step(data, method)
+        engine = step.model.per_sample_chain()
+        audit = _AuditChain(engine.layers, None, False)
+        train = step.ctx.split("train")
+        x = train.X[:64].unsqueeze(0)
+        unit = torch.randn(1, 64, 2, generator=torch.Generator().manual_seed(0))
+        scale, weight = torch.rand(1, 64) * 3, torch.rand(1, 64) - 0.5
+        grads = []
+        for chain in (engine, audit):
+            gens = PackStream.from_names(["audit-chain-noise"], "cpu")  # the same draw for both
+            for p in chain.parameters():
+                p.grad = None
+            _, trace = chain.forward_traced(x)
+            chain.add_clipped(trace, unit, scale, weight, torch.tensor([0.7]), torch.tensor([0.3]), gens,
+                              plain_scale=scale[:, :10])
+            grads.append([p.grad.clone() for p in chain.parameters()])
+        for a, b in zip(*grads):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("clipping", [True, False])
+def test_a_sampled_canary_adds_a_records_clipped_gradient_on_its_coordinate(data, clipping):
+    """Every canary present and sampled (q = 1), the real rows weighted 0 and no noise: the
+    step's gradient is the canaries' alone, -weight * clip(N e_j) on each canary's coordinate
+    (and a weight canary's 1e-6 sliver of its square on its unit's bias), N = 10 C clipped to C."""
+    import torch
+
+    from fairdp.testing.training_audit import _AuditChain, _WhiteBoxGame, place_gradient_canaries
+
+    step = _step(data, "dpsgd")
+    step.q = 1.0  # every present canary is sampled
+    layers = step.model.per_sample_chain().layers
+    shapes = [tuple(layer.weight.shape[1:]) for layer in layers]
+    placed = place_gradient_canaries(shapes, 100, seed=2)
+    clip = 1.0 if clipping else 1e12
+    game = _WhiteBoxGame("dpsgd", step, layers, placed, np.ones(100), np.zeros(100, dtype=np.int64), 10.0, seed=0)
+    chain = _AuditChain(layers, game, False)
+    x = step.ctx.split("train").X[:5].unsqueeze(0)
+    _, trace = chain.forward_traced(x)
+    chain.add_clipped(trace, torch.ones(1, 5, 2), None, torch.zeros(1, 5), torch.tensor([clip]), None, None)
+    grad = torch.cat([p.grad[0].reshape(-1) for p in chain.parameters()]).double().numpy()
+    weight = -1.0 / (step.q * step.n)
+    norm = 1.0 if clipping else 10.0  # the clipped canary's norm
+    a = 1e3
+    entry = np.where(placed.is_bias, norm, norm * a / math.sqrt(a * a + 1))
+    np.testing.assert_allclose(grad[placed.flat_index(shapes)], -weight * entry, rtol=1e-5)
+    rest = np.delete(grad, placed.flat_index(shapes))
+    sliver = norm / math.sqrt(a * a + 1) * abs(weight)
+    assert np.abs(rest).max() <= 8 * sliver  # a few weight canaries' slivers on one bias at most
+    assert len(game.residuals) == 1  # the step's residual, recorded once
+
+
+def _noiseless_full_batch(step):
+    """The step with q = 1 (its sample: every candidate row) and no noise: nothing random left."""
+    import torch
+
+    step.q = 1.0
+    if hasattr(step, "sigma"):
+        step.sigma = torch.zeros_like(step.sigma)
+    else:
+        step.sig_p = torch.zeros_like(step.sig_p)
+        step.lam.fill_(0.4)
+        step.sign.copy_(torch.tensor([[[1.0, -1.0], [0.0, 0.0]]]))  # kappa != 0: a private part
+        step.count1.fill_(float((step.ctx.split("train").s == 1).sum()))
+
+
+@pytest.mark.parametrize("method", ["dpsgd", "pfld"])
+def test_the_reference_is_the_steps_own_update_when_nothing_is_random(data, method):
+    """The auditor's reference is the update without noise, canaries and the private sample's
+    randomness: with q = 1 and no noise the step's whole gradient, so the residual is 0; and a
+    canary's push stands out of it alone."""
+    import torch
+
+    from fairdp.engine import Batch
+    from fairdp.testing.training_audit import _AuditChain, _WhiteBoxGame, place_gradient_canaries
+
+    step = _step(data, method, batch_size=len(data.splits["train"]))
+    _noiseless_full_batch(step)
+    layers = step.model.per_sample_chain().layers
+    shapes = [tuple(layer.weight.shape[1:]) for layer in layers]
+    placed = place_gradient_canaries(shapes, 50, seed=0)
+    signs = np.where(np.arange(50) < 25, 1, -1)
+    game = _WhiteBoxGame(method, step, layers, placed, signs, np.zeros(50, dtype=np.int64), 10.0, seed=0)
+    chain = _AuditChain(layers, game, False)
+    step.model.per_sample_chain = lambda: chain
+    train = step.ctx.split("train")
+    rows = torch.arange(len(train.y))
+    step.update(Batch(rows, train.X, train.y, train.s), torch.optim.SGD(step.model.parameters(), lr=0.0))
+    residual = game.residuals[0]
+    coords = placed.flat_index(shapes)
+    kappa_or_weight = game.weights[0]
+    assert np.abs(kappa_or_weight).min() > 0
+    others = np.delete(residual, coords)
+    scale = np.abs(np.concatenate([p.grad[0].reshape(-1).double().numpy() for p in chain.parameters()])).max()
+    assert np.abs(others).max() <= 1e-4 * scale + 1e-2 * np.abs(kappa_or_weight).max()  # rounding and slivers
+    push = -kappa_or_weight * np.where(placed.is_bias, 1.0, 1e3 / math.sqrt(1e6 + 1))  # clipped to C = 1
+    np.testing.assert_allclose(residual[coords[:25]], push[:25], rtol=1e-3, atol=1e-4 * scale)
+    np.testing.assert_allclose(residual[coords[25:]], 0.0, atol=1e-4 * scale)
+
+
+# gradient canaries: the audit's verdicts
+
+
+@pytest.mark.parametrize("method,seed", [("dpsgd", 0), ("dpsgd", 1), pytest.param("dpsgd", 2, marks=pytest.mark.slow),
+                                         ("pfld", 0), ("pfld", 1), pytest.param("pfld", 2, marks=pytest.mark.slow)])
+def test_gradient_audit_of_a_correct_mechanism_is_never_refuted(data, method, seed):
+    result = _audit(data, method, seed=seed)
+    assert result.canary_kind == "gradient" and not result.planted_bug
+    assert result.claimed_eps == pytest.approx(1.0, rel=0.05) and result.claimed_delta == 1e-5
+    assert result.eps_lower <= result.claimed_eps, result.to_dict()
+    assert result.eps_ceiling > 3 * result.claimed_eps  # the audit had room to refute
+    assert set(result.canaries_per_group) == {f"{role}.layers.{i}.{kind}" for role, n in (("encoder", 2),
+                                              ("classifier", 1)) for i in range(n) for kind in ("weight", "bias")}
+    assert all(v >= 1 for v in result.canaries_per_group.values())
+    assert sum(result.canaries_per_group.values()) == 600
+    assert result.n_train == len(data.splits["train"])  # gradient canaries are not rows
+
+
+@pytest.mark.parametrize("method,bug", [
+    ("dpsgd", dict(noise_scale=0.2)),             # true eps about 23
+    ("dpsgd", dict(noise_first_layer_only=True)),  # eps infinite
+    ("dpsgd", dict(clipping=False)),               # eps infinite, at the default canary norm
+    ("pfld", dict(noise_first_layer_only=True)),
+    pytest.param("pfld", dict(clipping=False), marks=pytest.mark.slow),
+    pytest.param("pfld", dict(noise_scale=0.2), marks=pytest.mark.slow),
+])
+def test_gradient_audit_refutes_each_planted_bug(data, method, bug):
+    result = _audit(data, method, seed=0, **bug)
+    assert result.planted_bug
+    assert result.refuted and result.eps_lower > 1.5 * result.claimed_eps, result.to_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("bug", [dict(noise_scale=0.2), dict(noise_first_layer_only=True), dict(clipping=False)])
+def test_gradient_audit_refutes_the_planted_bugs_at_other_seeds(data, seed, bug):
+    assert _audit(data, "dpsgd", seed=seed, **bug).refuted
+
+
+# PF-LD's dual release
+
+
+@pytest.mark.parametrize("notion,seed", [("dp", 0), ("eo", 1), pytest.param("dp", 1, marks=pytest.mark.slow),
+                                         pytest.param("ap", 0, marks=pytest.mark.slow)])
+def test_a_correct_dual_release_is_never_refuted(small, notion, seed):
+    from fairdp.testing.training_audit import audit_dual_release
+
+    result = audit_dual_release(_config("pfld", notion=notion), small, seed=seed, **DUAL)
+    assert not result.planted_bug and result.sigma_dual > 10
+    assert result.eps_lower <= result.claimed_eps, result.to_dict()
+    assert result.eps_ceiling > 5 * result.claimed_eps
+
+
+@pytest.mark.parametrize("notion", ["dp", pytest.param("eo", marks=pytest.mark.slow), "ap"])
+def test_a_dual_release_without_noise_is_refuted_at_the_ceiling(small, notion):
+    from fairdp.testing.training_audit import audit_dual_release
+
+    result = audit_dual_release(_config("pfld", notion=notion), small, dual_noise=False, **DUAL)
+    assert result.refuted and result.eps_lower == pytest.approx(result.eps_ceiling), result.to_dict()
+    assert 0 < result.target_h <= 1.0
+
+
+def test_a_dual_release_with_too_little_noise_is_refuted(small):
+    """sigma_d scaled below 1: the count's noise no longer hides one record."""
+    from fairdp.testing.training_audit import audit_dual_release
+
+    result = audit_dual_release(_config("pfld"), small, noise_scale=0.01, **DUAL)
+    assert result.sigma_dual * result.noise_scale < 1
+    assert result.refuted, result.to_dict()
+
+
+# input canaries (black-box)
 
 
 def test_canaries_are_records_of_their_own_column_in_the_train_split(data):
@@ -201,9 +517,9 @@ def test_canaries_are_records_of_their_own_column_in_the_train_split(data):
             np.testing.assert_array_equal(audit.s[n:], (signs > 0).astype(int))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
 def test_dpsgd_at_its_calibrated_noise_is_never_refuted(data, seed):
-    result = _audit(data, "dpsgd", seed=seed)
+    result = _audit(data, "dpsgd", seed=seed, canary_kind="input")
     assert result.claimed_eps == pytest.approx(1.0, rel=0.05) and result.claimed_delta == 1e-5
     assert result.eps_lower <= result.claimed_eps, result.to_dict()
     assert not result.refuted and not result.planted_bug
@@ -212,7 +528,7 @@ def test_dpsgd_at_its_calibrated_noise_is_never_refuted(data, seed):
 
 
 def test_dpsgd_with_a_hundredth_of_its_noise_is_caught(data):
-    result = _audit(data, "dpsgd", seed=0, noise_scale=0.01)
+    result = _audit(data, "dpsgd", seed=0, noise_scale=0.01, canary_kind="input")
     assert result.refuted and result.eps_lower > result.claimed_eps, result.to_dict()
     assert result.correct >= 0.95 * result.guesses  # the canaries are plain to see
 
@@ -220,15 +536,15 @@ def test_dpsgd_with_a_hundredth_of_its_noise_is_caught(data):
 def test_dpsgd_without_clipping_is_caught_by_large_canaries(data):
     """Clipping off, the noise still scaled to the clipping bound: a canary of norm 50 has a
     gradient far above the bound, and its column moves far more than the noise hides."""
-    correct = _audit(data, "dpsgd", seed=0, canary_norm=50.0)
+    correct = _audit(data, "dpsgd", seed=0, canary_norm=50.0, canary_kind="input")
     assert correct.eps_lower <= correct.claimed_eps, correct.to_dict()
-    buggy = _audit(data, "dpsgd", seed=0, canary_norm=50.0, clipping=False)
+    buggy = _audit(data, "dpsgd", seed=0, canary_norm=50.0, clipping=False, canary_kind="input")
     assert buggy.refuted, buggy.to_dict()
 
 
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_pfld_at_its_calibrated_noise_is_never_refuted(data, seed):
-    result = _audit(data, "pfld", seed=seed)
+    result = _audit(data, "pfld", seed=seed, canary_kind="input")
     assert result.claimed_delta == 1e-5 and "attribute" in result.adjacency
     assert result.eps_lower <= result.claimed_eps, result.to_dict()
 
@@ -236,31 +552,46 @@ def test_pfld_at_its_calibrated_noise_is_never_refuted(data, seed):
 def test_pfld_with_a_hundredth_of_its_noise_is_caught(data):
     """Only the private part of the fairness gradient reads a canary's attribute; with its
     noise (and the dual step's) scaled by 0.01 the auditor reads the attribute from the model."""
-    result = _audit(data, "pfld", seed=0, noise_scale=0.01)
+    result = _audit(data, "pfld", seed=0, noise_scale=0.01, canary_kind="input")
     assert result.refuted, result.to_dict()
 
 
 def test_the_result_is_json_and_reproducible(data):
-    a = _audit(data, "dpsgd", seed=3, canaries=100, epochs=1)
-    b = _audit(data, "dpsgd", seed=3, canaries=100, epochs=1)
-    record = json.loads(json.dumps(a.to_dict()))
-    assert record["guesses"] == 20 and record["canaries"] == 100 and record["refuted"] is False
-    np.testing.assert_array_equal(a.scores, b.scores)
-    np.testing.assert_array_equal(a.signs, b.signs)
+    for kind in ("gradient", "input"):
+        a = _audit(data, "dpsgd", seed=3, canaries=100, epochs=1, canary_kind=kind)
+        b = _audit(data, "dpsgd", seed=3, canaries=100, epochs=1, canary_kind=kind)
+        record = json.loads(json.dumps(a.to_dict()))
+        assert record["guesses"] == 20 and record["canaries"] == 100 and record["refuted"] is False
+        assert record["canary_kind"] == kind
+        np.testing.assert_array_equal(a.scores, b.scores)
+        np.testing.assert_array_equal(a.signs, b.signs)
 
 
 @pytest.mark.parametrize("method,kwargs,name", [
     ("fld", {}, "method"),
     ("dpsgd", dict(canaries=10, k_positive=6, k_negative=5), "k_positive"),
     ("dpsgd", dict(canaries=1), "canaries"),
+    ("dpsgd", dict(canaries=10 ** 6), "canaries: at most"),
     ("dpsgd", dict(noise_scale=0.0), "noise_scale"),
+    ("dpsgd", dict(canary_norm=-1.0), "canary_norm"),
     ("dpsgd", dict(beta=1.5), "beta"),
+    ("dpsgd", dict(canary_kind="output"), "canary_kind"),
+    ("dpsgd", dict(dual_noise=False), "dual_noise"),
 ])
 def test_bad_audit_arguments_are_refused(data, method, kwargs, name):
     from fairdp.testing.training_audit import audit_training
 
     with pytest.raises(InputError, match=name):
         audit_training(method, {"eps": 1.0, "clip_primal": 1.0}, data, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,name", [(dict(epochs=1), "epochs"), (dict(samples=999), "samples"),
+                                         (dict(beta=0.0), "beta"), (dict(noise_scale=-2.0), "noise_scale")])
+def test_bad_dual_audit_arguments_are_refused(small, kwargs, name):
+    from fairdp.testing.training_audit import audit_dual_release
+
+    with pytest.raises(InputError, match=name):
+        audit_dual_release(_config("pfld"), small, **kwargs)
 
 
 def test_a_config_missing_a_hyperparameter_is_refused(data):
@@ -286,6 +617,11 @@ SMALL = ["--dataset", "synthetic", "-o", "rows=1500", "-o", "features=8", "--epo
      "--k-positive"),
     (["--method", "dpsgd", "--eps", "1", "--epochs", "0"], "--epochs"),
     (["--method", "dpsgd", "--eps", "1", "--noise-scale", "-1"], "--noise-scale"),
+    (["--method", "dpsgd", "--eps", "1", "--canary-norm", "0"], "--canary-norm"),
+    (["--method", "dpsgd", "--eps", "1", "--canary-kind", "output"], "--canary-kind"),
+    (["--method", "dpsgd", "--eps", "1", "--no-dual-noise"], "--no-dual-noise"),
+    (["--method", "pfld", "--eps", "1", "--dual-samples", "10"], "--dual-samples"),
+    (["--method", "pfld", "--eps", "1", "--epochs", "1"], "--no-dual-audit"),
     (["--method", "dpsgd", "--eps", "1", "--dataset", "nope"], "nope"),
     (["--method", "dpsgd", "--eps", "1", "-o", "rows"], "--option"),
     (["--method", "dpsgd", "--eps", "1", "--clip", "0"], "clip_primal"),
@@ -302,28 +638,44 @@ def test_cli_bad_input_exits_2_with_one_line(args, name, tmp_path):
 
 
 def test_cli_audit_training_json_catches_a_planted_bug(tmp_path):
-    proc = run_main("audit-training", "--method", "dpsgd", "--eps", "1", *SMALL, "--noise-scale", "0.01", "--json",
-                    cwd=tmp_path)
+    proc = run_main("audit-training", "--method", "dpsgd", "--eps", "1", *SMALL, "--first-layer-noise-only",
+                    "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
     assert record["method"] == "dpsgd" and record["canaries"] == 200 and record["guesses"] == 40
+    assert record["canary_kind"] == "gradient" and record["noise_first_layer_only"] is True
     assert record["planted_bug"] is True and record["verdict"] == "REFUTED"
-    assert record["eps_lower"] > record["claimed_eps"]
+    assert record["eps_lower"] > record["claimed_eps"] and record["eps_ceiling"] >= record["eps_lower"]
+    assert record["detects"] and record["blind_to"] and "dual_release" not in record
     assert "fairdp audit-training: epoch 2/2" in proc.stderr  # progress on stderr
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cli_audit_training_table(tmp_path):
-    proc = run_main("audit-training", "--method", "pfld", "--eps", "1", *SMALL, cwd=tmp_path)
+def test_cli_audit_training_table_states_its_power(tmp_path):
+    proc = run_main("audit-training", "--method", "pfld", "--eps", "1", *SMALL, "--dual-samples", "1000",
+                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].split()[:3] == ["method", "config", "claimed"]
-    assert "pfld" in lines[2] and "consistent" in lines[2]
+    assert lines[0].split()[:4] == ["method", "config", "audit", "claimed"]
+    assert "pfld" in lines[2] and "one run, 200 gradient canaries" in lines[2] and "consistent" in lines[2]
+    assert "dual release, 1000 draws per dataset" in lines[3] and "consistent" in lines[3]
+    assert "largest eps it can show is" in proc.stdout and "it cannot detect:" in proc.stdout
     assert "a lower bound" in proc.stdout
+
+
+def test_cli_audit_training_json_refutes_a_dual_release_without_noise(tmp_path):
+    proc = run_main("audit-training", "--method", "pfld", "--eps", "1", *SMALL, "--dual-samples", "1000",
+                    "--no-dual-noise", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["verdict"] == "REFUTED"
+    assert record["dual_release"]["verdict"] == "REFUTED"
+    assert record["dual_release"]["eps_lower"] == pytest.approx(record["dual_release"]["eps_ceiling"])
 
 
 def test_cli_method_names_match_the_audit():
     from fairdp import cli
-    from fairdp.testing.training_audit import METHODS
+    from fairdp.testing.training_audit import CANARY_KINDS, METHODS
 
     assert cli.AUDIT_TRAINING_METHODS == METHODS
+    assert cli.AUDIT_CANARY_KINDS == CANARY_KINDS

@@ -30,6 +30,12 @@ at that confidence; a bound below it proves nothing (the audit can refute a clai
 establish one). With r guesses and m canaries, not even r correct guesses out of r can give a
 bound above ``one_run_epsilon_lower_bound(r, r, m, beta, delta)`` (about ln(r / ln(1 / beta))
 for delta = 0): the audit's ceiling.
+
+``event_epsilon_lower_bound`` is the other game's bound, for a release audited from many
+samples on two fixed neighbouring inputs (``fairdp.privacy.audit.audit`` picks the event and
+bounds its two probabilities with Clopper-Pearson intervals): (eps, delta)-DP needs
+P[M(x) in E] <= e^eps P[M(x') in E] + delta for every event, so the pure-eps log-ratio that
+``audit`` reports is corrected by delta. ``distinguishing_ceiling`` is that game's most.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import numpy as np
 from scipy import stats
 
 from fairdp.errors import InputError
+from fairdp.privacy.audit import clopper_pearson
 
 EPS_TOLERANCE = 1e-9
 """The bisection stops when its bracket is narrower than this (absolute, in eps)."""
@@ -135,3 +142,38 @@ def epsilon_ceiling(guesses: int, m: int, beta: float = 0.05, delta: float = 0.0
     """The largest bound ``guesses`` guesses among ``m`` canaries can give: all of them right.
     A claim above it cannot be refuted by this audit, however leaky the run."""
     return one_run_epsilon_lower_bound(guesses, guesses, m, beta, delta)
+
+
+def event_epsilon_lower_bound(p_lower: float, p_upper: float, delta: float = 0.0) -> float:
+    """The eps an event E refutes for an (eps, ``delta``) claim, given P[M(x) in E] >= ``p_lower``
+    and P[M(x') in E] <= ``p_upper`` (bounds that hold jointly at the audit's confidence).
+
+    (eps, delta)-DP needs P[M(x) in E] <= e^eps P[M(x') in E] + delta, so p_lower > e^eps
+    p_upper + delta is impossible for it: every eps below ln((p_lower - delta) / p_upper) is
+    refuted. 0 when p_lower <= delta (nothing refuted); with delta = 0 it is ``audit``'s
+    pure-eps bound.
+    """
+    for name, value in (("p_lower", p_lower), ("p_upper", p_upper)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0 <= value <= 1:
+            raise InputError(f"{name} must be a probability in [0, 1], got {value!r}")
+    delta = _check_delta(delta)
+    if p_lower <= delta or p_upper >= 1:
+        return 0.0
+    if p_upper == 0:  # a Clopper-Pearson upper bound is never 0; an exact 0 refutes every eps
+        return math.inf
+    return max(0.0, math.log((p_lower - delta) / p_upper))
+
+
+def distinguishing_ceiling(held_out: int, confidence: float = 0.95, delta: float = 0.0) -> float:
+    """The largest ``event_epsilon_lower_bound`` that ``held_out`` samples per input can give:
+    the event holds on every held-out sample of one input and on none of the other's, each
+    probability bounded at confidence 1 - (1 - ``confidence``) / 2 (the union bound that
+    ``fairdp.privacy.audit.audit`` uses). About ln(held_out / ln(2 / (1 - confidence)))."""
+    if isinstance(held_out, bool) or not isinstance(held_out, (int, np.integer)) or held_out < 1:
+        raise InputError(f"held_out must be an integer >= 1, got {held_out!r}")
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        raise InputError(f"confidence must be in (0, 1), got {confidence!r}")
+    each = 1 - (1 - confidence) / 2
+    p_lower = float(clopper_pearson(int(held_out), int(held_out), each)[0])
+    p_upper = float(clopper_pearson(0, int(held_out), each)[1])
+    return event_epsilon_lower_bound(p_lower, p_upper, delta)
