@@ -933,6 +933,11 @@ def _cmd_check_method(args) -> int:
     return 0 if done.returncode == 0 else 1
 
 
+MAX_CHECK_FEATURES = 2**24
+"""The largest --in or --out check-model takes: 16.8M features (a 4096 x 4096 image's pixels);
+its checks hold a few rows of them in float64."""
+
+
 def _cmd_check_model(args) -> int:
     """One line per check of ``fairdp.testing.model_check``: 0 if every check passes, 1 if
     one fails, 2 for a factory that cannot be found or a bad option."""
@@ -946,10 +951,13 @@ def _cmd_check_model(args) -> int:
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
             raise InputError(f"--set {item!r}: expected KEY=VALUE with KEY a Python name")
-        kwargs[key] = yaml.safe_load(value)
+        try:
+            kwargs[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise InputError(f"--set {key}: cannot parse value {value!r} ({str(e).splitlines()[0]})") from None
     for flag, value in (("--in", args.in_features), ("--out", args.out_features)):
-        if value < 1:
-            raise InputError(f"{flag}: must be a positive number of features, got {value}")
+        if not 1 <= value <= MAX_CHECK_FEATURES:
+            raise InputError(f"{flag}: must be a number of features from 1 to {MAX_CHECK_FEATURES:,}, got {value}")
     ref = ModelRef.parse(kwargs, "FACTORY", base_dir=".")
 
     def report(name: str, why: str | None, skipped: bool) -> None:

@@ -38,8 +38,11 @@ def test_a_module_that_cannot_be_trained_fails_naming_why_and_skips_what_depends
 
 @pytest.mark.parametrize("args, names", [
     (["missing.py:net", "--in", "3", "--out", "2"], ["FACTORY", "missing.py: no such file"]),
-    (["torch.nn:Linear", "--in", "0", "--out", "2"], ["--in", "positive"]),
+    (["torch.nn:Linear", "--in", "0", "--out", "2"], ["--in", "from 1 to"]),
     (["torch.nn:Linear", "--in", "3", "--out", "2", "--set", "bias"], ["--set", "KEY=VALUE"]),
+    (["torch.nn:Linear", "--in", "100000000000", "--out", "2"], ["--in", "from 1 to 16,777,216"]),
+    (["torch.nn:Linear", "--in", "1180591620717411303424", "--out", "2"], ["--in", "from 1 to 16,777,216"]),
+    (["torch.nn:Linear", "--in", "3", "--out", "2", "--set", "width={"], ["--set width", "cannot parse value"]),
 ])
 def test_bad_input_is_one_line_with_status_2(tmp_path, args, names):
     assert_input_error(run_main("check-model", *args, cwd=tmp_path), *names)
