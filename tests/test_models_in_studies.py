@@ -389,3 +389,18 @@ def test_check_model_fails_a_module_that_cannot_train_a_packed_step(tmp_path):
     failed = [ln for ln in run.stdout.splitlines() if ln.startswith("FAIL")]
     assert len(failed) == 1 and failed[0].startswith(
         "FAIL  trains a packed step in float32 and under bf16 autocast: its per-sample gradients cannot be computed: "), failed
+
+
+def test_the_settings_line_says_which_networks_take_the_architectures_dropout(tmp_path):
+    """architecture.dropout applies to the built-in MLPs only, after the encoder's layers and
+    between hidden layers (a linear classifier has none); the line said "dropout 0.1" for a
+    study whose only dropout-taking part was the user's encoder."""
+    from fairdp.engine import architecture_from, describe_architecture
+
+    shutil.copy(EXAMPLE, tmp_path / "models.py")
+    mine = {"encoder": {"factory": "models.py:residual_mlp", "width": 8, "blocks": 1}}
+    arch = architecture_from({"models": mine}, "synthetic", base_dir=tmp_path)
+    assert describe_architecture(arch, 0).endswith("classifier linear, no MLP dropout")
+    assert describe_architecture(arch, 1).endswith("1 adversary 300-300, dropout 0.1 in the adversary MLP")
+    assert describe_architecture(architecture_from({}, "synthetic"), 1) == \
+        "encoder 300-300, classifier linear, 1 adversary 300-300, dropout 0.1"

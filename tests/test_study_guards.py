@@ -379,3 +379,14 @@ def test_tunes_advice_that_fairdp_replaces_is_dropped_and_the_rest_kept():
         for name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis"):
             logging.getLogger(name).removeHandler(handler)
     assert seen == ["a trial failed: out of memory", "Failed to fetch metrics, outside a run"]
+
+
+def test_the_estimate_names_the_machine_not_the_build_the_figures_were_measured_at():
+    from fairdp.study._estimate import describe_reference
+
+    figures = {"measured": {"device": "cpu", "machine": "AMD EPYC, 2 cores", "threads": 1, "torch": "2.13.0",
+                            "commit": "47ce347-dirty"},
+               "updated": {"noise": {"commit": "85dfc47-dirty", "machine": "AMD EPYC, 2 cores"}}}
+    line = describe_reference(figures)
+    assert "47ce347" not in line and "85dfc47" not in line and "dirty" not in line
+    assert line == "cpu (AMD EPYC, 2 cores), 1 thread per trial, torch 2.13.0; noise re-measured on AMD EPYC, 2 cores"

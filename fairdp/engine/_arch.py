@@ -155,5 +155,14 @@ def describe_architecture(arch: Architecture, adversaries: int = 1) -> str:
 
     adv = f"{adversaries} adversar{'y' if adversaries == 1 else 'ies'} {part('adversary', arch.adversary)}, " \
         if adversaries else ""
-    return (f"encoder {part('encoder', arch.encoder)}, classifier {part('classifier', arch.classifier)}, "
-            f"{adv}dropout {arch.dropout:g}")
+    # architecture.dropout is the built-in MLPs' rate, applied after the encoder's layers and
+    # between the hidden layers of the others (none in a linear one); a user's module has its own
+    droppers = [r for r in ("encoder", "classifier", *(("adversary",) if adversaries else ()))
+                if r not in models and (r == "encoder" or getattr(arch, r))]
+    if not models:
+        dropout = f"dropout {arch.dropout:g}" if droppers else "no dropout"
+    elif droppers and arch.dropout:
+        dropout = f"dropout {arch.dropout:g} in the {' and '.join(droppers)} MLP{'s' if len(droppers) > 1 else ''}"
+    else:
+        dropout = "no MLP dropout"
+    return f"encoder {part('encoder', arch.encoder)}, classifier {part('classifier', arch.classifier)}, {adv}{dropout}"

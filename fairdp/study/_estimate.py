@@ -158,21 +158,23 @@ def study_methods(spec) -> list[str]:
 
 
 def describe_reference(figures: dict | None = None) -> str:
-    """Where the reference figures were measured, in a few words."""
+    """Where the reference figures were measured, in a few words: the machine and torch, not
+    the build they were measured at (benchmarks/reference_costs.json keeps that), which a user
+    reading an estimate cannot use."""
     figures = reference() if figures is None else figures
     measured = figures.get("measured", {})
     if not measured:
         return "no reference figures"
     updated = figures.get("updated", {})
     later = "; " + "; ".join(
-        f"{', '.join(sorted(names))} at fairdp {commit} ({machine})"
-        for (commit, machine), names in _grouped(updated).items()) if updated else ""
+        f"{', '.join(sorted(names))} re-measured on {machine}"
+        for machine, names in _grouped(updated).items()) if updated else ""
     return (f"{measured.get('device', '?')} ({measured.get('machine', '?')}), {measured.get('threads', '?')} "
-            f"thread per trial, torch {measured.get('torch', '?')}, fairdp {measured.get('commit', '?')}{later}")
+            f"thread per trial, torch {measured.get('torch', '?')}{later}")
 
 
-def _grouped(updated: dict) -> dict[tuple[str, str], list[str]]:
-    groups: dict[tuple[str, str], list[str]] = {}
+def _grouped(updated: dict) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
     for name, where in updated.items():
-        groups.setdefault((where.get("commit", "?"), where.get("machine", "?")), []).append(name)
+        groups.setdefault(where.get("machine", "?"), []).append(name)
     return groups
