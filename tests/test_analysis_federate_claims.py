@@ -155,6 +155,14 @@ def test_the_claims_are_the_papers_with_their_sources():
         assert claim in d5.index
     # Table 3's own means do not show INLP leaking less than FEDERATE (74.54 vs 70.25)
     assert _on_paper(out.loc["INLP leakage below FEDERATE's", "paper"]) is False
+    # each row says in which relation it compares: FEDERATE and Noise share theirs (local, each
+    # record's representation); a method without privacy leaves the metric alone compared
+    assert out.loc["FEDERATE TPR-gap below Noise's", "compared_in"] == "local, replace one record's representation"
+    assert out.loc["FEDERATE TPR-gap below Unconstrained's", "compared_in"] == (
+        "metric only: Unconstrained not private (FEDERATE local, replace one record's representation)")
+    assert out.loc["Adversarial TPR-gap below Unconstrained's", "compared_in"] == (
+        "metric only: Adversarial and Unconstrained not private")
+    assert out["compared_in"].map(bool).all()
 
 
 FEDERATE_ACC = [84.0, 84.6, 83.7, 84.3]
@@ -230,6 +238,7 @@ def test_the_report_section_shows_both_tables_and_names_what_fails():
     assert row["Verdict"] == "consistent (4 seeds)"
     assert not ((numbers["Metric"] == "MDL").any())
     shown = claims.set_index("Claim")
+    assert shown["Compared in"].str.startswith(("metric only: ", "local, replace one record's representation")).all()
     assert shown.loc["FEDERATE TPR-gap below Adversarial's", "Verdict"] == "contradicted (4 seeds)"
     assert shown.loc["FEDERATE TPR-gap below Unconstrained's", "Verdict"] == "supported (4 seeds)"
     assert shown.loc["FEDERATE TPR-gap below Noise's", "Verdict"] == "not run"

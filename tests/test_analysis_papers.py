@@ -123,14 +123,16 @@ def test_pfld_bounds_measures_each_notions_noise_from_the_group_shares():
     agg = pd.DataFrame([
         {"method": "fld", "fairness_notion": nt, "eps": float("nan"), "test_accuracy_mean": 80.0,
          "test_notion_gap_mean": gap} for nt, gap in (("dp", 2.0), ("eo", 9.0), ("ap", 3.0))]
-        + [{"method": "dpsgd", "fairness_notion": "eo", "eps": 1.0, "test_accuracy_mean": 84.0,
-            "test_notion_gap_mean": 12.5}])
+        + [{"method": "dpsgd", "fairness_notion": "eo", "eps": e, "test_accuracy_mean": 84.0,
+            "test_notion_gap_mean": gap} for e, gap in ((0.5, 12.5), (1.0, 99.0))])
     out = pfld_bounds(df, agg).set_index("Notion")
     dp = 1 / 0.3 + 1 / 0.7
     eo = max(1 / 0.27 + 1 / 0.5, 1 / 0.03 + 1 / 0.2)  # label 0: 270 and 500 rows; label 1: 30 and 200
     assert out.loc["eo", "PF-LD noise vs dp"] == f"{eo / dp:.1f}x"
     assert out.loc["eo", "Smallest group share (%)"] == "3.0"
-    assert out.loc["eo", "F-LD violation"] == "9.0" and out.loc["eo", "DP-SGD violation (ε 1)"] == "12.5"
+    # DP-SGD beside PF-LD at ε 1 of PF-LD's relation: its add/remove ε 0.5, 2 x 0.5 by group privacy
+    assert out.loc["eo", "F-LD violation"] == "9.0"
+    assert out.loc["eo", "DP-SGD violation (ε 1 of PF-LD's relation: its 0.5)"] == "12.5"
     assert out.loc["dp", "M violation (ε 1)"] == "-"  # not run
 
 
@@ -139,6 +141,8 @@ def test_a_failing_claim_names_the_groups_where_it_fails():
     agg = pd.DataFrame([
         {"method": m, "fairness_notion": nt, "eps": 1.0, "test_notion_gap_mean": gap, "test_accuracy_mean": 80.0}
         for m, nt, gap in (("pfld", "dp", 2.0), ("dpsgd", "dp", 10.0), ("pfld", "eo", 12.0), ("dpsgd", "eo", 8.0))])
+    # DP-SGD's add/remove eps 0.5 is eps 1 of PF-LD's relation (group privacy: 2 eps)
+    agg.loc[agg["method"] == "dpsgd", "eps"] = 0.5
     claims = check_claims(agg, paper, ("fairness_notion", "eps"))
     below = claims[claims["claim"] == "pfld test_notion_gap below dpsgd's"].set_index("where")["fairdp"]
     assert below["fairness_notion dp, eps 1.0"] is True and below["fairness_notion eo, eps 1.0"] is False
@@ -146,16 +150,32 @@ def test_a_failing_claim_names_the_groups_where_it_fails():
 
 def test_claims_ordering_methods_of_different_guarantees_say_so():
     """PF-LD (central, one record's attribute) against DP-SGD (central, a whole record) or M
-    (local, the attribute) at one eps compares different guarantees: each claim says whether
-    its two methods' eps are of one kind."""
+    (local, the attribute) compares different guarantees: each claim says whether its two
+    methods' eps are of one kind, and in which relation it compares them: PF-LD's, DP-SGD
+    converted (2 eps, so its eps 1 is never paired with PF-LD's eps 1), M's local eps as is."""
     from fairdp.analysis._rows import DIFFERENT_GUARANTEES
 
     paper = get_paper("pfld-adult")
     agg = pd.DataFrame([
         {"method": m, "fairness_notion": "dp", "eps": 1.0, "test_notion_gap_mean": gap, "test_accuracy_mean": 80.0}
         for m, gap in (("pfld", 2.0), ("dpsgd", 10.0), ("private_reductions", 6.0))])
-    claims = check_claims(agg, paper, ("fairness_notion", "eps")).set_index("claim")["guarantees"]
-    assert claims["pfld test_notion_gap below dpsgd's"] == DIFFERENT_GUARANTEES
-    assert claims["pfld test_notion_gap below private_reductions's"] == DIFFERENT_GUARANTEES
-    trend = [c for c in claims.index if "falls as eps grows" in c]
-    assert trend and all(claims[c] == "same" for c in trend)
+    table = check_claims(agg, paper, ("fairness_notion", "eps"))
+
+    def values(claim: str, column: str) -> set:
+        return set(table.loc[table["claim"] == claim, column])
+
+    assert values("pfld test_notion_gap below dpsgd's", "guarantees") == {DIFFERENT_GUARANTEES}
+    assert values("pfld test_notion_gap below private_reductions's", "guarantees") == {DIFFERENT_GUARANTEES}
+    trend = [c for c in table["claim"] if "falls as eps grows" in c]
+    assert trend and all(values(c, "guarantees") == {"same"} for c in trend)
+    assert values("pfld test_notion_gap below dpsgd's", "compared in") == {
+        "central, replace one record's attribute (converted: dpsgd 2ε)"}
+    assert values("pfld test_notion_gap below private_reductions's", "compared in") == {
+        "central, replace one record's attribute (converted: private_reductions ε)"}
+    assert all(v.startswith("metric only: unconstrained")
+               for v in values("pfld test_accuracy within 1 point of unconstrained's", "compared in"))
+    # DP-SGD's eps 1 is eps 2 of PF-LD's relation: no PF-LD there, nor DP-SGD at PF-LD's eps 1
+    below = table[table["claim"] == "pfld test_notion_gap below dpsgd's"].set_index("where")["fairdp"]
+    assert below.isna().all() and set(below.index) == {"fairness_notion dp, eps 1.0", "fairness_notion dp, eps 2.0"}
+    m = table[table["claim"] == "pfld test_notion_gap below private_reductions's"].set_index("where")["fairdp"]
+    assert m["fairness_notion dp, eps 1.0"] is True  # M's local eps 1 is the central attribute-level eps 1

@@ -17,6 +17,7 @@ from fairdp.analysis import get_paper
 from fairdp.analysis._papers import (
     ACCURACY_MARGIN,
     CONTRADICTED,
+    NOT_AT_EPS,
     NOT_RESOLVED,
     NOT_RUN,
     SUPPORTED,
@@ -30,7 +31,13 @@ from fairdp.analysis._papers import (
 )
 
 PAPER = get_paper("pfld-adult")
-VERDICTS = (SUPPORTED, CONTRADICTED, NOT_RESOLVED, TOO_FEW_SEEDS, NOT_RUN)
+VERDICTS = (SUPPORTED, CONTRADICTED, NOT_RESOLVED, TOO_FEW_SEEDS, NOT_RUN, NOT_AT_EPS)
+DELTA = 1e-5  # DP-SGD's and PF-LD's delta
+
+
+def dpsgd_eps(pfld_eps: float) -> float:
+    """DP-SGD's add/remove eps whose replace-one conversion (group privacy: 2 eps) is PF-LD's eps."""
+    return pfld_eps / 2
 
 
 def _row(method: str, seed: int, notion: str | None, eps: float, gap: float, acc: float) -> dict:
@@ -38,7 +45,7 @@ def _row(method: str, seed: int, notion: str | None, eps: float, gap: float, acc
     without a notion is repeated under each by the selection, with that notion's gap)."""
     row = {"dataset": "adult", "method": method, "seed": seed, "config_id": f"{method}-{notion}-{eps}",
            "status": "ok", "fairness_notion": notion, "eps": eps, "valid_accuracy": acc, "test_accuracy": acc,
-           "leakage": math.nan, "mdl": math.nan}
+           "leakage": math.nan, "mdl": math.nan, "delta": DELTA if method in ("pfld", "dpsgd") else 0.0}
     for name in ("dp_gap", "eo_gap", "ap_gap"):
         row[f"valid_{name}"] = row[f"test_{name}"] = gap
     return row
@@ -77,7 +84,9 @@ GAP_CASES = {
 @pytest.mark.parametrize("expected", [SUPPORTED, CONTRADICTED, NOT_RESOLVED])
 def test_below_claims_pair_seeds_and_judge_the_interval(other, expected):
     theirs = GAP_CASES[expected]
-    df = _study({1.0: [(g, 80.0) for g in PFLD_GAPS]}, {other: {1.0: [(g, 80.0) for g in theirs]}})
+    # M's local eps is PF-LD's relation's eps; DP-SGD's add/remove eps 0.5 is its eps 1
+    stated = dpsgd_eps(1.0) if other == "dpsgd" else 1.0
+    df = _study({1.0: [(g, 80.0) for g in PFLD_GAPS]}, {other: {stated: [(g, 80.0) for g in theirs]}})
     out = pfld_claim_intervals(df, PAPER)
     assert len(out) == 1
     row = out.iloc[0]
@@ -90,15 +99,37 @@ def test_below_claims_pair_seeds_and_judge_the_interval(other, expected):
     ci = stats.ttest_rel(PFLD_GAPS, theirs).confidence_interval(0.95)
     assert (row[f"{key}_lo"], row[f"{key}_hi"]) == pytest.approx((ci.low, ci.high))
     assert row[f"{key}_verdict"] == expected
+    # what the row says it compared: the other's stated eps, and its delta in PF-LD's relation
+    assert row["compared_in"] == "central, replace one record's attribute"
+    assert row[f"{key}_eps"] == stated
+    assert row[f"{key}_delta"] == pytest.approx((1 + math.exp(0.5)) * DELTA if other == "dpsgd" else 0.0)
     # the other claim's method is not in this study
     missing = "dpsgd" if other == "private_reductions" else "private_reductions"
     assert row[f"test_notion_gap_vs_{missing}_verdict"] == NOT_RUN
     assert row[f"test_notion_gap_vs_{missing}_seeds"] == 0
 
 
+def test_dpsgd_pairs_with_pfld_at_the_converted_eps_only():
+    """PF-LD's eps 1 is one record's attribute; DP-SGD's add/remove eps 1 is replace-one eps 2
+    (group privacy), so DP-SGD at its eps 1 is no comparison at PF-LD's eps 1: its eps 0.5 is."""
+    df = _study({1.0: [(g, 80.0) for g in PFLD_GAPS], 2.0: [(g, 80.0) for g in PFLD_GAPS]},
+                {"dpsgd": {0.5: [(g, 80.0) for g in GAP_CASES[SUPPORTED]],
+                           1.0: [(g, 80.0) for g in GAP_CASES[CONTRADICTED]]}})
+    out = pfld_claim_intervals(df, PAPER).set_index("eps")
+    assert out.loc[1.0, "test_notion_gap_vs_dpsgd_verdict"] == SUPPORTED  # against DP-SGD's eps 0.5
+    assert out.loc[1.0, "test_notion_gap_vs_dpsgd_eps"] == 0.5
+    assert out.loc[2.0, "test_notion_gap_vs_dpsgd_verdict"] == CONTRADICTED  # against DP-SGD's eps 1
+    assert out.loc[2.0, "test_notion_gap_vs_dpsgd_delta"] == pytest.approx((1 + math.e) * DELTA)
+    # DP-SGD at PF-LD's own eps only: nothing converts to it
+    same = _study({1.0: [(g, 80.0) for g in PFLD_GAPS]}, {"dpsgd": {1.0: [(g, 80.0) for g in GAP_CASES[SUPPORTED]]}})
+    row = pfld_claim_intervals(same, PAPER).iloc[0]
+    assert row["test_notion_gap_vs_dpsgd_verdict"] == NOT_AT_EPS and row["test_notion_gap_vs_dpsgd_seeds"] == 0
+
+
 def test_a_claim_with_one_paired_seed_has_too_few_seeds():
     # DP-SGD ran seeds 0 and 7 only: one seed in common with PF-LD's 0-3
-    df = _study({1.0: [(g, 80.0) for g in PFLD_GAPS]}, {"dpsgd": {1.0: {0: (20.0, 80.0), 7: (20.0, 80.0)}}})
+    df = _study({1.0: [(g, 80.0) for g in PFLD_GAPS]},
+                {"dpsgd": {dpsgd_eps(1.0): {0: (20.0, 80.0), 7: (20.0, 80.0)}}})
     row = pfld_claim_intervals(df, PAPER).iloc[0]
     assert row["test_notion_gap_vs_dpsgd_seeds"] == 1
     assert row["test_notion_gap_vs_dpsgd_diff"] == pytest.approx(PFLD_GAPS[0] - 20.0)
@@ -178,7 +209,8 @@ def test_the_violation_falls_with_eps_by_each_seeds_slope_on_log_eps(expected):
 
 def test_the_section_shows_the_interval_tables_and_names_what_fails():
     df = pd.concat([
-        _study({1.0: [(g, 80.0) for g in PFLD_GAPS]}, {"dpsgd": {1.0: [(g, 80.0) for g in GAP_CASES[CONTRADICTED]]},
+        _study({1.0: [(g, 80.0) for g in PFLD_GAPS]}, {"dpsgd": {dpsgd_eps(1.0): [(g, 80.0) for g in
+                                                                                 GAP_CASES[CONTRADICTED]]},
                                                        "unconstrained": {None: [(15.0, 80.2)] * 4}}, notion="dp"),
         _study({1.0: [(g, 80.0) for g in PFLD_GAPS]}, {"private_reductions": {1.0: [(g, 80.0) for g in
                                                                                     GAP_CASES[SUPPORTED]]}},
@@ -191,6 +223,11 @@ def test_the_section_shows_the_interval_tables_and_names_what_fails():
     assert claims.loc["dp", "Violation below M's?"] == "not run"
     assert claims.loc["eo", "Accuracy within ±1 point of N's?"] == "supported (4 seeds)"
     assert claims.loc["dp", "PF-LD violation"].startswith(f"{np.mean(PFLD_GAPS):.1f} [")
+    # every row says in which relation it compares, and what DP-SGD's eps and delta are there
+    assert claims.loc["dp", "Compared in"] == (f"central, replace one record's attribute, ε 1; no M at this ε, "
+                                               f"DP-SGD ε 0.5 (δ {(1 + math.exp(0.5)) * DELTA:.2g})")
+    assert "DP-SGD at ε 0.5 pairs with PF-LD at ε 1" in caption
+    assert claims.loc["eo", "Compared in"].startswith("central, replace one record's attribute, ε 1; M's local ε")
     failing = caption.split("Fails or unresolved: ")[1]
     # DP-SGD has no notion: the selection repeats it under eo, with eo's gap
     assert "PF-LD violation below DP-SGD's: contradicted at dp (every ε), eo (every ε)." in failing
@@ -259,9 +296,18 @@ def test_the_committed_adult_results_give_a_claims_table_for_every_notion_and_ep
     assert (out["n_seeds"] == seeds).all()
     verdicts = out[[c for c in out.columns if c.endswith("_verdict")]]
     assert verdicts.isin(VERDICTS).all().all()
-    assert (out[[c for c in out.columns if c.endswith("_seeds")]] == seeds).all().all()
+    # DP-SGD's grid (0.1 ... 10, add/remove) is 0.2, 1, 2, 4, 10, 20 in PF-LD's relation: it pairs
+    # with PF-LD's eps 1, 2 and 10 only, at its own eps 0.5, 1 and 5
+    paired = out["test_notion_gap_vs_dpsgd_verdict"] != NOT_AT_EPS
+    assert set(out.loc[paired, "eps"]) == {1.0, 2.0, 10.0}
+    assert (out.loc[paired, "test_notion_gap_vs_dpsgd_eps"] * 2 == out.loc[paired, "eps"]).all()
+    assert (out.loc[paired, "test_notion_gap_vs_dpsgd_seeds"] == seeds).all()
+    assert (out.loc[~paired, "test_notion_gap_vs_dpsgd_seeds"] == 0).all()
+    others = [c for c in out.columns if c.endswith("_seeds") and "dpsgd" not in c]
+    assert (out[others] == seeds).all().all()
     for key in ("test_notion_gap_vs_dpsgd", "test_notion_gap_vs_private_reductions"):
-        lo, hi, diff, verdict = (out[f"{key}_{s}"] for s in ("lo", "hi", "diff", "verdict"))
+        judged = out[out[f"{key}_verdict"] != NOT_AT_EPS]
+        lo, hi, diff, verdict = (judged[f"{key}_{s}"] for s in ("lo", "hi", "diff", "verdict"))
         assert ((lo <= diff) & (diff <= hi)).all()  # each interval holds its mean difference
         assert ((verdict == "supported") == (hi < 0)).all() and ((verdict == "contradicted") == (lo > 0)).all()
     trends = pfld_trend_intervals(adult, PAPER)
@@ -269,7 +315,8 @@ def test_the_committed_adult_results_give_a_claims_table_for_every_notion_and_ep
     # DP-SGD with one seed left: every claim against it has too few seeds
     one = adult[~((adult["method"] == "dpsgd") & (adult["seed"] != adult["seed"].min()))]
     thin = pfld_claim_intervals(one, PAPER)
-    assert (thin["test_notion_gap_vs_dpsgd_verdict"] == TOO_FEW_SEEDS).all()
+    assert thin["test_notion_gap_vs_dpsgd_verdict"].isin([TOO_FEW_SEEDS, NOT_AT_EPS]).all()
+    assert (thin["test_notion_gap_vs_dpsgd_verdict"] == TOO_FEW_SEEDS).sum() == 3 * 3
     assert (thin["test_notion_gap_vs_private_reductions_verdict"] != TOO_FEW_SEEDS).any()
 
 
@@ -281,7 +328,12 @@ def test_the_committed_adult_report_section_renders(adult):
     claims = next(t for t in tables if "Violation below M's?" in t.columns)
     assert len(claims) == 18 and claims["Seeds"].eq(str(adult["seed"].nunique())).all()
     for col in ("Violation below M's?", "Violation below DP-SGD's?", "Accuracy within ±1 point of N's?"):
-        assert claims[col].str.match(r"^(supported|contradicted|not resolved|too few seeds) \(\d+ seeds?\)$").all()
+        judged = claims[col] != NOT_AT_EPS
+        assert claims.loc[judged, col].str.match(
+            r"^(supported|contradicted|not resolved|too few seeds) \(\d+ seeds?\)$").all()
+    # DP-SGD pairs at 3 of PF-LD's 6 eps (its grid converted: 2 eps); M and N at all of them
+    assert (claims["Violation below DP-SGD's?"] == NOT_AT_EPS).sum() == 3 * 3
+    assert claims["Compared in"].str.startswith("central, replace one record's attribute, ε ").all()
     trends = next(t for t in tables if "Falls with ε?" in t.columns)
     assert len(trends) == 6
     bounds = tables[-1]

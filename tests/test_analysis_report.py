@@ -38,6 +38,7 @@ METHODS = ("unconstrained", "adversarial", "noise", "federate")
 EPS_METHODS = ("federate", "noise")
 LOCAL = "local, replace one record's representation"
 CENTRAL_RECORD = "central, add/remove one record"
+ATTRIBUTE = "central, replace one record's attribute"
 
 
 def method_of(label: str) -> str:
@@ -424,23 +425,39 @@ def test_mean_std_prints_enough_digits(mean, std, decimals, text):
     assert mean_std(mean, std, decimals) == text
 
 
-def test_local_and_central_eps_never_share_an_axis_unlabelled(results):
-    axis, names = eps_labels(["federate", "noise", "unconstrained"])
-    assert axis == f"ε ({LOCAL})" and names["federate"] == f"federate ({LOCAL})"
+def test_local_and_central_eps_never_share_an_axis(results):
+    """ε of kinds with no common relation (local per representation, central per record) are
+    drawn in panels apart, each axis naming its relation; kinds that convert share one axis, the
+    converted ε drawn where it is in that relation (DP-SGD's add/remove ε at 2ε)."""
+    axes, names = eps_labels(["federate", "noise", "unconstrained"])
+    assert axes[LOCAL] == f"ε ({LOCAL})" and names["federate"] == f"federate ({LOCAL})"
     assert names["unconstrained"] == "unconstrained (not private)"
-    axis, names = eps_labels(["pfld [dp]", "pfld [eo]"])
-    assert axis == "ε (central, replace one record's attribute)"
-    axis, names = eps_labels(["fld", "pfld [dp]", "dpsgd"])
-    assert "not comparable" in axis
-    assert names == {"fld": "fld (not private)", "pfld [dp]": "pfld [dp] (central, replace one record's attribute)",
+    axes, names = eps_labels(["pfld [dp]", "pfld [eo]"])
+    assert axes[ATTRIBUTE] == f"ε ({ATTRIBUTE})"
+    axes, names = eps_labels(["fld", "pfld [dp]", "dpsgd"])
+    assert axes[ATTRIBUTE] == f"ε ({ATTRIBUTE})\nconverted: dpsgd 2ε" and CENTRAL_RECORD not in axes
+    assert names == {"fld": "fld (not private)", "pfld [dp]": f"pfld [dp] ({ATTRIBUTE})",
                      "dpsgd": f"dpsgd ({CENTRAL_RECORD})"}
     mixed = results.copy()
     mixed.loc[mixed["method"] == "noise", "method"] = "dpsgd"  # dpsgd's eps is central
     fig = figure_privacy_accuracy(privacy_accuracy_by_eps(mixed))
     assert sorted(legend_labels(fig)) == [f"dpsgd ({CENTRAL_RECORD})", f"federate ({LOCAL})"]
-    assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == \
-        {"ε (kinds differ, not comparable: see legend)"}
+    assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == {f"ε ({CENTRAL_RECORD})", f"ε ({LOCAL})"}
+    for ax in fig.axes:  # no panel holds both
+        drawn = {label.split(" (")[0] for label in ax.get_legend_handles_labels()[1]}
+        assert drawn <= {"dpsgd"} or drawn <= {"federate"}, drawn
     assert {ax.get_xlabel() for ax in figure_leakage_vs_eps(results).axes if ax.get_xlabel()} == {f"ε ({LOCAL})"}
+    # PF-LD and DP-SGD convert to PF-LD's relation: one panel, DP-SGD's points at twice its ε
+    central = results.copy()
+    central["method"] = central["method"].replace({"noise": "dpsgd", "federate": "pfld"})
+    by_eps = privacy_accuracy_by_eps(central)
+    fig = figure_privacy_accuracy(by_eps)
+    assert {ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()} == {f"ε ({ATTRIBUTE})\nconverted: dpsgd 2ε"}
+    ax = fig.axes[0]
+    lines = dict(zip(ax.get_legend_handles_labels()[1], ax.get_legend_handles_labels()[0]))
+    drawn = lines[f"dpsgd ({CENTRAL_RECORD})"].lines[0].get_xdata()
+    stated = by_eps.loc[(by_eps["method"] == "dpsgd") & (by_eps["dataset"] == "adult"), "eps"]
+    assert sorted(np.asarray(drawn, float)) == pytest.approx(sorted(2 * stated))
 
 
 def _local_and_central(results):
@@ -463,10 +480,14 @@ def test_a_report_with_local_and_central_methods_labels_each_and_never_compares_
         "adversarial": None, "dpsgd": CENTRAL_RECORD, "federate": LOCAL, "unconstrained": None}
     table = supported_differences(seed_intervals(agg), "test_accuracy").set_index("method")
     assert table.loc["federate", "guarantee"] == LOCAL and table.loc["dpsgd", "guarantee"] == CENTRAL_RECORD
-    assert table.loc["federate", "dpsgd"].endswith(" †") and table.loc["dpsgd", "federate"].endswith(" †")
-    # a non-private method has no eps to compare: its pairs are unmarked, as are pairs of one kind
-    assert not table.loc["federate", "unconstrained"].endswith("†")
-    assert not table.loc["unconstrained", "adversarial"].endswith("†")
+    # no relation follows from both: never paired, each compared in its own relation; methods
+    # without privacy, with two relations here, only with each other
+    assert table.loc["federate", "dpsgd"] == "" and table.loc["dpsgd", "federate"] == ""
+    assert table.loc["federate", "compared_in"] == LOCAL and table.loc["dpsgd", "compared_in"] == CENTRAL_RECORD
+    assert table.loc["unconstrained", "compared_in"] == "not private"
+    assert table.loc["unconstrained", "adversarial"] in ("<", ">", "≈", "?")
+    assert not table.drop(columns=["compared_in", "guarantee"]).astype(str).apply(
+        lambda c: c.str.endswith("†")).any().any()
 
     write_report(mixed, tmp_path, rt=1.0, rts=(0, 1))
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
@@ -475,13 +496,13 @@ def test_a_report_with_local_and_central_methods_labels_each_and_never_compares_
     assert f"| adult | federate | {LOCAL} |" in main and f"| adult | dpsgd | {CENTRAL_RECORD} |" in main
     assert DIFFERENT_GUARANTEES in main
     support = md.split("## Differences the intervals support", 1)[1].split("\n## ", 1)[0]
-    assert DIFFERENT_GUARANTEES in support  # the caption says what † means
+    assert "never paired" in support  # the caption says which methods are compared
     for block in support.split("**")[2::2]:  # each metric's table
         lines = [line for line in block.splitlines() if line.startswith("| adult |")]
         header = [c.strip() for c in block.splitlines()[2].strip("|").split("|")]
-        cells = {line.split("|")[2].strip(): [c.strip() for c in line.strip("|").split("|")] for line in lines}
-        assert cells["federate"][header.index("dpsgd")].endswith("†")
-        assert cells["dpsgd"][header.index("federate")].endswith("†")
+        cells = {line.split("|")[header.index("method") + 1].strip(): [c.strip() for c in line.strip("|").split("|")]
+                 for line in lines}
+        assert cells["federate"][header.index("dpsgd")] == "" and cells["dpsgd"][header.index("federate")] == ""
     privacy = md.split("## Privacy-accuracy trade-off", 1)[1].split("\n## ", 1)[0]
     assert f"| adult | dpsgd | {CENTRAL_RECORD} |" in privacy and f"| adult | federate | {LOCAL} |" in privacy
     assert "not comparable" in privacy

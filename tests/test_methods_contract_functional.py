@@ -142,8 +142,7 @@ def test_the_built_in_mlp_computes_the_same_on_either_path(method, variants, pac
 
 
 def _neural_methods() -> list[str]:
-    from fairdp.methods import method_names
-    from fairdp.methods._base import NeuralMethod
+    from fairdp.methods import NeuralMethod, method_names
 
     return [m for m in method_names() if isinstance(get_method(m), NeuralMethod) and m not in METHODS]
 

@@ -465,8 +465,21 @@ def test_a_tuned_study_stores_its_draws_and_analyze_reports_eps_released(tmp_pat
     from fairdp.analysis import write_report
 
     write_report(rows, tmp_path / "report", rt=0, fairness="dp_gap", rts=(0,), ci=None)
-    released = (tmp_path / "report" / "report.md").read_text().split("## What a selection releases")[1]
-    assert "at or just below that target" in released.split("\n## ")[0]
+    md = (tmp_path / "report" / "report.md").read_text()
+    released = md.split("## What a selection releases")[1].split("\n## ")[0]
+    assert "at or just below that target" in released
+    # what no eps covers: the validation rows, and the splits' counts every row publishes
+    assert "test_confusion" in released and "valid_confusion" in released
+    # the whole table's cost, every config of every seed, against dp-accounting called directly
+    from fairdp.analysis import whole_table_release
+
+    whole = whole_table_release(rows).set_index("methods").loc["dpsgd"]
+    accountant = dp_accounting.rdp.RdpAccountant(neighboring_relation=_RELATIONS["add_or_remove_one"])
+    for event in rows.loc[(rows["method"] == "dpsgd") & (rows["status"] == "ok"), "privacy_event"]:
+        accountant.compose(event_from_json(event)[0])
+    assert whole["ε, all seeds"] == pytest.approx(accountant.get_epsilon(DELTA), rel=1e-9)
+    main = md.split("## Test results")[1].split("\n## ")[0]
+    assert "Releasing this whole table at once" in main and "dpsgd on " in main
 
 
 # -- the kind of each guarantee ---------------------------------------------------------------------

@@ -21,7 +21,7 @@ from fairdp.analysis._pareto import (
     select_per_run,
 )
 from fairdp.analysis._predictions import constant_models, mark_constant_picks, with_constant_picks
-from fairdp.analysis._release import released_guarantees
+from fairdp.analysis._release import released_guarantees, whole_table_release
 from fairdp.analysis._search_progress import search_progress, search_vs_grid
 from fairdp.analysis._select import (
     aggregate_seeds,
@@ -44,7 +44,8 @@ __all__ = [
     "select_per_run",
     "aggregate_group_rates", "per_group_rates", "constant_models", "mark_constant_picks", "with_constant_picks",
     "bootstrap_intervals", "seed_intervals", "supported_differences", "compare_picks", "paired_tests",
-    "completeness", "summarise", "Completeness", "released_guarantees", "search_progress", "search_vs_grid",
+    "completeness", "summarise", "Completeness", "released_guarantees", "whole_table_release",
+    "search_progress", "search_vs_grid",
     "get_paper", "format_table", "sweep_tables",
     # figures (matplotlib, imported on first use) and their error bars
     "default_direction", "legend_labels",

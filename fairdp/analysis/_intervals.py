@@ -20,12 +20,16 @@ import pandas as pd
 
 from fairdp.analysis._predictions import CONSTANT_PICKS
 from fairdp.analysis._rows import (
+    APART,
+    COMPARED_IN,
+    EPS_COMPARED,
     as_frame,
     check_fairness,
     different_guarantees,
     guarantee_text,
     kinds_of,
     require_columns,
+    with_compared_eps,
 )
 from fairdp.analysis._tables import enough_decimals, has_constant_picks, interval_text
 from fairdp.errors import InputError
@@ -126,8 +130,17 @@ def apart(lo_a: float, hi_a: float, lo_b: float, hi_b: float) -> bool:
 
 CROSS_KIND = " †"
 """After a pair's mark in ``supported_differences`` when the two methods' guarantees are of
-different kinds (``analysis._rows.DIFFERENT_GUARANTEES``): a difference at their own ε, never
-one at the same privacy."""
+different kinds, compared after converting both to one relation (``compared_in``; kinds with
+none are never paired)."""
+
+
+def in_one_relation(table: pd.DataFrame, group, kinds: dict | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """``table`` with ``with_compared_eps``' columns, and ``group`` as the keys of the rows that
+    may be compared: ``eps`` replaced by the ε in the rows' relation (``EPS_COMPARED``), and the
+    relation (``APART``) added, so that no two methods are ranked whose guarantees are of kinds
+    with no sound common relation, nor at one ε value of different relations."""
+    out = with_compared_eps(table, kinds)
+    return out, [EPS_COMPARED if k == "eps" else k for k in group] + [APART]
 
 
 def constant_rows(table: pd.DataFrame) -> np.ndarray:
@@ -144,13 +157,16 @@ def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[
                           kinds: dict | None = None, keep_constant: bool = False) -> pd.DataFrame:
     """For each pair of methods within each ``group``: "<" or ">" where their intervals on
     ``metric`` (``<metric>_lo`` / ``_hi``, e.g. from ``seed_intervals``) do not overlap, "≈"
-    where they do (the difference is not supported), "?" where an interval is missing; each
-    followed by " †" (``CROSS_KIND``) where the two methods' guarantees are of different kinds
-    (not comparable on ε: with ε among the ``group`` keys, one ε value is not one privacy
-    level). Kinds: the table's ``guarantee`` column (``aggregate_seeds``), else ``kinds`` or
-    the registry. Columns: *group, method, guarantee, then one column per method. Methods
-    whose pick is a constant model in some seed (``constant_rows``) are left out unless
-    ``keep_constant``: their low gaps are no difference the intervals support."""
+    where they do (the difference is not supported), "?" where an interval is missing. Only
+    methods compared in one neighbouring relation are paired (``in_one_relation``): with ``eps``
+    among the ``group`` keys, at one ε of that relation, a converted method at its converted ε
+    (DP-SGD's add/remove ε at 2ε); a mark is followed by " †" (``CROSS_KIND``) where the two
+    kinds differ and were converted. Kinds: the table's ``guarantee`` column
+    (``aggregate_seeds``), else ``kinds`` or the registry. Columns: *group (``eps``: the ε
+    compared), ``compared_in`` (the relation), method, guarantee, the stated ``eps`` where it
+    is a group key, then one column per method. Methods whose pick is a constant model in some
+    seed (``constant_rows``) are left out unless ``keep_constant``: their low gaps are no
+    difference the intervals support."""
     intervals = as_frame(intervals, "intervals")
     group = list(group)
     require_columns(intervals, [*group, "method", f"{metric}_mean", f"{metric}_lo", f"{metric}_hi"], "intervals")
@@ -159,15 +175,19 @@ def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[
     if GUARANTEE in intervals.columns:
         kinds = {str(m): (k if isinstance(k, str) else None) for m, k in zip(intervals["method"], intervals[GUARANTEE])}
     kinds = kinds_of(intervals["method"].astype(str).unique(), kinds)
+    intervals, keys = in_one_relation(intervals.drop(columns=[GUARANTEE], errors="ignore"), group, kinds)
     frames = []
-    for key, g in intervals.groupby(group, sort=True) if group else [((), intervals)]:
+    for key, g in intervals.groupby(keys, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         g = g.sort_values("method")
         methods = [str(m) for m in g["method"]]
         lo, hi, mean = (g[f"{metric}_{s}"].to_numpy(float) for s in ("lo", "hi", "mean"))
-        table = {k: [v] * len(methods) for k, v in zip(group, key)}
+        table = {k: [v] * len(methods) for k, v in zip(group, key)}  # eps: the ε compared
+        table[COMPARED_IN] = [key[-1]] * len(methods)  # the group's relation (APART)
         table["method"] = methods
         table[GUARANTEE] = [guarantee_text(kinds[m]) for m in methods]
+        if "eps" in group:
+            table["stated eps"] = list(g["eps"])
         for j, other in enumerate(methods):
             col = []
             for i in range(len(methods)):
@@ -183,7 +203,13 @@ def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[
                 col.append(mark + (CROSS_KIND if different_guarantees(kinds[methods[i]], kinds[other]) else ""))
             table[other] = col
         frames.append(pd.DataFrame(table))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    # groups of one relation and ε hold some of the methods: a pair never compared is blank
+    methods = sorted(intervals["method"].astype(str).unique())
+    fixed = [c for c in out.columns if c not in methods]
+    return out[fixed + [m for m in methods if m in out.columns]].fillna({m: "" for m in methods})
 
 
 def ci_metrics(fairness: str) -> list[str]:
@@ -218,11 +244,14 @@ def not_distinguishable(intervals: pd.DataFrame, metric: str, direction: str,
     """Per row of ``intervals``: True where its interval on ``metric`` overlaps that of the
     best row of its ``group`` (highest mean for ``direction`` "max", lowest for "min"), so
     the difference from the best is not supported; False for the best itself, for rows
-    whose interval lies apart, and where an interval is missing. Rows whose pick is a
+    whose interval lies apart, and where an interval is missing. Rows are ranked only among
+    those compared in one neighbouring relation (``in_one_relation``: ``eps`` in ``group`` is
+    the ε of that relation, DP-SGD's add/remove ε converted to 2ε beside PF-LD's). Rows whose pick is a
     constant model in some seed (``constant_rows``) are neither the best nor marked, unless
     ``keep_constant``."""
     intervals = as_frame(intervals, "intervals")
     require_columns(intervals, [f"{metric}_mean", f"{metric}_lo", f"{metric}_hi"], "intervals")
+    intervals, group = in_one_relation(intervals, group)
     out = np.zeros(len(intervals), dtype=bool)
     mean, lo, hi = (intervals[f"{metric}_{s}"].to_numpy(float) for s in ("mean", "lo", "hi"))
     keys = np.array(["|".join(map(str, t)) for t in intervals[list(group)].itertuples(index=False)]

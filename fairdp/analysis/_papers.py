@@ -29,13 +29,15 @@ from fairdp.analysis._intervals import check_level, t_halfwidth
 from fairdp.analysis._predictions import TEST_CONFUSION
 from fairdp.analysis._rows import (
     DIFFERENT_GUARANTEES,
-    different_guarantees,
+    compared_relations,
     guarantee_text,
     guarantees_by_method,
     kinds_of,
+    method_deltas,
 )
 from fairdp.analysis._select import aggregate_seeds, select_by_rt
 from fairdp.errors import InputError
+from fairdp.privacy import ADD_REMOVE_RECORD, convert_guarantee
 from fairdp.schema import PRIVACY_EVENT
 
 
@@ -192,10 +194,12 @@ def published(paper: PaperReference) -> pd.DataFrame:
 def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] = (),
                  kinds: dict | None = None) -> pd.DataFrame:
     """Each claim per group of ``by`` (minus eps for trends): holds on fairdp's means (None
-    where a method is missing), and on the paper's numbers where it prints them; ``guarantees``
-    says whether the two methods of an ordering have guarantees of one kind ("same", or
-    ``DIFFERENT_GUARANTEES``: then the ordering is at their own ε, not at one privacy level;
-    kinds from ``kinds``, else the registry)."""
+    where a method is missing), and on the paper's numbers where it prints them; ``compared
+    in`` says in which neighbouring relation the ordering compares the two methods
+    (``relation_text``): with eps among ``by``, both at one ε of that relation, the other
+    method's ε converted (DP-SGD's add/remove ε at 2ε beside PF-LD's attribute-level ε);
+    ``guarantees`` is "same" where both have one kind, else ``DIFFERENT_GUARANTEES`` (kinds
+    from ``kinds``, else the registry)."""
     pub = published(paper)
     known = kinds_of({m for c in paper.claims for m in (c.method, c.other) if m is not None}, kinds)
     out = []
@@ -203,15 +207,16 @@ def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] =
         col = f"{c.metric}_mean"
         if col not in agg.columns:
             continue
-        keys = [k for k in by if k in agg.columns and (c.kind != "falls_with_eps" or k != "eps")]
-        groups = agg.groupby(keys, dropna=False) if keys else [((), agg)]
+        rows = in_relation(agg, pair_relation(c.method, c.other, known), known) if "eps" in agg.columns else agg
+        keys = [k for k in by if k in rows.columns and (c.kind != "falls_with_eps" or k != "eps")]
+        groups = rows.groupby(keys, dropna=False) if keys else [((), rows)]
         for key, grp in groups:
             key = key if isinstance(key, tuple) else (key,)
             where = ", ".join(f"{k} {v}" for k, v in zip(keys, key) if not _missing(v))
             if c.kind in ("below", "within"):
                 # a method without a by-column (a baseline) is repeated under every group
-                a = _mean_of(agg, grp, c.method, col, keys, key)
-                b = _mean_of(agg, grp, c.other, col, keys, key)
+                a = _mean_of(rows, grp, c.method, col, keys, key)
+                b = _mean_of(rows, grp, c.other, col, keys, key)
                 if c.kind == "below":
                     holds = None if np.isnan(a) or np.isnan(b) else bool(a < b)
                     text = f"{c.method} {c.metric} below {c.other}'s"
@@ -219,7 +224,7 @@ def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] =
                     holds = None if np.isnan(a) or np.isnan(b) else bool(abs(a - b) <= ACCURACY_MARGIN)
                     text = f"{c.method} {c.metric} within {_MARGIN_TEXT} of {c.other}'s"
                 in_paper = _paper_holds(pub, c)
-                alike = DIFFERENT_GUARANTEES if different_guarantees(known[c.method], known[c.other]) else "same"
+                alike = "same" if known[c.method] == known[c.other] else DIFFERENT_GUARANTEES
             else:
                 mine = grp[grp["method"] == c.method].dropna(subset=["eps", col]).sort_values("eps")
                 holds = bool(mine[col].iloc[-1] < mine[col].iloc[0]) if len(mine) >= 2 else None
@@ -227,12 +232,65 @@ def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] =
                 in_paper = None
                 alike = "same"
             out.append({"claim": text, "where": where, "source": c.source, "paper": in_paper, "fairdp": holds,
-                        "guarantees": alike})
+                        "guarantees": alike, "compared in": relation_text(c.method, c.other, known)})
     return pd.DataFrame(out)
 
 
 def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def pair_relation(method: str, other: str | None, kinds: dict) -> str | None:
+    """The neighbouring relation a claim about ``method`` and ``other`` compares them in
+    (``compared_relations`` of their private kinds: a method without privacy is at no ε, the
+    other at its own); None where neither is private or the two have no common relation
+    (``relation_text`` says which)."""
+    private = {m: kinds.get(m) for m in (method, other) if m is not None and kinds.get(m) is not None}
+    found = set(compared_relations(private).values())
+    return found.pop() if len(found) == 1 else None
+
+
+def relation_text(method: str, other: str | None, kinds: dict, labels=None) -> str:
+    """In which relation a claim about ``method`` and ``other`` compares them, for its row: the
+    common relation and who was converted to it; "metric only" with the method that is not
+    private; "apart" where the two kinds have no common relation (each at its own pick)."""
+    names = dict(labels or ())
+
+    def name(m: str) -> str:
+        return names.get(m, m)
+
+    pair = {m: kinds.get(m) for m in (method, other) if m is not None}
+    private = {m: k for m, k in pair.items() if k is not None}
+    if len(private) < len(pair):
+        public = [name(m) for m in pair if pair[m] is None]
+        own = "; ".join(f"{name(m)} {k}" for m, k in private.items())
+        return f"metric only: {' and '.join(public)} not private" + (f" ({own})" if own else "")
+    relation = pair_relation(method, other, kinds)
+    if relation is None:
+        return f"apart, no common relation ({'; '.join(f'{name(m)} {k}' for m, k in private.items())}): each at its own pick"
+    moved = [f"{name(m)} {'2ε' if k == ADD_REMOVE_RECORD else 'ε'}" for m, k in private.items() if k != relation]
+    return relation + (f" (converted: {', '.join(moved)})" if moved else "")
+
+
+def in_relation(rows: pd.DataFrame, relation: str | None, kinds: dict, deltas: dict | None = None) -> pd.DataFrame:
+    """``rows`` with each private row's ``eps`` the ε it has in ``relation``
+    (``fairdp.privacy.convert_guarantee``; NaN where its kind does not convert), the stated one
+    kept as ``eps_stated`` and the converted δ as ``delta_compared`` (δ from the rows, else
+    ``deltas`` by method). Rows of methods without privacy keep theirs."""
+    out = rows.copy()
+    eps = pd.to_numeric(out["eps"], errors="coerce") if "eps" in out else pd.Series(math.nan, index=out.index)
+    if "delta" in out:
+        delta = pd.to_numeric(out["delta"], errors="coerce")
+    else:
+        delta = pd.Series([(deltas or {}).get(str(m), math.nan) for m in out["method"]], index=out.index)
+    new_eps, new_delta = [], []
+    for m, e, d in zip(out["method"].astype(str), eps, delta):
+        kind = kinds.get(m)
+        got = (convert_guarantee(kind, e, d if math.isfinite(d) else 0.0, relation)
+               if kind is not None and relation is not None and math.isfinite(e) else None)
+        new_eps.append(e if kind is None else got.eps if got is not None else math.nan)
+        new_delta.append(d if kind is None or got is None or not math.isfinite(d) else got.delta)
+    return out.assign(eps_stated=eps, eps=new_eps, delta_compared=new_delta)
 
 
 def _mean_of(agg: pd.DataFrame, grp: pd.DataFrame, method: str, col: str, keys, key) -> float:
@@ -261,6 +319,7 @@ def _paper_holds(pub: pd.DataFrame, c: Claim) -> bool | None:
 # Verdicts of a claim judged by the interval of a mean over seeds (``pfld_claim_intervals``).
 SUPPORTED, CONTRADICTED, NOT_RESOLVED = "supported", "contradicted", "not resolved"
 TOO_FEW_SEEDS, NOT_RUN = "too few seeds", "not run"
+NOT_AT_EPS = "none at this ε"  # the other method ran, but at no ε that converts to this one
 # Verdicts of a published number judged by the interval of fairdp's mean minus it (``number_intervals``).
 CONSISTENT, DIFFERS = "consistent", "differs"
 CLAIM_LEVEL = 95.0  # percent: the t-interval over seeds each claim is judged by
@@ -373,13 +432,21 @@ def pfld_claim_intervals(df: pd.DataFrame, paper: PaperReference, level: float =
     eps) with intervals over seeds, from ``df``'s result rows selected as the paper reports
     (``select_by_rt`` with its RT, fairness and by keys: one row per method, seed, notion, eps).
 
+    Each claim compares at one ε of the relation PF-LD and the other method share
+    (``pair_relation``: PF-LD's attribute-level one): the other method's rows are taken at their
+    ε converted to it (``in_relation``: DP-SGD's add/remove (ε, δ) is (2ε, (1 + e^ε) δ) there, so
+    DP-SGD at ε 0.5 pairs with PF-LD at ε 1; M's local ε is the central one).
+
     One row per PF-LD (dataset, notion, eps): ``n_seeds`` (PF-LD's), ``<metric>_mean``,
     ``<metric>_lo``, ``<metric>_hi`` for test_notion_gap and test_accuracy (the t-interval over
-    seeds at ``level`` percent, cut to [0, 100] as ``seed_intervals`` does), then per claim,
-    with key ``<metric>_vs_<other>``: ``<key>_seeds`` (seeds both methods have), ``<key>_diff``
-    (the mean of PF-LD's value minus the other's, seed by seed: one seed is one split),
-    ``<key>_lo``, ``<key>_hi`` (its t-interval, not cut) and ``<key>_verdict``
-    (``claim_verdict``; "not run" where the study has no rows of the other method there)."""
+    seeds at ``level`` percent, cut to [0, 100] as ``seed_intervals`` does), ``compared_in``
+    (the relation), then per claim, with key ``<metric>_vs_<other>``: ``<key>_seeds`` (seeds
+    both methods have), ``<key>_diff`` (the mean of PF-LD's value minus the other's, seed by
+    seed: one seed is one split), ``<key>_lo``, ``<key>_hi`` (its t-interval, not cut),
+    ``<key>_verdict`` (``claim_verdict``; "not run" where the study has no rows of the other
+    method, ``NOT_AT_EPS`` where it has none at an ε that converts to this one), and
+    ``<key>_eps`` and ``<key>_delta``: the other's stated ε and its δ in the relation (NaN for
+    a method without privacy)."""
     return _claim_intervals(_paper_selection(df, paper), paper, level)
 
 
@@ -387,30 +454,49 @@ def _claim_intervals(selected: pd.DataFrame, paper: PaperReference, level: float
     level = check_level(level)
     claims = [c for c in paper.claims if c.kind in ("below", "within") and c.method == PFLD]
     columns = ["dataset", "fairness_notion", "eps", "n_seeds",
-               *(f"{m}_{s}" for m in _LEVELS for s in ("mean", "lo", "hi")),
-               *(f"{c.metric}_vs_{c.other}_{s}" for c in claims for s in ("seeds", "diff", "lo", "hi", "verdict"))]
+               *(f"{m}_{s}" for m in _LEVELS for s in ("mean", "lo", "hi")), "compared_in",
+               *(f"{c.metric}_vs_{c.other}_{s}" for c in claims
+                 for s in ("seeds", "diff", "lo", "hi", "verdict", "eps", "delta"))]
     rows = _with_eps(selected)
+    kinds = guarantees_by_method(selected) if len(selected) else {}
+    # each claim's rows at their ε in the relation PF-LD and the other method are compared in
+    at = {c.other: in_relation(rows, pair_relation(PFLD, c.other, kinds), kinds) for c in claims}
     mine = rows[rows["method"] == PFLD]
     out = []
     for (dataset, notion, eps), grp in mine.groupby(["dataset", "fairness_notion", "eps"], sort=True):
-        rec = {"dataset": dataset, "fairness_notion": notion, "eps": float(eps), "n_seeds": int(grp["seed"].nunique())}
+        rec = {"dataset": dataset, "fairness_notion": notion, "eps": float(eps), "n_seeds": int(grp["seed"].nunique()),
+               "compared_in": kinds.get(PFLD)}
         for m in _LEVELS:
             _, mean, lo, hi = mean_interval(grp[m] if m in grp else [], level)
             rec.update({f"{m}_mean": mean, f"{m}_lo": float(np.clip(lo, 0.0, 100.0)),
                         f"{m}_hi": float(np.clip(hi, 0.0, 100.0))})
         for c in claims:
-            key = f"{c.metric}_vs_{c.other}"
+            key, there = f"{c.metric}_vs_{c.other}", at[c.other]
             mine_c = _per_seed(rows, PFLD, dataset, c.metric, notion, eps)
-            other = _per_seed(rows, c.other, dataset, c.metric, notion, eps)
+            other = _per_seed(there, c.other, dataset, c.metric, notion, eps)
+            stated, delta = _stated(there, c.other, dataset, notion, eps)
             if mine_c is None or other is None:
-                n, diff, lo, hi, verdict = 0, math.nan, math.nan, math.nan, NOT_RUN
+                ran = _per_seed(there, c.other, dataset, c.metric, notion) is not None  # at another ε
+                n, diff, lo, hi, verdict = 0, math.nan, math.nan, math.nan, NOT_AT_EPS if ran else NOT_RUN
             else:
                 n, diff, lo, hi = paired_difference(mine_c, other, level)
                 verdict = claim_verdict(c.kind, n, lo, hi)
             rec.update({f"{key}_seeds": n, f"{key}_diff": diff, f"{key}_lo": lo, f"{key}_hi": hi,
-                        f"{key}_verdict": verdict})
+                        f"{key}_verdict": verdict, f"{key}_eps": stated, f"{key}_delta": delta})
         out.append(rec)
     return pd.DataFrame(out, columns=columns)
+
+
+def _stated(rows: pd.DataFrame, method: str, dataset, notion, eps: float) -> tuple[float, float]:
+    """(stated ε, δ in the relation) of ``method``'s ``in_relation`` rows compared at ``eps``;
+    NaN where it has none there, or no ε (a method without privacy)."""
+    mine = rows[(rows["method"] == method) & (rows["dataset"] == dataset)]
+    if "fairness_notion" in mine and mine["fairness_notion"].notna().any():
+        mine = mine[mine["fairness_notion"] == notion]
+    mine = mine[np.isclose(pd.to_numeric(mine["eps"], errors="coerce"), eps)]
+    if not len(mine):
+        return math.nan, math.nan
+    return float(mine["eps_stated"].max()), float(pd.to_numeric(mine["delta_compared"], errors="coerce").max())
 
 
 def pfld_trend_intervals(df: pd.DataFrame, paper: PaperReference, level: float = CLAIM_LEVEL) -> pd.DataFrame:
@@ -430,8 +516,9 @@ def _trend_intervals(selected: pd.DataFrame, paper: PaperReference, level: float
     level = check_level(level)
     claims = [c for c in paper.claims if c.kind == "falls_with_eps" and c.method == PFLD]
     columns = ["dataset", "fairness_notion", "metric", "n_seeds", "eps_low", "eps_high", "end_seeds", "end_diff",
-               "end_lo", "end_hi", "slope", "slope_lo", "slope_hi", "verdict"]
+               "end_lo", "end_hi", "slope", "slope_lo", "slope_hi", "verdict", "compared_in"]
     rows = _with_eps(selected)
+    relation = guarantees_by_method(selected).get(PFLD) if len(selected) else None  # PF-LD alone, at its own ε
     mine = rows[(rows["method"] == PFLD) & (rows["eps"] > 0)]
     out = []
     for (dataset, notion), grp in mine.groupby(["dataset", "fairness_notion"], sort=True):
@@ -451,7 +538,7 @@ def _trend_intervals(selected: pd.DataFrame, paper: PaperReference, level: float
             out.append({"dataset": dataset, "fairness_notion": notion, "metric": c.metric, "n_seeds": n,
                         "eps_low": low, "eps_high": high, "end_seeds": end_n, "end_diff": end, "end_lo": end_lo,
                         "end_hi": end_hi, "slope": slope, "slope_lo": lo, "slope_hi": hi,
-                        "verdict": claim_verdict(c.kind, n, lo, hi)})
+                        "verdict": claim_verdict(c.kind, n, lo, hi), "compared_in": relation})
     return pd.DataFrame(out, columns=columns)
 
 
@@ -473,7 +560,8 @@ def _ordering_intervals(selected: pd.DataFrame, paper: PaperReference, level: fl
     level = check_level(level)
     pub = published(paper)
     columns = ["dataset", "claim", "source", "kind", "metric", "method", "other", "paper", "seeds", "diff", "lo",
-               "hi", "verdict"]
+               "hi", "verdict", "compared_in"]
+    kinds = guarantees_by_method(selected) if len(selected) else {}
     out = []
     for dataset in sorted(selected["dataset"].unique()):
         for c in paper.claims:
@@ -488,7 +576,9 @@ def _ordering_intervals(selected: pd.DataFrame, paper: PaperReference, level: fl
                 verdict = claim_verdict(c.kind, n, lo, hi)
             out.append({"dataset": dataset, "claim": _claim_text(c, paper), "source": c.source, "kind": c.kind,
                         "metric": c.metric, "method": c.method, "other": c.other, "paper": _paper_holds(pub, c),
-                        "seeds": n, "diff": diff, "lo": lo, "hi": hi, "verdict": verdict})
+                        "seeds": n, "diff": diff, "lo": lo, "hi": hi, "verdict": verdict,
+                        "compared_in": relation_text(c.method, c.other, kinds_of([c.method, c.other], kinds),
+                                                     paper.labels)})
     return pd.DataFrame(out, columns=columns)
 
 
@@ -547,14 +637,16 @@ def _interval_cell(mean: float, lo: float, hi: float, fmt: str = ".1f") -> str:
 
 
 def _verdict_cell(verdict: str, n: int) -> str:
-    return verdict if verdict == NOT_RUN else f"{verdict} ({n} seed{'' if n == 1 else 's'})"
+    return verdict if verdict in (NOT_RUN, NOT_AT_EPS) else f"{verdict} ({n} seed{'' if n == 1 else 's'})"
 
 
-def _claims_display(table: pd.DataFrame, paper: PaperReference) -> pd.DataFrame:
-    """``pfld_claim_intervals`` as text: one row per notion and eps."""
+def _claims_display(table: pd.DataFrame, paper: PaperReference, kinds: dict | None = None) -> pd.DataFrame:
+    """``pfld_claim_intervals`` as text: one row per notion and eps, saying in which relation
+    (``_compared_cells``; ``kinds``: each method's guarantee kind)."""
     claims = [c for c in paper.claims if c.kind in ("below", "within") and c.method == PFLD]
     shown = {"Dataset": table["dataset"]} if table["dataset"].nunique() > 1 else {}
     shown.update({"Notion": table["fairness_notion"], "ε": [f"{e:g}" for e in table["eps"]],
+                  "Compared in": _compared_cells(table, claims, kinds or {}),
                   "Seeds": table["n_seeds"].astype(str)})
     for m in _LEVELS:
         shown[f"PF-LD {_METRIC_LABELS[m]}"] = [_interval_cell(*v) for v in zip(
@@ -569,6 +661,32 @@ def _claims_display(table: pd.DataFrame, paper: PaperReference) -> pd.DataFrame:
     return pd.DataFrame(shown)
 
 
+def _compared_cells(table: pd.DataFrame, claims, kinds: dict) -> list[str]:
+    """Per row of ``pfld_claim_intervals``: the relation its claims compare in, at its ε, and
+    each converted method that pairs there: its stated ε (and its δ there, where group privacy
+    changed it: "DP-SGD ε 0.5 (δ 2.6e-05)"), or "M's local ε" where only the kind changed."""
+    cells = []
+    for _, r in table.iterrows():
+        relation = r["compared_in"] if isinstance(r["compared_in"], str) else None
+        parts = []
+        for c in dict.fromkeys(c.other for c in claims):
+            if kinds.get(c) is None or kinds.get(c) == relation:
+                continue  # not private (no ε), or already of the relation
+            stated, delta = math.nan, math.nan
+            for m in _LEVELS:  # any claim against ``c`` carries its stated ε and δ
+                if math.isfinite(r.get(f"{m}_vs_{c}_eps", math.nan)):
+                    stated, delta = r[f"{m}_vs_{c}_eps"], r[f"{m}_vs_{c}_delta"]
+            name = _METHOD_LABELS.get(c, c)
+            if not math.isfinite(stated):
+                parts.append(f"no {name} at this ε")
+            elif math.isclose(stated, r["eps"]):
+                parts.append(f"{name}'s {kinds[c].split(',')[0]} ε")
+            else:
+                parts.append(f"{name} ε {stated:g}" + (f" (δ {delta:.2g})" if math.isfinite(delta) else ""))
+        cells.append(f"{relation or '-'}, ε {r['eps']:g}" + (f"; {', '.join(parts)}" if parts else ""))
+    return cells
+
+
 def _trends_display(table: pd.DataFrame) -> pd.DataFrame:
     """``pfld_trend_intervals`` as text: one row per notion and metric."""
     shown = {"Dataset": table["dataset"]} if table["dataset"].nunique() > 1 else {}
@@ -580,6 +698,7 @@ def _trends_display(table: pd.DataFrame) -> pd.DataFrame:
         "Slope per ln ε": [_interval_cell(*v, fmt="+.2f") for v in zip(table["slope"], table["slope_lo"],
                                                                         table["slope_hi"])],
         "Falls with ε?": [_verdict_cell(v, n) for v, n in zip(table["verdict"], table["n_seeds"])],
+        "Compared in": [f"{r if isinstance(r, str) else '-'}: PF-LD alone, across its ε" for r in table["compared_in"]],
     })
     return pd.DataFrame(shown)
 
@@ -623,7 +742,12 @@ def _pfld_claims_caption(paper: PaperReference, claims_table: pd.DataFrame, tren
     sources = "; ".join(f"{_claim_text(c, paper)} ({c.source})" for c in paper.claims if c.method == PFLD)
     return (f"PF-LD's claims, judged with {level:g}% t-intervals over seeds, pairing each seed's PF-LD pick with "
             f"the other method's pick on the same seed (one seed is one split): M is private_reductions, N "
-            f"unconstrained, DP-SGD and N selected on each notion's own violation. Below another's: the interval of "
+            f"unconstrained, DP-SGD and N selected on each notion's own violation. Every comparison is in PF-LD's "
+            f"relation, one record's attribute replaced, at one ε of it (Compared in): M's local ε of each "
+            f"attribute is that central ε (its model reads the attribute only through its release), and DP-SGD's "
+            f"add/remove (ε, δ) is (2ε, (1 + e^ε) δ) there by group privacy, so DP-SGD at ε 0.5 pairs with PF-LD at "
+            f"ε 1, with a δ up to 1 + e^ε times PF-LD's (a weaker guarantee: the comparison does not favour PF-LD); "
+            f"{NOT_AT_EPS}: no config of the other method converts to that ε. Below another's: the interval of "
             f"PF-LD − theirs lies wholly below 0 (supported), wholly above (contradicted), or across 0 (not "
             f"resolved). Accuracy close to N's: the interval of PF-LD − N lies within ±{_MARGIN_TEXT} of "
             f"accuracy (supported), wholly below −{ACCURACY_MARGIN:g} (contradicted), else not resolved. "
@@ -715,6 +839,7 @@ def _orderings_display(table: pd.DataFrame, level: float) -> pd.DataFrame:
         f"fairdp difference [{level:g}% CI]": [_interval_cell(*v, fmt="+.2f") for v in zip(
             table["diff"], table["lo"], table["hi"])],
         "Verdict": [_verdict_cell(v, n) for v, n in zip(table["verdict"], table["seeds"])],
+        "Compared in": table["compared_in"],
     })
     return pd.DataFrame(shown)
 
@@ -739,15 +864,19 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
         tables.append(_numbers_display(numbers, paper, kinds, CLAIM_LEVEL))
     claims = check_claims(agg, paper, tuple(by), kinds)
     if len(claims) and (claims["guarantees"] != "same").any():
-        pairs = sorted({c.replace(" below ", " vs ").replace("'s", "") for c in
-                        claims.loc[claims["guarantees"] != "same", "claim"]})
-        text.append(f"Orderings between methods whose guarantees differ in kind ({'; '.join(pairs)}) compare them "
-                    f"at their own ε, not at one privacy level: {DIFFERENT_GUARANTEES}.")
+        differ = claims[claims["guarantees"] != "same"]
+        pairs = sorted({f"{c.replace(' below ', ' vs ').replace(chr(39) + 's', '')}: {how}"
+                        for c, how in zip(differ["claim"], differ["compared in"])})
+        text.append(f"Orderings between methods whose guarantees differ in kind compare them in one neighbouring "
+                    f"relation after sound conversions, at one ε of it where ε is a key, or only on the metric where "
+                    f"one is not private or no relation follows from both ({DIFFERENT_GUARANTEES}); each row says "
+                    f"which (Compared in): {'; '.join(pairs)}.")
     if paper.lagrangian:
         claims_table = _claim_intervals(selected, paper, CLAIM_LEVEL)
         trends_table = _trend_intervals(selected, paper, CLAIM_LEVEL)
         text.append(_pfld_claims_caption(paper, claims_table, trends_table, CLAIM_LEVEL))
-        tables.extend(t for t in (_claims_display(claims_table, paper), _trends_display(trends_table)) if len(t))
+        tables.extend(t for t in (_claims_display(claims_table, paper, kinds), _trends_display(trends_table))
+                      if len(t))
         text.append("The last table says what bounds PF-LD per notion, from the same rows: F-LD (the same "
                     "constraints without privacy) is its ceiling, and its primal noise grows with 1 / share_0 + "
                     "1 / share_1 of the constraint's smallest population set (equalized odds splits each group "
@@ -768,7 +897,8 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
 def pfld_bounds(df: pd.DataFrame, agg: pd.DataFrame, selected: pd.DataFrame | None = None) -> pd.DataFrame:
     """What bounds PF-LD per fairness notion, measured on the study's rows: F-LD's test accuracy
     and violation (the same constraints without privacy: PF-LD's ceiling), DP-SGD's and M's
-    violation at eps = 1 (what the claims compare with), the smallest share of the training
+    violation at eps = 1 of PF-LD's relation (what the claims compare with: DP-SGD's stated eps
+    0.5, converted to 1 by group privacy), the smallest share of the training
     population a constraint's group holds (from the test split's counts, drawn from the same
     distribution), and PF-LD's primal noise for that notion relative to dp's: the sensitivity
     Delta_p = C_p lambda (1 / n_0 + 1 / n_1) / q of the worst population set, proportional to
@@ -795,9 +925,14 @@ def pfld_bounds(df: pd.DataFrame, agg: pd.DataFrame, selected: pd.DataFrame | No
     def scale(notion: str) -> float:
         return max(1 / a + 1 / b for a, b in shares[notion]) if notion in shares else math.nan
 
+    # DP-SGD's and M's ε in PF-LD's relation (DP-SGD's add/remove ε at 2ε): compared at one ε of it
+    kinds = kinds_of(["pfld", "dpsgd", "private_reductions", *agg["method"].astype(str).unique()],
+                     guarantees_by_method(df) if "method" in df and len(df) else None)
+    at = in_relation(agg, kinds["pfld"], kinds, method_deltas(df)) if "eps" in agg else agg
+
     def violation(method: str, notion: str, eps: float | None) -> str:
-        rows = agg[(agg["method"] == method) & (agg["fairness_notion"] == notion)] if "fairness_notion" in agg \
-            else agg.iloc[:0]
+        rows = at[(at["method"] == method) & (at["fairness_notion"] == notion)] if "fairness_notion" in at \
+            else at.iloc[:0]
         if eps is not None and "eps" in rows:
             rows = rows[np.isclose(pd.to_numeric(rows["eps"], errors="coerce"), eps)]
         col = "test_notion_gap_mean"
@@ -830,7 +965,7 @@ def pfld_bounds(df: pd.DataFrame, agg: pd.DataFrame, selected: pd.DataFrame | No
             "Notion": notion,
             "F-LD accuracy": f"{float(fld['test_accuracy_mean'].iloc[0]):.1f}" if len(fld) == 1 else "-",
             "F-LD violation": violation("fld", notion, None),
-            "DP-SGD violation (ε 1)": violation("dpsgd", notion, 1.0),
+            "DP-SGD violation (ε 1 of PF-LD's relation: its 0.5)": violation("dpsgd", notion, 1.0),
             "M violation (ε 1)": violation("private_reductions", notion, 1.0),
             "Smallest group share (%)": (f"{100 * min(min(p) for p in shares[notion]):.1f}" if notion in shares
                                          else "-"),

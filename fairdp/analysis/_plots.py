@@ -8,8 +8,9 @@ without writing anything.
 Layout, for any number of series (a report grouped by ``--by fairness_notion,eps`` draws
 about 90 in its RT sweep):
 
-- Small multiples: a panel per dataset and, where the table has a second key, per value of
-  its first key (a fairness notion: the ``by`` columns, or a method label's bracket, "pfld
+- Small multiples: a panel per dataset, per neighbouring relation of an ε figure (methods
+  whose guarantees convert to no common relation are drawn apart, ``_rows.with_compared_eps``)
+  and, where the table has a second key, per value of its first key (a fairness notion: the ``by`` columns, or a method label's bracket, "pfld
   [dp]"); a method without that key (NaN) is drawn in every such panel. A panel draws at
   most ``SERIES_PER_PANEL`` series: the rest go to further panels, a method's series kept
   together where they fit. Panels of one dataset and metric share their axes. Several
@@ -23,7 +24,9 @@ about 90 in its RT sweep):
 - Error bars (``error_bars``): the t-interval of the mean over seeds, ± 1 std, a bootstrap
   over seeds, or none (``fairdp.analysis._error_bars``); every title says which.
 - Every ε axis is logarithmic, with plain decimal labels at the ε values the figure holds,
-  as many as fit the panel's width (``_EpsTicks``): "0.1 0.5 1 2 5 10", never "3×10⁰".
+  as many as fit the panel's width (``_EpsTicks``): "0.1 0.5 1 2 5 10", never "3×10⁰". It is
+  the ε of one relation, the panel's: a method of another kind is drawn at its ε converted to
+  it (DP-SGD's add/remove ε at 2ε), and the axis label says which were converted.
 - Baselines (``BASELINES``: the random classifier) never set the axes: a level, a marker at
   the axis's edge or a note, drawn after the compared methods fixed the limits.
 
@@ -58,6 +61,8 @@ from fairdp.analysis._error_bars import (
 )
 from fairdp.analysis._pareto import pareto_front
 from fairdp.analysis._rows import (
+    COMPARED_IN,
+    EPS_COMPARED,
     as_frame,
     check_fairness,
     eps_labels,
@@ -65,6 +70,7 @@ from fairdp.analysis._rows import (
     kind_labels,
     ok_rows,
     require_columns,
+    with_compared_eps,
 )
 from fairdp.analysis._style import method_style, variant_style
 from fairdp.analysis._tables import FAIRNESS_LABELS, by_cell
@@ -163,6 +169,7 @@ class _Panel:
     title: str
     series: list[_Series]
     baselines: pd.DataFrame  # BASELINES' rows of this panel's dataset and facet: references, not series
+    relation: str = ""  # the neighbouring relation of the panel's ε ("" where the figure draws none apart)
 
 
 @dataclass
@@ -203,12 +210,17 @@ def _chunks(groups: list[list[_Series]], cap: int) -> list[list[_Series]]:
     return out
 
 
-def _plan(table: pd.DataFrame, by: Sequence[str] = (), cap: int = SERIES_PER_PANEL) -> _Plan:
-    """The panels of ``table``: per dataset and value of the first key (the first ``by``
-    column, else a method label's bracket), series per (method, further keys' values), at
-    most ``cap`` a panel. Rows whose first key is missing are drawn in every panel of their
-    dataset; ``BASELINES`` are references of each panel unless they are all there is."""
+def _plan(table: pd.DataFrame, by: Sequence[str] = (), cap: int = SERIES_PER_PANEL,
+          apart: str | None = None) -> _Plan:
+    """The panels of ``table``: per dataset, value of the ``apart`` column (a neighbouring
+    relation: ε of different relations never share an axis) and value of the first key (the
+    first ``by`` column, else a method label's bracket), series per (method, further keys'
+    values), at most ``cap`` a panel. Rows whose ``apart`` value or first key is missing (a
+    method without ε, drawn as a level) are drawn in every panel of their dataset;
+    ``BASELINES`` are references of each panel unless they are all there is."""
     t = table.reset_index(drop=True).copy()
+    t["_apart"] = ["" if apart is None or _missing(v) else str(v)
+                   for v in (t[apart] if apart is not None and apart in t.columns else [None] * len(t))]
     labels = t["method"].astype(str)
     t["_method"] = labels.map(base_method)
     by = [k for k in by if k in t.columns]
@@ -227,22 +239,27 @@ def _plan(table: pd.DataFrame, by: Sequence[str] = (), cap: int = SERIES_PER_PAN
     panels: list[_Panel] = []
     drawn: set[str] = set()
     for ds in sorted(t["dataset"].astype(str).unique()):
-        part = t[t["dataset"].astype(str) == ds]
-        facets = sorted(f for f in part["_facet"].unique() if f) or [""]
-        for facet in facets:
-            rows = part[(part["_facet"] == facet) | (part["_facet"] == "")]
-            base = is_baseline.loc[rows.index]
-            compared, references = (rows[~base], rows[base]) if (~base).any() else (rows, rows.iloc[0:0])
-            groups = []
-            for method, m_rows in compared.groupby("_method", sort=True):
-                drawn.add(str(method))
-                by_variant = {v: g for v, g in m_rows.groupby("_variant", sort=False)}
-                groups.append([_Series(str(method), v, by_variant[v]) for v in ([""] if "" in by_variant else [])
-                               + [v for v in variants if v in by_variant]])
-            chunks = _chunks(groups, cap)
-            for k, chunk in enumerate(chunks):
-                title = ds + (f", {facet}" if facet else "") + (f" ({k + 1} of {len(chunks)})" if len(chunks) > 1 else "")
-                panels.append(_Panel(ds, facet, title, chunk, references))
+        in_ds = t[t["dataset"].astype(str) == ds]
+        relations = sorted(r for r in in_ds["_apart"].unique() if r) or [""]
+        for r_i, relation in enumerate(relations):
+            part = in_ds[(in_ds["_apart"] == relation) | (in_ds["_apart"] == "")]
+            facets = sorted(f for f in part["_facet"].unique() if f) or [""]
+            for facet in facets:
+                rows = part[(part["_facet"] == facet) | (part["_facet"] == "")]
+                base = is_baseline.loc[rows.index]
+                compared, references = (rows[~base], rows[base]) if (~base).any() else (rows, rows.iloc[0:0])
+                groups = []
+                for method, m_rows in compared.groupby("_method", sort=True):
+                    drawn.add(str(method))
+                    by_variant = {v: g for v, g in m_rows.groupby("_variant", sort=False)}
+                    groups.append([_Series(str(method), v, by_variant[v]) for v in ([""] if "" in by_variant else [])
+                                   + [v for v in variants if v in by_variant]])
+                chunks = _chunks(groups, cap)
+                for k, chunk in enumerate(chunks):
+                    # several relations: each panel says which of them its ε axis is (the axis names it)
+                    title = (ds + (f", ε relation {r_i + 1} of {len(relations)}" if len(relations) > 1 else "")
+                             + (f", {facet}" if facet else "") + (f" ({k + 1} of {len(chunks)})" if len(chunks) > 1 else ""))
+                    panels.append(_Panel(ds, facet, title, chunk, references, relation))
     return _Plan(panels, sorted(drawn), variants, ", ".join(rest),
                  sorted(set(t.loc[is_baseline, "_method"]) - drawn))
 
@@ -271,13 +288,14 @@ def _grid(plan: _Plan, n_metrics: int) -> tuple[Figure, list[list]]:
             if (r, c) not in used:
                 fig.delaxes(grid[r][c])
     axes = [[grid[r][c] for r, c in row] for row in cells]
-    # x (RT, ε, accuracy) means the same in every panel of a dataset; y can be each notion's
-    # own violation, so it is shared among the panels of one facet only
+    # x (RT, ε, accuracy) means the same in every panel of a dataset and relation (ε of two
+    # relations are different quantities); y can be each notion's own violation, so it is
+    # shared among the panels of one facet only
     first_x: dict[tuple, object] = {}
     first_y: dict[tuple, object] = {}
     for p, panel in enumerate(plan.panels):
         for m, ax in enumerate(axes[p]):
-            for first, key, share in ((first_x, (panel.dataset, m), ax.sharex),
+            for first, key, share in ((first_x, (panel.dataset, panel.relation, m), ax.sharex),
                                       (first_y, (panel.dataset, panel.facet, m), ax.sharey)):
                 lead = first.setdefault(key, ax)
                 if lead is not ax:
@@ -497,19 +515,20 @@ def _bars_title(table: pd.DataFrame, mode: str, level: float) -> str:
 # --- curves: a mean per x, with error bars -------------------------------------------------
 
 
-def _curves(table: pd.DataFrame, x: str, metrics: Sequence[tuple[str, str]], xlabel: str, title: str,
+def _curves(table: pd.DataFrame, x: str, metrics: Sequence[tuple[str, str]], xlabel: str | Mapping, title: str,
             names: Mapping[str, str] | None = None, by: Sequence[str] = (), error_bars: str = FIGURE_ERROR_BARS,
             level: float = 95.0, dodge: bool = False, eps: bool = False, gaps: bool = False,
             edge_baselines: bool = False) -> Figure:
     """Panels (``_plan``) x ``metrics`` ((column stem, y label)): each series'
     ``<metric>_mean`` against ``x`` with its error bars. ``dodge``: series with equal values
     at one x drawn side by side; ``eps``: x is ε (``_eps_axis``), a series without one a
-    dashed level across the figure's ε range; ``gaps``: x is an integer interval, missing
-    ones break the line; ``edge_baselines``: baselines as markers at the axis edge (an x
-    that is itself a result), else as levels."""
+    dashed level across the figure's ε range, panels apart per relation (the table's
+    ``COMPARED_IN``; ``xlabel`` then maps each relation to its axis label); ``gaps``: x is an
+    integer interval, missing ones break the line; ``edge_baselines``: baselines as markers at
+    the axis edge (an x that is itself a result), else as levels."""
     mode = _bar_mode(table, error_bars)
     bars = _bars_title(table, mode, level)
-    plan = _plan(table, by)
+    plan = _plan(table, by, apart=COMPARED_IN if eps else None)
     names = dict(names or _names(table))
     fig, axes = _grid(plan, len(metrics))
     xs_all = pd.to_numeric(table[x], errors="coerce").to_numpy(float)
@@ -518,6 +537,11 @@ def _curves(table: pd.DataFrame, x: str, metrics: Sequence[tuple[str, str]], xla
     extra: dict[str, object] = {}
     for p, panel in enumerate(plan.panels):
         shift = _dodge([(s.method, s.variant) for s in panel.series], spacing) if dodge else {}
+        # an ε panel's range and ticks are its relation's values: another relation's ε is not on its axis
+        own = xs_all
+        if eps and panel.relation:
+            own = pd.to_numeric(pd.concat([s.rows[x] for s in panel.series]), errors="coerce").to_numpy(float)
+            own = np.unique(own[np.isfinite(own)])
         for m, (metric, ylabel) in enumerate(metrics):
             ax = axes[p][m]
             for s in panel.series:
@@ -525,8 +549,8 @@ def _curves(table: pd.DataFrame, x: str, metrics: Sequence[tuple[str, str]], xla
                 label = names.get(s.method, s.method) + (f" [{s.variant}]" if s.variant else "")
                 g = s.rows.assign(**{x: pd.to_numeric(s.rows[x], errors="coerce")}).sort_values(x)
                 if eps and g[x].isna().all():  # not private: a level across the ε range
-                    if len(xs_all):
-                        ax.hlines(g[f"{metric}_mean"].iloc[0], xs_all.min(), xs_all.max(), colors=[color],
+                    if len(own):
+                        ax.hlines(g[f"{metric}_mean"].iloc[0], own.min(), own.max(), colors=[color],
                                   linestyles="dashed", label=label)
                     continue
                 g = g[g[x].notna()]
@@ -536,11 +560,11 @@ def _curves(table: pd.DataFrame, x: str, metrics: Sequence[tuple[str, str]], xla
                 ax.errorbar(g[x] + shift.get((s.method, s.variant), 0.0), g[f"{metric}_mean"],
                             yerr=bar_extents(g, metric, mode, level), marker=marker, ls=ls, ms=4, capsize=2,
                             color=color, label=label)
-            ax.set_xlabel(xlabel)
+            ax.set_xlabel(_axis_label(xlabel, panel))
             ax.set_ylabel(ylabel)
             ax.set_title(panel.title, fontsize=9)
             if eps:
-                _eps_axis(ax, xs_all)
+                _eps_axis(ax, own)
     # references once every panel's series are drawn: the shared axes' limits are final
     for p, panel in enumerate(plan.panels):
         for m, (metric, _ylabel) in enumerate(metrics):
@@ -551,6 +575,20 @@ def _curves(table: pd.DataFrame, x: str, metrics: Sequence[tuple[str, str]], xla
             else:
                 extra.update(_reference_levels(axes[p][m], panel.baselines, f"{metric}_mean", names))
     return _finish(fig, plan, names, title, bars, extra)
+
+
+def _axis_label(xlabel: str | Mapping, panel: _Panel) -> str:
+    """A panel's x label: ``xlabel``, or its entry for the panel's relation."""
+    if isinstance(xlabel, str):
+        return xlabel
+    return xlabel.get(panel.relation or None, xlabel.get(None, "ε"))
+
+
+def _in_one_relation(table: pd.DataFrame, kinds: dict | None) -> pd.DataFrame:
+    """``table`` with ``eps`` the ε each row is compared at (``with_compared_eps``): in its
+    relation, converted where its kind is another; ``COMPARED_IN`` sets its panels apart."""
+    out = with_compared_eps(table, kinds)
+    return out.assign(eps=out[EPS_COMPARED])
 
 
 def figure_rt_sweep(sweep: pd.DataFrame, fairness: str = "tpr_gap", by: Sequence[str] = (),
@@ -596,8 +634,9 @@ def figure_privacy_accuracy(by_eps: pd.DataFrame, error_bars: str = FIGURE_ERROR
     metrics = [m for m in ("test_accuracy", "leakage") if _has(by_eps, f"{m}_mean")]
     if by_eps.empty or not metrics:
         return None
-    xlabel, names = eps_labels(sorted({base_method(m) for m in by_eps["method"].astype(str)}), _base_kinds(by_eps))
-    return _curves(by_eps, "eps", [(m, _label(m)) for m in metrics], xlabel,
+    kinds = _base_kinds(by_eps)
+    xlabel, names = eps_labels(sorted({base_method(m) for m in by_eps["method"].astype(str)}), kinds)
+    return _curves(_in_one_relation(by_eps, kinds), "eps", [(m, _label(m)) for m in metrics], xlabel,
                    "Privacy-accuracy trade-off (best valid accuracy per ε)", names, error_bars=error_bars,
                    level=level, eps=True)
 
@@ -613,8 +652,9 @@ def figure_violation_accuracy_by_eps(table: pd.DataFrame, error_bars: str = FIGU
     eps = pd.to_numeric(table["eps"], errors="coerce")
     if table.empty or not eps.notna().any():
         return None
-    xlabel, names = eps_labels(sorted({base_method(m) for m in table["method"].astype(str)}), _base_kinds(table))
-    return _curves(table, "eps", [("test_notion_gap", "test violation of the notion (%) ↓"),
+    kinds = _base_kinds(table)
+    xlabel, names = eps_labels(sorted({base_method(m) for m in table["method"].astype(str)}), kinds)
+    return _curves(_in_one_relation(table, kinds), "eps", [("test_notion_gap", "test violation of the notion (%) ↓"),
                                   ("test_accuracy", "test accuracy (%) ↑")], xlabel,
                    "Violation and accuracy against ε per fairness notion", names, by=["fairness_notion"],
                    error_bars=error_bars, level=level, eps=True)
@@ -633,8 +673,10 @@ def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
     rows = rows[np.isfinite(rows["eps"].to_numpy(float))]
     if rows.empty:
         return None
-    plan = _plan(rows)
-    xlabel, names = eps_labels(plan.methods + plan.baseline_methods, _base_kinds(rows, rows=True))
+    kinds = _base_kinds(rows, rows=True)
+    rows = _in_one_relation(rows.drop(columns=[GUARANTEE], errors="ignore"), kinds)
+    plan = _plan(rows, apart=COMPARED_IN)
+    xlabel, names = eps_labels(plan.methods + plan.baseline_methods, kinds)
     fig, axes = _grid(plan, 1)
     for p, panel in enumerate(plan.panels):
         ax = axes[p][0]
@@ -643,7 +685,7 @@ def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
             ax.scatter(s.rows["eps"], s.rows["leakage"], s=8, alpha=0.3, color=color, marker=marker)
             mean = s.rows.groupby("eps")["leakage"].mean()
             ax.plot(mean.index, mean.to_numpy(), marker=marker, ms=4, color=color, label=names[s.method])
-        ax.set_xlabel(xlabel)
+        ax.set_xlabel(_axis_label(xlabel, panel))
         ax.set_ylabel(_label("leakage"))
         ax.set_title(panel.title, fontsize=9)
         _eps_axis(ax, rows["eps"].unique())

@@ -25,8 +25,10 @@ Not covered (``eps_released`` is NaN, ``released_under`` says why): methods with
 accountant's guarantee of the training data (local DP per released representation, as
 FEDERATE's; no privacy at all). What is covered is the training data: the selection reads
 validation metrics, protected attributes included, in the clear, as in every paper here.
-Releasing several picks (a Pareto front, one model per ``by`` value) is several releases, to
-be composed by the reader.
+The valid and test splits' per-group confusion counts (``valid_confusion``, ``test_confusion``)
+are published by every row without noise, and no eps covers them either. Releasing several picks
+(a Pareto front, one model per ``by`` value) is several releases, composed by
+``whole_table_release`` for the whole table.
 
 ``eps_released`` is one seed's release. A table's mean over seeds releases every seed's
 pick at once, and every seed trained on the same data, so ``release_summary`` states both:
@@ -189,8 +191,10 @@ PER_SEED = "ε released, one seed (largest)"
 """release_summary's column: each seed's pick released alone, the largest over seeds."""
 MEAN_OVER_SEEDS = "ε released, mean over seeds"
 """release_summary's column: the mean over seeds released, every seed's pick composed."""
-NOT_COVERED = ("no ε here covers the validation rows: the selection reads their protected attributes (and "
-               "labels) without noise")
+NOT_COVERED = ("no ε here covers the validation rows, whose protected attributes and labels the selection reads "
+               "without noise, nor the valid and test splits' per-group confusion counts (valid_confusion, "
+               "test_confusion), which every row publishes without noise and from which every metric, per-group "
+               "rate and interval of this report is computed")
 """What no ε of a release covers, said beside it."""
 
 
@@ -248,3 +252,53 @@ def _over_seeds(scopes: dict, grp: pd.DataFrame, rt: float) -> tuple[float, str]
     eps, how = _composed(pd.concat(seed_rows), relation, delta)
     what = "trials drawn" if any(len(r) for r in records) else "configs trained"
     return eps, f"composition of the {len(events)} {what} in the {seeds} seeds (the same data)" + how
+
+
+WHOLE_TABLE_COLUMNS = ("dataset", "guarantee", "methods", "seeds", "configs per seed", "ε, one seed (largest)",
+                       "ε, all seeds", "δ", "bound")
+"""``whole_table_release``'s columns."""
+
+
+def whole_table_release(rows: object) -> pd.DataFrame:
+    """What releasing every config of ``rows`` costs, the whole table of a study at once (every
+    pick of every ``by`` value, every point of every figure): per dataset and guarantee kind
+    (``guarantees_by_method``; kinds are composed apart, each in its own relation), the
+    composition of every config trained, by ``_composed`` as ``eps_released`` composes a run
+    (RDP, PLD where every row says so, the sum of pure-DP rows' eps where smaller), at the rows'
+    largest delta (PF-LD's for pure-DP rows): ``ε, one seed (largest)`` over each seed's configs
+    (the largest over seeds) and ``ε, all seeds`` over every seed's, the same data. A kind
+    without stored events (a local guarantee per representation, no privacy) is listed as not
+    covered. Columns: ``WHOLE_TABLE_COLUMNS``."""
+    rows = as_frame(rows, "rows")
+    require_columns(rows, [*RUN_KEYS, "config_id"], "rows")
+    ok = rows[rows["status"].astype("object") == "ok"] if "status" in rows.columns else rows
+    kinds = guarantees_by_method(rows) if len(rows) else {}
+    out = []
+    for dataset, in_ds in ok.groupby("dataset", sort=True):
+        by_kind: dict = {}
+        for method in sorted(in_ds["method"].astype(str).unique()):
+            if kinds.get(method) is not None:
+                by_kind.setdefault(kinds[method], []).append(method)
+        for kind, methods in sorted(by_kind.items()):
+            mine = in_ds[in_ds["method"].astype(str).isin(methods)]
+            seeds = sorted(mine["seed"].unique())
+            per_seed = mine.groupby("seed")["config_id"].size()
+            configs = f"{per_seed.min()}" if per_seed.min() == per_seed.max() else f"{per_seed.min()}-{per_seed.max()}"
+            record = {"dataset": dataset, "guarantee": guarantee_text(kind), "methods": ", ".join(methods),
+                      "seeds": len(seeds), "configs per seed": configs}
+            events = mine[PRIVACY_EVENT].notna() if PRIVACY_EVENT in mine.columns else pd.Series(False, mine.index)
+            if not events.all():
+                why = ("not covered: a local guarantee per representation" if not events.any()
+                       else "not covered: some rows store no accountant event")
+                out.append({**record, "ε, one seed (largest)": math.nan, "ε, all seeds": math.nan, "δ": math.nan,
+                            "bound": why})
+                continue
+            _, relation = event_from_json(mine[PRIVACY_EVENT].iloc[0])
+            deltas = pd.to_numeric(mine["delta"], errors="coerce").dropna() if "delta" in mine.columns \
+                else pd.Series(dtype=float)
+            delta = float(deltas.max()) if len(deltas) and deltas.max() > 0 else PFLD_DELTA
+            one = max(_composed(grp, relation, delta)[0] for _, grp in mine.groupby("seed"))
+            every, how = _composed(mine, relation, delta)
+            out.append({**record, "ε, one seed (largest)": one, "ε, all seeds": every, "δ": delta,
+                        "bound": f"composition of every config trained ({relation})" + how})
+    return pd.DataFrame(out, columns=list(WHOLE_TABLE_COLUMNS))

@@ -74,19 +74,25 @@ from fairdp.analysis._release import (
     has_release_events,
     release_summary,
     released_guarantees,
+    whole_table_release,
 )
 from fairdp.analysis._render import Document, HtmlRenderer, Item, MarkdownRenderer
 from fairdp.analysis._rows import (
+    COMPARED_IN,
     DIFFERENT_GUARANTEES,
     RUN_KEYS,
     as_frame,
+    caveats_text,
     check_by,
     check_fairness,
     check_rt,
-    different_guarantees,
+    converted_methods,
     guarantee_text,
     guarantees_by_method,
     kinds_of,
+    method_deltas,
+    relations_text,
+    with_compared_eps,
 )
 from fairdp.analysis._search_progress import normalised_hypervolume, search_progress
 from fairdp.analysis._select import (
@@ -100,10 +106,12 @@ from fairdp.analysis._select import (
     violation_accuracy_by_eps,
 )
 from fairdp.analysis._tables import (
+    COMPARED_LABEL,
     CONSTANT_MARK,
     FAIRNESS_LABELS,
     GUARANTEE_LABEL,
     by_cell,
+    compared_cells,
     display_strings,
     format_table,
     guarantee_cells,
@@ -149,6 +157,7 @@ def _eps_table(by_eps: pd.DataFrame, decimals: int, kinds: dict | None = None) -
         "Method": by_eps["method"].astype(str),
         GUARANTEE_LABEL: guarantee_cells(by_eps, kinds),
         "ε": [f"{v:g}" for v in by_eps["eps"]],
+        **({COMPARED_LABEL: cells} if (cells := compared_cells(by_eps, kinds)) is not None else {}),
         "Seeds": [str(int(v)) for v in by_eps["n_seeds"]],
         "Accuracy ↑": [mean_std(a, b, decimals) for a, b in zip(by_eps["test_accuracy_mean"], by_eps["test_accuracy_std"])],
         "Leakage ↓": [mean_std(a, b, decimals) for a, b in zip(by_eps["leakage_mean"], by_eps["leakage_std"])],
@@ -191,6 +200,7 @@ def _notion_table(notions: pd.DataFrame) -> pd.DataFrame:
         "Dataset": notions["dataset"].astype(str), "Method": notions["method"].astype(str),
         GUARANTEE_LABEL: guarantee_cells(notions),
         "Notion": notions["fairness_notion"].astype(str), "ε": [by_cell(v) for v in notions["eps"]],
+        **({COMPARED_LABEL: cells} if (cells := compared_cells(notions)) is not None else {}),
         "Seeds": [str(int(v)) for v in notions["n_seeds"]],
         "Violation ↓": [mean_std(a, b, 1) for a, b in zip(notions["test_notion_gap_mean"], notions["test_notion_gap_std"])],
         "Accuracy ↑": [mean_std(a, b, 1) for a, b in zip(notions["test_accuracy_mean"], notions["test_accuracy_std"])],
@@ -327,28 +337,39 @@ def _private_kinds(table: pd.DataFrame, kinds: dict | None) -> list[str]:
     return sorted({k for k in found if k is not None})
 
 
-def _kinds_sentence(table: pd.DataFrame, kinds: dict | None) -> str:
-    """Whether ``table``'s private methods share one kind of guarantee; when they do not, that
-    their ε are not comparable."""
+def _relations_sentence(table: pd.DataFrame, kinds: dict | None, what: str) -> str:
+    """In which neighbouring relation ``table``'s private methods are compared (``what``: "ranked",
+    "drawn"): converted to one where that is sound, apart where not; with what each kind assumes."""
     private = _private_kinds(table, kinds)
-    if len(private) <= 1:
-        return f"every private method's is {private[0]}." if private else "no method here is private."
-    return (f"the private methods' guarantees are of {len(private)} kinds ({'; '.join(private)}), "
-            f"{DIFFERENT_GUARANTEES}: one ε value is not one privacy level across them.")
+    if not private:
+        return "no method here is private."
+    known = {m: k for m, k in kinds_of(table["method"].astype(str).unique(), kinds).items() if k is not None}
+    parts = relations_text(known)
+    caveats = caveats_text(known)
+    if len(private) == 1:
+        text = f"every private method's is {private[0]}."
+    elif len(parts) == 1:
+        text = (f"the private methods' guarantees are of {len(private)} kinds, {what} in one relation after "
+                f"sound conversions ({COMPARED_LABEL} where ε is a column; docs/methods.md, 'Comparing guarantees "
+                f"of different kinds'): {parts[0]}.")
+    else:
+        text = (f"the private methods' guarantees are of {len(private)} kinds, {what} only within one relation, "
+                f"converted where that is sound, apart where no relation follows from both ({DIFFERENT_GUARANTEES}): "
+                + "; ".join(parts) + ".")
+    return text + (f" {caveats}" if caveats else "")
+
+
+def _kinds_sentence(table: pd.DataFrame, kinds: dict | None) -> str:
+    """Whether ``table``'s private methods share one kind of guarantee, and in which relation
+    their ε are drawn and compared where they do not."""
+    return _relations_sentence(table, kinds, "drawn")
 
 
 def _guarantee_sentence(agg: pd.DataFrame, by: Sequence[str], kinds: dict | None) -> str:
-    """The main table's Guarantee column, and whether its methods can be read at one ε."""
-    private = _private_kinds(agg, kinds)
+    """The main table's Guarantee column, and in which relation its methods are ranked (the ≈
+    marks compare a method only with methods of its relation, at one ε of it where ε is a key)."""
     text = f"{GUARANTEE_LABEL}: what each method's ε protects (scope, neighbouring relation, unit); "
-    if len(private) <= 1:
-        return text + (f"every private method's is {private[0]}." if private else "no method here is private.")
-    pairs = [(a, b) for a in agg["method"].astype(str).unique() for b in agg["method"].astype(str).unique()
-             if a < b and different_guarantees(*kinds_of([a, b], kinds).values())]
-    return text + (f"{len(private)} kinds here, {DIFFERENT_GUARANTEES}"
-                   + (" (rows of one ε value are not at one privacy level)" if "eps" in by else "")
-                   + f"; {len(pairs)} pair(s) of methods differ in kind, and a mark against the best method of "
-                   "another kind compares the metric only.")
+    return text + _relations_sentence(agg, kinds, "ranked (≈)")
 
 
 def _count(n: int, noun: str) -> str:
@@ -541,11 +562,17 @@ def _interval_metrics(agg: pd.DataFrame) -> list[str]:
 
 
 def _main_table(agg: pd.DataFrame, by: Sequence[str], ci: float | None,
-                keep_constant: bool) -> tuple[pd.DataFrame, dict | None]:
-    """The main table as shown, and its ≈ marks: the probes that were off dropped, and with
-    ``ci`` each mean's t-interval over seeds and the cells whose interval overlaps the best's."""
+                keep_constant: bool, deltas: dict | None = None) -> tuple[pd.DataFrame, dict | None]:
+    """The main table as shown, and its ≈ marks: the probes that were off dropped; with ``eps``
+    a key and some method's ε converted to the relation it is ranked in, that ε and δ
+    (``with_compared_eps``, δ from ``deltas`` by method); and with ``ci`` each mean's
+    t-interval over seeds and the cells whose interval overlaps the best's of its relation."""
     # a probe that was off (leakage, MDL) is no column and no comparison, rather than "-" and "?"
     agg = agg.drop(columns=[c for m in _unmeasured(agg) for c in agg.columns if c.startswith(f"{m}_")])
+    if "eps" in by:
+        compared = with_compared_eps(agg, deltas=deltas)
+        if converted_methods(compared):
+            agg = compared
     if ci is None:
         return agg, None
     agg = seed_intervals(agg, ci)
@@ -568,8 +595,21 @@ def _per_by(by: Sequence[str]) -> str:
 _Section = tuple[str, str, list[Item]]  # title, caption, items
 
 
+def _whole_table_sentence(whole: pd.DataFrame | None) -> str:
+    """What releasing the whole table costs, per dataset and kind over every seed, as a sentence."""
+    if whole is None or not len(whole):
+        return ""
+    def eps(v: float) -> str:  # 1,467 beside 0.476: whole numbers where they are large
+        return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+    costs = [f"ε {eps(r['ε, all seeds'])} at δ {r['δ']:g} ({r['guarantee']}: {r['methods']} on {r['dataset']}, "
+             f"{r['seeds']} seeds)" for _, r in whole.iterrows() if pd.notna(r["ε, all seeds"])]
+    return (" Releasing this whole table at once, every config of every seed trained on the same data, costs "
+            + "; ".join(costs) + " (What a selection releases).") if costs else ""
+
+
 def _results_section(df: pd.DataFrame, ok: pd.DataFrame, agg: pd.DataFrame, rt: float, fairness: str,
-                     by: Sequence[str], ci: float | None, kinds: dict) -> _Section:
+                     by: Sequence[str], ci: float | None, kinds: dict, whole: pd.DataFrame | None = None) -> _Section:
     """The main table: the RT selection's test metrics, mean ± std over seeds."""
     studies = sorted(ok["study"].dropna().astype(str).unique()) if "study" in ok.columns else []
     pooled = (f"Rows of the studies {', '.join(studies)}, pooled: each selection below chooses among the configs of "
@@ -585,7 +625,7 @@ def _results_section(df: pd.DataFrame, ok: pd.DataFrame, agg: pd.DataFrame, rt: 
            if ci is not None else ". ")
         + _guarantee_sentence(agg, by, kinds)
         + (" What releasing these means over seeds costs: 'What a selection releases' below."
-           if has_release_events(df) else "")
+           if has_release_events(df) else "") + _whole_table_sentence(whole)
         + " " + _probe_sentence(ok) + (" " + _pruning_sentence(ok) if _pruning_sentence(ok) else ""),
         [("table", agg)],
     )
@@ -629,10 +669,13 @@ def _learning_curves_section(figure: Path | None, fairness: str) -> _Section | N
         [("figure", "learning_curves")])
 
 
-def _release_section(df: pd.DataFrame, selected: pd.DataFrame, rt: float, by: Sequence[str]) -> _Section | None:
-    """What releasing a selection costs in ε, where the rows record their accountant's events."""
+def _release_section(df: pd.DataFrame, selected: pd.DataFrame, rt: float, by: Sequence[str],
+                     whole: pd.DataFrame | None = None) -> _Section | None:
+    """What releasing a selection costs in ε, where the rows record their accountant's events,
+    and what releasing the whole table does (``whole``: ``whole_table_release`` of the rows)."""
     if not has_release_events(df):
         return None
+    whole = whole_table_release(df) if whole is None else whole
     released = released_guarantees(df, selected, rt, by)
     return (
         "What a selection releases",
@@ -649,8 +692,12 @@ def _release_section(df: pd.DataFrame, selected: pd.DataFrame, rt: float, by: Se
         "uses, the sum of their ε for pure-DP rows where that is smaller, or the seeds' repeat-and-select "
         f"RDP summed), the cost of the mean. Each ε is of its row's guarantee kind. "
         f"{NOT_COVERED[0].upper()}{NOT_COVERED[1:]}. Not covered either: local guarantees per representation "
-        "(no accountant event); releasing several picks (one per by-value, a Pareto front).",
-        [("display", display_strings(release_summary(released, df, rt, by)))],
+        "(no accountant event). The second table is what releasing the whole report costs, every pick of every "
+        "by-value and every point of every figure at once: per dataset and guarantee kind (kinds composed apart, "
+        "each in its own relation), the composition of every config trained, RDP's as above, over one seed's "
+        "configs (the largest over seeds) and over every seed's, the same data.",
+        [("display", display_strings(release_summary(released, df, rt, by))),
+         ("display", display_strings(whole))],
     )
 
 
@@ -696,17 +743,19 @@ def _differences_section(agg: pd.DataFrame, fairness: str, by: Sequence[str], ci
                    for m in _interval_metrics(agg)]
     constant_left = sorted({f"{r['method']} on {r['dataset']}" for (_, r), flag in
                             zip(agg.iterrows(), constant_rows(agg)) if flag}) if not keep_constant else []
-    crossed = any(t[c].astype(str).str.endswith(CROSS_KIND).any()
-                  for _, t in differences for c in t.columns if c not in (*group, "method", "guarantee"))
+    crossed = any(t[c].astype(str).str.endswith(CROSS_KIND).any() for _, t in differences
+                  for c in t.columns if c not in (*group, "method", "guarantee", COMPARED_IN, "stated eps"))
     return (
         "Differences the intervals support",
         f"For each test metric, each pair of methods: < or > where their {ci:g}% t-intervals over seeds do not "
         "overlap (the row method's mean is lower or higher), ≈ where they do (the difference is not "
         "supported), ? where a method has a single seed or no value of the metric (a baseline without a representation has no leakage)."
-        + (f" {CROSS_KIND.strip()} marks a pair whose guarantees differ in kind (the guarantee column): "
-           f"{DIFFERENT_GUARANTEES}. Such a pair is compared at each method's own ε"
-           + (", and one ε value is not one privacy level across them" if "eps" in by else "")
-           + "; no ranking of them by privacy follows." if crossed else "")
+        + f" Methods are paired only within one neighbouring relation ({COMPARED_IN}): guarantees of kinds "
+        "with no sound common relation are never paired"
+        + (", and ε is the ε of that relation, a converted method's stated eps beside it" if "eps" in by else "")
+        + "."
+        + (f" {CROSS_KIND.strip()} marks a pair whose guarantees differ in kind (the guarantee column), compared "
+           f"after converting both to {COMPARED_IN}." if crossed else "")
         + (f" Left out, their pick being a constant model in some seed ({CONSTANT_MARK.strip()} in the tables): "
            f"{', '.join(constant_left)}." if constant_left else ""),
         [("subtable", d) for d in differences],
@@ -902,13 +951,14 @@ def write_report(
         return drawn
     figures = _save_figures(drawn, out / "figures")
 
-    agg, marks = _main_table(t.agg, by, ci, keep_constant)
+    agg, marks = _main_table(t.agg, by, ci, keep_constant, method_deltas(df))
+    whole = whole_table_release(df) if has_release_events(df) else None  # every config, released at once
     sections = [
-        _results_section(df, ok, agg, rt, fairness, by, ci, kinds),
+        _results_section(df, ok, agg, rt, fairness, by, ci, kinds, whole),
         *_paper_sections(df, compare),
         _selected_section(t.selected, agg, rt, fairness, ci),
         _learning_curves_section(figures["learning_curves"], fairness),
-        _release_section(df, t.selected, rt, by),
+        _release_section(df, t.selected, rt, by, whole),
         _positive_rates_section(t.selected, by, kinds),
         _group_rates_section(t.selected, by, kinds),
         _differences_section(agg, fairness, by, ci, keep_constant),

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fairdp.errors import InputError
+from fairdp.privacy import ADD_REMOVE_RECORD, KIND_CAVEATS, comparison_groups, convert_guarantee
 from fairdp.schema import (
     FAIRNESS_METRICS,
     FIXED_COLUMNS,
@@ -231,16 +232,143 @@ def kind_labels(methods, kinds: dict | None = None) -> dict[str, str]:
     return {m: f"{m} ({guarantee_text(k)})" for m, k in kinds_of(methods, kinds).items()}
 
 
-def eps_labels(methods, kinds: dict | None = None) -> tuple[str, dict[str, str]]:
-    """An eps axis's label and each method's legend label (``kind_labels``). When the private
-    methods' eps are of one kind the axis names it; when several kinds share the axis it says
-    they are not comparable, and each label says which is which."""
-    kinds = kinds_of([str(m) for m in methods], kinds)
-    private = {k for k in kinds.values() if k is not None}  # non-private methods are drawn as levels
-    if not private:
-        axis = "ε"
-    elif len(private) == 1:
-        axis = f"ε ({private.pop()})"
+# -- one relation before any comparison ------------------------------------------------------------
+
+COMPARED_IN = "compared_in"
+"""Column ``with_compared_eps`` adds: the relation a row's ε is compared in (None: not private)."""
+EPS_COMPARED, DELTA_COMPARED = "eps_compared", "delta_compared"
+"""Columns ``with_compared_eps`` adds: the row's ε and δ converted to that relation."""
+APART = "apart"
+"""Column ``with_compared_eps`` adds: the key of the rows compared together (``comparison_key``)."""
+
+
+def compared_relations(kinds: dict[str, str | None]) -> dict[str, str | None]:
+    """Each method's relation, the one its ε is compared in (``fairdp.privacy.comparison_groups``
+    over the private methods' kinds): methods of kinds with a sound conversion to one relation
+    share it, the others have their own. None for a method without privacy, and for a plugin
+    this process has not loaded whose rows store no kind (``UNKNOWN_GUARANTEE``): nothing is
+    known to set it apart, as ``different_guarantees`` has it (rows written since the
+    ``guarantee`` column existed always store their kind)."""
+    known = [k for k in kinds.values() if k is not None and k != UNKNOWN_GUARANTEE]
+    relation_of = {k: relation for relation, members in comparison_groups(known) for k in members}
+    return {m: None if k is None or k == UNKNOWN_GUARANTEE else relation_of[k] for m, k in kinds.items()}
+
+
+def _table_kinds(table: pd.DataFrame, kinds: dict | None) -> dict[str, str | None]:
+    """Each method label of ``table`` and its kind: the table's ``guarantee`` column where it
+    has one (the first private value of the label's rows), else ``kinds`` or the registry."""
+    methods = [str(m) for m in table["method"].unique()]
+    if GUARANTEE not in table.columns:
+        return kinds_of(methods, kinds)
+    found: dict[str, str | None] = {m: None for m in methods}
+    for m, k in zip(table["method"].astype(str), table[GUARANTEE]):
+        if found[m] is None and isinstance(k, str):
+            found[m] = k
+    return found
+
+
+def with_compared_eps(table: pd.DataFrame, kinds: dict | None = None,
+                      deltas: dict[str, float] | None = None) -> pd.DataFrame:
+    """``table`` with ``COMPARED_IN``, ``EPS_COMPARED``, ``DELTA_COMPARED`` and ``APART``: each
+    row's relation (``compared_relations`` over the table's methods; kinds from its
+    ``guarantee`` column, else ``kinds`` or the registry), its ``eps`` and δ (its ``delta``
+    column, else ``deltas`` by method, else NaN) converted to that relation
+    (``fairdp.privacy.convert_guarantee``), and the key of the rows ranked together
+    (``comparison_key``). A row without eps has NaN ones."""
+    require_columns(table, ["method"])
+    kinds = _table_kinds(table, kinds)
+    relations = compared_relations(kinds)
+    methods = table["method"].astype(str)
+    eps = (pd.to_numeric(table["eps"], errors="coerce").to_numpy(float) if "eps" in table.columns
+           else np.full(len(table), np.nan))
+    if "delta" in table.columns:
+        delta = pd.to_numeric(table["delta"], errors="coerce").to_numpy(float)
     else:
-        axis = "ε (kinds differ, not comparable: see legend)"
-    return axis, kind_labels(kinds, kinds)
+        delta = np.array([(deltas or {}).get(m, np.nan) for m in methods], dtype=float)
+    out_eps, out_delta = np.full(len(table), np.nan), np.full(len(table), np.nan)
+    for i, (m, e, d) in enumerate(zip(methods, eps, delta)):
+        kind, relation = kinds[m], relations[m]
+        if relation is None or not np.isfinite(e):
+            continue
+        got = convert_guarantee(kind, e, d if np.isfinite(d) else 0.0, relation)
+        if got is not None:  # a kind converts to its own relation by construction; a plugin's is its own
+            out_eps[i], out_delta[i] = got.eps, (got.delta if np.isfinite(d) else np.nan)
+        else:
+            out_eps[i], out_delta[i] = e, d
+    out = table.assign(**{COMPARED_IN: [relations[m] for m in methods], EPS_COMPARED: out_eps,
+                          DELTA_COMPARED: out_delta})
+    return out.assign(**{APART: comparison_key(out)})
+
+
+def comparison_key(table: pd.DataFrame) -> pd.Series:
+    """Per row of a ``with_compared_eps`` table, which rows it may be ranked with: its
+    relation; for a method without privacy (no ε to compare), the one relation of its
+    dataset's private rows where they share one, else ``NOT_PRIVATE`` (compared only with
+    other methods without privacy)."""
+    relations = table[COMPARED_IN]
+    datasets = table["dataset"].astype(str) if "dataset" in table.columns else pd.Series([""] * len(table),
+                                                                                       index=table.index)
+    shared = {}
+    for ds, rel in relations.groupby(datasets, sort=False):
+        found = {r for r in rel if isinstance(r, str)}
+        shared[ds] = found.pop() if len(found) == 1 else NOT_PRIVATE
+    return pd.Series([r if isinstance(r, str) else shared[d] for r, d in zip(relations, datasets)],
+                     index=table.index, dtype=object)
+
+
+def converted_methods(table: pd.DataFrame) -> dict[str, str]:
+    """Per method of a ``with_compared_eps`` table whose ε is compared after a conversion (its
+    kind is not its relation): how its ε maps, "2ε" (group privacy) or "ε" (kept)."""
+    kinds = _table_kinds(table, None)
+    out = {}
+    for m, relation in zip(table["method"].astype(str), table[COMPARED_IN]):
+        kind = kinds.get(m)
+        if isinstance(relation, str) and kind is not None and kind != relation and m not in out:
+            out[m] = "2ε" if kind == ADD_REMOVE_RECORD else "ε"
+    return out
+
+
+def eps_labels(methods, kinds: dict | None = None) -> tuple[dict[str | None, str], dict[str, str]]:
+    """The label of each ε axis, by the relation its panels compare in (``compared_relations``;
+    None: no private method), and each method's legend label (``kind_labels``). An axis names
+    its relation and, where some method's ε was converted to it, which and how ("converted:
+    dpsgd 2ε"): ε of kinds without a common relation are never drawn on one axis."""
+    kinds = kinds_of([str(m) for m in methods], kinds)
+    relations = compared_relations(kinds)
+    frame = pd.DataFrame({"method": list(kinds), GUARANTEE: list(kinds.values())})
+    frame[COMPARED_IN] = [relations[m] for m in frame["method"]]
+    converted = converted_methods(frame)
+    axes: dict[str | None, str] = {None: "ε"}
+    for relation in sorted({r for r in relations.values() if r is not None}):
+        moved = [f"{m} {how}" for m, how in converted.items() if relations[m] == relation]
+        axes[relation] = f"ε ({relation})" + (f"\nconverted: {', '.join(moved)}" if moved else "")
+    return axes, kind_labels(kinds, kinds)
+
+
+def relations_text(kinds: dict[str, str | None]) -> list[str]:
+    """Per relation the methods of ``kinds`` are compared in (``compared_relations``): "relation:
+    methods", with how each converted method's guarantee maps into it."""
+    relations = compared_relations(kinds)
+    parts = []
+    for relation in sorted({r for r in relations.values() if r is not None}):
+        members = sorted(m for m, r in relations.items() if r == relation)
+        moved = [f"{m}, {kinds[m]} (ε, δ) → (2ε, (1 + e^ε) δ)" if kinds[m] == ADD_REMOVE_RECORD
+                 else f"{m}, {kinds[m]} ε → the same ε" for m in members if kinds[m] != relation]
+        parts.append(f"{relation}: {', '.join(members)}" + (f" (converted: {'; '.join(moved)})" if moved else ""))
+    return parts
+
+
+def caveats_text(kinds: dict[str, str | None]) -> str:
+    """What each kind among ``kinds`` assumes (``fairdp.privacy._guarantee.KIND_CAVEATS``), as
+    one sentence; "" when none is known."""
+    found = sorted({k for k in kinds.values() if k in KIND_CAVEATS})
+    return " ".join(f"{k[0].upper()}{k[1:]}: {KIND_CAVEATS[k]}." for k in found)
+
+
+def method_deltas(df: pd.DataFrame) -> dict[str, float]:
+    """Each method's δ: the largest ``delta`` of its ok rows (NaN where none is stored)."""
+    rows = ok_rows(df)
+    if "delta" not in rows.columns or not len(rows):
+        return {}
+    return {str(m): float(v) for m, v in pd.to_numeric(rows["delta"], errors="coerce").groupby(
+        rows["method"].astype(str)).max().items()}

@@ -18,12 +18,16 @@ import pandas as pd
 
 from fairdp.analysis._predictions import CONSTANT_PICKS, CONSTANT_SENTENCE
 from fairdp.analysis._rows import (
+    DELTA_COMPARED,
+    EPS_COMPARED,
     as_frame,
     check_by,
     check_fairness,
+    converted_methods,
     guarantee_text,
     kinds_of,
     require_columns,
+    with_compared_eps,
 )
 from fairdp.errors import InputError
 from fairdp.schema import GUARANTEE, METRIC_COLUMNS
@@ -41,6 +45,27 @@ FAIRNESS_LABELS = {
 BY_LABELS = {"fairness_notion": "Notion", "eps": "ε", "clip_primal": "C_p", "clip_dual": "C_d"}
 GUARANTEE_LABEL = "Guarantee"
 """The column of every table that shows what each method's ε protects (``guarantee``)."""
+COMPARED_LABEL = "ε compared"
+"""The column beside a table's ε where some method's ε is compared after a conversion: the ε
+(and a converted δ) in the relation its rows are ranked in (``compared_cells``)."""
+
+
+def compared_cells(table: pd.DataFrame, kinds: dict | None = None) -> list[str] | None:
+    """Per row of a table with ``eps``, the ε it is compared at (``with_compared_eps``; the
+    table's own ``eps_compared`` and ``delta_compared`` where it has them): "2 (δ 3.7e-05)"
+    for a converted method whose δ changed and is known, the ε alone otherwise, "-" without
+    one; None where no method of the table was converted (the column would repeat ε)."""
+    compared = table if EPS_COMPARED in table.columns else with_compared_eps(table, kinds)
+    moved = converted_methods(compared)
+    if not moved:
+        return None
+    cells = []
+    for m, e, d in zip(compared["method"].astype(str), compared[EPS_COMPARED], compared[DELTA_COMPARED]):
+        if pd.isna(e):
+            cells.append("-")
+        else:
+            cells.append(f"{e:g}" + (f" (δ {d:.2g})" if moved.get(m) == "2ε" and pd.notna(d) else ""))
+    return cells
 
 
 def guarantee_cells(table: pd.DataFrame, kinds: dict | None = None) -> list[str]:
@@ -182,6 +207,8 @@ def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = Fals
     out[GUARANTEE_LABEL] = guarantee_cells(agg, kinds)
     for key in by:
         out[BY_LABELS.get(key, key)] = [by_cell(v) for v in agg[key]]
+        if key == "eps" and (cells := compared_cells(agg, kinds)) is not None:
+            out[COMPARED_LABEL] = cells  # ε of kinds converted to one relation, beside the stated one
     if "rt" in agg.columns:
         out["RT"] = [f"{float(v):g}" for v in agg["rt"]]
     out["Seeds"] = [str(int(v)) for v in agg["n_seeds"]]

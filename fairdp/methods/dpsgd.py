@@ -7,9 +7,17 @@ before dividing by the batch size B. It protects whole training rows (features, 
 sensitive attribute), not only the attribute as PF-LD does. Each step's rows are a Poisson
 sample of the training set at rate q = B / n with exact-rate coins (as Opacus's default
 ``poisson_sampling``), not the loop's shuffled minibatch, and the sum is divided by the
-expected size B: epochs * ceil(n / B) steps are then exactly the sampled Gaussian mechanism
-the RDP accountant composes (fairdp 0.3 trained on shuffled fixed-size batches, which that
-analysis covers only heuristically). sigma is calibrated to the target ``eps`` at delta =
+expected size B: epochs * ceil(n / B) steps are then the sampled Gaussian mechanism the RDP
+accountant composes, up to the noise, a floating-point (float64 Box-Muller) Gaussian (fairdp
+0.3 trained on shuffled fixed-size batches, which that analysis covers only heuristically).
+
+The guarantee, "central, add/remove one record", is for the training split as fixed, with its
+size n public: every row publishes q = B / n exactly (its ``privacy_event``), and adding or
+removing a record of the dataset as loaded would change n_train and move rows across the
+split, which it does not cover; nor the features' standardisation, computed from the training
+rows without noise. A replacement keeps n: the analysis converts the guarantee to replace-one
+(2 eps, (1 + e^eps) delta) by group privacy before comparing it with PF-LD's attribute-level one
+(``fairdp.privacy.convert_guarantee``). sigma is calibrated to the target ``eps`` at delta =
 1e-5 for the run's batch size, training-set size and epochs (``calibrate_dpsgd_sigma``) by
 the study's accountant (``train.accountant``: dp-accounting's RDP by default, or its PLD,
 whose tighter eps calibrates a smaller sigma); rows report that accountant's eps for the sigma
@@ -47,6 +55,7 @@ class DPSGD(TranMethod):
         return calibrate_dpsgd_sigma(config["eps"], PFLD_DELTA, run.batch_size, run.n, run.epochs, run.accountant)
 
     def privacy(self, config, run):
+        # (eps, delta) for add/remove one record of the training split as fixed, n public (q = B / n)
         sigma = self.noise_multiplier(config, run)
         return Guarantee(dpsgd_epsilon(sigma, run.batch_size, run.n, run.epochs, PFLD_DELTA, run.accountant),
                          PFLD_DELTA)
@@ -62,8 +71,9 @@ class DPSGD(TranMethod):
 class DPSGDStep(ClassifierSGDStep):
     """Each step draws its own rows: a Poisson sample of the training set at rate q = B / n
     (each config from its own stream), not the loop's shuffled minibatch, so that the
-    accountant's sampled Gaussian mechanism is the step's exact analysis; the clipped sum plus
-    noise is divided by the expected sample size q n = B, a constant, as the analysis assumes."""
+    accountant's sampled Gaussian mechanism is the step's analysis (its noise a floating-point
+    Gaussian); the clipped sum plus noise is divided by the expected sample size q n = B, a
+    constant, as the analysis assumes."""
 
     per_config_attributes = ("clip", "sigma")
 

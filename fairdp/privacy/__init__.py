@@ -5,7 +5,9 @@ exact grid discrete Laplace of ``_discrete``, whose eps is computed from the tab
 ``minmax_privatize`` reproduces DPNR/CAPE as published, whose true budget is
 ``minmax_true_epsilon`` = D * eps; ``word_dropout`` and ``word_dropout_epsilon`` are DPNR's
 word-level amplification. ``composed_epsilon`` and ``repeat_and_select_epsilon`` bound what
-releasing a study's selection costs, tuning included (``_release``).
+releasing a study's selection costs, tuning included (``_release``). ``convert_guarantee`` and
+``comparison_groups`` put guarantees of different kinds in one neighbouring relation before
+they are compared, or apart where none is sound (``_guarantee``).
 """
 
 from fairdp.privacy._accounting import (
@@ -17,12 +19,14 @@ from fairdp.privacy._accounting import (
     pfld_epsilon,
     pfld_event,
 )
-from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee
+from fairdp.privacy._guarantee import NOT_PRIVATE, Guarantee, comparison_groups, convert_guarantee
 from fairdp.privacy._release import composed_epsilon, event_from_json, repeat_and_select_epsilon
 
 __all__ = [
     # user API (docs/api/privacy.md): what releasing a study's selection costs
     "composed_epsilon", "event_from_json", "repeat_and_select_epsilon",
+    # user API (docs/api/privacy.md): guarantees of different kinds in one relation, or apart
+    "convert_guarantee", "comparison_groups",
     # method-author API (docs/api/privacy.md): guarantees, mechanisms and accountants
     "Guarantee", "NOT_PRIVATE",
     "check_eps", "l1_normalize", "laplace_privatize", "minmax_normalize", "minmax_privatize",
@@ -34,7 +38,16 @@ __all__ = [
 # Shared within fairdp, not public: what fairdp's methods, analysis and study import.
 from fairdp.privacy._accounting import ACCOUNTANTS, PFLD_DELTA  # noqa: F401
 from fairdp.privacy._discrete import LARGEST_L1_EPS, LARGEST_SCALE_EPS  # noqa: F401
-from fairdp.privacy._guarantee import guarantee_kind  # noqa: F401
+from fairdp.privacy._guarantee import (  # noqa: F401
+    ADD_REMOVE_RECORD,
+    KIND_CAVEATS,
+    LOCAL_ATTRIBUTE,
+    LOCAL_REPRESENTATION,
+    REPLACE_ATTRIBUTE,
+    REPLACE_RECORD,
+    conversion_reasons,
+    guarantee_kind,
+)
 from fairdp.privacy._release import (  # noqa: F401
     COUNTS,
     TrialCount,
