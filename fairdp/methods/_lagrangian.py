@@ -51,8 +51,9 @@ only, for a binary attribute (groups 0 and 1; refused otherwise, see ``check_dat
   to the private part if its attribute is 1 and nothing if it is 0: changing it is adding or
   removing one clipped vector of norm <= Delta_p = C_p max_P |kappa| (point 3), computed from
   released values only. Gaussian noise N(0, (sigma_p Delta_p)^2) on every parameter makes the
-  step exactly the Poisson-sampled Gaussian mechanism of eq. 11 (Lemma 1), with no assumption
-  on how the minibatches are drawn.
+  step the Poisson-sampled Gaussian mechanism of eq. 11 (Lemma 1), with no assumption on how
+  the minibatches are drawn; the noise is floating-point Gaussian (Box-Muller in float64), so
+  the analysis is that of the ideal mechanism, without a floating-point proof.
 
 Loss and population terms are the paper's: computed on the minibatch, unclipped. With no
 noise, clipping bounds nobody reaches and one minibatch per epoch (|B| = n, q = 1), PF-LD's

@@ -7,8 +7,8 @@ PF-LD releases two noisy quantities, and both are accounted here with Google's
 * primal step, eq. (8), once per mini-batch: the private part of the group term, a sum over a
   Poisson sample (rate q = |B| / n) of one clipped vector per group-1 record, plus Gaussian
   noise of std sigma_p Delta_p, Delta_p the largest norm of one record's vector. Lemma 1's
-  sampled Gaussian (SG) mechanism, eq. (11), exactly: a ``PoissonSampledDpEvent`` of a
-  ``GaussianDpEvent(sigma_p)``;
+  sampled Gaussian (SG) mechanism, eq. (11): a ``PoissonSampledDpEvent`` of a
+  ``GaussianDpEvent(sigma_p)`` (of the ideal Gaussian: the noise drawn is floating point);
 * dual step, eq. (10), over all of D: clipped group sums (and, once, group counts) with
   Gaussian noise of std sigma_d times their sensitivity: a plain ``GaussianDpEvent(sigma_d)``
   (Lemma 2's q = 1). Run after every epoch but the last, plus the one count release: T events.
@@ -27,7 +27,7 @@ Step count. Algorithm 1 runs one primal update per mini-batch of each of the T e
 last partial batch included (as ``fairdp.engine`` iterates ``range(0, n, batch_size)``):
 T * ceil(n / |B|) primal steps. This is >= ceil(T n / |B|), Theorem 3's count, so the
 guarantee holds under either reading. PF-LD draws its private sample by Poisson sampling, so
-eq. (11) is its exact analysis; so does DP-SGD, whose every step is a Poisson sample of the
+eq. (11) is its analysis (of the ideal Gaussian; the noise drawn is floating point); so does DP-SGD, whose every step is a Poisson sample of the
 training rows at rate |B| / n (not the engine's shuffled fixed-size batches, which the
 sampled Gaussian analysis would cover only heuristically).
 
