@@ -57,3 +57,21 @@ def test_the_differences_caption_says_what_a_question_mark_means(tmp_path, mdl):
     df["mdl"] = mdl
     md = _report(tmp_path, df)
     assert "? where a method has a single seed or no value of the metric" in md
+
+
+def test_link_and_image_syntax_in_names_from_the_rows_is_shown_not_followed(tmp_path):
+    """A model keyword, a method or a dataset holding Markdown image or link syntax: shown as
+    written in report.md, never an image a viewer would fetch nor a link; the report's own
+    interval brackets are untouched."""
+    import markdown
+
+    df = synthetic_results(datasets=("adult",), methods=("unconstrained", "federate"), configs=4)
+    df["method"] = df["method"].replace({"federate": "[click](http://evil.example/a)"})
+    df["dataset"] = "![p](http://evil.example/x.png)"
+    df["architecture"] = '{"models": [["encoder", {"factory": "m.py:f", "kwargs": [["w", "![q][r]"]]}]]}'
+    md = _report(tmp_path, df, by=("architecture",))
+    rendered = markdown.markdown(md, extensions=["tables"])
+    assert "evil.example" in rendered
+    assert not re.search(r"<img[^>]*evil", rendered) and not re.search(r"<a [^>]*evil", rendered)
+    assert "![p](http://evil.example/x.png)" in rendered and "[click](http://evil.example/a)" in rendered
+    assert re.search(r"\[\d+\.\d, \d+\.\d\]", md)  # intervals as they were

@@ -62,15 +62,22 @@ class Renderer:
 
 
 _HTML_START = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)")
+# what makes a bracket a link: "](" (inline link or image), "]:" (a reference's definition),
+# "][" (a reference link)
+_LINK = re.compile(r"\](?=[(:\[])")
 
 
 def _md(text) -> str:
-    """Text from the rows (a method's, a dataset's name) made inert in Markdown: viewers render
-    raw HTML, so ``<script>`` in a method name would run there as it would in report.html
-    without escaping. Only what could open a tag or an entity is escaped (CommonMark's raw
-    HTML starts with ``<`` and a letter, ``/``, ``!`` or ``?``), so the tables' ``<`` and ``>``
-    marks stay as they are; the entities show as the characters they stand for."""
-    return _HTML_START.sub(lambda m: "&lt;" if m.group(0) == "<" else "&amp;", str(text))
+    """Text from the rows (a method's, a dataset's name, a module's keyword) made inert in
+    Markdown: viewers render raw HTML, so ``<script>`` in a method name would run there as it
+    would in report.html without escaping, and they fetch images, so ``![p](http://...)`` in a
+    keyword would load a remote image. Only what could open a tag or an entity is escaped
+    (CommonMark's raw HTML starts with ``<`` and a letter, ``/``, ``!`` or ``?``), so the
+    tables' ``<`` and ``>`` marks stay as they are, and the ``]`` that closes a link's text is
+    escaped where a URL or reference follows it, so intervals such as [83.6, 84.3] stay as they
+    are; the escapes show as the characters they stand for."""
+    text = _HTML_START.sub(lambda m: "&lt;" if m.group(0) == "<" else "&amp;", str(text))
+    return _LINK.sub(r"\\]", text)
 
 
 def _md_frame(table: pd.DataFrame) -> pd.DataFrame:
