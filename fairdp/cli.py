@@ -478,6 +478,7 @@ def _cmd_analyze(args) -> int:
             if level is not None:
                 agg = seed_intervals(agg, level)
             out = format_table(agg, fmt=args.format, fairness=fairness, by=by)
+    print(f"fairdp analyze: {chosen.message}", file=sys.stderr)
     if level is not None:
         what = (f"{level:g}% bootstrap intervals over each row's test examples, stratified by group, "
                 f"{args.draws} resamples" if args.selected else
@@ -513,6 +514,7 @@ def _cmd_compare(args) -> int:
         picks = compare_picks(a, b, rt, fairness, by)
         tests = paired_tests(picks, fairness, by=by)
     same, common, gap = identical_configs(a, b)
+    print(f"fairdp compare: {chosen.message}", file=sys.stderr)
     if args.format == "csv":
         sys.stdout.write(render_table(tests, "csv"))
         return 0
@@ -542,7 +544,8 @@ SELECTION_FLAGS = {"fairness": "--fairness", "rt": "--rt", "by": "--by", "rts": 
 
 def _chosen_selection(command: str, args, dirs: list[str], keys=("fairness", "rt", "by")):
     """The selection ``command`` uses over ``dirs``: each key from its flag when given, else
-    from the study's selection stored with the results, else fairdp's default; said on stderr."""
+    from the study's selection stored with the results, else fairdp's default. The command says
+    it on stderr once it has succeeded (a failing command prints only its error)."""
     from fairdp.study import choose_selection, read_selections
 
     given = {k: getattr(args, k) for k in keys}
@@ -550,9 +553,7 @@ def _chosen_selection(command: str, args, dirs: list[str], keys=("fairness", "rt
         given["by"] = tuple(given["by"])
     if given.get("rts") is not None:
         given["rts"] = tuple(given["rts"])
-    chosen = choose_selection(read_selections(*dirs), given, {k: SELECTION_FLAGS[k] for k in keys})
-    print(f"fairdp {command}: {chosen.message}", file=sys.stderr)
-    return chosen
+    return choose_selection(read_selections(*dirs), given, {k: SELECTION_FLAGS[k] for k in keys})
 
 
 def _completeness(df, dirs: list[str], chosen):
@@ -613,9 +614,6 @@ def _cmd_report(args) -> int:
     df = _load_rows(args.dirs, args.pool)
     chosen = _chosen_selection("report", args, args.dirs, keys=("fairness", "rt", "by", "rts"))
     search = chosen.search
-    if search is not None:
-        print(f"fairdp report: Pareto fronts on the search's objectives, from the study: {search.describe()}",
-              file=sys.stderr)
     whole = _completeness(df, args.dirs, chosen)
     history, grid = _search_histories(args.dirs, args.compare_grid)
     with warnings.catch_warnings(record=True) as caught:
@@ -627,6 +625,10 @@ def _cmd_report(args) -> int:
                              search_objectives=search.objectives if search else None,
                              search_constraints=search.constraints if search else (),
                              selection=chosen.message, error_bars=args.error_bars, keep_constant=args.keep_constant)
+    print(f"fairdp report: {chosen.message}", file=sys.stderr)
+    if search is not None:
+        print(f"fairdp report: Pareto fronts on the search's objectives, from the study: {search.describe()}",
+              file=sys.stderr)
     for w in caught:
         print(f"fairdp report: warning: {w.message}", file=sys.stderr)
     if whole.is_partial:

@@ -220,3 +220,17 @@ def test_rows_of_two_studies_are_pooled_only_when_asked_and_the_report_names_the
     assert "Rows of the studies grid, search, pooled" in md
     assert "Differences the intervals support" not in md and "t-interval" not in md  # --no-ci
     assert main(["analyze", dirs[0]]) == 0  # one study alone needs nothing
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "compare"])
+def test_a_failing_analysis_command_prints_only_its_error(stored, tmp_path, command, capsys):
+    """The selection line (and a report's Pareto line) come after the command has succeeded: a
+    refused --by printed "selection: ..." before its error."""
+    dirs = stored[0]
+    args = {"analyze": dirs, "report": [*dirs, "-o", str(tmp_path / "rep")], "compare": [dirs[0], dirs[0]]}[command]
+    assert main([command, *args, "--by", "nosuchcol"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["fairdp: error: by: no column 'nosuchcol' in the result rows"]
+    assert captured.out == ""
+    assert main([command, *args]) == 0
+    assert f"fairdp {command}: no selection stored with " in capsys.readouterr().err  # said once it succeeded
