@@ -86,7 +86,13 @@ def test_privatising_a_cuda_batch_never_waits_for_the_device():
     The engine checks eps once per pack (check_eps) and privatises with eps_checked and the
     configs' eps as host floats (a tensor eps would be read back for the mechanism's tables)."""
     from fairdp.engine.contract import PackStream
-    from fairdp.privacy import check_eps, l1_normalize, laplace_privatize, minmax_normalize, minmax_privatize
+    from fairdp.privacy import (
+        check_eps,
+        l1_normalize,
+        laplace_privatize,
+        minmax_normalize,
+        minmax_privatize,
+    )
 
     h = torch.randn(4, 256, 32, device="cuda")
     h[0, 0] = 0  # a zero row: the uniform row without looking for it

@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from torch import nn
 
 from fairdp import _rng
 from fairdp.engine import FunctionalPack, build_instances, row_mixing
@@ -298,7 +297,7 @@ def test_a_record_whose_gradient_is_not_finite_adds_nothing_on_the_hand_packed_c
     y = torch.randint(0, 2, (7,), generator=g)
     x[2, 1] = bad
     keep = torch.arange(7) != 2
-    (whole, counts), (without, counts_without) = clipped(x, y), clipped(x[keep], y[keep])
+    (whole, counts), (without, _) = clipped(x, y), clipped(x[keep], y[keep])
     assert torch.isfinite(whole).all()
     assert torch.allclose(whole, without, rtol=1e-12, atol=1e-15)  # a zero row changes only the sums' rounding
     assert counts[1].tolist() == [6, 6]  # the row is not counted as weighted

@@ -75,8 +75,9 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
             have = rows[key].dropna()
             if key == "architecture" and want is not None and ms is not None and ms.swept_keywords:
                 # each config trains the study's architecture with its own swept keywords
-                have = have.map(lambda a: _without_keywords(a, ms.swept_keywords))
-                want = _without_keywords(want, ms.swept_keywords)
+                keywords = ms.swept_keywords
+                have = have.map(lambda a, keywords=keywords: _without_keywords(a, keywords))
+                want = _without_keywords(want, keywords)
             if key == "probe" and want is not None:
                 # as settings, so that keys recorded since (alpha, max_epochs, ...) read as their
                 # defaults in older rows, which were probed with those defaults

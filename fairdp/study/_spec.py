@@ -8,6 +8,7 @@ are ``InputError``s whose message starts with the key path, e.g.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import warnings
@@ -747,7 +748,7 @@ def _check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
                 if why is not None:
                     raise InputError(f"{where}: {ref.describe()} cannot be clipped per sample by {name}: {why}")
             dtype = getattr(torch, spec.train.dtype)
-            why = trial_step(lambda: ref.build(d_in, d_out), d_in, d_out, dtype=dtype,
+            why = trial_step(functools.partial(ref.build, d_in, d_out), d_in, d_out, dtype=dtype,
                              bf16=dtype != torch.float64 and spec.train.precision in (None, "bf16"),
                              per_sample=get_method(name).clips_per_sample)
             if why is not None:
