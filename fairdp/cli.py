@@ -760,10 +760,15 @@ def _add_check_model_parser(sub) -> None:
     """``fairdp check-model``: whether a module of the user's can be packed and clipped per sample."""
     chk = sub.add_parser("check-model", help="check that a model factory's module can be packed and clipped per "
                                              "sample, as a study's architecture.models would train it")
-    chk.add_argument("factory", metavar="FACTORY",
+    chk.add_argument("factory", metavar="FACTORY", nargs="?",
                      help="module:function, file.py:function or a registered model name")
-    chk.add_argument("--in", dest="in_features", type=int, required=True, metavar="N", help="input features")
-    chk.add_argument("--out", dest="out_features", type=int, required=True, metavar="M", help="outputs")
+    chk.add_argument("--in", dest="in_features", type=int, metavar="N", help="input features")
+    chk.add_argument("--out", dest="out_features", type=int, metavar="M", help="outputs")
+    chk.add_argument("--spec", metavar="STUDY.yaml",
+                     help="instead of FACTORY, --in and --out: every module of the user's the study trains, with "
+                          "the sizes its data and architecture give each role and the keywords its grid sweeps")
+    chk.add_argument("--role", choices=("encoder", "classifier", "adversary"),
+                     help="with --spec: only the modules of this role")
     chk.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="a keyword for the factory (a YAML value), repeatable")
     chk.set_defaults(func=_cmd_check_model)
@@ -942,12 +947,26 @@ its checks hold a few rows of them in float64."""
 
 def _cmd_check_model(args) -> int:
     """One line per check of ``fairdp.testing.model_check``: 0 if every check passes, 1 if
-    one fails, 2 for a factory that cannot be found or a bad option."""
+    one fails, 2 for a factory that cannot be found or a bad option. With ``--spec``, the
+    checks of every module the study trains, each under a line naming it."""
     import yaml
 
     from fairdp.engine import ModelRef
     from fairdp.testing.model_check import run_model_checks
 
+    def report(name: str, why: str | None, skipped: bool) -> None:
+        print(f"{'SKIP' if skipped else 'FAIL' if why else 'PASS'}  {name}" + (f": {why}" if why else ""))
+
+    if args.spec is not None:
+        if args.factory is not None or args.in_features is not None or args.out_features is not None or args.set:
+            raise InputError("--spec: takes the factories, sizes and keywords from the study; give no FACTORY, "
+                             "--in, --out or --set with it")
+        return _check_study_models(args.spec, args.role, report)
+    if args.role is not None:
+        raise InputError("--role: only with --spec")
+    for flag, value in (("FACTORY", args.factory), ("--in", args.in_features), ("--out", args.out_features)):
+        if value is None:
+            raise InputError(f"{flag}: required (or give --spec STUDY.yaml)")
     kwargs = {"factory": args.factory}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -961,13 +980,28 @@ def _cmd_check_model(args) -> int:
         if not 1 <= value <= MAX_CHECK_FEATURES:
             raise InputError(f"{flag}: must be a number of features from 1 to {MAX_CHECK_FEATURES:,}, got {value}")
     ref = ModelRef.parse(kwargs, "FACTORY", base_dir=".")
-
-    def report(name: str, why: str | None, skipped: bool) -> None:
-        print(f"{'SKIP' if skipped else 'FAIL' if why else 'PASS'}  {name}" + (f": {why}" if why else ""))
-
     print(f"fairdp check-model: {ref.describe()} for {args.in_features} inputs and {args.out_features} outputs",
           file=sys.stderr, flush=True)
     return 0 if run_model_checks(ref, args.in_features, args.out_features, report) else 1
+
+
+def _check_study_models(path: str, role: str | None, report) -> int:
+    """``check-model --spec``: each module of the user's that the study at ``path`` trains
+    (``study_modules``; of ``role`` only when given), its checks under a line naming it."""
+    from fairdp.study import load_spec, load_study_data, study_modules
+    from fairdp.testing.model_check import run_model_checks
+
+    spec = load_spec(path)
+    data = load_study_data(spec.dataset, spec.dataset_options)
+    modules = [m for m in study_modules(spec, data) if role is None or m[0] == role]
+    if not modules:
+        raise InputError(f"--spec {path}: the study trains no module of the user's"
+                         + (f" as its {role}" if role else "") + " (architecture.models)")
+    passed = True
+    for i, (name, ref, d_in, d_out) in enumerate(modules):
+        print(("\n" if i else "") + f"{name}: {ref.describe()} for {d_in} inputs and {d_out} outputs")
+        passed = run_model_checks(ref, d_in, d_out, report) and passed
+    return 0 if passed else 1
 
 
 @contextlib.contextmanager

@@ -46,3 +46,31 @@ def test_a_module_that_cannot_be_trained_fails_naming_why_and_skips_what_depends
 ])
 def test_bad_input_is_one_line_with_status_2(tmp_path, args, names):
     assert_input_error(run_main("check-model", *args, cwd=tmp_path), *names)
+
+
+def test_check_model_reads_the_studys_modules_sizes_and_swept_keywords(tmp_path):
+    """--spec: each module the study trains once, with its role's sizes from the data and the
+    architecture and each swept keyword's value; --role keeps one role's."""
+    import shutil
+
+    import yaml
+
+    shutil.copy(REPO / "examples" / "models.py", tmp_path / "models.py")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({
+        "name": "chk", "dataset": {"name": "synthetic", "rows": 300, "features": 7}, "seeds": [0],
+        "architecture": {"encoder": [16], "models": {
+            "encoder": {"factory": "models.py:residual_mlp", "width": 8, "blocks": 1},
+            "classifier": "torch.nn:Linear"}},
+        "methods": {"unconstrained": {"grid": {"encoder.width": [8, 12]}}}}))
+    run = run_main("check-model", "--spec", "s.yaml", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    heads = [ln for ln in run.stdout.splitlines() if ln and not ln.startswith(("PASS", "FAIL", "SKIP"))]
+    assert heads == ["classifier: torch.nn:Linear() for 16 inputs and 2 outputs",
+                     "encoder: models.py:residual_mlp(blocks=1, width=8) for 7 inputs and 16 outputs",
+                     "encoder: models.py:residual_mlp(blocks=1, width=12) for 7 inputs and 16 outputs"]
+    only = run_main("check-model", "--spec", "s.yaml", "--role", "classifier", cwd=tmp_path)
+    assert [ln for ln in only.stdout.splitlines() if not ln.startswith("PASS")] == \
+        ["classifier: torch.nn:Linear() for 16 inputs and 2 outputs"]
+    assert_input_error(run_main("check-model", "--spec", "s.yaml", "--in", "3", cwd=tmp_path), "--spec", "--in")
+    assert_input_error(run_main("check-model", "--spec", "s.yaml", "--role", "adversary", cwd=tmp_path),
+                       "trains no module of the user's as its adversary")

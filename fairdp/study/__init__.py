@@ -23,9 +23,10 @@ __all__ = [
 
 # Shared within fairdp, not public: the CLI's and fairdp.testing's imports (Pack, StudyContext
 # and run_pack are public in fairdp.study.executors).
-from fairdp.study._context import StudyContext  # noqa: F401
+from fairdp.study._context import StudyContext, load_study_data  # noqa: F401
 from fairdp.study._executors import DEFAULT_EXECUTOR  # noqa: F401
 from fairdp.study._plan import Pack  # noqa: F401
 from fairdp.study._runner import with_overrides  # noqa: F401
 from fairdp.study._selection import selection_text  # noqa: F401
+from fairdp.study._spec import study_modules  # noqa: F401
 from fairdp.study._worker import run_pack  # noqa: F401

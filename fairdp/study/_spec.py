@@ -24,6 +24,7 @@ from fairdp.engine import (
     DEFAULT_KEEP,
     DEFAULT_MARGIN,
     Architecture,
+    ModelRef,
     Pruning,
     TrainSettings,
     architecture_from,
@@ -687,6 +688,23 @@ def _config_architectures(spec: StudySpec, name: str, arch: Architecture) -> lis
         return [arch]
     method = get_method(name)
     return list(dict.fromkeys(method.config_architecture(c, arch) for c in plan.configs))
+
+
+def study_modules(spec: StudySpec, data: Dataset) -> list[tuple[str, ModelRef, int, int]]:
+    """Every module of the user's the study trains, once each: (role, module with its keywords,
+    input size, output size) for each method and each value of the keywords its grid sweeps,
+    with the sizes the data and the method's architecture give the role."""
+    out = {}
+    for name in [m.name for m in spec.methods] + ([spec.search.method] if spec.search else []):
+        arch = spec.method_settings[name].architecture
+        if arch is None or not arch.models:
+            continue
+        d = arch.representation_dim
+        sizes = {"encoder": (data.n_features, d), "classifier": (d, data.n_classes), "adversary": (d, data.n_groups)}
+        for a in _config_architectures(spec, name, arch):
+            for role, ref in a.models:
+                out.setdefault((role, ref, *sizes[role]), None)
+    return list(out)
 
 
 def check_models(spec: StudySpec, data: Dataset, methods: list[str]) -> None:
