@@ -5,6 +5,7 @@ refusals that name the key."""
 import dataclasses
 import hashlib
 import json
+import re
 import shutil
 
 import pytest
@@ -404,3 +405,44 @@ def test_the_settings_line_says_which_networks_take_the_architectures_dropout(tm
     assert describe_architecture(arch, 1).endswith("1 adversary 300-300, dropout 0.1 in the adversary MLP")
     assert describe_architecture(architecture_from({}, "synthetic"), 1) == \
         "encoder 300-300, classifier linear, 1 adversary 300-300, dropout 0.1"
+
+
+def test_a_swept_module_keyword_is_grouped_on_by_selection_by_and_searched_by_a_search(tmp_path):
+    """selection.by and --by take a module keyword a grid sweeps (each row's value read from its
+    architecture), and search.space searches one: each trial builds its own network."""
+    study = _sweep_study(tmp_path / "a", selection={"by": ["encoder.width"]})
+    run = run_main("run", "s.yaml", "--results", "r", "--executor", "local", cwd=study.parent)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "| Dataset | Method | encoder.width |" in run.stdout.replace("Guarantee | ", "")  # one row per width
+    analyze = run_main("analyze", "r", "--by", "encoder.width", "--format", "csv", cwd=study.parent)
+    assert analyze.returncode == 0, analyze.stderr[-2000:]
+    assert sorted(line.split(",")[2] for line in analyze.stdout.splitlines()[1:]) == ["4", "8"]
+    raw = yaml.safe_load(study.read_text())
+    raw.pop("selection")
+    raw["methods"] = {"unconstrained": {}}
+    raw["search"] = {"method": "unconstrained", "trials": 3, "population": 2, "seed": 0,
+                     "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},
+                     "space": {"encoder.width": {"low": 2, "high": 12}}}
+    study.write_text(yaml.safe_dump(raw))
+    search = run_main("search", "s.yaml", "--results", "rs", "--executor", "local", cwd=study.parent)
+    assert search.returncode == 0, search.stderr[-2000:]
+    rows, _ = ResultStore(study.parent / "rs").read()
+    widths = [dict(json.loads(a)["models"][0][1]["kwargs"])["width"] for a in rows["architecture"]]
+    # repeats of a width are answered from the stored row: one row per distinct width proposed
+    assert 1 <= len(rows) <= 3 and len(set(widths)) == len(rows)
+    assert all(2 <= w <= 12 and isinstance(w, int) for w in widths)
+
+
+@pytest.mark.parametrize("space, message", [
+    ({"classifier.width": {"low": 2, "high": 4}}, "search.space.classifier.width: no module of the user's is the "
+                                                  "classifier"),
+    ({"encoder.width": {"low": 4, "high": 2}}, "search.space.encoder.width.high: must be > low"),
+    ({"encoder.width": {"low": "a", "high": 2}}, "search.space.encoder.width: low and high must be finite numbers"),
+])
+def test_a_search_over_a_module_keyword_is_refused_by_name(tmp_path, space, message):
+    (tmp_path / "nets.py").write_text(SWEEP_NET)
+    raw = {"name": "kw", "dataset": {"name": "synthetic", "rows": 600, "features": 6},
+           "architecture": {"models": {"encoder": "nets.py:net"}}, "methods": {"unconstrained": {}},
+           "search": {"method": "unconstrained", "objectives": {"valid_accuracy": "max"}, "space": space}}
+    with pytest.raises(InputError, match=re.escape(message)):
+        parse_spec(raw, base_dir=tmp_path)

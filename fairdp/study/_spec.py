@@ -212,16 +212,18 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     leakage, mdl, probe = _evaluate(top.get("evaluate") or {})
     study_arch = top.get("architecture")
     methods = _methods(top["methods"], dataset, train, study_arch, base_dir)
-    fairness, rt, by, rts = _selection(top.get("selection") or {}, methods)
+    search = _search(top["search"], leakage, mdl, seeds) if top.get("search") is not None else None
+    fairness, rt, by, rts = _selection(top.get("selection") or {}, methods, search)
     resources = _resources(top.get("resources") or {})
     pack_size = top.get("pack_size")
     if pack_size is not None:
         pack_size = checked_int(pack_size, "pack_size", low=1)
-    search = _search(top["search"], leakage, mdl, seeds) if top.get("search") is not None else None
     method_settings = {m.name: m.settings for m in methods}
     if search is not None and search.method not in method_settings:
         method_settings[search.method] = _method_settings(get_method(search.method), dataset, train, study_arch,
                                                           {}, "search.method", base_dir)
+    if search is not None:
+        _check_search_keywords(search, method_settings[search.method])
     _check_applies(method_settings, train, study_arch)
     if top.get("prune") is not None:
         train = dataclasses.replace(train, prune=_prune(top["prune"], fairness, method_settings))
@@ -336,7 +338,19 @@ def _evaluate(value) -> tuple[bool, bool, ProbeSettings]:
     return flags[0], flags[1], ProbeSettings(**probe_raw)
 
 
-def _selection(value, methods: tuple[MethodPlan, ...]) -> tuple[str, float, tuple[str, ...], tuple[float, ...] | None]:
+def _check_search_keywords(search: SearchSpec, settings: MethodSettings) -> None:
+    """InputError naming the key unless every module keyword the search sets or searches is a
+    keyword of a module of the user's (architecture.models) that its method trains."""
+    method = get_method(search.method)
+    for key, value in [*((k, b["choices"][0] if "choices" in b else b["low"]) for k, b in search.space.items()),
+                       *search.fixed.items()]:
+        if is_model_keyword(key):
+            where = "search.space" if key in search.space else "search.fixed"
+            method.config_architecture({key: value}, settings.architecture, where)
+
+
+def _selection(value, methods: tuple[MethodPlan, ...],
+               search: SearchSpec | None = None) -> tuple[str, float, tuple[str, ...], tuple[float, ...] | None]:
     d = _mapping(value, "selection", optional=("fairness", "rt", "by", "rts"))
     fairness = d.get("fairness", "tpr_gap")
     if fairness not in SELECTION_FAIRNESS:
@@ -347,6 +361,11 @@ def _selection(value, methods: tuple[MethodPlan, ...]) -> tuple[str, float, tupl
         raise InputError(f"selection.by: must be a list of hyperparameter names, got {by!r}")
     declared = {h.name for m in methods for h in get_method(m.name).hyperparams}
     declared |= {key for m in methods for key in ("lr", "batch_size") if any(key in c for c in m.configs)}
+    # the module keywords a grid sweeps or a search sets: each row stores its value as a column
+    declared |= {key for m in methods for c in m.configs for key in c if is_model_keyword(key)}
+    if search is not None:
+        declared |= {h.name for h in get_method(search.method).hyperparams}
+        declared |= {key for key in (*search.space, *search.fixed) if is_model_keyword(key)}
     for i, key in enumerate(by):
         if not isinstance(key, str) or key not in declared:
             raise InputError(f"selection.by[{i}]: {key!r} is no hyperparameter of the study's methods; they have: "
@@ -576,6 +595,9 @@ def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSp
     space = {}
     for key, body in space_raw.items():
         path = f"search.space.{key}"
+        if is_model_keyword(key):  # a keyword of the user's module (encoder.width): each trial builds its own
+            space[key] = _keyword_space(method, key, body, path)
+            continue
         if key not in params:
             raise InputError(f"{path}: '{name}' has no hyperparameter '{key}'; it has: {', '.join(params) or 'none'}")
         hp = params[key]
@@ -598,11 +620,12 @@ def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSp
     fixed_raw = _mapping(d.get("fixed") or {}, "search.fixed", optional=None)
     fixed = {}
     for key, v in fixed_raw.items():
-        if key not in params:
+        if key not in params and not is_model_keyword(key):
             raise InputError(f"search.fixed.{key}: '{name}' has no hyperparameter '{key}'")
         if key in space:
             raise InputError(f"search.fixed.{key}: also in search.space")
-        fixed[key] = _value(params[key], v, f"search.fixed.{key}")
+        fixed[key] = method.model_keyword_value(key, v, f"search.fixed.{key}") if is_model_keyword(key) else \
+            _value(params[key], v, f"search.fixed.{key}")
     for key in params:
         if key not in space and key not in fixed:
             raise InputError(f"search.space.{key}: '{name}' needs '{key}' searched (space) or set (fixed)")
@@ -616,6 +639,32 @@ def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSp
         if (c.metric == "leakage" and not leakage) or (c.metric == "mdl" and not mdl):
             raise InputError(f"search.constraints[{i}]: evaluate.{c.metric} is false, so no run reports it")
     return SearchSpec(name, sampler, trials, dict(objectives), space, fixed, seed, population, constraints)
+
+
+def _keyword_space(method: Method, key: str, body, path: str) -> dict:
+    """A search space for a keyword of the user's module: ``{choices: [...]}`` of values a
+    module keyword takes, or ``{low, high, log}``, integers when both ends are."""
+    if isinstance(body, dict) and "choices" in body:
+        b = _mapping(body, path, required=("choices",), optional=())
+        if not isinstance(b["choices"], list) or not b["choices"]:
+            raise InputError(f"{path}.choices: must be a non-empty list")
+        return {"choices": [method.model_keyword_value(key, v, f"{path}.choices[{i}]")
+                            for i, v in enumerate(b["choices"])]}
+    b = _mapping(body, path, required=("low", "high"), optional=("log",))
+    ends = [b["low"], b["high"]]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in ends):
+        raise InputError(f"{path}: low and high must be finite numbers, got {ends}")
+    method.model_keyword_value(key, ends[0], f"{path}.low")  # the role must take a module
+    integer = all(isinstance(v, int) for v in ends)
+    low, high = (ends if integer else [float(v) for v in ends])
+    if not high > low:
+        raise InputError(f"{path}.high: must be > low ({low}), got {high}")
+    log = b.get("log", False)
+    if not isinstance(log, bool):
+        raise InputError(f"{path}.log: must be true or false, got {log!r}")
+    if log and low <= 0:
+        raise InputError(f"{path}.low: a log scale needs low > 0, got {low}")
+    return {"low": low, "high": high, "log": log, "int": integer}
 
 
 def _tuning(value, by: tuple[str, ...], search) -> TrialCount:

@@ -13,6 +13,7 @@ checkpoint) is retried with bounded back-off while the store does not answer.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -644,7 +645,30 @@ def read_results(*locations) -> pd.DataFrame:
             frames.append(df)
     if not frames:
         raise InputError(f"{', '.join(map(str, locations))}: no result rows found")
-    return pd.concat(frames, ignore_index=True)
+    return with_module_keywords(pd.concat(frames, ignore_index=True))
+
+
+def with_module_keywords(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with a column per keyword of the user's modules (``encoder.width``), read from each
+    row's ``architecture``: what a grid or a search sweeps, grouped on like any hyperparameter
+    (``selection.by``, ``--by``). A row without that module's keyword has NaN there. Stored
+    files keep their fixed columns; these are derived as the rows are read."""
+    if "architecture" not in df.columns:
+        return df
+    values: dict[str, dict[str, object]] = {}
+    for text in df["architecture"].dropna().unique():
+        try:
+            models = json.loads(text).get("models", [])
+        except (TypeError, ValueError, AttributeError):
+            continue
+        for role, ref in models:
+            for key, value in ref.get("kwargs", []):
+                values.setdefault(f"{role}.{key}", {})[text] = \
+                    json.dumps(value) if isinstance(value, (list, dict)) else value
+    for column, by_text in values.items():
+        if column not in df.columns:
+            df[column] = df["architecture"].map(by_text)
+    return df
 
 
 HISTORY_KEYS = ["dataset", "method", "seed", "config_id"]
