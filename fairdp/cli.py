@@ -204,7 +204,7 @@ def _cmd_audit_training(args) -> int:
                          "every epoch but the last), or pass --no-dual-audit")
     opts = _options(args.option)
 
-    from fairdp.data import load_dataset  # after the cheap checks
+    from fairdp.data import load_dataset, subsample  # after the cheap checks
     from fairdp.testing.training_audit import (
         BLIND_TO,
         DETECTS,
@@ -212,7 +212,6 @@ def _cmd_audit_training(args) -> int:
         DUAL_DETECTS,
         audit_dual_release,
         audit_training,
-        subsample,
     )
 
     data = load_dataset(args.dataset, **opts)

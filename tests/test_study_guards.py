@@ -390,3 +390,37 @@ def test_the_estimate_names_the_machine_not_the_build_the_figures_were_measured_
     line = describe_reference(figures)
     assert "47ce347" not in line and "85dfc47" not in line and "dirty" not in line
     assert line == "cpu (AMD EPYC, 2 cores), 1 thread per trial, torch 2.13.0; noise re-measured on AMD EPYC, 2 cores"
+
+
+def test_a_method_timed_on_the_users_module_replaces_its_reference_figure_scaled_by_batch():
+    """unit_costs with ``timed``: the seconds measured here per config-epoch per 1,000 rows,
+    scaled to another batch size as the method's reference figure scales, plus the probes."""
+    from fairdp.study._estimate import config_epoch_figure, unit_costs
+
+    figures = {"methods": {"dpsgd": {"per_config_epoch": 1.0, "by_batch": {"100": 2.0, "400": 0.5}}},
+               "probes_per_config": {"leakage": 3.0}}
+    plain = unit_costs(["dpsgd"], 10, 2000, False, False, figures=figures, batch_size=100)
+    assert plain["dpsgd"] == pytest.approx(2.0 * 2)
+    timed = unit_costs(["dpsgd"], 10, 2000, False, False, figures=figures, batch_size=100, timed={"dpsgd": (7.0, 100)})
+    assert timed["dpsgd"] == pytest.approx(7.0 * 2)
+    other = unit_costs(["dpsgd"], 10, 2000, True, False, figures=figures, batch_size=400, timed={"dpsgd": (7.0, 100)})
+    scale = config_epoch_figure(figures["methods"]["dpsgd"], 400) / config_epoch_figure(figures["methods"]["dpsgd"], 100)
+    assert other["dpsgd"] == pytest.approx((7.0 * scale * 10 + 3.0) * 2 / 10)
+    plugin = unit_costs(["mine"], 10, 1000, False, False, figures=figures, batch_size=100, timed={"mine": (5.0, 100)})
+    assert plugin == {"mine": pytest.approx(5.0)}
+
+
+def test_the_dry_run_times_a_module_of_the_users_and_says_so(tmp_path):
+    import shutil
+
+    shutil.copy(REPO / "examples" / "models.py", tmp_path / "models.py")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({
+        "name": "timed", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": [0],
+        "train": {"epochs": 2, "batch_size": 100}, "evaluate": {"leakage": False, "mdl": False},
+        "architecture": {"models": {"encoder": {"factory": "models.py:residual_mlp", "width": 8, "blocks": 1}}},
+        "methods": {"unconstrained": {}, "reductions": {"grid": {"fairness_notion": ["dp"], "bound": [0.05]}}}}))
+    dry = run_main("run", "s.yaml", "--results", "r", "--dry-run", "--executor", "local", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    line = next(ln for ln in dry.stderr.splitlines() if "estimate:" in ln)
+    assert "unconstrained at what its module of yours cost here" in line and "reductions at" not in line
+    assert not (tmp_path / "r").exists()

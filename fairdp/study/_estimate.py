@@ -64,12 +64,16 @@ def config_epoch_figure(fig: dict, batch_size: int | None) -> float:
 
 def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
                figures: dict | None = None, probes: bool = True, precision: str | None = None,
-               batch_size: int | None = None) -> dict[str, float]:
+               batch_size: int | None = None, timed: dict | None = None) -> dict[str, float]:
     """Reference seconds per config-epoch (one trial slot) of each of ``methods`` that has a
     figure, for this study: its training in ``precision`` at ``batch_size`` (``config_epoch_figure``),
-    plus (``probes``) its probes (full precision) spread over its epochs."""
+    plus (``probes``) its probes (full precision) spread over its epochs. ``timed`` (method ->
+    (seconds per config-epoch per 1,000 rows, the batch size timed at), ``_timing``) replaces a
+    method's figure by what its module of the user's cost here, scaled to ``batch_size`` as its
+    figure scales."""
     figures = reference() if figures is None else figures
     per_method = _method_figures(figures, precision)
+    timed = timed or {}
     probe_figs = figures.get("probes_per_config", {}) if probes else {}
     rows_k = train_rows / 1000
     probe = (probe_figs.get("leakage", 0.0) if leakage else 0.0) + (probe_figs.get("mdl", 0.0) if mdl else 0.0)
@@ -77,6 +81,13 @@ def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
     costs = {}
     for name in methods:
         fig = per_method.get(name)
+        if name in timed:
+            seconds, at_batch = timed[name]
+            scale = 1.0
+            if fig is not None and "per_config_epoch" in fig and batch_size is not None:
+                scale = config_epoch_figure(fig, batch_size) / max(config_epoch_figure(fig, at_batch), 1e-12)
+            costs[name] = (seconds * scale * epochs + probe) * rows_k / epochs
+            continue
         if fig is None:
             continue
         per_config = (config_epoch_figure(fig, batch_size) * epochs if "per_config_epoch" in fig
@@ -128,14 +139,14 @@ def makespan(packs: list[tuple], costs: dict, slots: int, fixed: dict | None = N
 
 
 def study_unit_costs(spec, train_rows: int, probes: bool = True, precision: str | None = None,
-                     batch_size: int | None = None) -> dict[str, float]:
+                     batch_size: int | None = None, timed: dict | None = None) -> dict[str, float]:
     """``unit_costs`` for the methods, epochs and probes of a study spec trained in ``precision``
-    at ``batch_size`` (default the study's)."""
+    at ``batch_size`` (default the study's), with the ``timed`` modules of the user's."""
     return unit_costs(study_methods(spec), spec.train.epochs, train_rows, spec.leakage, spec.mdl, probes=probes,
-                      precision=precision, batch_size=batch_size or spec.train.batch_size)
+                      precision=precision, batch_size=batch_size or spec.train.batch_size, timed=timed)
 
 
-def pack_work(spec, packs, train_rows: int, precision: str | None = None):
+def pack_work(spec, packs, train_rows: int, precision: str | None = None, timed: dict | None = None):
     """The dry run's ``makespan`` inputs for ``packs``: ((method, batch size), config-epochs)
     per pack, the reference cost of a config-epoch and the fixed cost of a pack under each such
     key (a pack trains at one batch size: its configs' ``batch_size``, else the study's)."""
@@ -144,7 +155,7 @@ def pack_work(spec, packs, train_rows: int, precision: str | None = None):
     for p in packs:
         key = (p.method, int(p.configs[0].get("batch_size") or spec.train.batch_size))
         if key not in costs:
-            at_batch = study_unit_costs(spec, train_rows, precision=precision, batch_size=key[1])
+            at_batch = study_unit_costs(spec, train_rows, precision=precision, batch_size=key[1], timed=timed)
             if p.method in at_batch:
                 costs[key] = at_batch[p.method]
             if p.method in base:

@@ -24,11 +24,13 @@ from fairdp.study._estimate import (
 from fairdp.study._executors import DEFAULT_EXECUTOR, make_executor
 from fairdp.study._plan import Backlog, Pack, record_plan
 from fairdp.study._precision import PrecisionChoice
-from fairdp.study._prepare import Prepared, default_results, prepare, settings_lines
+from fairdp.study._context import load_study_data
+from fairdp.study._prepare import Prepared, default_results, prepare, said_if_slow, settings_lines
 from fairdp.study._progress import Progress, duration
 from fairdp.study._selection import store_selection
 from fairdp.study._signals import sigterm_as_ctrl_c
 from fairdp.study._spec import GPU_PACK_CAP, MAX_EPOCHS, MAX_SEED, StudySpec, checked_int
+from fairdp.study._timing import time_user_modules
 from fairdp.study._store import CHECKPOINTS, ResultStore, corrupt_error
 
 __all__ = ["RunSummary", "default_results", "run_study", "with_overrides"]
@@ -205,20 +207,37 @@ def _dry_run(prep: Prepared, t0: float, repair: bool = False) -> RunSummary:
     if gpu and spec.pack_size is None:
         lines.append(GPU_PLAN_LINE.format(cap=GPU_PACK_CAP))
     if packs:
-        lines.append(estimate_line(spec, packs, slots, prep.train_rows, remote=executor.remote, choice=prep.precision))
+        timed = _timed_modules(prep, packs)
+        lines.append(estimate_line(spec, packs, slots, prep.train_rows, remote=executor.remote, choice=prep.precision,
+                                   timed=timed))
     return RunSummary(prep.results, len(packs), configs, backlog.done, 0, time.monotonic() - t0, [], 0,
                       plan_lines=tuple(lines))
 
 
+def _timed_modules(prep: Prepared, packs) -> dict:
+    """``time_user_modules`` for the methods of ``packs`` that train a module of the user's
+    (none: no timing, nothing loaded)."""
+    planned = {p.method for p in packs}
+    plans = [m for m in prep.spec.methods if m.name in planned and prep.spec.method_settings[m.name].architecture
+             is not None and prep.spec.method_settings[m.name].architecture.models]
+    if not plans:
+        return {}
+    data = load_study_data(prep.spec.dataset, prep.spec.dataset_options)
+    with said_if_slow(f"fairdp run {prep.spec.name} --dry-run: timing {', '.join(p.name for p in plans)} on your "
+                      f"modules"):
+        return time_user_modules(prep.ctx, data, plans)
+
+
 def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: bool = False,
-                  choice: PrecisionChoice | None = None) -> str:
+                  choice: PrecisionChoice | None = None, timed: dict | None = None) -> str:
     """The dry run's time estimate from the reference figures of the methods trained in the
     study's precision (``choice``, settled; float32's figures while it waits for a cluster's
-    nodes), saying what they are."""
+    nodes), saying what they are; a method in ``timed`` (``_timing``) at what its module of the
+    user's cost here."""
     precision = choice.precision if choice is not None else None
-    if not study_unit_costs(spec, train_rows, precision=precision):
+    if not study_unit_costs(spec, train_rows, precision=precision, timed=timed):
         return "  estimate: none (no reference figures; benchmarks/bench_costs.py --write measures them)"
-    work, costs, fixed = pack_work(spec, packs, train_rows, precision)
+    work, costs, fixed = pack_work(spec, packs, train_rows, precision, timed=timed)
     calibrating = calibration_seconds(spec, packs)
     methods = {method for (method, _), _ in work}
     missing = sorted(methods - {method for method, _ in costs})
@@ -227,6 +246,9 @@ def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: b
     if in_float32:
         lacking += f"; {', '.join(in_float32)} at float32's figure (none in {precision})"
     where = describe_reference()
+    if timed:
+        where += f"; {', '.join(sorted(timed))} at what {'its' if len(timed) == 1 else 'their'} module of yours cost " \
+                 f"here, timed on up to 2,000 rows in one thread"
 
     def total(on_slots: int) -> str:  # each slot calibrates for itself
         return duration(makespan(work, costs, on_slots, fixed) + calibrating)

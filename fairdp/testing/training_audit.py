@@ -339,24 +339,6 @@ def canary_dataset(base: Dataset, signs: np.ndarray, method: str, canary_norm: f
     )
 
 
-def subsample(data: Dataset, rows: int, seed: int) -> Dataset:
-    """``data`` with at most ``rows`` train rows and ``rows // 4`` (at least 50) valid and test
-    rows, drawn without replacement by ``seed``: a smaller audit of a large dataset."""
-    rng = np.random.default_rng([seed, 0x5EB])
-    caps = {"train": rows, "valid": max(rows // 4, 50), "test": max(rows // 4, 50)}
-    splits = {name: np.sort(rng.permutation(np.asarray(idx))[:caps[name]]) for name, idx in data.splits.items()}
-    keep = np.concatenate([splits[n] for n in ("train", "valid", "test")])
-    position = np.full(data.n_rows, -1)
-    position[keep] = np.arange(len(keep))
-    return Dataset(
-        name=data.name, X=data.X[keep], y=data.y[keep], s=data.s[keep],
-        splits={n: position[idx] for n, idx in splits.items()}, feature_names=data.feature_names,
-        class_names=data.class_names, group_names=data.group_names, label_name=data.label_name,
-        sensitive_name=data.sensitive_name, source=f"{data.source}, subsampled to {rows} train rows (seed {seed})",
-        sha256=data.sha256, preprocessing=data.preprocessing,
-    )
-
-
 def _plant(step: PackStep, method: str, noise_scale: float, clipping: bool, dual_noise: bool = True) -> None:
     """Scale the step's noise multipliers by ``noise_scale``; with ``clipping=False``, raise
     its clipping bound out of reach and keep the noise's standard deviation (multiplier times
