@@ -38,7 +38,7 @@ def time_user_modules(ctx: StudyContext, data: Dataset, plans) -> dict[str, tupl
         torch.set_num_threads(1)
         try:
             method.train_pack(small, [config], seed=0, settings=settings, arch=arch,
-                              callback=lambda report: ends.append(time.perf_counter()))
+                              callback=lambda report, ends=ends: ends.append(time.perf_counter()))
         finally:
             torch.set_num_threads(threads)
         if len(ends) == 2:
