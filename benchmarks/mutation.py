@@ -58,15 +58,50 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# module key -> (source file, test files that call it). Test files missing from the tree (an
-# older --rev) are skipped.
-MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "fairness": ("fairdp/fairness.py", ("tests/test_metrics_fairness.py", "tests/test_metrics_fairness_rules.py")),
-    "select": ("fairdp/analysis/_select.py", ("tests/test_analysis_select.py", "tests/test_analysis_select_rules.py")),
+# module key -> (source file, test files that call it, the functions mutated: None for the whole
+# module, else qualified names ("Class.method"), module-level code left out). Test files missing
+# from the tree (an older --rev) are skipped. Only the fast set runs (-m "not slow"): the tests
+# that would notice a mutant must be ones `make test` runs.
+_PRIVACY_TESTS = ("tests/test_privacy_mechanisms.py", "tests/test_privacy_discrete.py", "tests/test_privacy_grid_kernel.py")
+_CLIPPING_TESTS = ("tests/test_engine.py", "tests/test_engine_functional.py", "tests/test_privacy_row_mixing.py",
+                   "tests/test_methods_dpsgd.py", "tests/test_methods_lagrangian.py")
+MODULES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...] | None]] = {
+    "fairness": ("fairdp/fairness.py", ("tests/test_metrics_fairness.py", "tests/test_metrics_fairness_rules.py"), None),
+    "select": ("fairdp/analysis/_select.py", ("tests/test_analysis_select.py", "tests/test_analysis_select_rules.py"),
+               None),
     "accounting": ("fairdp/privacy/_accounting.py", ("tests/test_privacy_accounting.py", "tests/test_methods_dpsgd.py",
-                                                     "tests/test_privacy_accounting_rules.py")),
-    "pareto": ("fairdp/analysis/_pareto.py", ("tests/test_analysis_pareto.py", "tests/test_analysis_pareto_rules.py")),
+                                                     "tests/test_privacy_accounting_rules.py"), None),
+    "pareto": ("fairdp/analysis/_pareto.py", ("tests/test_analysis_pareto.py", "tests/test_analysis_pareto_rules.py"),
+               None),
+    # issue 60: every module behind a published eps
+    "mechanisms": ("fairdp/privacy/_mechanisms.py", _PRIVACY_TESTS, None),
+    "discrete": ("fairdp/privacy/_discrete.py", _PRIVACY_TESTS, None),
+    "grid_kernel": ("fairdp/privacy/_grid_kernel.py", _PRIVACY_TESTS, None),
+    "rdp_guide": ("fairdp/privacy/_rdp_guide.py", ("tests/test_privacy_rdp_guide.py", "tests/test_privacy_accounting.py"),
+                  None),
+    "per_sample": ("fairdp/engine/_per_sample.py", _CLIPPING_TESTS, None),
+    # the functional path's per-sample clipping, not its packing (initialisation, dropout, stages)
+    "functional": ("fairdp/engine/_functional.py", _CLIPPING_TESTS,
+                   ("row_mixing", "FunctionalPack.per_sample_grads", "FunctionalPack._rows_alone",
+                    "FunctionalPack.batch_grad", "FunctionalPack.forward_traced", "FunctionalPack.add_clipped",
+                    "_trailing")),
+    # PF-LD's private steps (clipped private term, its noise and sensitivity, the Poisson sample,
+    # the dual release) and DP-SGD's Poisson sample; not F-LD's non-private step
+    "lagrangian": ("fairdp/methods/_lagrangian.py", ("tests/test_methods_lagrangian.py", "tests/test_methods_dpsgd.py"),
+                   ("h_all", "binary_slopes", "poisson_sample", "PrivateLagrangianStep.__init__",
+                    "PrivateLagrangianStep._slots", "PrivateLagrangianStep._count_population",
+                    "PrivateLagrangianStep._normalisers", "PrivateLagrangianStep.coefficients",
+                    "PrivateLagrangianStep.primal_sensitivity", "PrivateLagrangianStep.poisson_sample",
+                    "PrivateLagrangianStep.update", "PrivateLagrangianStep.end_epoch")),
+    # prepared, not yet measured (their sources and tests were being changed when these were added)
+    "guarantee": ("fairdp/privacy/_guarantee.py", ("tests/test_privacy_release.py", "tests/test_privacy_pld.py"), None),
+    "release": ("fairdp/privacy/_release.py", ("tests/test_privacy_release.py", "tests/test_privacy_pld.py"), None),
+    "audit": ("fairdp/privacy/audit.py", ("tests/test_privacy_audit.py",), None),
+    "training_audit": ("fairdp/privacy/training_audit.py", ("tests/test_privacy_training_audit.py",), None),
 }
+# what running the script without module names measures
+DEFAULT_MODULES = ("fairness", "select", "accounting", "pareto", "mechanisms", "discrete", "grid_kernel", "rdp_guide",
+                   "per_sample", "functional", "lagrangian")
 
 # Mutants that cannot change any result, so no test can kill them: (file, enclosing function
 # (None: module level), the source line stripped, the token, which occurrence of that token ->
@@ -149,6 +184,119 @@ EQUIVALENT: list[tuple[str, str | None, str, str, int, str, str]] = [
      "the divisor where the objective is constant, so y - lo is 0 for every row: 0 / 2 is 0 / 1"),
     ("fairdp/analysis/_pareto.py", "select_per_run", "return rows.iloc[0:0]", "0", 0, "1",
      "rows.iloc[1:0] is empty, as rows.iloc[0:0]"),
+    # fairdp/privacy/_mechanisms.py
+    ("fairdp/privacy/_mechanisms.py", None, "@dataclass(frozen=True)", "True", 0, "False",
+     "frozen only forbids assigning to a _DeviceTables field, which nothing does"),
+    ("fairdp/privacy/_mechanisms.py", "_stack", "width = 1 << max(m.u_bits for m in mechs)", "1", 0, "2",
+     "only pads each mechanism's row of the stacked alias tables wider: every path reads entry j * width + "
+     "bucket, bucket < 2^u_bits[j], with width read back from the table's length"),
+    ("fairdp/privacy/_mechanisms.py", "_stack",
+     "per(which), torch.as_tensor(table.reshape(-1).view(np.int64), device=device),", "1", 0, "2",
+     "NumPy's reshape reads any negative size as the inferred one: -2 is -1"),
+    *[("fairdp/privacy/_mechanisms.py", "_released",
+       'if flat.device.type == "cuda" and _compiled_release is not False:', token, 0, new,
+       "whether the compiled or the eager release runs (speed only): the two compute the same values bit for bit "
+       "(integer arithmetic and multiplications by powers of two; tests/test_cuda.py holds them equal)")
+      for token, new in (("==", "!="), ("and", "or"), ("not", ""))],
+    *[("fairdp/privacy/_mechanisms.py", "_released",
+       "_compiled_release = torch.compile(_release_from_words, dynamic=True, fullgraph=True)", "True", k, "False",
+       "compiler options: the compiled release computes the eager one's values bit for bit either way") for k in (0, 1)],
+    ("fairdp/privacy/_mechanisms.py", "_released", '"computing it eagerly", stacklevel=2)', "2", 0, "3",
+     "which caller's line the one warning is attributed to; its text and count are unchanged"),
+    ("fairdp/privacy/_mechanisms.py", "_released_by_numpy", "table = u_table[j * width:(j + 1) * width]", "1", 0,
+     "2", "the slice's end: buckets index below 2^u_bits <= width, so a longer slice is read at the same entries"),
+    ("fairdp/privacy/_mechanisms.py", "_eps_values", "slices = len(values) if len(values) > 1 else 1", ">", 0, ">=",
+     "len(values) >= 1 picks len(values), which is 1 where len(values) > 1 does not hold but >= 1 does; with no "
+     "value both give 1"),
+    ("fairdp/privacy/_mechanisms.py", "_mantissa_bits", "return 53 if dtype == torch.float64 else 24", "53", 0, "54",
+     "a float64 row's rounding moves its integer L1 norm, 2^g (1 + (D + 1) 2^-53 / ...), g <= 17, only for D >= "
+     "2^36 entries (a 512 GiB row): 53 and 54 bits give the same tables for every row that fits in memory"),
+    *[("fairdp/privacy/_mechanisms.py", f, "@functools.lru_cache(maxsize=64)", "64", 0, "65",
+       "the cache's capacity: the tables are the same whether cached or built") for f in ("_l1_tables", "_minmax_tables")],
+    ("fairdp/privacy/_mechanisms.py", "l1_normalize", "out = h / torch.where(no_direction, 1.0, norm)", "1.0", 0, "2.0",
+     "the divisor of rows without direction, whose values (and so gradients) the next where replaces by 1/D"),
+    ("fairdp/privacy/_mechanisms.py", "l1_normalize", 'if h.device.type != "cpu" or no_direction.any():', "!=", 0,
+     "==", "applies the where that replaces rows without direction on every CPU call and on a GPU only when there is "
+     "one: where there is none it changes nothing"),
+    ("fairdp/privacy/_mechanisms.py", "minmax_normalize", "out = (h - low) / torch.where(has_range, span, 1)", "1", 0,
+     "2", "the divisor of rows without range, whose values (and so gradients) the next where replaces by 0"),
+    ("fairdp/privacy/_mechanisms.py", "minmax_normalize",
+     'if h.device.type != "cpu" or not has_range.all():  # as in l1_normalize: no host wait on a GPU', "!=", 0, "==",
+     "applies the where that zeroes rows without range on every CPU call and on a GPU only when there is one: where "
+     "there is none it changes nothing"),
+    ("fairdp/privacy/_mechanisms.py", "l2_privatize_like_federate_code",
+     "unit = torch.where(nonzero, h / torch.where(nonzero, norm, 1), h.shape[-1] ** -0.5)", "1", 0, "2",
+     "the divisor of zero rows, which the outer where replaces by 1/sqrt(D)"),
+    # fairdp/privacy/_grid_kernel.py: the kernel and the NumPy path release the same values bit for bit
+    ("fairdp/privacy/_grid_kernel.py", "build",
+     'tag = hashlib.sha256(source + "\\0".join((os.path.realpath(compiler), *FLAGS, sys.platform, '
+     'platform.machine())).encode()).hexdigest()[:16]', "16", 0, "17",
+     "the length of the cache key in the library's file name: 17 hex digits name the same builds as 16"),
+    ("fairdp/privacy/_grid_kernel.py", "build", "capture_output=True, timeout=120)", "120", 0, "121",
+     "a build that takes between 120 s and 121 s leaves the mechanism on the kernel or on the NumPy path, which "
+     "release the same values bit for bit"),
+    ("fairdp/privacy/_grid_kernel.py", "kernel",
+     'detail = detail.decode(errors="replace").strip().splitlines()[:1] if detail else []', "1", 0, "2",
+     "only detail[0], the first line, is read"),
+    # fairdp/engine/_per_sample.py
+    ("fairdp/engine/_per_sample.py", "_add_clipped", 'if weight.device.type != "cpu" or not finite.all():', "!=", 0,
+     "==", "applies the wheres that drop rows whose gradient is not finite on every CPU call and on a GPU only when "
+     "there is one: where there is none they change nothing"),
+    *[("fairdp/engine/_per_sample.py", "_add_clipped", text, "0", 0, "1",
+       "the value a row whose gradient is not finite gets here meets only its weight, which the next line zeroes "
+       "(its coefficient is 0, its input multiplies a zero error, its norm counts nowhere: it is not weighted)")
+      for text in ("inputs = [torch.where(keep, a, 0) for a in inputs]",
+                   "deltas = [torch.where(keep, d, 0) for d in deltas]",
+                   "per_layer_sq = [torch.where(finite, sq, 0) for sq in per_layer_sq]",
+                   "norms = torch.where(finite, norms, 0)")],
+    # fairdp/engine/_functional.py (the clipping functions)
+    ("fairdp/engine/_functional.py", "row_mixing", "torch.manual_seed(1)", "1", 0, "2",
+     "the second forward's seed only has to differ from the first's (0) for random numbers drawn outside "
+     "nn.Dropout to show"),
+    ("fairdp/engine/_functional.py", "FunctionalPack.per_sample_grads", "params, buffers = self._state(detach=True)",
+     "True", 0, "False", "vjp differentiates with respect to the primals it is given, detached or not: the same "
+     "values (detaching only keeps torch's autograd from recording the call outside no_grad)"),
+    ("fairdp/engine/_functional.py", "FunctionalPack.add_clipped",
+     'if norms.device.type != "cpu" or not finite.all():', "!=", 0, "==",
+     "applies the wheres that drop rows whose gradient is not finite on every CPU call and on a GPU only when "
+     "there is one: where there is none they change nothing"),
+    *[("fairdp/engine/_functional.py", "FunctionalPack.add_clipped", text, "0", 0, "1",
+       "the value a row whose gradient is not finite gets here meets only its weight, which is zeroed with it "
+       "(its gradient and norms enter the sums times that weight, and it is not counted as weighted)")
+      for text in ("g = {n: torch.where(_trailing(finite, t.dim()), t, 0) for n, t in g.items()}",
+                   "sq = {n: torch.where(finite, t, 0) for n, t in sq.items()}",
+                   "norms = torch.where(finite, norms, 0)")],
+    # fairdp/methods/_lagrangian.py (PF-LD's private steps)
+    *[("fairdp/methods/_lagrangian.py", "binary_slopes", "labels = y if y.dim() == 2 else y.expand(z.shape[:2])",
+       token, 0, new, "per-config labels (K, B) and shared ones (B,) expanded to (K, B) broadcast against p1 (K, B) "
+       "alike: either branch gives the same labels")
+      for token, new in (("==", "!="), ("2", "3"))],
+    *[("fairdp/methods/_lagrangian.py", "PrivateLagrangianStep._slots",
+       "y = y if y.dim() == 2 else y.expand(self.ctx.k, -1)", token, 0, new,
+       "per-config labels (K, B) and shared ones (B,) broadcast against is_eo (K, 1) in the next where alike: "
+       "either branch gives the same slots")
+      for token, new in (("==", "!="), ("2", "3"))],
+    ("fairdp/methods/_lagrangian.py", "PrivateLagrangianStep._normalisers",
+     "n1 = torch.nan_to_num(self.count1, nan=1.0)", "1.0", 0, "2.0",
+     "count1 is NaN only before the first dual step, when every multiplier is still 0: the normaliser then divides "
+     "a 0 (the first dual step sets the counts before it reads them)"),
+    ("fairdp/methods/_lagrangian.py", "PrivateLagrangianStep.update", "optimizer.zero_grad(set_to_none=True)",
+     "True", 0, "False", "the step's gradient is added to .grad, None or zeros: the same sum"),
+    ("fairdp/methods/_lagrangian.py", "PrivateLagrangianStep.end_epoch",
+     "if torch.isnan(self.count1).all():  # the first dual step also releases the counts", "all", 0, "any",
+     "count1 is NaN everywhere until the first dual step sets every entry at once: all and any agree"),
+    # fairdp/privacy/_rdp_guide.py
+    ("fairdp/privacy/_rdp_guide.py", "_log_a_int", "counts = alphas.astype(np.int64) + 1", "1", 0, "2",
+     "adds the term i = alpha + 1, whose log C(alpha, i) is -inf (gammaln(0) is +inf): exp(-inf) adds 0"),
+    ("fairdp/privacy/_rdp_guide.py", "_log_a_frac",
+     "def _log_a_frac(q: float, sigma: float, alphas: np.ndarray, block: int = 128) -> np.ndarray:", "128", 0, "129",
+     "the block only cuts the series into chunks: each order's terms are accumulated one after the other, the "
+     "carry and the previous term crossing each cut, and stopped at the same term"),
+    ("fairdp/privacy/_rdp_guide.py", "sampled_gaussian_rdp", "integer = orders == np.floor(orders)", "floor", 0,
+     "ceil", "x == ceil(x) exactly when x == floor(x): when x is an integer"),
+    ("fairdp/privacy/_rdp_guide.py", "epsilon_from_rdp",
+     "eps = np.where((rdp < 0) | (delta**2 + np.expm1(-rdp) > 0), 0.0, eps)", "<", 0, "<=",
+     "at rdp = 0 the other condition holds too: delta^2 + expm1(-0) = delta^2 > 0"),
 ]
 
 _OPS = {"+": "-", "-": "+", "*": "/", "/": "*", "//": "/", "%": "/", "**": "*", "<": "<=", "<=": "<",
@@ -329,7 +477,7 @@ def make_tree(rev: str | None) -> Path:
 
 def _pytest_args(nodeids: list[str]) -> list[str]:
     # --assert=plain: no assertion rewriting (seconds per child); a failing assert still fails.
-    return ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:hypothesispytest", "--assert=plain",
+    return ["-x", "-q", "-m", "not slow", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:hypothesispytest", "--assert=plain",
             "-o", "addopts=", "--no-header", *nodeids]
 
 
@@ -422,8 +570,8 @@ def trace_tests(root: Path, files: list[str], targets: list[str], out: Path) -> 
         state = {"test": None}
 
         def local(frame, event, arg):
-            if event == "line" and state["test"] is not None:
-                hits.setdefault(state["test"], set()).add((frame.f_code.co_filename, frame.f_lineno))
+            if event == "line":  # outside a test: collecting, importing the module (IMPORT_TIME)
+                hits.setdefault(state["test"] or IMPORT_TIME, set()).add((frame.f_code.co_filename, frame.f_lineno))
             return local
 
         def global_(frame, event, arg):
@@ -469,13 +617,17 @@ def trace_tests(root: Path, files: list[str], targets: list[str], out: Path) -> 
     return data
 
 
+IMPORT_TIME = "<import>"  # the lines run outside any test: a function called when its module is imported
+
+
 def tests_for(m: Mutant, funcs: dict[str, tuple[int, int]], data: dict, files: list[str]) -> list[str]:
     """The tests a mutant runs, fastest first."""
     durations = data["durations"]
-    if m.function is None:
+    first, last = funcs.get(m.function, (0, 0))
+    at_import = any(f == m.path and first <= n <= last for f, n in data["hits"].get(IMPORT_TIME, []))
+    if m.function is None or at_import:  # module level, or run while importing: every test sees it
         chosen = [t for t in durations if t.split("::")[0] in files]
     else:
-        first, last = funcs[m.function]
         chosen = [t for t, h in data["hits"].items()
                   if t.split("::")[0] in files and any(f == m.path and first <= n <= last for f, n in h)]
     return sorted(chosen, key=lambda t: durations[t])
@@ -516,7 +668,8 @@ def run_mutant(root: Path, m: Mutant, nodeids: list[str], limits: dict[str, floa
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("modules", nargs="*", metavar="MODULE", help=f"{', '.join(MODULES)} (default: all four)")
+    ap.add_argument("modules", nargs="*", metavar="MODULE",
+                    help=f"{', '.join(MODULES)} (default: {', '.join(DEFAULT_MODULES)})")
     ap.add_argument("--rev", help="git revision whose fairdp/, tests/ and pyproject.toml to use (default: working tree)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--function", help="only mutants in this function (qualified name)")
@@ -525,7 +678,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write every mutant's outcome here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary tree and the per-mutant logs")
     args = ap.parse_args()
-    keys = args.modules or list(MODULES)
+    keys = args.modules or list(DEFAULT_MODULES)
     if set(keys) - set(MODULES):
         ap.error(f"unknown module {sorted(set(keys) - set(MODULES))}: expected some of {', '.join(MODULES)}")
 
@@ -534,13 +687,19 @@ def main() -> None:
     try:
         per_module = {}
         for key in keys:
-            path, files = MODULES[key]
+            path, files, limit = MODULES[key]
             source = (root / path).read_text()
-            found = [m for m in mutants(path, source) if args.function in (None, m.function)]
-            per_module[key] = (path, [f for f in files if (root / f).exists()], found, _functions(ast.parse(source)))
+            funcs = _functions(ast.parse(source))
+            missing = sorted(set(limit or ()) - {name for name, *_ in funcs})
+            if missing:  # a renamed function would drop out of the measure unnoticed
+                sys.exit(f"mutation: {key}: {path} has no function {', '.join(missing)}")
+            found = [m for m in mutants(path, source) if args.function in (None, m.function)
+                     and (limit is None or m.function in limit)]
+            per_module[key] = (path, [f for f in files if (root / f).exists()], found, funcs)
         if args.list:
             for key, (path, files, found, _) in per_module.items():
-                print(f"# {key}: {path}, {len(found)} mutants, tests {', '.join(files)}")
+                only = f" (in {len(MODULES[key][2])} functions)" if MODULES[key][2] else ""
+                print(f"# {key}: {path}, {len(found)} mutants{only}, tests {', '.join(files)}")
                 for m in found:
                     why = _equivalent_reason(m)
                     print(f"{m.label}" + (f"   [equivalent: {why}]" if why else ""))
@@ -599,7 +758,8 @@ def main() -> None:
                 counts[status] += 1
                 if status in ("survived", "untested"):
                     survivors.append((status, m))
-                outcomes.append({"module": key, "path": m.path, "line": m.line, "function": m.function,
+                outcomes.append({"module": key, "path": m.path, "line": m.line, "col": m.col, "occurrence": m.occurrence,
+                                 "function": m.function,
                                  "token": m.token, "new": m.new, "text": m.text, "status": status, "tests": len(nodeids)})
                 print(f"\r{key}: {i + 1}/{len(found)} mutants", end="", flush=True)
             print()

@@ -321,6 +321,45 @@ def test_bf16_clips_per_sample_gradients_in_fp32():
     assert abs(norm.item() - 0.5) < 1e-6
 
 
+def test_a_single_packed_layer_is_clipped_per_row_as_autograd_row_by_row():
+    """A chain of one packed layer (a logistic regression), each config its own clip: the clipped
+    sum is that of each row's autograd gradient scaled by min(1, C / ||g||)."""
+    from fairdp.engine import add_clipped_gradients, backprop_errors, forward_traced
+
+    layer = PackedLinear(_rng.PackStream.from_names(["one/a/init", "one/b/init"]), 4, 2, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 4, dtype=torch.float64, generator=g) * 3
+    unit = torch.randn(2, 5, 2, dtype=torch.float64, generator=g)
+    clip = torch.tensor([0.3, 50.0], dtype=torch.float64)
+    out, inputs, _ = forward_traced([layer], x)
+    counts = add_clipped_gradients([layer], inputs, backprop_errors([layer], inputs, unit),
+                                   -torch.ones(2, 5, dtype=torch.float64), clip, None, None)
+    expected = [torch.zeros_like(layer.weight), torch.zeros_like(layer.bias)]
+    for z in range(5):
+        w, b = layer.weight.detach().clone().requires_grad_(), layer.bias.detach().clone().requires_grad_()
+        (torch.baddbmm(b, x[z:z + 1].expand(2, 1, 4), w) * unit[:, z:z + 1]).sum().backward()
+        norm = torch.sqrt(w.grad.flatten(1).pow(2).sum(1) + b.grad.flatten(1).pow(2).sum(1))
+        factor = torch.clamp(clip / norm, max=1.0)
+        expected[0] += w.grad * factor.view(2, 1, 1)
+        expected[1] += b.grad * factor.view(2, 1, 1)
+    torch.testing.assert_close(layer.weight.grad, expected[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(layer.bias.grad, expected[1], rtol=1e-10, atol=1e-12)
+    assert counts[:, 1].tolist() == [0, 5] and counts[0, 0] == 5  # C = 50 clips nothing, 0.3 every row
+
+
+def test_a_row_exactly_at_the_clip_bound_is_neither_scaled_nor_counted_as_clipped():
+    """Row 0's gradient has norm 5 exactly (input 0, error (3, 4): only the bias's gradient);
+    at C = 5 it passes unchanged and is not among the rows clipped."""
+    from fairdp.engine import add_clipped_gradients
+
+    layer = PackedLinear(_rng.PackStream.from_names(["edge/init"]), 2, 2, dtype=torch.float64)
+    inputs = [torch.zeros(1, 1, 2, dtype=torch.float64)]
+    deltas = [torch.tensor([[[3.0, 4.0]]], dtype=torch.float64)]
+    counts = add_clipped_gradients([layer], inputs, deltas, -torch.ones(1, 1, dtype=torch.float64),
+                                   torch.tensor([5.0], dtype=torch.float64), None, None)
+    assert layer.bias.grad.flatten().tolist() == [3.0, 4.0] and counts.tolist() == [[0], [1]]
+
+
 PACK_VS_ALONE = [{"eps": 4.0, "lam": 0.5}, {"eps": 8.0, "lam": 1.0}, {"eps": 2.0, "lam": 2.0}]
 
 

@@ -142,8 +142,9 @@ def test_clipped_sum_and_plain_term_equal_a_per_row_loop(kind, per_layer):
     clip = torch.tensor([0.05, 3.0], dtype=torch.float64)
     for p in model.parameters():
         p.grad = None
+    # flat clipping is what add_clipped does unless told (DP-SGD's and PF-LD's default)
     counts = chain.add_clipped(trace, unit, row_scale, weight, clip, None, None, plain_scale=plain_scale,
-                               per_layer=per_layer)
+                               **({"per_layer": True} if per_layer else {}))
     got = [p.grad.clone() for p in model.parameters()]
 
     rows = _row_grads(model, x, unit * row_scale.unsqueeze(2))
@@ -212,3 +213,108 @@ def test_what_cannot_be_packed_is_named_with_its_layer():
 def test_a_factory_that_returns_no_module_is_refused():
     with pytest.raises(TypeError, match="returned int, not a torch.nn.Module"):
         build_instances(lambda: 3, _streams(["a"]), device="cpu", dtype=torch.float32)
+
+
+class Shifted(nn.Module):
+    """A user's layer holding a constant buffer (stacked per config like the parameters)."""
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.lin = nn.Linear(d_in, d_out)
+        self.register_buffer("shift", torch.linspace(-1.0, 1.0, d_in))
+
+    def forward(self, x):
+        return self.lin(x - self.shift)
+
+
+def _shifted_pack(k=2):
+    factory = lambda: nn.Sequential(Shifted(4, 6), nn.Tanh(), nn.Linear(6, 2))  # noqa: E731
+    instances = build_instances(factory, _streams([f"sh{i}/init" for i in range(k)]), device="cpu",
+                                dtype=torch.float64)
+    return instances, FunctionalPack(instances)
+
+
+def test_rows_per_config_and_a_buffer_are_clipped_as_each_configs_module_row_by_row():
+    """Each config its own rows (K, R, d), as DP-SGD's and PF-LD's Poisson samples are, through a
+    module with a buffer, gradients of norm below 1 around the clip bounds: the clipped sum and
+    the plain term are those of each config's own module, row by row, by autograd."""
+    instances, pack = _shifted_pack()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 7, 4, dtype=torch.float64, generator=g)
+    unit = torch.randn(2, 7, 2, dtype=torch.float64, generator=g) * 0.05
+    row_scale = torch.rand(2, 7, dtype=torch.float64, generator=g) + 0.5
+    plain_scale = torch.rand(2, 3, dtype=torch.float64, generator=g)
+    weight = torch.randn(2, 7, dtype=torch.float64, generator=g)
+    clip = torch.tensor([0.01, 0.03], dtype=torch.float64)
+    out, trace = pack.forward_traced(x)
+    counts = pack.add_clipped(trace, unit, row_scale, weight, clip, None, None, plain_scale=plain_scale)
+    expected = {n: torch.zeros_like(pack.params[n.replace(".", "__")]) for n in pack.names}
+    norms = torch.zeros(2, 7, dtype=torch.float64)
+    for k, module in enumerate(instances):
+        for z in range(7):
+            for scale, clipped in ((row_scale[k, z], True), (plain_scale[k, z] if z < 3 else None, False)):
+                if scale is None:
+                    continue
+                module.zero_grad()
+                row_out = module(x[k, z:z + 1])
+                torch.testing.assert_close(out[k, z], row_out[0].detach(), rtol=1e-12, atol=1e-12)
+                (row_out[0] * unit[k, z] * scale).sum().backward()
+                grads = dict(module.named_parameters())
+                if clipped:
+                    norms[k, z] = torch.sqrt(sum(p.grad.pow(2).sum() for p in grads.values()))
+                    factor = -weight[k, z] * torch.clamp(clip[k] / norms[k, z], max=1.0)
+                else:
+                    factor = 1.0
+                for n, p in grads.items():
+                    expected[n][k] += factor * p.grad
+    assert ((norms > clip.unsqueeze(1)) & (norms < 1)).any()  # bounds that bind on gradients of norm below 1
+    for n in pack.names:
+        torch.testing.assert_close(pack.params[n.replace(".", "__")].grad, expected[n], rtol=1e-9, atol=1e-13)
+    assert counts.tolist() == [((norms > clip.unsqueeze(1)) & (weight != 0)).sum(1).tolist(), [7, 7]]
+
+
+@pytest.mark.parametrize("rows_per_chunk", [1, 3])
+def test_rows_are_clipped_in_chunks_that_fit_the_per_sample_budget_with_the_same_sum(monkeypatch, rows_per_chunk):
+    """K x rows x parameters per-sample gradients at most PER_SAMPLE_BYTES, counted in the larger
+    of the clipped sums' and the cotangent's bytes (here float32 sums of float64 gradients: 8): as
+    many rows a chunk as fit, the last what is left, and the sum of one chunk."""
+    from fairdp.engine import _functional
+
+    instances, pack = _shifted_pack()
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(10, 4, dtype=torch.float64, generator=g)
+    unit = torch.randn(2, 10, 2, dtype=torch.float64, generator=g)
+    weight = torch.randn(2, 10, dtype=torch.float32, generator=g)
+    clip = torch.tensor([0.2, 1.0])
+
+    def clipped_sum():
+        for p in pack.parameters():
+            p.grad = None
+        counts = pack.add_clipped(x, unit, None, weight, clip, None, None)
+        return torch.cat([p.grad.flatten() for p in pack.parameters()]), counts
+
+    whole, whole_counts = clipped_sum()
+    per_row = sum(p[0].numel() for p in pack.params.values()) * 8
+    monkeypatch.setattr(_functional, "PER_SAMPLE_BYTES", int(2 * per_row * (rows_per_chunk + 0.5)))
+    chunks = []
+    inner = pack.per_sample_grads
+    monkeypatch.setattr(pack, "per_sample_grads", lambda rows, cot: (chunks.append(cot.shape[1]), inner(rows, cot))[1])
+    chunked, chunked_counts = clipped_sum()
+    assert chunks == [rows_per_chunk] * (10 // rows_per_chunk) + ([10 % rows_per_chunk] if 10 % rows_per_chunk else [])
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-7)
+    assert chunked_counts.tolist() == whole_counts.tolist()
+
+
+def test_a_functional_row_exactly_at_the_clip_bound_is_neither_scaled_nor_counted():
+    """One config of nn.Linear(2, 2), inputs 0 (only the bias has a gradient: the cotangent):
+    row 0 has norm 5 = C and passes unchanged, row 1 (norm 10) has weight 0 and counts nowhere,
+    row 2 (norm 10, weight 2) is clipped to 5 and counted. Zero noise is drawn and added."""
+    pack = FunctionalPack(build_instances(lambda: nn.Linear(2, 2), _streams(["edge/init"]), device="cpu",
+                                          dtype=torch.float64))
+    unit = torch.tensor([[[3.0, 4.0], [6.0, 8.0], [6.0, 8.0]]], dtype=torch.float64)
+    counts = pack.add_clipped(torch.zeros(3, 2, dtype=torch.float64), unit, None,
+                              torch.tensor([[-1.0, 0.0, -2.0]], dtype=torch.float64),
+                              torch.tensor([5.0], dtype=torch.float64), torch.zeros(1, dtype=torch.float64),
+                              _streams(["edge/noise"]))
+    assert pack.params["bias"].grad.tolist() == [[9.0, 12.0]] and not pack.params["weight"].grad.any()
+    assert counts.tolist() == [[1], [2]]

@@ -27,8 +27,10 @@ from fairdp.methods._lagrangian import (
     NOTIONS,
     LagrangianStep,
     PrivateLagrangianStep,
+    binary_slopes,
     constraint_masks,
     h_all,
+    poisson_sample,
 )
 from fairdp.metrics import accuracy, dp_gap
 
@@ -332,6 +334,167 @@ def test_pfld_dual_noise_measured_is_sigma_d_times_each_sensitivity():
     m = diffs.shape[0] * 2
     assert float(diffs[:, :2].std()) == pytest.approx(3.0 * 1.0, rel=5 / (2 * m) ** 0.5)
     assert float(diffs[:, 2:].std()) == pytest.approx(3.0, rel=5 / (2 * m) ** 0.5)
+
+
+def test_h_and_the_slopes_read_shared_or_per_config_labels():
+    """h (the row's cross-entropy for ap, P(y_hat = 1) else) with each config's own labels, and
+    the slopes along (-1, +1) of the cross-entropy and of h with labels shared by the configs,
+    against the log-softmax and autograd."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 5, 2, dtype=torch.float64, generator=g)
+    is_ap = torch.tensor([True, False])
+    y = torch.randint(0, 2, (2, 5), generator=g)
+    h = h_all(logits, y, is_ap)
+    torch.testing.assert_close(h[0], -torch.log_softmax(logits[0], -1).gather(1, y[0].unsqueeze(1)).squeeze(1))
+    torch.testing.assert_close(h[1], torch.softmax(logits[1], -1)[:, 1])
+    shared = y[0]
+    z = logits.clone().requires_grad_(True)
+    ce = torch.nn.functional.cross_entropy(z.reshape(-1, 2), shared.repeat(2), reduction="sum")
+    (d_ce,) = torch.autograd.grad(ce, z)
+    (d_p1,) = torch.autograd.grad(torch.softmax(z, -1)[..., 1].sum(), z)
+    slope_ce, slope_h = binary_slopes(logits, shared, is_ap)
+    torch.testing.assert_close(torch.stack([-slope_ce, slope_ce], -1), d_ce)
+    torch.testing.assert_close(slope_h, torch.stack([slope_ce[0], d_p1[1, :, 1]]))
+
+
+def test_the_poisson_sample_is_each_configs_coins_in_row_order_padded_and_marked():
+    """Config k's sample is exactly the rows (among those marked) whose coin from its stream came
+    up, in row order; shorter samples are padded with row 0 marked invalid, up to the longest;
+    with nothing sampled, one invalid column."""
+    from fairdp import _rng as rng
+
+    names = [f"ps/{i}/sample" for i in range(3)]
+    among = torch.rand(1, 60, generator=torch.Generator().manual_seed(2)) < 0.7
+    index, valid = poisson_sample(60, 0.3, rng.PackStream.from_names(names), "cpu", among=among)
+    coins = rng.coins((60,), 0.3, rng.PackStream.from_names(names)) & among
+    sizes = coins.sum(1).tolist()
+    assert len(set(sizes)) > 1 and index.shape == (3, max(sizes))
+    for k in range(3):
+        assert index[k][valid[k]].tolist() == coins[k].nonzero().flatten().tolist()
+        assert valid[k].tolist() == [True] * sizes[k] + [False] * (max(sizes) - sizes[k])
+        assert not index[k][~valid[k]].any()
+    index, valid = poisson_sample(60, 0.0, rng.PackStream.from_names(names), "cpu")
+    assert index.shape == (3, 1) and not valid.any()
+
+
+def test_pfld_normalisers_keep_each_group_at_one_row_or_more():
+    """A released count pushed out of [1, size - 1] by its noise: n_1 is clamped into it and
+    n_0 = size - n_1, so each group's mean divides by one row or more."""
+    data = load_dataset("synthetic", **PRIVACY_DATA)
+    step = pfld_step(data, "eo", (1.0, 1.0), TrainSettings(epochs=2, batch_size=64, dtype="float64"))
+    step.population_sizes = torch.tensor([[100.0, 2.0]], dtype=torch.float64)
+    for released, n0, n1 in (([-5.0, 5.0], [99.0, 1.0], [1.0, 1.0]), ([150.0, 0.5], [1.0, 1.0], [99.0, 1.0])):
+        step.count1 = torch.tensor([released], dtype=torch.float64)
+        assert [t.tolist() for t in step._normalisers()] == [[n0], [n1]]
+
+
+def test_pfld_primal_step_is_the_gradient_of_its_minibatch_objective_when_kappa_is_0():
+    """With multipliers for which group 1's private weight kappa is 0 (lambda_1 sign_1 / n_1 =
+    lambda_0 sign_0 / n_0), no clipping and so no noise (Delta_p = 0), a primal step is the
+    gradient of the minibatch objective: mean cross-entropy + sum over slots of (sum_a lambda_a
+    sign_a) mu_slot(B) - (n / |B|) sum over the minibatch of rho_slot h, rho = lambda_0 sign_0 /
+    n_0, by autograd on the configs' own network. Label 1 has one row in the minibatch (its mean
+    is that row's h), |B| < n (the public part's n / |B| estimate), and two configs whose
+    Poisson samples differ in size (padded rows)."""
+    data = load_dataset("synthetic", **PRIVACY_DATA)
+    settings = TrainSettings(epochs=2, batch_size=64, dtype="float64")
+    train = data.split("train")
+    n = len(train.y)
+    rows = [int(np.flatnonzero(train.y == 1)[0]), *np.flatnonzero(train.y == 0)[:20].tolist()]
+    ids = ["obj-0", "obj-1"]
+    index, valid = pfld_step(data, "eo", (3.0, 1.0), settings, c_p=1e6, k=2, ids=ids).poisson_sample()
+    assert not valid.all()  # the samples differ in size: padding is read
+    step = pfld_step(data, "eo", (3.0, 1.0), settings, c_p=1e6, k=2, ids=ids)
+    sizes = step.population_sizes[0]
+    n1 = torch.floor(sizes / 3)
+    step.count1[:] = n1
+    n0 = sizes - n1
+    lam0 = torch.tensor([0.6, 0.3], dtype=torch.float64)
+    step.lam[:] = torch.stack([lam0, lam0 * n1 / n0], dim=1)
+    step.sign[:] = torch.tensor([[1.0, 1.0], [-1.0, -1.0]], dtype=torch.float64)
+    assert float(step.coefficients()[1].abs().max()) < 1e-12
+    model = PackedModel(ModelSpec(), ARCHITECTURE, data.n_features, 2, 2, step.ctx.generators("init"),
+                        device="cpu", dtype=torch.float64)
+    with torch.no_grad():
+        for p, q in zip(model.parameters(), step.model.parameters()):
+            p.copy_(q)
+    got = _primal_update(step, rows)  # every parameter (K, ...) flattened, one after the other
+    x, y = step.ctx.split("train").X[torch.tensor(rows)], step.ctx.split("train").y[torch.tensor(rows)]
+    logits = model(x)
+    h = torch.softmax(logits, -1)[..., 1]
+    objective = torch.nn.functional.cross_entropy(logits.reshape(-1, 2), y.repeat(2), reduction="none").view(2, -1).mean(1)
+    for slot in (0, 1):
+        in_slot = y == slot
+        c = (step.lam[:, slot] * step.sign[:, slot]).sum(1)
+        rho = step.lam[:, slot, 0] * step.sign[:, slot, 0] / n0[slot]
+        objective = objective + c * h[:, in_slot].mean(1) - (n / len(rows)) * rho * h[:, in_slot].sum(1)
+    grads = torch.autograd.grad(objective.sum(), list(model.parameters()))
+    expected = torch.cat([g_.flatten() for g_ in grads])
+    torch.testing.assert_close(got, expected, rtol=1e-8, atol=1e-10)
+
+
+def test_pfld_dual_step_releases_after_every_epoch_but_the_last():
+    """No step follows the last epoch's dual step, so none is taken (its release would cost
+    privacy the accountant does not count); before the first, nothing is released: zeros, a
+    sum and a count per slot."""
+    data = load_dataset("synthetic", **PRIVACY_DATA)
+    step = pfld_step(data, "dp", (1.0, 1.0), TrainSettings(epochs=2, batch_size=64, dtype="float64"))
+    assert step.released.tolist() == [[0.0] * 4]
+    state = [t.clone() for t in (step.lam, step.sign, step.count1, step.released)]
+    step.end_epoch(1)
+    assert all(torch.equal(a, b) for a, b in zip(state, (step.lam, step.sign, step.count1, step.released)))
+    step.end_epoch(0)
+    assert step.released.shape == (1, 4) and not torch.equal(step.lam, state[0])
+
+
+def test_pfld_dual_step_without_noise_sets_the_multipliers_to_the_group_violations():
+    """sigma_d = 0 and C_d above 1: the dual step's multipliers are |mu(D_P) - mu(D_a)|, here
+    for equalized odds where label 1 has one training row, in group 1: its slot's population
+    mean is that row's h, group 1's too (violation 0), group 0 holds none (its mean 0: violation
+    h). For demographic parity slot 1 has no population: its multipliers and signs stay 0 even
+    with noise in the release."""
+    data = load_dataset("synthetic", **PRIVACY_DATA)
+    train_rows = data.splits["train"]
+    r = int(train_rows[np.flatnonzero(data.s[train_rows] == 1)[0]])
+    y = data.y.copy()
+    y[train_rows] = 0
+    y[r] = 1
+    one = dataclasses.replace(data, y=y)
+    settings = TrainSettings(epochs=2, batch_size=64, dtype="float64")
+    step = pfld_step(one, "eo", (1.0, 0.0), settings)
+    step.lam.zero_()
+    step.sign.zero_()
+    step.count1[:] = float("nan")
+    step.end_epoch(0)
+    with torch.no_grad():
+        h_r = float(torch.softmax(step.model(torch.as_tensor(one.X[r:r + 1], dtype=torch.float64)), -1)[0, 0, 1])
+    torch.testing.assert_close(step.lam[0, 1], torch.tensor([h_r, 0.0], dtype=torch.float64), rtol=1e-12, atol=1e-15)
+    assert step.sign[0, 1].tolist() == [1.0, 0.0]
+    dp = pfld_step(data, "dp", (1.0, 3.0), settings)
+    dp.lam.zero_()
+    dp.sign.zero_()
+    dp.end_epoch(0)
+    assert not dp.lam[0, 1].any() and not dp.sign[0, 1].any() and dp.lam[0, 0].any()
+
+
+def test_pfld_dual_release_adds_its_streams_gaussian_draws():
+    """The release is the clipped sums plus sigma_d H times the config's first four normal draws
+    of its noise stream, and the counts plus sigma_d times the last two: for ap with C_d = 0.3,
+    H = 0.3 (reproducible from the streams, not only in law)."""
+    from fairdp import _rng as rng
+
+    data = load_dataset("synthetic", **PRIVACY_DATA)
+    settings = TrainSettings(epochs=2, batch_size=64, dtype="float64")
+    released = []
+    for sigma_d in (2.0, 0.0):
+        step = pfld_step(data, "ap", (1.0, sigma_d), settings, c_d=0.3)
+        step.count1[:] = float("nan")
+        step.end_epoch(0)
+        released.append(step.released[0])
+    fresh = pfld_step(data, "ap", (1.0, 2.0), settings, c_d=0.3).ctx.generators("noise")  # nothing drawn yet
+    draws = rng.normal((4,), fresh, device="cpu", dtype=torch.float64)[0]
+    torch.testing.assert_close(released[0] - released[1], draws * torch.tensor([0.6, 0.6, 2.0, 2.0], dtype=torch.float64),
+                               rtol=1e-9, atol=1e-12)
 
 
 def _gaussian_delta(eps: float, sigma: float) -> float:

@@ -7,6 +7,7 @@ are checked against their words."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from fractions import Fraction
 
@@ -19,7 +20,16 @@ from scipy import stats
 
 from fairdp import _rng
 from fairdp.privacy import l1_normalize, laplace_privatize, minmax_privatize, minmax_true_epsilon
-from fairdp.privacy._discrete import V_CUMULATIVE, VMAX, l1_row_distance, laplace_l1, laplace_minmax
+from fairdp.privacy._discrete import (
+    GRID_STEPS,
+    V_COUNTS,
+    V_CUMULATIVE,
+    VMAX,
+    alias_counts,
+    l1_row_distance,
+    laplace_l1,
+    laplace_minmax,
+)
 
 # -- the pmf, rebuilt from the tables --------------------------------------------------------
 
@@ -304,3 +314,275 @@ def test_gaussian_radius_reaches_past_53_bit_uniforms():
     z = _rng.normal((2,), _Words(0), dtype=torch.float64)
     assert float(z.abs().max()) == pytest.approx(math.sqrt(2 * 106 * math.log(2)), rel=1e-12)
     assert _rng.NORMAL_TAIL_MASS == 2.0 ** -106
+
+
+# -- the release, word by word ------------------------------------------------------------------
+
+def _release_by_definition(x: np.ndarray, mech, words: np.ndarray) -> np.ndarray:
+    """The mechanism of ``fairdp.privacy._discrete``'s docstring, value by value in Python
+    integers, from each value's three words (zero and sign, V, U): m = x / gamma rounded toward
+    zero and clamped to [-L, L]; Z = 0 when the first word's top 63 bits are below P0's count,
+    else 1 + t V + U, positive when its low bit is 1; V = how many of V's cumulative counts
+    are at or below the second word; U = the third word's bucket (its top u_bits bits) when the
+    rest is below the bucket's threshold, else the bucket's alias; o = clamp(m + Z, -N, N) * gamma."""
+    cumulative = [int(c) for c in V_CUMULATIVE]
+    table = [int(e) for e in mech.u_table]
+    bits, low = mech.u_bits, 64 - mech.u_bits
+    out = []
+    for value, (wz, wv, wu) in zip(x.tolist(), words.tolist()):
+        m = max(-mech.bound, min(mech.bound, math.trunc(math.ldexp(value, mech.grid_exponent))))
+        bucket, rest = wu >> low, wu & ((1 << low) - 1)
+        entry = table[bucket]
+        u = bucket if rest < entry >> bits else entry & ((1 << bits) - 1)
+        v = bisect.bisect_right(cumulative, wv)
+        z = 0 if wz >> 1 < mech.zero_threshold else (1 if wz & 1 else -1) * (1 + mech.t * v + u)
+        out.append(math.ldexp(max(-mech.clamp, min(mech.clamp, m + z)), -mech.grid_exponent))
+    return np.array(out)
+
+
+class _GivenWords(_rng.PackStream):
+    """K configs whose next draw is the given words ((K, 3 n) uint64), to both of the host
+    paths' ways of reading a draw (``words`` and ``map_words``)."""
+
+    def __init__(self, given: np.ndarray):
+        super().__init__(np.zeros((len(given), 2), dtype=np.uint64))
+        self.given = given
+
+    def words(self, n_words, device=None):
+        return torch.from_numpy(np.ascontiguousarray(self.given[:, :n_words]).view(np.int64))
+
+    def map_words(self, out, words_per_value, fn):
+        for k in range(len(out)):
+            fn(k, 0, self.given[k, :out.shape[1] * words_per_value].reshape(-1, words_per_value), out[k])
+
+
+def _edge_words(mech, n: int) -> np.ndarray:
+    """(n, 3) words on every edge the mechanism compares a word with, and one either side: P0's
+    count (both signs), each of V's cumulative counts, the alias thresholds of every 61st bucket."""
+    low, zero, nonzero = 64 - mech.u_bits, mech.zero_threshold, (mech.zero_threshold << 1) | 1
+    rows = [((top << 1) | sign, 0, 0) for top in (zero - 1, zero, zero + 1) for sign in (0, 1)]
+    rows += [(nonzero, wv, 0) for c in V_CUMULATIVE.tolist() for wv in (c - 1, c, c + 1)]
+    for bucket in range(0, len(mech.u_table), 61):
+        threshold = int(mech.u_table[bucket]) >> mech.u_bits
+        rows += [(nonzero, 0, (bucket << low) | rest) for rest in (threshold - 1, threshold, threshold + 1)
+                 if 0 <= rest < 1 << low]
+    rows += [(nonzero, 0, 0)] * (n - len(rows))
+    return np.array(rows, dtype=np.uint64)
+
+
+@pytest.mark.parametrize("path", ["tensor", "numpy"])
+def test_words_on_the_tables_edges_release_what_the_definition_gives(path):
+    """A word equal to a threshold, or one either side, is where a comparison written < instead
+    of <= (or a mask one bit short) would sample another value: on such words the tensor
+    (device) path and the CPU's NumPy path release the definition's value. The tables' odd and
+    even counts are both met (a mask that drops the lowest bit differs only on one parity)."""
+    from fairdp.privacy import _mechanisms
+
+    eps = (8.0, 12.0)
+    mechs = [laplace_l1(e, 8, 24) for e in eps]
+    assert {m.zero_threshold % 2 for m in mechs} == {0, 1}
+    assert {(int(e) >> m.u_bits) % 2 for m in mechs for e in m.u_table[::61]} == {0, 1}
+    n = 1800
+    words = np.stack([_edge_words(m, n).reshape(-1) for m in mechs])
+    x = torch.rand(2, n, generator=torch.Generator().manual_seed(2)) * 2 - 1
+    tables = _mechanisms._l1_tables(eps, 8, 24, torch.device("cpu"))
+    release = _mechanisms._released if path == "tensor" else _mechanisms._released_by_numpy
+    got = release(x, tables, _GivenWords(words))
+    for k, mech in enumerate(mechs):
+        np.testing.assert_array_equal(got[k].numpy(), _release_by_definition(x[k].numpy(), mech,
+                                                                              words[k].reshape(-1, 3)))
+
+
+def test_a_float32_release_is_the_24_bit_mechanism_of_its_rows_d_entries_word_by_word():
+    """laplace_privatize on float32 rows of D entries releases, value for value from its stream's
+    words, the mechanism whose eps is computed for float32's rounding of D-entry rows
+    (laplace_l1(eps, D, 24)): at eps 20 and D = 400 float64's rounding, or a row of 3 entries
+    (the rows per config), would give other tables, a noise scale one grid step off."""
+    eps, d = 20.0, 400
+    mech = laplace_l1(eps, d, 24)
+    assert mech.t != laplace_l1(eps, d, 53).t and mech.t != laplace_l1(eps, d, 25).t
+    assert mech.t != laplace_l1(eps, 3, 24).t
+    h = torch.randn(2, 3, d, generator=torch.Generator().manual_seed(6))
+    names = ["word/0/noise", "word/1/noise"]
+    out = laplace_privatize(h, eps, _rng.PackStream.from_names(names)).reshape(2, -1).numpy()
+    words = _rng.PackStream.from_names(names).words(3 * 3 * d).numpy().view(np.uint64)
+    x = l1_normalize(h).reshape(2, -1).numpy()
+    for k in range(2):
+        np.testing.assert_array_equal(out[k], _release_by_definition(x[k], mech, words[k].reshape(-1, 3)))
+
+
+def test_federates_l2_variant_draws_the_l1_mechanisms_noise_for_its_rows_d_entries():
+    """The audit target (FEDERATE's code: unit-L2 rows) releases its rows through the same
+    mechanism as laplace_privatize, laplace_l1(eps, D, 24) for float32 rows of D entries."""
+    from fairdp.privacy._mechanisms import l2_privatize_like_federate_code
+
+    eps, d = 20.0, 400
+    h = torch.randn(1, 3, d, generator=torch.Generator().manual_seed(8))
+    out = l2_privatize_like_federate_code(h, eps, _rng.PackStream.from_names(["l2/0/noise"])).reshape(-1).numpy()
+    words = _rng.PackStream.from_names(["l2/0/noise"]).words(3 * 3 * d).numpy().view(np.uint64)
+    unit = (h / torch.linalg.vector_norm(h, dim=-1, keepdim=True)).reshape(-1).numpy()
+    np.testing.assert_array_equal(out, _release_by_definition(unit, laplace_l1(eps, d, 24), words[0].reshape(-1, 3)))
+
+
+def test_one_generator_with_an_eps_per_leading_slice_releases_each_slice_at_its_own_eps():
+    """eps with one value per leading slice and a single torch generator: one draw for the
+    whole input (three words per value, in order), slice k released by laplace_l1(eps_k, D)."""
+    eps, d = (1.0, 16.0), 5
+    h = torch.randn(2, 4, d, generator=torch.Generator().manual_seed(9))
+    out = laplace_privatize(h, eps, torch.Generator().manual_seed(10)).reshape(2, -1).numpy()
+    words = _rng.words(3 * 2 * 4 * d, torch.Generator().manual_seed(10)).numpy().view(np.uint64).reshape(2, -1, 3)
+    x = l1_normalize(h).reshape(2, -1).numpy()
+    for k in range(2):
+        np.testing.assert_array_equal(out[k], _release_by_definition(x[k], laplace_l1(eps[k], d, 24), words[k]))
+
+
+# -- the tables, pinned and held to exact arithmetic ---------------------------------------------
+
+CAP2 = 1 << 62  # one bucket's share of 2^64 in a table of 2^2 buckets
+
+
+@pytest.mark.parametrize("counts, table", [
+    # Vose's order by hand: small [0, 2], large [1, 3]; bucket 2 is topped up from 3, which is
+    # then exactly full (in neither list); bucket 0 from 1, which is then exactly full
+    ([CAP2 // 2, 3 * CAP2 // 2, CAP2 // 2, 3 * CAP2 // 2], [(CAP2 // 2, 1), (0, 1), (CAP2 // 2, 3), (0, 3)]),
+    # full buckets (0 and 3) start in neither list, and keep threshold 0 with themselves for alias
+    ([CAP2, CAP2 // 2, 3 * CAP2 // 2, CAP2], [(0, 0), (CAP2 // 2, 2), (0, 2), (0, 3)]),
+])
+def test_the_alias_table_is_voses_built_by_hand(counts, table):
+    """The packed table (threshold << bits | alias) of counts where a bucket is exactly full, at
+    the start or after a top-up: the same words sample the same values in every version."""
+    from fairdp.privacy._discrete import _alias, alias_counts
+
+    packed = _alias(counts, 2)
+    assert [(int(e) >> 2, int(e) & 3) for e in packed] == table
+    assert alias_counts(packed, 2) == counts
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 6).flatmap(lambda bits: st.tuples(st.just(bits), st.lists(
+    st.integers(0, 1 << 64), min_size=1, max_size=1 << bits))))
+def test_an_alias_table_samples_exactly_the_counts_it_was_built_from(bits_and_cuts):
+    """Any counts over 2^64 (cut points of [0, 2^64], zeros included), fewer than the buckets or
+    as many: read back word by word from the packed table, in exact integers, they are the
+    counts, and the buckets beyond them are never drawn."""
+    from fairdp.privacy._discrete import _alias, alias_counts
+
+    bits, cuts = bits_and_cuts
+    edges = sorted(cuts[:-1]) if len(cuts) > 1 else []
+    counts = np.diff([0, *edges, 1 << 64]).tolist()
+    packed = _alias(counts, bits)
+    low = 64 - bits
+    read = [0] * (1 << bits)
+    for bucket, entry in enumerate(packed.tolist()):  # a bucket's words below its threshold, then its alias's
+        read[bucket] += entry >> bits
+        read[entry & ((1 << bits) - 1)] += (1 << low) - (entry >> bits)
+    assert read == counts + [0] * ((1 << bits) - len(counts))
+    assert alias_counts(packed, bits) == read
+
+
+def test_the_alias_builder_refuses_counts_that_are_not_a_distribution_over_2_64():
+    from fairdp.privacy._discrete import _alias
+
+    _alias([1 << 64, 0], 1)  # a value that is never drawn is a distribution
+    for counts in ([CAP2] * 4 + [0, 0], [(1 << 64) - 1, 0], [(1 << 64) + 1, -1]):
+        with pytest.raises(ValueError, match="alias"):
+            _alias(counts, 1 if len(counts) == 2 else 2)
+
+
+def test_the_rounding_residue_goes_to_the_first_count():
+    """Equal weights: every count but the first is its share rounded down, the first takes what
+    that leaves (the largest count, where it moves a ratio least)."""
+    from fairdp.privacy._discrete import _quantise
+
+    counts = _quantise(np.array([1.0, 1.0, 1.0]))
+    assert counts[1] == counts[2] and counts[1] <= (1 << 64) // 3
+    assert sum(counts) == 1 << 64 and counts[0] == (1 << 64) - 2 * counts[1]
+
+
+STEP_LOSS_16387 = 6.1032909289600505e-05  # t = 16387: eps 1 over L1 rows (2^13 steps each)
+
+
+def _exp_lower(s: float) -> Fraction:
+    s = Fraction(s)
+    return 1 + s + s * s / 2 + s ** 3 / 6  # exp(s) >= this for s > 0
+
+
+def test_step_loss_is_pinned_and_bounds_the_tables_exact_loss():
+    """The loss of one grid step, from the tables' exact counts in Fractions: the largest ratio of
+    adjacent outputs' probabilities (Z = 0 against +-1, adjacent U within a V, the last U of v
+    against the first of v + 1, the clamped tail's sums). step_loss must bound its log from above
+    despite floating point (exp(step_loss) >= the exact ratio), within 1e-10 of it (the log of a
+    ratio near 1 keeps only some 12 digits), and is pinned:
+    a step's loss is what every eps is computed from. All four mechanisms have t = 16387."""
+    mechs = [laplace_l1(8.0, 8), laplace_minmax(2.0), laplace_l1(1.0, 8), laplace_minmax(1.0)]
+    assert {m.t for m in mechs} == {16387}
+    mech = mechs[0]
+    zero, cv, cu = mech.zero_threshold, V_COUNTS, alias_counts(mech.u_table, mech.u_bits)[:mech.t]
+    p_zero = Fraction(zero, 1 << 63)
+    p_one = Fraction((1 << 63) - zero, 1 << 64) * Fraction(cv[0] * cu[0], 1 << 128)
+    ratios = [p_zero / p_one, p_one / p_zero]
+    ratios += [Fraction(max(a, b), min(a, b)) for a, b in zip(cu[:-1], cu[1:])]
+    ratios += [Fraction(max(a, b), min(a, b)) for v in range(VMAX - 1)
+               for a, b in [(cv[v] * cu[-1], cv[v + 1] * cu[0])]]
+    tail, last = cv[VMAX] << 64, cv[VMAX - 1] * cu[-1]
+    ratios.append(Fraction(last + tail, tail))
+    exact = max(ratios)
+    for m in mechs:
+        loss = m.step_loss()
+        assert abs(loss - STEP_LOSS_16387) <= 2 * math.ulp(STEP_LOSS_16387)
+        assert _exp_lower(loss) >= exact
+        assert loss <= math.log(exact) * (1 + 1e-10)
+
+
+def test_t_is_the_smallest_noise_scale_whose_tables_meet_eps():
+    """eps 1 over rows of 8 L1 entries: the rows' integer L1 distance is 2 * 2^13 = 16384 steps,
+    and the V counts' rounding costs a little over 1/t: t = 16387, and 16386 would exceed eps.
+    For [0, 1] rows the same: a whole range of 2^14 steps."""
+    from fairdp.privacy._discrete import _build
+
+    for mech, distance, eps in ((laplace_l1(1.0, 8), 16384, 1.0), (laplace_minmax(1.0), 16384, 1.0)):
+        assert l1_row_distance(mech.grid_exponent, 8, 24) == 16384 or mech is not laplace_l1(1.0, 8)
+        assert mech.t == 16387 and mech.epsilon(distance) <= eps
+        assert _build(mech.t - 1, mech.grid_exponent, mech.bound).epsilon(distance) > eps
+
+
+@pytest.mark.parametrize("eps", [0.05, 0.3, 1.0, 5.0, 12.0])
+def test_the_noise_scale_is_between_half_and_all_of_grid_steps_grid_steps(eps):
+    """The grid is chosen so that the noise scale is between GRID_STEPS / 2 and GRID_STEPS steps
+    of 2^-g (g from the scale: floor(log2(GRID_STEPS * eps / 2)) for L1 rows, floor(log2(GRID_STEPS
+    * eps)) for [0, 1] rows), and the alias table for U the smallest power of two that holds t."""
+    for mech, scale in ((laplace_l1(eps, 8), 2 / eps), (laplace_minmax(eps), 1 / eps)):
+        assert mech.grid_exponent == math.floor(math.log2(GRID_STEPS / scale))
+        assert GRID_STEPS / 2 < mech.t <= GRID_STEPS + 8
+        assert scale <= mech.scale <= scale * 1.001
+        assert 1 << (mech.u_bits - 1) < mech.t <= 1 << mech.u_bits
+
+
+@pytest.mark.parametrize("bits", [24, 53])
+def test_the_l1_distance_and_bound_are_the_exact_rounding_bound(bits):
+    """L, the largest |m| an L1-normalised row of D entries can give, is floor(2^g (1 + rho)) with
+    rho = (D + 1) u / (1 - (D + 1) u), u = 2^-bits, in exact rational arithmetic (and two rows
+    are 2 L apart at most), for every D up to 2000 at the grid exponents the tables reach."""
+    from fairdp.privacy._discrete import _bound, _norm_rounding
+
+    for g in (13, 16, 17):
+        for dim in range(1, 2001):
+            u = Fraction(dim + 1, 1 << bits)
+            exact = math.floor((1 + u / (1 - u)) * (1 << g))
+            assert l1_row_distance(g, dim, bits) == 2 * exact
+            assert _bound(g, 1 + _norm_rounding(dim, bits)) == exact
+    assert laplace_l1(20.0, 400).bound == math.floor((1 + Fraction(401, 1 << 24) / (1 - Fraction(401, 1 << 24))) * 2 ** 17)
+    assert laplace_l1(20.0, 400).t == laplace_l1(20.0, 400, 24).t != laplace_l1(20.0, 400, 25).t  # float32 by default
+
+
+def test_the_largest_eps_the_tables_reach_is_vmax_minus_4_scales():
+    """The clamp must lie 4 noise scales beyond every input: L1 rows up to eps 24, [0, 1] rows up
+    to 12, and the refusal says so."""
+    from fairdp.errors import InputError
+
+    laplace_l1(24.0, 8)
+    laplace_minmax(12.0)
+    with pytest.raises(InputError, match="eps up to about 24 for these rows"):
+        laplace_l1(24.1, 8)
+    with pytest.raises(InputError, match="eps up to about 12 for these rows"):
+        laplace_minmax(12.1)

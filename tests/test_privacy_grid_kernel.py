@@ -24,7 +24,9 @@ from fairdp.privacy import (
     minmax_privatize,
 )
 
-pytestmark = pytest.mark.skipif(_grid_kernel.kernel() is None, reason="no C compiler here: the kernel cannot be built")
+# skipped only without a compiler: with one, a kernel that fails to build or load is a failure here
+# (the mechanism would fall back to the NumPy path, the same values 4x slower, and nothing else notices)
+pytestmark = pytest.mark.skipif(_grid_kernel._compiler() is None, reason="no C compiler here: the kernel cannot be built")
 
 
 def _scalar_kernel() -> _grid_kernel.GridKernel:
@@ -77,20 +79,31 @@ def test_kernel_releases_what_the_numpy_and_tensor_paths_release(k, rows, dim, e
     assert torch.equal(kernel, tensor)
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_a_draw_cut_between_threads_releases_the_same_values(threads):
-    """Large enough that the draw is split between CPU threads, each part starting on a Philox
-    block inside a config's row: the parts' words continue one stream."""
+@pytest.mark.parametrize("threads, k", [(1, 3), (2, 1), (3, 1), (4, 3)])
+def test_a_draw_cut_between_threads_releases_the_same_values(threads, k):
+    """Large enough that the draw is split between CPU threads; with more threads than configs
+    each config's row is cut too, a part starting on a Philox block inside the row (at the
+    three words per value a whole number of blocks holds): the parts' words continue one stream."""
+    firsts = []
+
+    class Recording:  # the built kernel, noting where in its row each part starts
+        def release(self, dtype):
+            fn = _grid_kernel.kernel().release(dtype)
+            return lambda *args: (firsts.append(args[3]), fn(*args))[1]
+
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
-        h = torch.randn(3, 2000, 30, generator=torch.Generator().manual_seed(threads))
-        x = l1_normalize(h).reshape(3, -1)
-        tables = _mechanisms._l1_tables((8.0, 12.0, 20.0), 30, 24, torch.device("cpu"))
-        kernel, numpy, tensor = _three_ways(x, tables, [f"cut/{i}/noise" for i in range(3)])
+        h = torch.randn(k, 2000, 30, generator=torch.Generator().manual_seed(threads))
+        x = l1_normalize(h).reshape(k, -1)
+        tables = _mechanisms._l1_tables((8.0, 12.0, 20.0)[:k], 30, 24, torch.device("cpu"))
+        names = [f"cut/{i}/noise" for i in range(k)]
+        kernel, numpy, tensor = _three_ways(x, tables, names)
+        recorded = _mechanisms._released_by_kernel(x, tables, _rng.PackStream.from_names(names), Recording())
     finally:
         torch.set_num_threads(saved)
-    assert torch.equal(kernel, numpy) and torch.equal(kernel, tensor)
+    assert torch.equal(kernel, numpy) and torch.equal(kernel, tensor) and torch.equal(recorded, kernel)
+    assert (max(firsts) > 0) == (threads > k)  # the rows were cut where there are more threads than rows
 
 
 def test_minmax_tables_release_the_same_values():
@@ -143,10 +156,45 @@ def test_a_build_is_cached_by_source_and_compiler_and_never_left_half_written(tm
 
 
 def test_a_failed_build_leaves_nothing_and_raises(tmp_path):
-    """A compiler that fails (here: `false`) raises, and leaves no library to be loaded later."""
+    """A compiler that fails (here: `false`) raises, and leaves no library to be loaded later,
+    in a cache folder made for it (its parents too)."""
     import shutil
     import subprocess
 
     with pytest.raises(subprocess.CalledProcessError):
-        _grid_kernel.build(tmp_path, compiler=shutil.which("false"))
-    assert list(tmp_path.iterdir()) == []
+        _grid_kernel.build(tmp_path / "cache" / "kernels", compiler=shutil.which("false"))
+    assert list((tmp_path / "cache" / "kernels").iterdir()) == []
+
+
+def test_kernels_are_cached_where_the_environment_says(tmp_path, monkeypatch):
+    """$FAIRDP_KERNEL_DIR first, then $XDG_CACHE_HOME/fairdp/kernels, then ~/.cache/fairdp/kernels."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("FAIRDP_KERNEL_DIR", raising=False)
+    assert _grid_kernel.cache_dir() == tmp_path / "home" / ".cache" / "fairdp" / "kernels"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _grid_kernel.cache_dir() == tmp_path / "xdg" / "fairdp" / "kernels"
+    monkeypatch.setenv("FAIRDP_KERNEL_DIR", str(tmp_path / "mine"))
+    assert _grid_kernel.cache_dir() == tmp_path / "mine"
+
+
+def test_fairdp_grid_kernel_0_turns_the_kernel_off_and_nothing_else_does(monkeypatch):
+    monkeypatch.setenv(_grid_kernel.DISABLE_ENV, "0")
+    assert _grid_kernel.kernel() is None
+    monkeypatch.setenv(_grid_kernel.DISABLE_ENV, "1")
+    assert isinstance(_grid_kernel.kernel(), _grid_kernel.GridKernel)
+
+
+def test_a_compiler_error_is_logged_as_its_first_line(tmp_path, monkeypatch, caplog):
+    """A compiler that fails prints its error on stderr: the one log line quotes its first line
+    (the reason a user can act on), not the whole output."""
+    compiler = tmp_path / "cc"
+    compiler.write_text("#!/bin/sh\necho 'cc: error: no such architecture' >&2\necho 'second line' >&2\nexit 1\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CC", str(compiler))
+    monkeypatch.setenv("FAIRDP_KERNEL_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setattr(_grid_kernel, "_loaded", False)
+    with caplog.at_level(logging.WARNING, logger="fairdp"):
+        assert _grid_kernel.kernel() is None
+    (line,) = [r.getMessage() for r in caplog.records if "grid Laplace kernel" in r.getMessage()]
+    assert "CalledProcessError: cc: error: no such architecture" in line and "second line" not in line

@@ -13,6 +13,7 @@ from scipy import stats
 from fairdp import _rng
 from fairdp.errors import InputError
 from fairdp.privacy import (
+    _mechanisms,
     l1_normalize,
     laplace_privatize,
     minmax_normalize,
@@ -22,7 +23,6 @@ from fairdp.privacy import (
     word_dropout_epsilon,
 )
 from fairdp.privacy._discrete import laplace_l1, laplace_minmax
-from fairdp.privacy import _mechanisms
 from fairdp.privacy._mechanisms import l2_privatize_like_federate_code
 
 PRIVATIZERS = [laplace_privatize, minmax_privatize, l2_privatize_like_federate_code]
@@ -360,3 +360,110 @@ def test_word_dropout_epsilon_values():
     assert word_dropout_epsilon(2.0, 0.9) < word_dropout_epsilon(2.0, 0.1) < 2.0
     with pytest.raises(InputError, match="^eps"):
         word_dropout_epsilon(0.0, 0.5)
+
+
+# --- what the checks refuse and accept --------------------------------------------------------
+
+
+@pytest.mark.parametrize("mu, bad", [
+    (torch.tensor([0.0, 0.5, 1.5]), "1.5"),         # valid entries first: the first bad one is named
+    (torch.tensor([0.3, 0.0, 1.0]), "1.0"),         # 1 itself is out: every word dropped
+    (torch.tensor([0.5, -0.25]), "-0.25"),
+    (torch.tensor([0.2, float("nan")]), "nan"),
+])
+def test_word_dropout_refuses_a_rate_tensor_with_one_entry_outside_0_1(mu, bad):
+    with pytest.raises(InputError, match=rf"^mu must be in \[0, 1\), got {bad}"):
+        word_dropout(torch.ones(len(mu), 4, 3, dtype=torch.long), mu.view(-1, 1, 1), _rng.make_generators(
+            range(len(mu)), "cpu"))
+
+
+def test_word_dropout_accepts_rates_from_0_to_just_below_1_and_pads_with_0_by_default():
+    tokens = torch.randint(1, 50, (2, 40, 40), generator=gen(22))
+    dropped = word_dropout(tokens, torch.tensor([0.0, 0.999]).view(2, 1, 1), _rng.make_generators([0, 1], "cpu"))
+    assert torch.equal(dropped[0], tokens[0])
+    assert (dropped[1] == 0).float().mean() > 0.99
+
+
+@pytest.mark.parametrize("mu", ["0.5", None])
+def test_word_dropout_refuses_a_rate_that_is_not_a_number(mu):
+    with pytest.raises(InputError, match="^mu must be a number"):
+        word_dropout(torch.ones(2, 3, dtype=torch.long), mu)
+
+
+def test_a_scalar_input_is_refused_naming_what_its_shape_lacks():
+    """K per-config streams need a leading axis of K; one eps per leading slice needs slices."""
+    with pytest.raises(InputError, match="^generator"):
+        word_dropout(torch.tensor(5), 0.1, _rng.make_generators([0, 1], "cpu"))
+    with pytest.raises(InputError, match="^eps"):
+        laplace_privatize(torch.tensor(2.0), (1.0, 2.0), gen(0))
+
+
+def test_an_eps_per_slice_must_match_the_slices():
+    with pytest.raises(InputError, match="^eps"):  # three values for a pack of two
+        laplace_privatize(torch.randn(2, 4, 3), (1.0, 2.0, 4.0), _rng.PackStream.from_names(["a", "b"]))
+    with pytest.raises(InputError, match="^eps"):  # two values for three leading slices
+        laplace_privatize(torch.randn(3, 4, 3), (1.0, 2.0), gen(0))
+
+
+def test_one_eps_for_a_pack_privatises_every_config_at_it():
+    names = ["one/0/noise", "one/1/noise", "one/2/noise"]
+    h = torch.randn(3, 6, 5, generator=gen(23))
+    packed = laplace_privatize(h, 8.0, _rng.PackStream.from_names(names))
+    for k in range(3):
+        assert torch.equal(packed[k], laplace_privatize(h[k:k + 1], 8.0, _rng.PackStream.from_names(names[k:k + 1]))[0])
+
+
+def test_minmax_true_epsilon_takes_whole_dimensions_from_one():
+    assert minmax_true_epsilon(0.7, 1) == 0.7
+    for dim in (True, 2.0, 0, -3):
+        with pytest.raises(InputError, match="^dim"):
+            minmax_true_epsilon(1.0, dim)
+
+
+@pytest.mark.parametrize("mechanism", [laplace_privatize, minmax_privatize])
+def test_half_precision_rows_are_released_as_their_float32_rows(mechanism):
+    """The tables' eps accounts for float32's rounding of a row (or float64's): a bfloat16 row is
+    normalised and released in float32, then rounded to bfloat16 (post-processing)."""
+    h = torch.randn(6, 9, generator=gen(24)).bfloat16()
+    assert torch.equal(mechanism(h, 2.0, gen(25)), mechanism(h.float(), 2.0, gen(25)).bfloat16())
+
+
+def test_federates_l2_variant_maps_a_zero_row_to_the_unit_row_one_over_sqrt_d():
+    """A zero row (no direction) is released as the row of 1/sqrt(D) entries, a row of norm
+    below 1 as its own direction; the same stream draws the same noise, so the releases of the
+    same unit rows are equal (D = 4: 1/sqrt(D) = 0.5 exactly; 3 rows per config, not D)."""
+    h = torch.zeros(1, 3, 4)
+    h[0, 0, :2] = torch.tensor([0.375, 0.5])  # norm 0.625
+    h[0, 2] = torch.randn(4, generator=gen(26))
+    unit = h.clone()
+    unit[0, 0, :2] = torch.tensor([3.0, 4.0])  # the same direction, norm 5
+    unit[0, 1] = 0.5
+    assert torch.equal(l2_privatize_like_federate_code(h, 8.0, _rng.PackStream.from_names(["z"])),
+                       l2_privatize_like_federate_code(unit, 8.0, _rng.PackStream.from_names(["z"])))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_compiler_failure_on_the_gpu_warns_once_and_releases_the_eager_values(monkeypatch):
+    """torch.compile failing (here: made to) turns the compiled release off for the process after
+    one warning naming the error; that call and the next release what the eager path does."""
+    import warnings
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(_mechanisms, "_compiled_release", None)
+    monkeypatch.setattr(torch, "compile", broken)
+    x = torch.rand(2, 300, generator=gen(27)).double().cuda() * 2 - 1
+    tables = _mechanisms._l1_tables((8.0, 12.0), 16, 53, torch.device("cuda", 0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = _mechanisms._released(x, tables, _rng.PackStream.from_names(["g0", "g1"], "cuda"))
+        second = _mechanisms._released(x, tables, _rng.PackStream.from_names(["g0", "g1"], "cuda"))
+    messages = [str(w.message) for w in caught if "compiled Laplace mechanism" in str(w.message)]
+    assert len(messages) == 1 and "RuntimeError: no compiler here" in messages[0]
+    assert _mechanisms._compiled_release is False
+    w = _rng.words(3 * 300, _rng.PackStream.from_names(["g0", "g1"], "cuda")).view(2, 300, 3)
+    eager = _mechanisms._release_from_words(w, x, tables.which.view(2, 1), tables.u_table, tables.u_bits,
+                                            tables.v_cumulative, tables.t, tables.zero, tables.bound, tables.clamp,
+                                            tables.scale_up, tables.gamma)
+    assert torch.equal(first, eager) and torch.equal(second, eager)

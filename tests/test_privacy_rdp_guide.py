@@ -38,7 +38,10 @@ def test_the_guides_eps_is_dp_accountings_to_rounding(log_q, log_sigma, steps, d
     assert guide == pytest.approx(exact, rel=1e-9, abs=1e-12)
 
 
-@pytest.mark.parametrize(("q", "sigma"), [(0.24, 0.7), (0.01, 3.0), (1e-3, 20.0), (0.5, 1.0)])
+# the last: one fractional order's series would stop only at its 1001st term, past dp-accounting's
+# 1000: it is left out (inf) by both
+@pytest.mark.parametrize(("q", "sigma"), [(0.24, 0.7), (0.01, 3.0), (1e-3, 20.0), (0.5, 1.0),
+                                          (0.05298316906283707, 0.8912509381337456)])
 def test_each_orders_rdp_is_dp_accountings(q, sigma):
     with quiet_accountant():
         exact = dp_rdp._compute_rdp_poisson_subsampled_gaussian(q, sigma, dp_rdp.DEFAULT_RDP_ORDERS)
@@ -103,3 +106,17 @@ def test_calibration_returns_a_certified_bracket():
     assert _dp_accounting_eps(128 / 2000, sigma, steps, 1e-5) <= 3.0
     assert _dp_accounting_eps(128 / 2000, sigma / 1.001, steps, 1e-5) > 3.0
     assert dpsgd_epsilon(sigma, 128, 2000, 3, 1e-5) == _dp_accounting_eps(128 / 2000, sigma, steps, 1e-5)
+
+
+def test_the_eps_of_a_curve_is_dp_accountings_at_its_edge_cases():
+    """An order of 1.01 or below gives no bound (here it would have given eps 0), and a divergence
+    whose KL bound delta^2 + expm1(-rdp) is exactly 0 (not above it) is not bounded by 0: both
+    as dp-accounting's compute_epsilon, called directly."""
+    orders, rdp = np.array([1.01, 2.0]), np.array([4.0, 4.0])
+    assert epsilon_from_rdp(rdp, 0.99, orders) == pytest.approx(dp_rdp.compute_epsilon(orders, rdp, 0.99)[0], rel=1e-12)
+    assert epsilon_from_rdp(rdp, 0.99, orders) > 2.0
+    tie = 1.0000000000500001e-10  # 1e-5^2 + expm1(-tie) == 0 exactly in float64
+    assert 1e-5**2 + math.expm1(-tie) == 0.0
+    curve = np.full(ORDERS.shape, tie)
+    expected = dp_rdp.compute_epsilon(ORDERS, curve, 1e-5)[0]
+    assert expected > 0 and epsilon_from_rdp(curve, 1e-5) == pytest.approx(expected, rel=1e-12)

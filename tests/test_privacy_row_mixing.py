@@ -65,6 +65,19 @@ class Noisy(nn.Linear):
         return super().forward(x + 0.1 * torch.randn_like(x))
 
 
+class FaintlyNoisy(nn.Linear):
+    """Randomness a millionth of the signal is still randomness no config's stream holds."""
+    def forward(self, x):
+        return super().forward(x + 1e-6 * torch.randn_like(x))
+
+
+class SqueezeBatch(nn.Linear):
+    """Drops the batch axis of a batch of one (a bare .squeeze() slip): a row evaluated on its
+    own, as per-sample clipping evaluates it, gets an output of another shape."""
+    def forward(self, x):
+        return super().forward(x).squeeze(0)
+
+
 def centred(i, o):
     return nn.Sequential(Centred(i, 6), nn.Tanh(), nn.Linear(6, o))
 
@@ -89,6 +102,14 @@ def noisy(i, o):
     return nn.Sequential(Noisy(i, 6), nn.Tanh(), nn.Linear(6, o))
 
 
+def faintly_noisy(i, o):
+    return nn.Sequential(FaintlyNoisy(i, 6), nn.Tanh(), nn.Linear(6, o))
+
+
+def squeeze_batch(i, o):
+    return nn.Sequential(nn.Linear(i, 6), nn.Tanh(), SqueezeBatch(6, o))
+
+
 def independent(i, o):
     return nn.Sequential(nn.Linear(i, 6), nn.Tanh(), nn.Dropout(0.5), nn.Linear(6, o))
 '''
@@ -101,6 +122,8 @@ REFUSED = {
     "batch_scale": "row 0's output depends on the other rows of its batch in training mode",
     "running_centre": "its forward updates 0.mean in place",
     "noisy": "random numbers drawn outside nn.Dropout",
+    "faintly_noisy": "random numbers drawn outside nn.Dropout",
+    "squeeze_batch": "row 0's output depends on the other rows of its batch in training mode",
 }
 # the mixers a packed step can evaluate row by row (an in-place update of a buffer that every
 # row shares cannot be vmapped over rows; random numbers cannot be drawn under vmap by default)
@@ -137,15 +160,25 @@ def test_a_module_whose_rows_are_their_own_passes_with_dropout_held_fixed(mixers
     assert row_mixing(mixers.independent(5, 3).double().eval(), X) is None
 
 
-def _clipped_sum(pack: FunctionalPack, x: torch.Tensor, y: torch.Tensor, clip: float) -> torch.Tensor:
-    """DP-SGD's clipped sum (no noise, weight 1 a row) as the packed step computes it, flattened."""
+def test_a_module_whose_output_is_nan_for_some_rows_does_not_mix_them(tmp_path):
+    """NaN is the same output twice and the same alone as in the batch: not mixing, not random
+    (the packed step drops such a row's gradient)."""
+    x = X.clone()
+    x[2, 0] = -1.0
+    assert row_mixing(_load(SQRT, tmp_path).root_first(5, 3).double(), x) is None
+
+
+def _clipped_sum(pack: FunctionalPack, x: torch.Tensor, y: torch.Tensor, clip: float, counts: bool = False):
+    """DP-SGD's clipped sum (no noise, weight 1 a row) as the packed step computes it, flattened
+    (with ``counts``: and the rows clipped and weighted, (2, 1))."""
     logits, trace = pack.forward_traced(x)
     unit = cross_entropy_grad(logits, y).to(logits.dtype)
     for p in pack.parameters():
         p.grad = None
     weight = -torch.ones(1, len(y), dtype=torch.float64)
-    pack.add_clipped(trace, unit, None, weight, torch.tensor([clip], dtype=torch.float64), None, None)
-    return torch.cat([p.grad.flatten() for p in pack.parameters()])
+    clipped = pack.add_clipped(trace, unit, None, weight, torch.tensor([clip], dtype=torch.float64), None, None)
+    flat = torch.cat([p.grad.flatten() for p in pack.parameters()])
+    return (flat, clipped) if counts else flat
 
 
 def _worst_move(mixers, name: str, clip: float, whole_batch: bool) -> float:
@@ -270,10 +303,11 @@ def test_a_record_whose_gradient_is_not_finite_adds_nothing_on_the_functional_pa
     y = torch.randint(0, 2, (10,), generator=g)
     pack = FunctionalPack(build_instances(lambda: nets.root_first(5, 2), _rng.PackStream.from_names(["nan/init"]),
                                           device="cpu", dtype=torch.float64))
-    whole = _clipped_sum(pack, x, y, 0.5)
+    whole, counts = _clipped_sum(pack, x, y, 0.5, counts=True)
     keep = torch.arange(10) != 3
     assert torch.isfinite(whole).all()
     assert torch.equal(whole, _clipped_sum(pack, x[keep], y[keep], 0.5))
+    assert counts[1].tolist() == [9]  # the row is not counted as weighted
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
