@@ -170,9 +170,23 @@ def _cmd_audit_training(args) -> int:
     """One-run audit (Steinke, Nasr and Jagielski 2023) of one DP-SGD or PF-LD config: train it
     once with canaries, guess their signs from what the auditor sees, print the claimed eps
     beside the empirical lower bound and the most the audit could show; for PF-LD also the
-    audit of its dual release on its own. Writes nothing; progress on stderr."""
-    if not (math.isfinite(args.eps) and args.eps > 0):
-        raise InputError(f"--eps must be a finite number > 0, got {args.eps}")
+    audit of its dual release on its own. With ``--spec`` the config is one of a study's, on its
+    data, its modules (a user's own included) and its training settings. Writes nothing;
+    progress on stderr."""
+    if args.spec is not None:
+        given = [flag for flag, value in (("--eps", args.eps), ("--clip", args.clip), ("--clip-dual", args.clip_dual),
+                                          ("--notion", args.notion), ("--dataset", args.dataset),
+                                          ("-o/--option", args.option)) if value]
+        if given:
+            raise InputError(f"{given[0]}: taken from the study with --spec (its config, dataset and settings); "
+                             "give --config N to choose the config")
+    else:
+        if args.config is not None:
+            raise InputError("--config: only with --spec STUDY.yaml")
+        if args.method is None or args.eps is None:
+            raise InputError(f"{'--method' if args.method is None else '--eps'}: required (or give --spec STUDY.yaml)")
+        if not (math.isfinite(args.eps) and args.eps > 0):
+            raise InputError(f"--eps must be a finite number > 0, got {args.eps}")
     if not 0 < args.confidence < 1:
         raise InputError(f"--confidence must be in (0, 1), got {args.confidence}")
     if args.canaries < 2:
@@ -183,7 +197,7 @@ def _cmd_audit_training(args) -> int:
         raise InputError(f"--k-positive + --k-negative must be in [1, --canaries = {args.canaries}], "
                          f"each >= 0, got {k_pos} + {k_neg}")
     for flag, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size)):
-        if value < 1:
+        if value is not None and value < 1:
             raise InputError(f"{flag} must be >= 1, got {value}")
     if args.rows is not None and args.rows < 10:
         raise InputError(f"--rows must be >= 10, got {args.rows}")
@@ -194,17 +208,10 @@ def _cmd_audit_training(args) -> int:
             raise InputError(f"{flag} must be a finite number > 0, got {value}")
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
         raise InputError(f"--lr must be a finite number > 0, got {args.lr}")
-    if args.method != "pfld" and args.no_dual_noise:
-        raise InputError("--no-dual-noise: only pfld releases dual values")
     if args.dual_samples < 1000:
         raise InputError(f"--dual-samples must be >= 1000, got {args.dual_samples}")
-    dual = args.method == "pfld" and not args.no_dual_audit
-    if dual and args.epochs < 2:
-        raise InputError("--epochs must be >= 2 for PF-LD's dual release audit (PF-LD releases dual values after "
-                         "every epoch but the last), or pass --no-dual-audit")
-    opts = _options(args.option)
 
-    from fairdp.data import load_dataset, subsample  # after the cheap checks
+    from fairdp.data import subsample  # after the cheap checks
     from fairdp.testing.training_audit import (
         BLIND_TO,
         DETECTS,
@@ -214,24 +221,47 @@ def _cmd_audit_training(args) -> int:
         audit_training,
     )
 
-    data = load_dataset(args.dataset, **opts)
+    if args.spec is not None:
+        method, config, data, train, arch, chosen = _study_config(args.spec, args.method, args.config)
+        if args.batch_size is not None and "batch_size" in config:
+            raise InputError(f"--batch-size: the study's config {args.config or 0} names its own batch_size "
+                             f"({config['batch_size']})")
+        epochs = train.epochs if args.epochs is None else args.epochs
+        batch_size = train.batch_size if args.batch_size is None else args.batch_size
+        device = train.device
+    else:
+        from fairdp.data import load_dataset
+
+        method, chosen, train, arch, device = args.method, None, None, None, "cpu"
+        epochs = 5 if args.epochs is None else args.epochs
+        batch_size = 100 if args.batch_size is None else args.batch_size
+        data = load_dataset(args.dataset or "synthetic", **_options(args.option))
+        config = {"eps": args.eps, "clip_primal": 1.0 if args.clip is None else args.clip}
+        if method == "pfld":
+            config = {"fairness_notion": args.notion or "dp", **config,
+                      "clip_dual": 1.0 if args.clip_dual is None else args.clip_dual}
+    if method != "pfld" and args.no_dual_noise:
+        raise InputError("--no-dual-noise: only pfld releases dual values")
+    dual = method == "pfld" and not args.no_dual_audit
+    if dual and epochs < 2:
+        raise InputError("--epochs must be >= 2 for PF-LD's dual release audit (PF-LD releases dual values after "
+                         "every epoch but the last), or pass --no-dual-audit")
     if args.rows is not None:
         data = subsample(data, args.rows, args.seed)
-    config = {"eps": args.eps, "clip_primal": args.clip}
-    if args.method == "pfld":
-        config = {"fairness_notion": args.notion, **config, "clip_dual": args.clip_dual}
-    result = audit_training(args.method, config, data, canaries=args.canaries, canary_kind=args.canary_kind,
-                            k_positive=k_pos, k_negative=k_neg, epochs=args.epochs, batch_size=args.batch_size,
+    if chosen is not None:
+        _progress_to_stderr(f"audit-training: {chosen}")
+    result = audit_training(method, config, data, canaries=args.canaries, canary_kind=args.canary_kind,
+                            k_positive=k_pos, k_negative=k_neg, epochs=epochs, batch_size=batch_size,
                             lr=args.lr, seed=args.seed, beta=1 - args.confidence, canary_norm=args.canary_norm,
                             noise_scale=args.noise_scale, clipping=not args.no_clipping,
                             noise_first_layer_only=args.first_layer_noise_only, dual_noise=not args.no_dual_noise,
-                            progress=_progress_to_stderr)
+                            train=train, arch=arch, device=device, progress=_progress_to_stderr)
     released = None
     if dual:
-        released = audit_dual_release(config, data, epochs=args.epochs, batch_size=args.batch_size,
+        released = audit_dual_release(config, data, epochs=epochs, batch_size=batch_size,
                                       samples=args.dual_samples, seed=args.seed, beta=1 - args.confidence,
                                       noise_scale=args.noise_scale, dual_noise=not args.no_dual_noise,
-                                      progress=_progress_to_stderr)
+                                      train=train, arch=arch, device=device, progress=_progress_to_stderr)
     # a lower bound exceeding the claim refutes it at the stated confidence
     refuted = result.refuted or (released is not None and released.refuted)
     verdict = "REFUTED" if refuted else "consistent"
@@ -241,23 +271,25 @@ def _cmd_audit_training(args) -> int:
         if released is not None:
             record["dual_release"] = {**released.to_dict(), "verdict": "REFUTED" if released.refuted else "consistent",
                                       "detects": list(DUAL_DETECTS), "blind_to": list(DUAL_BLIND_TO)}
+        if chosen is not None:
+            record["study_config"] = chosen
         print(json.dumps(record, indent=2))
         return 0
     level = f"{args.confidence:.4g}"
     shown = ", ".join(f"{k}={v}" for k, v in result.config.items())
-    rows = [(args.method, shown, f"one run, {result.canaries} {result.canary_kind} canaries",
+    rows = [(method, shown, f"one run, {result.canaries} {result.canary_kind} canaries",
              f"{result.claimed_eps:.4g}", f"{result.claimed_delta:.3g}", f"{result.eps_lower:.4g}",
              f"{result.eps_ceiling:.4g}", f"{result.correct}/{result.guesses} right", level,
              "REFUTED" if result.refuted else "consistent")]
     if released is not None:
-        rows.append((args.method, shown, f"dual release, {released.samples} draws per dataset",
+        rows.append((method, shown, f"dual release, {released.samples} draws per dataset",
                      f"{released.claimed_eps:.4g}", f"{released.claimed_delta:.3g}", f"{released.eps_lower:.4g}",
                      f"{released.eps_ceiling:.4g}", f"attribute {1 if released.numerator == 'x' else 0} favoured", level,
                      "REFUTED" if released.refuted else "consistent"))
     _print_table(("method", "config", "audit", "claimed eps", "delta", "eps lower bound", "largest showable",
                   "evidence", "confidence", "verdict"), rows)
-    where = "in the training set" if args.method == "dpsgd" else "attribute 1"
-    if args.method == "pfld" and result.canary_kind == "input":
+    where = "in the training set" if method == "dpsgd" else "attribute 1"
+    if method == "pfld" and result.canary_kind == "input":
         where += "; every input canary is a training record"
     print(f"\n{result.dataset}: {result.n_train} train rows; {result.canaries} {result.canary_kind} canaries, "
           f"{result.positive_signs} with sign +1 ({where}); {result.epochs} epochs, batch {result.batch_size}, "
@@ -291,6 +323,45 @@ def _cmd_audit_training(args) -> int:
     if refuted:
         print(f"the claim eps = {result.claimed_eps:.4g} is refuted at confidence {level}")
     return 0
+
+
+def _study_config(path: str, method: str | None, index: int | None):
+    """``audit-training --spec``: (method, config, data, training settings, architecture, a line
+    saying which) of config ``index`` (default 0) of the study's DP-SGD or PF-LD grid, its data
+    loaded and its modules checked as ``fairdp run`` checks them."""
+    from dataclasses import replace
+
+    from fairdp.study import check_models, load_spec, load_study_data
+
+    spec = load_spec(path)
+    audited = [m for m in spec.methods if m.name in AUDIT_TRAINING_METHODS]
+    names = ", ".join(m.name for m in spec.methods)
+    if method is not None:
+        plan = next((m for m in audited if m.name == method), None)
+        if plan is None:
+            raise InputError(f"--method {method}: the study {spec.name} has no {method} grid (its methods: {names})")
+    elif len(audited) == 1:
+        plan = audited[0]
+    elif not audited:
+        raise InputError(f"--spec {path}: the study {spec.name} has no {' or '.join(AUDIT_TRAINING_METHODS)} grid to "
+                         f"audit (its methods: {names})")
+    else:
+        raise InputError(f"--method: the study {spec.name} has both {' and '.join(m.name for m in audited)} grids; "
+                         "say which to audit")
+    index = 0 if index is None else index
+    if not 0 <= index < len(plan.configs):
+        raise InputError(f"--config: the study's {plan.name} grid has {len(plan.configs)} configs (0 to "
+                         f"{len(plan.configs) - 1}), got {index}")
+    data = load_study_data(spec.dataset, spec.dataset_options)
+    check_models(spec, data, [plan.name])
+    settings = spec.method_settings[plan.name]
+    config = dict(plan.configs[index])
+    arch = settings.architecture
+    models = "" if arch is None or not arch.models else \
+        "; " + ", ".join(f"{role} {ref.describe()}" for role, ref in arch.models)
+    chosen = (f"the study {spec.name}, {plan.name} config {index} of {len(plan.configs)} "
+              f"({', '.join(f'{k}={v}' for k, v in config.items())}) on {spec.dataset}{models}")
+    return plan.name, config, data, replace(spec.train, lr=settings.lr), arch, chosen
 
 
 def _draws(text: str) -> int:
@@ -709,18 +780,23 @@ def _add_audit_training_parser(sub) -> None:
     """``fairdp audit-training``: a canary audit of a DP-SGD or PF-LD config's training."""
     aut = sub.add_parser("audit-training", help="one-run canary audit of a DP-SGD or PF-LD config's training (and "
                          "of PF-LD's dual release): claimed eps vs an empirical lower bound")
-    aut.add_argument("--method", required=True, choices=AUDIT_TRAINING_METHODS)
-    aut.add_argument("--eps", required=True, type=float, help="the config's target eps (delta 1e-5)")
-    aut.add_argument("--clip", type=float, default=1.0, help="clip_primal, the per-row gradient clip (default 1)")
-    aut.add_argument("--clip-dual", type=float, default=1.0, help="PF-LD's clip_dual (default 1)")
-    aut.add_argument("--notion", choices=("dp", "eo", "ap"), default="dp", help="PF-LD's fairness notion (default dp)")
-    aut.add_argument("--dataset", default="synthetic", help="a registered dataset (default synthetic)")
+    aut.add_argument("--spec", metavar="STUDY.yaml",
+                     help="audit a config of this study's dpsgd or pfld grid, on its data, its modules (a module of "
+                          "your own included) and its training settings")
+    aut.add_argument("--config", type=int, metavar="N", help="with --spec: the config's index in the grid (default 0)")
+    aut.add_argument("--method", choices=AUDIT_TRAINING_METHODS,
+                     help="the method (required without --spec; with it, needed only when the study has both)")
+    aut.add_argument("--eps", type=float, help="the config's target eps (delta 1e-5); required without --spec")
+    aut.add_argument("--clip", type=float, help="clip_primal, the per-row gradient clip (default 1)")
+    aut.add_argument("--clip-dual", type=float, help="PF-LD's clip_dual (default 1)")
+    aut.add_argument("--notion", choices=("dp", "eo", "ap"), help="PF-LD's fairness notion (default dp)")
+    aut.add_argument("--dataset", help="a registered dataset (default synthetic)")
     aut.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
                      help="dataset loader option, e.g. -o rows=3000 (repeatable)")
     aut.add_argument("--rows", type=int, help="subsample the train split to this many rows (valid, test: a quarter)")
-    aut.add_argument("--epochs", type=int, default=5, help="training epochs (default 5)")
-    aut.add_argument("--batch-size", type=int, default=100, help="minibatch size (default 100)")
-    aut.add_argument("--lr", type=float, help="learning rate (default: the method's, 0.1)")
+    aut.add_argument("--epochs", type=int, help="training epochs (default 5, or the study's)")
+    aut.add_argument("--batch-size", type=int, help="minibatch size (default 100, or the study's)")
+    aut.add_argument("--lr", type=float, help="learning rate (default: the study's, else the method's, 0.1)")
     aut.add_argument("--canaries", type=int, default=1000, help="m, canaries with random signs (default 1000)")
     aut.add_argument("--canary-kind", choices=AUDIT_CANARY_KINDS, default="gradient",
                      help="gradient: white-box Dirac gradient canaries on every layer, scored on every step "

@@ -241,17 +241,38 @@ def _audit(data, method, eps=1.0, notion="dp", **kwargs):
     return audit_training(method, _config(method, eps, notion), data, **{**base, **kwargs})
 
 
-def _step(data, method, batch_size=100, notion="dp"):
-    """The method's own step for one config on ``data``, as fit_pack builds it."""
+def _step(data, method, batch_size=100, notion="dp", model="built-in"):
+    """The method's own step for one config on ``data``, as fit_pack builds it; ``model``
+    "user": the study's module of the user's (``_user_study``), through a functional pack."""
     from fairdp.engine import PackContext, TrainSettings
     from fairdp.methods import get_method
 
     impl = get_method(method)
     config = impl.validate_config(_config(method, notion=notion))
     settings = impl.config_settings(config, TrainSettings(epochs=4, batch_size=batch_size, config_chunk=1))
-    arch = impl.default_architecture(data.name)
+    arch = impl.default_architecture(data.name) if model == "built-in" else \
+        _user_study(method).method_settings[method].architecture
     ctx = PackContext(data, [config], [impl.config_id(config)], 0, settings, arch, __import__("torch").device("cpu"))
     return impl.make_step(ctx)
+
+
+USER_MODELS = {"encoder": {"factory": "models.py:residual_mlp", "width": 32, "blocks": 1},
+               "classifier": "torch.nn:Linear"}
+"""A module of the user's (the example residual MLP, with LayerNorm and dropout) and a linear
+head: the step's per-sample chain is a functional pack."""
+
+
+def _user_study(method, **train):
+    """A study of one ``method`` config on the ``data`` fixture's set with ``USER_MODELS``."""
+    from fairdp.study import parse_spec
+
+    from .conftest import REPO
+
+    grid = {k: [v] for k, v in _config(method).items()}
+    return parse_spec({"name": "audit-user", "dataset": {"name": "synthetic", "rows": 2500, "features": 12, "seed": 1},
+                       "seeds": [0], "train": {"epochs": 4, "batch_size": 100, **train},
+                       "architecture": {"encoder": [16], "models": USER_MODELS},
+                       "methods": {method: {"grid": grid}}}, base_dir=REPO / "examples")
 
 
 # gradient canaries: where they sit
@@ -309,18 +330,22 @@ def test_a_canary_coordinate_is_the_parameter_entry_it_names(data):
 # gradient canaries: how they enter the step
 
 
-def test_the_audit_chain_adds_what_the_engine_chain_adds(data):
+@pytest.mark.parametrize("model", ["built-in", "user"])
+def test_the_audit_chain_adds_what_the_engine_chain_adds(data, model):
     """With no canaries and no planted bug the audit's chain gives the engine's clipped noisy
-    sum, bit for bit: its rows, clipping and noise are the engine's."""
+    sum, bit for bit: its rows, clipping and noise are the engine's (the hand-packed layers, or
+    the functional pack of a module of the user's)."""
     import torch
 
     from fairdp._rng import PackStream
-    from fairdp.testing.training_audit import _AuditChain
+    from fairdp.engine import FunctionalPack
+    from fairdp.testing.training_audit import _AuditChain, _chain_parameters
 
     for method in ("dpsgd", "pfld"):
-        step = _step(data, method)
+        step = _step(data, method, model=model)
+        assert isinstance(step.model.per_sample_chain(), FunctionalPack) == (model == "user")
         engine = step.model.per_sample_chain()
-        audit = _AuditChain(engine.layers, None, False)
+        audit = _AuditChain(engine, None, False)
         train = step.ctx.split("train")
         x = train.X[:64].unsqueeze(0)
         unit = torch.randn(1, 64, 2, generator=torch.Generator().manual_seed(0))
@@ -333,7 +358,7 @@ def test_the_audit_chain_adds_what_the_engine_chain_adds(data):
             _, trace = chain.forward_traced(x)
             chain.add_clipped(trace, unit, scale, weight, torch.tensor([0.7]), torch.tensor([0.3]), gens,
                               plain_scale=scale[:, :10])
-            grads.append([p.grad.clone() for p in chain.parameters()])
+            grads.append([p.grad.clone() for p in _chain_parameters(engine)])
         for a, b in zip(*grads):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
 
@@ -349,12 +374,12 @@ def test_a_sampled_canary_adds_a_records_clipped_gradient_on_its_coordinate(data
 
     step = _step(data, "dpsgd")
     step.q = 1.0  # every present canary is sampled
-    layers = step.model.per_sample_chain().layers
-    shapes = [tuple(layer.weight.shape[1:]) for layer in layers]
+    engine = step.model.per_sample_chain()
+    shapes = [tuple(layer.weight.shape[1:]) for layer in engine.layers]
     placed = place_gradient_canaries(shapes, 100, seed=2)
     clip = 1.0 if clipping else 1e12
-    game = _WhiteBoxGame("dpsgd", step, layers, placed, np.ones(100), np.zeros(100, dtype=np.int64), 10.0, seed=0)
-    chain = _AuditChain(layers, game, False)
+    game = _WhiteBoxGame("dpsgd", step, engine, placed, np.ones(100), np.zeros(100, dtype=np.int64), 10.0, seed=0)
+    chain = _AuditChain(engine, game, False)
     x = step.ctx.split("train").X[:5].unsqueeze(0)
     _, trace = chain.forward_traced(x)
     chain.add_clipped(trace, torch.ones(1, 5, 2), None, torch.zeros(1, 5), torch.tensor([clip]), None, None)
@@ -384,36 +409,52 @@ def _noiseless_full_batch(step):
         step.count1.fill_(float((step.ctx.split("train").s == 1).sum()))
 
 
+@pytest.mark.parametrize("model", ["built-in", "user"])
 @pytest.mark.parametrize("method", ["dpsgd", "pfld"])
-def test_the_reference_is_the_steps_own_update_when_nothing_is_random(data, method):
+def test_the_reference_is_the_steps_own_update_when_nothing_is_random(data, method, model):
     """The auditor's reference is the update without noise, canaries and the private sample's
     randomness: with q = 1 and no noise the step's whole gradient, so the residual is 0; and a
-    canary's push stands out of it alone."""
+    canary's push stands out of it alone (on the built-in network and on a module of the user's)."""
     import torch
 
     from fairdp.engine import Batch
-    from fairdp.testing.training_audit import _AuditChain, _WhiteBoxGame, place_gradient_canaries
+    from fairdp.testing.training_audit import (
+        _AuditChain,
+        _WhiteBoxGame,
+        place_gradient_canaries,
+        place_parameter_canaries,
+    )
 
-    step = _step(data, method, batch_size=len(data.splits["train"]))
+    step = _step(data, method, batch_size=len(data.splits["train"]), model=model)
     _noiseless_full_batch(step)
-    layers = step.model.per_sample_chain().layers
-    shapes = [tuple(layer.weight.shape[1:]) for layer in layers]
-    placed = place_gradient_canaries(shapes, 50, seed=0)
+    engine = step.model.per_sample_chain()
+    if model == "user":
+        sizes = [p[0].numel() for _, p in engine.named_stacks()]
+        placed = place_parameter_canaries(sizes, 50, seed=0)
+        coords = placed.flat_index(sizes)
+    else:
+        shapes = [tuple(layer.weight.shape[1:]) for layer in engine.layers]
+        placed = place_gradient_canaries(shapes, 50, seed=0)
+        coords = placed.flat_index(shapes)
     signs = np.where(np.arange(50) < 25, 1, -1)
-    game = _WhiteBoxGame(method, step, layers, placed, signs, np.zeros(50, dtype=np.int64), 10.0, seed=0)
-    chain = _AuditChain(layers, game, False)
+    game = _WhiteBoxGame(method, step, engine, placed, signs, np.zeros(50, dtype=np.int64), 10.0, seed=0)
+    chain = _AuditChain(engine, game, False)
     step.model.per_sample_chain = lambda: chain
     train = step.ctx.split("train")
     rows = torch.arange(len(train.y))
     step.update(Batch(rows, train.X, train.y, train.s), torch.optim.SGD(step.model.parameters(), lr=0.0))
     residual = game.residuals[0]
-    coords = placed.flat_index(shapes)
+    np.testing.assert_array_equal(game.coordinates(), coords)
     kappa_or_weight = game.weights[0]
     assert np.abs(kappa_or_weight).min() > 0
     others = np.delete(residual, coords)
     scale = np.abs(np.concatenate([p.grad[0].reshape(-1).double().numpy() for p in chain.parameters()])).max()
     assert np.abs(others).max() <= 1e-4 * scale + 1e-2 * np.abs(kappa_or_weight).max()  # rounding and slivers
-    push = -kappa_or_weight * np.where(placed.is_bias, 1.0, 1e3 / math.sqrt(1e6 + 1))  # clipped to C = 1
+    # N = 10 C clipped to C = 1: a bias canary's (and a functional canary's) coordinate gets 1, a
+    # hand-packed weight canary's a / sqrt(a^2 + 1) of it
+    entry = np.ones(50) if model == "user" else np.where(placed.is_bias, 1.0, 1e3 / math.sqrt(1e6 + 1))
+    np.testing.assert_allclose(game.entries() / 10, entry)
+    push = -kappa_or_weight * entry
     np.testing.assert_allclose(residual[coords[:25]], push[:25], rtol=1e-3, atol=1e-4 * scale)
     np.testing.assert_allclose(residual[coords[25:]], 0.0, atol=1e-4 * scale)
 
@@ -601,6 +642,145 @@ def test_a_config_missing_a_hyperparameter_is_refused(data):
         audit_training("dpsgd", {"eps": 1.0}, data)
 
 
+# -- a module of the user's: Dirac canaries in a functional pack --------------------------------
+
+
+def _tanh_pack(k=2):
+    import torch
+    from torch import nn
+
+    from fairdp.engine import FunctionalPack
+
+    torch.manual_seed(0)
+    return FunctionalPack([nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2)) for _ in range(k)])
+
+
+@pytest.mark.parametrize("per_layer", [False, True])
+def test_extra_rows_enter_the_clipped_sum_as_the_rows_they_are(per_layer):
+    """The functional pack's hook for given gradients: rows whose per-sample gradients are given
+    (extra_rows) are clipped, weighted, counted and noised exactly as the same rows given as
+    inputs; the step's one noise draw is unchanged."""
+    import torch
+
+    from fairdp._rng import PackStream
+
+    pack = _tanh_pack()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(9, 5, generator=gen) * 3
+    unit = torch.randn(2, 9, 2, generator=gen)
+    weight = torch.rand(2, 9, generator=gen) - 0.3
+    clip, noise = torch.tensor([0.5, 0.8]), torch.tensor([0.2, 0.1])
+    given = pack.per_sample_grads(x[6:], unit[:, 6:])
+    out = []
+    for extra in (False, True):
+        for p in pack.parameters():
+            p.grad = None
+        gens = PackStream.from_names(["a", "b"], "cpu")
+        if extra:
+            counts = pack.add_clipped(x[:6], unit[:, :6], None, weight[:, :6], clip, noise, gens, per_layer=per_layer,
+                                      extra_rows=(given, weight[:, 6:]))
+        else:
+            counts = pack.add_clipped(x, unit, None, weight, clip, noise, gens, per_layer=per_layer)
+        out.append((counts, [p.grad.clone() for p in pack.parameters()]))
+    (counts_rows, rows), (counts_given, by_hook) = out
+    np.testing.assert_array_equal(counts_given, counts_rows)
+    assert counts_rows[0].min() > 0 and counts_rows[1].tolist() == [9, 9]  # some rows clipped, all weighted
+    for a, b in zip(rows, by_hook):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("m", [10, 37, 300])
+def test_parameter_canaries_cover_every_parameter_on_entries_of_their_own(m):
+    from fairdp.testing.training_audit import place_parameter_canaries
+
+    sizes = [12 * 16, 16, 16, 16, 16 * 16, 16, 16 * 16, 16, 16 * 2, 2]  # a residual MLP's and its head's
+    placed = place_parameter_canaries(sizes, m, seed=3)
+    coords = placed.flat_index(sizes)
+    assert len(placed) == m and len(set(coords.tolist())) == m
+    counts = np.bincount(placed.group(), minlength=len(sizes))
+    assert (counts >= 1).all() and all(c <= s // 2 for c, s in zip(counts, sizes))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    assert ((coords >= starts[placed.parameter]) & (coords < starts[placed.parameter + 1])).all()
+    if m == 300:  # in proportion to size where the caps let it
+        assert counts[4] == counts[6] > counts[0] > counts[8] > counts[9]
+    np.testing.assert_array_equal(place_parameter_canaries(sizes, m, seed=3).flat_index(sizes), coords)
+    with pytest.raises(InputError, match="canaries: at most"):
+        place_parameter_canaries(sizes, sum(n // 2 for n in sizes) + 1, seed=0)
+
+
+@pytest.mark.parametrize("clipping", [True, False])
+def test_a_sampled_canary_in_a_users_module_is_a_records_clipped_dirac_gradient(data, clipping):
+    """On a module of the user's, every canary present and sampled (q = 1), the real rows
+    weighted 0 and no noise: the step's gradient is -weight * clip(N e_j) on each canary's
+    coordinate and exactly 0 on every other one (a Dirac canary moves nothing else)."""
+    import torch
+
+    from fairdp.testing.training_audit import _AuditChain, _WhiteBoxGame, place_parameter_canaries
+
+    step = _step(data, "dpsgd", model="user")
+    step.q = 1.0
+    engine = step.model.per_sample_chain()
+    sizes = [p[0].numel() for _, p in engine.named_stacks()]
+    placed = place_parameter_canaries(sizes, 100, seed=2)
+    clip = 1.0 if clipping else 1e12
+    game = _WhiteBoxGame("dpsgd", step, engine, placed, np.ones(100), np.zeros(100, dtype=np.int64), 10.0, seed=0)
+    chain = _AuditChain(engine, game, False)
+    x = step.ctx.split("train").X[:5]
+    _, trace = chain.forward_traced(x)
+    counts = chain.add_clipped(trace, torch.ones(1, 5, 2), None, torch.zeros(1, 5), torch.tensor([clip]), None, None)
+    grad = torch.cat([p.grad[0].reshape(-1) for p in chain.parameters()]).double().numpy()
+    weight = -1.0 / (step.q * step.n)
+    np.testing.assert_allclose(grad[placed.flat_index(sizes)], -weight * (1.0 if clipping else 10.0), rtol=1e-6)
+    assert not np.delete(grad, placed.flat_index(sizes)).any()
+    assert counts[:, 0].tolist() == [100 if clipping else 0, 100]  # the canaries counted as weighted rows
+    assert len(game.residuals) == 1
+
+
+def test_input_canaries_are_refused_for_a_users_module(data):
+    spec = _user_study("dpsgd")
+    with pytest.raises(InputError, match="input canaries"):
+        _audit(data, "dpsgd", canary_kind="input", train=spec.train, arch=spec.method_settings["dpsgd"].architecture)
+
+
+def _user_audit(data, method, seed=0, **kwargs):
+    spec = _user_study(method)
+    return _audit(data, method, seed=seed, train=spec.train, arch=spec.method_settings[method].architecture, **kwargs)
+
+
+@pytest.mark.parametrize("method,seed", [("dpsgd", 0), ("dpsgd", 1), ("pfld", 0),
+                                         pytest.param("pfld", 1, marks=pytest.mark.slow),
+                                         pytest.param("dpsgd", 2, marks=pytest.mark.slow)])
+def test_gradient_audit_of_a_correct_mechanism_over_a_users_module_is_never_refuted(data, method, seed):
+    result = _user_audit(data, method, seed)
+    assert not result.planted_bug and result.claimed_eps == pytest.approx(1.0, rel=0.05)
+    assert result.eps_lower <= result.claimed_eps, result.to_dict()
+    assert result.eps_ceiling > 3 * result.claimed_eps
+    # every parameter of the user's module and of the head holds canaries, named as the module names them
+    assert len(result.canaries_per_group) == 12 and all(v >= 1 for v in result.canaries_per_group.values())
+    assert any("body" in name for name in result.canaries_per_group), result.canaries_per_group
+
+
+@pytest.mark.parametrize("method,bug", [
+    ("dpsgd", dict(noise_scale=0.2)),
+    ("dpsgd", dict(noise_first_layer_only=True)),
+    ("dpsgd", dict(clipping=False)),
+    ("pfld", dict(noise_first_layer_only=True)),
+    pytest.param("pfld", dict(noise_scale=0.2), marks=pytest.mark.slow),
+    pytest.param("pfld", dict(clipping=False), marks=pytest.mark.slow),
+])
+def test_gradient_audit_over_a_users_module_refutes_each_planted_bug(data, method, bug):
+    result = _user_audit(data, method, **bug)
+    assert result.planted_bug
+    assert result.refuted and result.eps_lower > 1.5 * result.claimed_eps, result.to_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("bug", [dict(noise_scale=0.2), dict(noise_first_layer_only=True), dict(clipping=False)])
+def test_gradient_audit_over_a_users_module_refutes_the_planted_bugs_at_other_seeds(data, seed, bug):
+    assert _user_audit(data, "dpsgd", seed=seed, **bug).refuted
+
+
 # -- the command --------------------------------------------------------------------------------
 
 SMALL = ["--dataset", "synthetic", "-o", "rows=1500", "-o", "features=8", "--epochs", "2",
@@ -627,6 +807,8 @@ SMALL = ["--dataset", "synthetic", "-o", "rows=1500", "-o", "features=8", "--epo
     (["--method", "dpsgd", "--eps", "1", "--clip", "0"], "clip_primal"),
     (["--method", "pfld", "--eps", "1", "--notion", "xx"], "--notion"),
     (["--eps", "1"], "--method"),
+    (["--method", "dpsgd"], "--eps"),
+    (["--method", "dpsgd", "--eps", "1", "--config", "0"], "--config"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(args, name, tmp_path):
     # the one real CLI start of `audit-training` in the fast set: a refusal, which imports little
@@ -679,3 +861,62 @@ def test_cli_method_names_match_the_audit():
 
     assert cli.AUDIT_TRAINING_METHODS == METHODS
     assert cli.AUDIT_CANARY_KINDS == CANARY_KINDS
+
+
+def _write_user_study(tmp_path, methods=None, models=None):
+    import shutil
+
+    import yaml
+
+    from .conftest import REPO
+
+    shutil.copy(REPO / "examples" / "models.py", tmp_path / "models.py")
+    methods = methods or {"dpsgd": {"grid": {"eps": [1.0, 2.0], "clip_primal": [1.0]}}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({
+        "name": "audited", "dataset": {"name": "synthetic", "rows": 1500, "features": 8}, "seeds": [0],
+        "train": {"epochs": 2, "batch_size": 100},
+        "architecture": {"encoder": [16], "models": models or USER_MODELS}, "methods": methods}))
+
+
+def test_cli_audit_training_audits_a_studys_config_over_the_users_module(tmp_path):
+    """--spec: the study's config (--config 1: eps 2), data, module of the user's and settings;
+    the planted bug refuted, the study's module named, nothing written."""
+    _write_user_study(tmp_path)
+    proc = run_main("audit-training", "--spec", "s.yaml", "--config", "1", "--canaries", "200",
+                    "--first-layer-noise-only", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["method"] == "dpsgd" and record["config"]["eps"] == 2.0 and record["epochs"] == 2
+    assert record["claimed_eps"] == pytest.approx(2.0, rel=0.05) and record["verdict"] == "REFUTED"
+    assert "audited" in record["study_config"] and "models.py:residual_mlp" in record["study_config"]
+    assert len(record["canaries_per_group"]) == 12 and sum(record["canaries_per_group"].values()) == 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models.py", "s.yaml"]
+
+
+@pytest.mark.parametrize("args,methods,name", [
+    (["--eps", "1"], None, "--eps"),
+    (["--dataset", "adult"], None, "--dataset"),
+    (["--config", "2"], None, "--config"),
+    (["--method", "pfld"], None, "--method pfld"),
+    (["--canary-kind", "input", "--canaries", "20", "--epochs", "1"], None, "canary_kind"),
+    ([], {"unconstrained": {}}, "--spec"),
+    ([], {"dpsgd": {"grid": {"eps": [1.0], "clip_primal": [1.0]}},
+          "pfld": {"grid": {"eps": [1.0], "clip_primal": [1.0], "clip_dual": [1.0], "fairness_notion": ["dp"]}}},
+     "--method"),
+])
+def test_cli_audit_training_spec_refusals_are_one_line(tmp_path, args, methods, name):
+    _write_user_study(tmp_path, methods)
+    proc = run_main("audit-training", "--spec", "s.yaml", *args, cwd=tmp_path)
+    assert_input_error(proc, name)
+    assert proc.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["models.py", "s.yaml"]
+
+
+def test_cli_audit_training_refuses_a_studys_module_that_mixes_rows(tmp_path):
+    (tmp_path / "nets.py").write_text(
+        "from torch import nn\n\n\n"
+        "class Centred(nn.Linear):\n"
+        "    def forward(self, x):\n"
+        "        return super().forward(x - x.mean(0))  # mixes the rows of a batch\n\n\n"
+        "def net(i, o):\n    return Centred(i, o)\n")
+    _write_user_study(tmp_path, models={"encoder": "nets.py:net"})
+    assert_input_error(run_main("audit-training", "--spec", "s.yaml", cwd=tmp_path), "encoder")

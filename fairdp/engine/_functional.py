@@ -287,6 +287,11 @@ class FunctionalPack(nn.Module):
     def k(self) -> int:
         return next(iter(self.params.values())).shape[0]
 
+    def named_stacks(self) -> list[tuple[str, nn.Parameter]]:
+        """(name, every config's parameter stacked (K, *shape)) in ``names`` order, the order
+        the noise is drawn in (``parameters()`` follows the ParameterDict, which sorts its keys)."""
+        return [(n, self.params[_key(n)]) for n in self.names]
+
     def _state(self, detach: bool = False) -> tuple[dict, dict]:
         params = {n: self.params[_key(n)] for n in self.names}
         if detach:
@@ -398,7 +403,8 @@ class FunctionalPack(nn.Module):
     @torch.no_grad()
     def add_clipped(self, trace: torch.Tensor, unit: torch.Tensor, row_scale: torch.Tensor | None,
                     weight: torch.Tensor, clip: torch.Tensor, noise_std: torch.Tensor | None, generators,
-                    plain_scale: torch.Tensor | None = None, per_layer: bool = False) -> np.ndarray:
+                    plain_scale: torch.Tensor | None = None, per_layer: bool = False,
+                    extra_rows: tuple[dict[str, torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
         """Add -sum_z weight[k, z] clip(g_z, clip[k]) + N(0, noise_std[k]^2) to every ``.grad``
         (no noise, and no draw, when ``noise_std`` is None), where g_z is row z's gradient of
         <unit[k, z] row_scale[k, z], f_k(x_z)> (``row_scale`` None: 1), and with ``plain_scale``
@@ -406,7 +412,10 @@ class FunctionalPack(nn.Module):
         plain_scale[k, z], f_k(x_z)>. ``per_layer``: each layer's part of g_z is clipped to
         clip / sqrt(layers), so the whole stays within clip. The noise is one draw per config
         for all parameter entries, in ``names`` order. A row whose gradient is not finite adds
-        nothing. Returns (rows whose gradient norm exceeded clip, rows weighted) per config,
+        nothing. ``extra_rows`` (gradients, weights): more rows given by their gradients, (K, r,
+        *parameter shape) per parameter name and (K, r) weights, clipped, weighted and counted as
+        the rows are, before the one noise draw (the training audit's gradient canaries enter
+        here). Returns (rows whose gradient norm exceeded clip, rows weighted) per config,
         (2, K), as ``add_clipped_gradients`` does."""
         x = trace
         shared = self._shared(x)
@@ -418,6 +427,31 @@ class FunctionalPack(nn.Module):
         total = {n: torch.zeros(p.shape, device=p.device, dtype=clip.dtype) for n, p in params.items()}
         exceeded = torch.zeros(k, dtype=torch.long, device=weight.device)
         weighted = torch.zeros(k, dtype=torch.long, device=weight.device)
+        def accumulate(g: dict[str, torch.Tensor], w: torch.Tensor) -> None:
+            g = {n: t.to(clip.dtype) for n, t in g.items()}
+            sq = {n: t.flatten(2).pow(2).sum(-1) for n, t in g.items()}  # (K, r) per parameter
+            norms = sum(sq.values()).sqrt()
+            w = w.to(clip.dtype)
+            # a row whose gradient is not finite adds nothing (``_per_sample._add_clipped``)
+            finite = torch.isfinite(norms)
+            if norms.device.type != "cpu" or not finite.all():
+                g = {n: torch.where(_trailing(finite, t.dim()), t, 0) for n, t in g.items()}
+                sq = {n: torch.where(finite, t, 0) for n, t in sq.items()}
+                w = torch.where(finite, w, 0)
+                norms = torch.where(finite, norms, 0)
+            if per_layer:
+                bound = clip.unsqueeze(1) / math.sqrt(len(groups))
+                for names in groups:
+                    factor = torch.clamp(bound / sum(sq[n] for n in names).sqrt().clamp_min(1e-12), max=1.0)
+                    for n in names:
+                        total[n] += torch.einsum("kr,kr...->k...", w * factor, g[n])
+            else:
+                factor = torch.clamp(clip.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)
+                for n in self.names:
+                    total[n] += torch.einsum("kr,kr...->k...", w * factor, g[n])
+            exceeded.add_(((norms > clip.unsqueeze(1)) & (w != 0)).sum(1))
+            weighted.add_((w != 0).sum(1))
+
         # clipping, sums and noise in the parameters' precision, never autocast's bf16: the
         # sensitivity and the noise scale the accountant is told are exact only then
         with full_precision(weight.device):
@@ -425,30 +459,9 @@ class FunctionalPack(nn.Module):
                 part = slice(lo, min(lo + chunk, rows))
                 cot = unit[:, part] if row_scale is None else \
                     unit[:, part] * _trailing(row_scale[:, part], unit.dim()).to(unit.dtype)
-                g = self.per_sample_grads(x[part] if shared else x[:, part], cot)
-                g = {n: t.to(clip.dtype) for n, t in g.items()}
-                sq = {n: t.flatten(2).pow(2).sum(-1) for n, t in g.items()}  # (K, r) per parameter
-                norms = sum(sq.values()).sqrt()
-                w = weight[:, part].to(clip.dtype)
-                # a row whose gradient is not finite adds nothing (``_per_sample._add_clipped``)
-                finite = torch.isfinite(norms)
-                if norms.device.type != "cpu" or not finite.all():
-                    g = {n: torch.where(_trailing(finite, t.dim()), t, 0) for n, t in g.items()}
-                    sq = {n: torch.where(finite, t, 0) for n, t in sq.items()}
-                    w = torch.where(finite, w, 0)
-                    norms = torch.where(finite, norms, 0)
-                if per_layer:
-                    bound = clip.unsqueeze(1) / math.sqrt(len(groups))
-                    for names in groups:
-                        factor = torch.clamp(bound / sum(sq[n] for n in names).sqrt().clamp_min(1e-12), max=1.0)
-                        for n in names:
-                            total[n] += torch.einsum("kr,kr...->k...", w * factor, g[n])
-                else:
-                    factor = torch.clamp(clip.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)
-                    for n in self.names:
-                        total[n] += torch.einsum("kr,kr...->k...", w * factor, g[n])
-                exceeded += ((norms > clip.unsqueeze(1)) & (w != 0)).sum(1)
-                weighted += (w != 0).sum(1)
+                accumulate(self.per_sample_grads(x[part] if shared else x[:, part], cot), weight[:, part])
+            if extra_rows is not None:
+                accumulate(*extra_rows)
             step = {n: -t for n, t in total.items()}
             if plain_scale is not None:
                 p_rows = plain_scale.shape[1]

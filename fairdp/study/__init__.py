@@ -28,5 +28,5 @@ from fairdp.study._executors import DEFAULT_EXECUTOR  # noqa: F401
 from fairdp.study._plan import Pack  # noqa: F401
 from fairdp.study._runner import with_overrides  # noqa: F401
 from fairdp.study._selection import selection_text  # noqa: F401
-from fairdp.study._spec import study_modules  # noqa: F401
+from fairdp.study._spec import check_models, study_modules  # noqa: F401
 from fairdp.study._worker import run_pack  # noqa: F401

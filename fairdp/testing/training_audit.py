@@ -22,6 +22,10 @@ clipping), weighted as a record (-1 / B for DP-SGD, kappa for PF-LD), and summed
 step's one noise draw. (In the engine's per-layer factorisation a row's gradient is a_l d_l^T
 plus d_l on the bias; a weight canary is a = 1000 e_c, d = N / sqrt(1000^2 + 1) e_r, so 1e-6 of
 its square lands on bias r, a unit no canary is scored on; a bias canary is a = 0, d = N e_r.)
+On a functional pack (a module of the user's, or ``packing: functional``) the canaries are
+placed over every parameter tensor (``place_parameter_canaries``) and are exact Dirac gradients,
+N on one entry and 0 elsewhere, given to the pack's ``add_clipped`` as rows (``extra_rows``).
+``train`` and ``arch`` take a study's settings and modules (``fairdp audit-training --spec``).
 
 What the white-box auditor sees: every step's released gradient (both methods' analyses
 release every step's noisy sum; the iterates are its post-processing), the public data and
@@ -94,14 +98,15 @@ import torch
 
 from fairdp.data import Dataset
 from fairdp.engine import (
+    Architecture,
     EpochReport,
+    FunctionalPack,
     PackContext,
     PackStep,
     TrainSettings,
     add_clipped_gradients,
     backprop_errors,
     fit_pack,
-    forward_traced,
 )
 from fairdp.errors import InputError
 from fairdp.methods import NeuralMethod, RunInfo, get_method
@@ -167,7 +172,9 @@ BLIND_TO = {
         "leaks outside the steps' clipped noisy sums: PF-LD's dual release (audited on its own), its public "
         "terms, evaluation or model selection",
         "leaks through the real records' data rather than through a record's own clipped gradient (a "
-        "data-dependent sampling rate, normaliser or noise scale)",
+        "data-dependent sampling rate, normaliser or noise scale), or a real record's per-sample gradient "
+        "computed wrongly (a canary's gradient is given, not computed: a module that mixes the rows of a batch "
+        "is for the study's checks and check-model to refuse)",
         "an eps above the largest showable one, and excess leakage the one-run bound cannot resolve: it is "
         "loose for Poisson-subsampled steps (DP-SGD at eps 1 with noise x0.5, true eps 2.8, shows about 0.5)",
     ),
@@ -439,48 +446,113 @@ def place_gradient_canaries(shapes: list[tuple[int, int]], m: int, seed: int) ->
                             np.array(unit, dtype=np.int64)[order])
 
 
-class _AuditChain:
-    """The chain of packed layers a DP-SGD or PF-LD step computes its clipped sum through,
-    as ``PackedModel.per_sample_chain`` gives it (``forward_traced``, ``add_clipped``), with the
-    audit's parts around the engine's one ``add_clipped_gradients`` call: the gradient canaries
-    appended as rows, the auditor's reference and the residual recorded (``game``), and the
-    planted ``noise_first_layer_only`` bug."""
+@dataclass(frozen=True)
+class ParameterCanaries:
+    """Where m Dirac gradient canaries sit in a functional pack's parameters (a module of the
+    user's, or the built-in MLP under ``packing: functional``): canary i is entry ``entry[i]``
+    of parameter ``parameter[i]`` (one config's tensor flattened; the pack's ``names`` order).
+    A canary's gradient is N on its entry and 0 elsewhere, exactly: no other coordinate moves."""
 
-    def __init__(self, layers, game: _WhiteBoxGame | None, noise_first_layer_only: bool):
-        self.layers = list(layers)
+    parameter: np.ndarray
+    entry: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.parameter)
+
+    def flat_index(self, sizes: list[int]) -> np.ndarray:
+        """Each canary's coordinate in the parameters flattened one after another."""
+        return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[self.parameter] + self.entry
+
+    def group(self) -> np.ndarray:
+        """Each canary's parameter group: its parameter tensor."""
+        return self.parameter
+
+
+def place_parameter_canaries(sizes: list[int], m: int, seed: int) -> ParameterCanaries:
+    """``m`` canary coordinates over parameter tensors of ``sizes`` entries, drawn by ``seed``:
+    each tensor's share in proportion to its size, at least one per tensor, at most half its
+    entries (most of a tensor's coordinates are canary-free, for the residuals' variance).
+    Raises InputError when m does not fit."""
+    rng = np.random.default_rng([seed, 0xD1AC, 1])
+    sizes_arr = np.array(sizes, dtype=np.int64)
+    caps = sizes_arr // 2
+    if caps.sum() < m:
+        raise InputError(f"canaries: at most {int(caps.sum())} gradient canaries fit this model (half of each "
+                         f"parameter's entries), got {m}")
+    counts = _share(m, sizes_arr.astype(float), caps)
+    parameter = np.repeat(np.arange(len(sizes)), counts)
+    entry = np.concatenate([rng.choice(n, size=c, replace=False) for n, c in zip(sizes, counts)]).astype(np.int64)
+    order = rng.permutation(m)  # canary i's place does not follow its index
+    return ParameterCanaries(parameter[order], entry[order])
+
+
+def _first_rows(chain, trace, n: int):
+    """The first ``n`` rows of a chain's trace: the hand-packed chain's per-layer inputs, or a
+    functional pack's input (rows shared by every config, or per config)."""
+    if isinstance(trace, list):
+        return [a[:, :n] for a in trace]
+    return trace[:n] if trace.dim() == chain.shared_input_dims else trace[:, :n]
+
+
+def _chain_parameters(chain) -> list[torch.Tensor]:
+    """The chain's parameters in the order its canaries' coordinates flatten them: a functional
+    pack's in ``names`` order, the hand-packed layers' weight then bias, layer by layer."""
+    if isinstance(chain, FunctionalPack):
+        return [p for _, p in chain.named_stacks()]
+    return list(chain.parameters())
+
+
+def _first_layer(chain) -> list[torch.Tensor]:
+    """The parameters of the chain's first layer: the noise the planted
+    ``noise_first_layer_only`` bug keeps."""
+    if isinstance(chain, FunctionalPack):
+        first = set(chain.layer_groups()[0])
+        return [p for name, p in chain.named_stacks() if name in first]
+    return list(chain.layers[0].parameters())
+
+
+class _AuditChain:
+    """The step's per-sample chain (``PackedModel.per_sample_chain``: the hand-packed layers
+    or a functional pack), offering the same ``forward_traced`` and ``add_clipped``, with the
+    audit's parts around the chain's one clipped sum: the gradient canaries added as rows, the
+    auditor's reference and the residual recorded (``game``), and the planted
+    ``noise_first_layer_only`` bug."""
+
+    def __init__(self, chain, game: _WhiteBoxGame | None, noise_first_layer_only: bool):
+        self.chain = chain
         self.game = game
         self.noise_first_layer_only = noise_first_layer_only
 
     def parameters(self):
-        return (p for layer in self.layers for p in layer.parameters())
+        return iter(_chain_parameters(self.chain))
 
     @torch.no_grad()
     def forward_traced(self, x: torch.Tensor):
-        out, inputs, _ = forward_traced(self.layers, x)
-        return out, inputs
+        return self.chain.forward_traced(x)
 
     @torch.no_grad()
     def add_clipped(self, trace, unit, row_scale, weight, clip, noise_std, generators, plain_scale=None,
                     per_layer: bool = False) -> np.ndarray:
-        # the rows' errors, clipped rows and plain objective as the engine's hand-packed chain forms them
-        deltas = backprop_errors(self.layers, trace, unit)
-        clipped = deltas if row_scale is None else [d * row_scale.unsqueeze(2).to(d.dtype) for d in deltas]
-        plain = None if plain_scale is None else \
-            [d[:, :plain_scale.shape[1]] * plain_scale.unsqueeze(2).to(d.dtype) for d in deltas]
-        params = list(self.parameters())
-        reference = None
+        params = _chain_parameters(self.chain)
+        reference, sampled = None, None
         if self.game is not None:
-            reference = self.game.reference(self, trace, clipped, weight, clip, plain, per_layer)
-            trace, clipped, weight = self.game.with_canaries(trace, clipped, weight)
-        counts = add_clipped_gradients(self.layers, trace, clipped, weight, clip, noise_std, generators,
-                                       plain=plain, per_layer=per_layer)
+            reference = self.game.reference(trace, unit, row_scale, weight, clip, plain_scale, per_layer)
+            sampled = self.game.sample()
+
+        def add(noise_std, generators) -> np.ndarray:
+            if self.game is not None:
+                return self.game.add_with_canaries(sampled, trace, unit, row_scale, weight, clip, noise_std,
+                                                   generators, plain_scale, per_layer)
+            return self.chain.add_clipped(trace, unit, row_scale, weight, clip, noise_std, generators,
+                                          plain_scale=plain_scale, per_layer=per_layer)
+
+        counts = add(noise_std, generators)
         if self.noise_first_layer_only and noise_std is not None:
             noisy = [p.grad for p in params]
             for p in params:
                 p.grad = None
-            add_clipped_gradients(self.layers, trace, clipped, weight, clip, None, None, plain=plain,
-                                  per_layer=per_layer)  # the same sum without noise: deterministic
-            first = {id(p) for p in self.layers[0].parameters()}
+            add(None, None)  # the same sum without noise: deterministic
+            first = {id(p) for p in _first_layer(self.chain)}
             for p, g in zip(params, noisy):
                 if id(p) in first:
                     p.grad = g
@@ -490,13 +562,15 @@ class _AuditChain:
 
 
 class _WhiteBoxGame:
-    """The gradient-canary game inside one run of a DP-SGD or PF-LD step (one config): which
-    canaries are present (``signs``), their coins, their rows, the auditor's reference and the
-    residuals it observes, step by step."""
+    """The gradient-canary game inside one run of a DP-SGD or PF-LD step (one config) through
+    its per-sample ``chain``: which canaries are present (``signs``), their coins, their rows,
+    the auditor's reference and the residuals it observes, step by step. ``canaries`` are
+    ``GradientCanaries`` on the hand-packed chain's layers, ``ParameterCanaries`` on a
+    functional pack's parameters."""
 
-    def __init__(self, method: str, step: PackStep, layers, canaries: GradientCanaries, signs: np.ndarray,
-                 slots: np.ndarray, norm: float, seed: int):
-        self.method, self.step, self.canaries = method, step, canaries
+    def __init__(self, method: str, step: PackStep, chain, canaries: GradientCanaries | ParameterCanaries,
+                 signs: np.ndarray, slots: np.ndarray, norm: float, seed: int):
+        self.method, self.step, self.chain, self.canaries, self.norm = method, step, chain, canaries, norm
         self.present = signs > 0
         self.slots = torch.as_tensor(slots, device=step.ctx.device)
         self.coins = np.random.default_rng([seed, 0xC015])
@@ -506,10 +580,17 @@ class _WhiteBoxGame:
         self.step_epochs: list[int] = []
         dtype, device = step.ctx.dtype, step.ctx.device
         m = len(canaries)
-        # per layer, every canary's (a, d): zero outside its own layer
+        if isinstance(chain, FunctionalPack):
+            self.sizes = [int(p[0].numel()) for p in _chain_parameters(chain)]
+            self.layers = len(chain.layer_groups())
+            return
+        # hand-packed: per layer, every canary's (a, d): zero outside its own layer
+        self.shapes = [tuple(layer.weight.shape[1:]) for layer in chain.layers]
+        self.sizes = [n for fan_in, fan_out in self.shapes for n in (fan_in * fan_out, fan_out)]
+        self.layers = len(chain.layers)
         self.rows_in, self.rows_err = [], []
         weight_d = norm / math.sqrt(_WEIGHT_CANARY_INPUT ** 2 + 1)
-        for i, layer in enumerate(layers):
+        for i, layer in enumerate(chain.layers):
             fan_in, fan_out = layer.weight.shape[1:]
             a = torch.zeros(m, fan_in, dtype=dtype, device=device)
             d = torch.zeros(m, fan_out, dtype=dtype, device=device)
@@ -520,6 +601,20 @@ class _WhiteBoxGame:
                                                            dtype=dtype, device=device)
             self.rows_in.append(a)
             self.rows_err.append(d)
+
+    def coordinates(self) -> np.ndarray:
+        """Each canary's coordinate in the chain's parameters flattened in order."""
+        if isinstance(self.canaries, ParameterCanaries):
+            return self.canaries.flat_index(self.sizes)
+        return self.canaries.flat_index(self.shapes)
+
+    def entries(self) -> np.ndarray:
+        """Each canary's gradient on its own coordinate, before clipping: N, or for a
+        hand-packed weight canary N a / sqrt(a^2 + 1) (the rest of its square is on its unit's bias)."""
+        if isinstance(self.canaries, ParameterCanaries):
+            return np.full(len(self.canaries), self.norm)
+        a = _WEIGHT_CANARY_INPUT
+        return np.where(self.canaries.is_bias, self.norm, self.norm * a / math.sqrt(a * a + 1))
 
     def record_weights(self) -> torch.Tensor:
         """(1, m): the weight the step gives a sampled record in each canary's place (the
@@ -532,55 +627,76 @@ class _WhiteBoxGame:
         kappa = step.coefficients()[1]  # (1, 2): from released values only
         return kappa[:, self.slots]
 
-    def with_canaries(self, trace, clipped, weight):
-        """The step's rows with the present canaries its coins sample appended."""
-        sampled = np.flatnonzero(self.present & (self.coins.random(len(self.canaries)) < self.step.q))
-        index = torch.as_tensor(sampled, device=weight.device)
+    def sample(self) -> np.ndarray:
+        """The present canaries this step's coins sample (each at the step's rate q)."""
+        return np.flatnonzero(self.present & (self.coins.random(len(self.canaries)) < self.step.q))
+
+    def add_with_canaries(self, sampled, trace, unit, row_scale, weight, clip, noise_std, generators, plain_scale,
+                          per_layer) -> np.ndarray:
+        """The chain's clipped noisy sum of the step's rows with the ``sampled`` canaries as more
+        rows: clipped, weighted as records and summed before the step's one noise draw."""
+        index = torch.as_tensor(sampled, device=weight.device, dtype=torch.long)
+        canary_weight = self.record_weights()[:, index].to(weight.dtype)
+        if isinstance(self.chain, FunctionalPack):
+            grads = {}
+            for g, (name, p) in enumerate(self.chain.named_stacks()):
+                rows = torch.zeros(p.shape[0], len(sampled), p[0].numel(), dtype=clip.dtype, device=p.device)
+                mine = np.flatnonzero(self.canaries.parameter[sampled] == g)
+                rows[:, mine, self.canaries.entry[sampled][mine]] = self.norm
+                grads[name] = rows.view(p.shape[0], len(sampled), *p.shape[1:])
+            return self.chain.add_clipped(trace, unit, row_scale, weight, clip, noise_std, generators,
+                                          plain_scale=plain_scale, per_layer=per_layer,
+                                          extra_rows=(grads, canary_weight))
+        # hand-packed: the rows' errors, clipped rows and plain objective as HandPackedChain forms them
+        layers = self.chain.layers
+        deltas = backprop_errors(layers, trace, unit)
+        clipped = deltas if row_scale is None else [d * row_scale.unsqueeze(2).to(d.dtype) for d in deltas]
+        plain = None if plain_scale is None else \
+            [d[:, :plain_scale.shape[1]] * plain_scale.unsqueeze(2).to(d.dtype) for d in deltas]
         trace = [torch.cat([a, rows[index].to(a.dtype).unsqueeze(0)], dim=1) for a, rows in zip(trace, self.rows_in)]
         clipped = [torch.cat([d, rows[index].to(d.dtype).unsqueeze(0)], dim=1)
                    for d, rows in zip(clipped, self.rows_err)]
-        weight = torch.cat([weight, self.record_weights()[:, index].to(weight.dtype)], dim=1)
-        return trace, clipped, weight
+        return add_clipped_gradients(layers, trace, clipped, torch.cat([weight, canary_weight], dim=1), clip,
+                                     noise_std, generators, plain=plain, per_layer=per_layer)
 
-    def _expected_private(self, chain):
-        """(inputs, errors, weight) of every candidate record of the private sum, each weighted
-        by q times the weight it has when sampled: the sum's expectation over the Poisson sample."""
+    def _expected_private(self):
+        """(rows, unit, row_scale, weight) of every candidate record of the private sum, each
+        weighted by q times the weight it has when sampled: the sum's expectation over the
+        Poisson sample, in the chain's ``add_clipped`` terms."""
         step = self.step
         train = step.ctx.split("train")
         if self.method == "dpsgd":
             x, y = train.X, train.y
         else:
             x, y = train.X[train.s == 1], train.y[train.s == 1]
-        logits, trace = chain.forward_traced(x)
+        logits, trace = self.chain.forward_traced(x)
         z = logits if logits.dtype == torch.float64 else logits.float()
         p1 = torch.softmax(z, dim=-1)
         if self.method == "dpsgd":  # each row's cross-entropy gradient w.r.t. its logits
             unit = (p1 - torch.nn.functional.one_hot(y, z.shape[-1]).to(z.dtype)).to(logits.dtype)
-            deltas = backprop_errors(chain.layers, trace, unit)
             weight = torch.full((1, len(y)), -1.0 / step.n, dtype=step.ctx.dtype, device=x.device)
-            return trace, deltas, weight
+            return trace, unit, None, weight
         # PF-LD: h's gradient along the logits' direction (-1, +1): p1 (1 - p1), or p1 - y for ap
         p = p1[..., 1]
         slope = torch.where(step.is_ap.view(-1, 1), p - y.to(p.dtype), p * (1 - p))
         direction = torch.tensor([-1.0, 1.0], dtype=logits.dtype, device=x.device).expand(*logits.shape)
-        deltas = [d * slope.unsqueeze(2).to(d.dtype)
-                  for d in backprop_errors(chain.layers, trace, direction.contiguous())]
         slot = torch.where(step.is_eo.view(-1, 1), y.view(1, -1), torch.zeros_like(y).view(1, -1))
         weight = step.q * step.coefficients()[1].gather(1, slot)
-        return trace, deltas, weight
+        return trace, direction.contiguous(), slope, weight
 
-    def reference(self, chain, trace, clipped, weight, clip, plain, per_layer) -> list[torch.Tensor]:
+    def reference(self, trace, unit, row_scale, weight, clip, plain_scale, per_layer) -> list[torch.Tensor]:
         """The auditor's reference for this step's gradient, per parameter: the public rows
         (PF-LD's minibatch: the rows the plain objective covers, first) exactly, and the
         private sum's expectation (``_expected_private``); no noise, no canaries."""
-        params = list(chain.parameters())
+        params = _chain_parameters(self.chain)
         if any(p.grad is not None for p in params):
             raise RuntimeError("the audited step did not clear its gradients before its clipped sum")
-        public = 0 if plain is None else plain[0].shape[1]
+        public = 0 if plain_scale is None else plain_scale.shape[1]
         if public:
-            add_clipped_gradients(chain.layers, [a[:, :public] for a in trace], [d[:, :public] for d in clipped],
-                                  weight[:, :public], clip, None, None, plain=plain, per_layer=per_layer)
-        add_clipped_gradients(chain.layers, *self._expected_private(chain), clip, None, None, per_layer=per_layer)
+            self.chain.add_clipped(_first_rows(self.chain, trace, public), unit[:, :public],
+                                   None if row_scale is None else row_scale[:, :public], weight[:, :public], clip,
+                                   None, None, plain_scale=plain_scale, per_layer=per_layer)
+        self.chain.add_clipped(*self._expected_private(), clip, None, None, per_layer=per_layer)
         out = [p.grad.detach().clone() for p in params]
         for p in params:
             p.grad = None
@@ -593,21 +709,18 @@ class _WhiteBoxGame:
         self.step_epochs.append(self.epoch)
 
 
-def _gradient_scores(game: _WhiteBoxGame, shapes: list[tuple[int, int]], push: np.ndarray, q: float) -> np.ndarray:
+def _gradient_scores(game: _WhiteBoxGame, push: np.ndarray, q: float) -> np.ndarray:
     """Each canary's log-likelihood ratio, summed over the steps, of its coordinate's residuals
     under "sampled at rate q" against "absent", with Gaussian residuals of the group's robust
-    scale over the epoch; ``push`` (m,) is the push a sampled canary gives its coordinate per
+    variance over the epoch; ``push``: what a sampled canary gives its coordinate per
     unit of record weight under the claimed clipping."""
     residuals = np.stack(game.residuals)                # (T, P)
     mu = -np.stack(game.weights) * push                 # (T, m): the engine adds -weight * g
     epochs = np.array(game.step_epochs)
-    coordinate = game.canaries.flat_index(shapes)
+    coordinate = game.coordinates()
     group = game.canaries.group()
-    bounds = []
-    at = 0
-    for fan_in, fan_out in shapes:
-        bounds += [(at, at + fan_in * fan_out), (at + fan_in * fan_out, at + (fan_in + 1) * fan_out)]
-        at += (fan_in + 1) * fan_out
+    ends = np.cumsum(game.sizes)
+    bounds = list(zip(ends - np.array(game.sizes), ends))  # each parameter group's coordinates
     variance = np.empty((len(residuals), len(bounds)))  # per step, per group
     for e in np.unique(epochs):
         steps = epochs == e
@@ -705,15 +818,17 @@ def _neural_method(method: str) -> NeuralMethod:
     return impl
 
 
-def _hand_packed_layers(step: PackStep) -> list:
-    """The packed layers of the step's per-sample chain; refused for a functional pack (a
-    user's module), whose per-sample gradients have no per-layer rows to append canaries to."""
-    chain = step.model.per_sample_chain()
-    layers = getattr(chain, "layers", None)
-    if not layers:
-        raise InputError("the training audit's gradient canaries and noise_first_layer_only need the built-in "
-                         f"hand-packed network; the step's chain is a {type(chain).__name__}")
-    return list(layers)
+def _audit_settings(train: TrainSettings | None, epochs: object, batch_size: object, lr: float | None,
+                    dtype: str | None, device: str | None, config_chunk: int) -> TrainSettings:
+    """What an audited run trains with: ``train`` (a study's; default the engine's defaults)
+    with the audit's epochs, batch size, dtype (None: ``train``'s, else float32), device and
+    configs per chunk, and its learning rate where given; never pruned."""
+    base = train if train is not None else TrainSettings()
+    return dataclasses.replace(base, epochs=_check_int("epochs", epochs, 1),
+                               batch_size=_check_int("batch_size", batch_size, 1),
+                               lr=base.lr if lr is None else lr,
+                               dtype=dtype or (base.dtype if train is not None else "float32"), device=device,
+                               config_chunk=config_chunk, prune=None, gpu_share=1.0)
 
 
 def audit_training(
@@ -731,12 +846,14 @@ def audit_training(
     seed: int = 0,
     beta: float = 0.05,
     canary_norm: float | None = None,
-    dtype: str = "float32",
+    dtype: str | None = None,
     device: str | None = "cpu",
     noise_scale: float = 1.0,
     clipping: bool = True,
     noise_first_layer_only: bool = False,
     dual_noise: bool = True,
+    train: TrainSettings | None = None,
+    arch: Architecture | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> TrainingAuditResult:
     """Audit one ``method`` config (``dpsgd`` or ``pfld``) trained on ``data`` with ``canaries``
@@ -749,7 +866,11 @@ def audit_training(
     clipping bounds (default ``GRADIENT_CANARY_NORM``) or an input canary's feature (default
     ``CANARY_NORM``). ``noise_scale``, ``clipping=False``, ``noise_first_layer_only`` and
     ``dual_noise=False`` (PF-LD) plant a bug (see ``_plant``); the claimed eps and delta are
-    always the method's own for the config. ``progress`` receives one line per epoch.
+    always the method's own for the config. ``train`` and ``arch``: a study's training settings
+    (clipping, packing, precision, accountant; ``epochs``, ``batch_size``, ``lr``, ``device``
+    and ``dtype`` are this call's) and architecture, a module of the user's included (default:
+    the method's own network and settings); a config's own ``lr``, ``batch_size`` and module
+    keywords apply as in a study. ``progress`` receives one line per epoch.
     """
     t0 = time.perf_counter()
     impl = _neural_method(method)
@@ -778,16 +899,13 @@ def audit_training(
     labels = canary_labels(data, m, method)
     audit_data = data if gradient else canary_dataset(data, signs, method, canary_norm)
     impl.check_dataset(audit_data)
-    settings = impl.config_settings(config, TrainSettings(epochs=_check_int("epochs", epochs, 1),
-                                                          batch_size=_check_int("batch_size", batch_size, 1),
-                                                          lr=lr, dtype=dtype, device=device, config_chunk=1))
-    arch = impl.default_architecture(audit_data.name)
+    settings = impl.config_settings(config, _audit_settings(train, epochs, batch_size, lr, dtype, device, 1))
+    arch = impl.config_architecture(config, arch or impl.default_architecture(audit_data.name))
     run = RunInfo.of(audit_data, settings, impl.representation_dim(audit_data, arch))
     claimed = impl.privacy(config, run)
 
     init: dict[str, torch.Tensor] = {}
     games: list[_WhiteBoxGame] = []
-    shapes: list[tuple[int, int]] = []
     per_group: dict[str, int] = {}
 
     def make_step(ctx: PackContext) -> PackStep:
@@ -795,18 +913,26 @@ def audit_training(
         if noise_scale != 1.0 or not clipping or not dual_noise:
             _plant(step, method, noise_scale, clipping, dual_noise)
         init.update({name: p.detach().clone() for name, p in step.model.named_parameters()})
+        chain = step.model.per_sample_chain()
+        functional = isinstance(chain, FunctionalPack)
+        if not gradient and functional:
+            raise InputError("canary_kind: input canaries are scored on the built-in hand-packed MLP's first layer; "
+                             "this model trains through a functional pack (a module of the user's, or packing: "
+                             "functional): use gradient canaries")
         if gradient or noise_first_layer_only:
-            layers = _hand_packed_layers(step)
             game = None
             if gradient:
-                shapes.extend(tuple(layer.weight.shape[1:]) for layer in layers)
-                placed = place_gradient_canaries(shapes, m, seed)
-                names = {id(p): name for name, p in step.model.named_parameters()}
-                params = [p for layer in layers for p in (layer.weight, layer.bias)]
-                per_group.update({names[id(p)]: int((placed.group() == g).sum()) for g, p in enumerate(params)})
+                if functional:
+                    placed = place_parameter_canaries([int(p[0].numel()) for p in _chain_parameters(chain)], m, seed)
+                    names = list(chain.names)
+                else:
+                    placed = place_gradient_canaries([tuple(layer.weight.shape[1:]) for layer in chain.layers], m, seed)
+                    named = {id(p): name for name, p in step.model.named_parameters()}
+                    names = [named[id(p)] for p in chain.parameters()]
+                per_group.update({name: int((placed.group() == g).sum()) for g, name in enumerate(names)})
                 # a canary's population slot (PF-LD's eo: its label's; dp and ap have one)
                 slots = labels if config.get("fairness_notion") == "eo" else np.zeros(m, dtype=np.int64)
-                game = _WhiteBoxGame(method, step, layers, placed, signs, slots,
+                game = _WhiteBoxGame(method, step, chain, placed, signs, slots,
                                      canary_norm * float(config["clip_primal"]), seed)
                 games.append(game)
                 begin = step.begin_epoch
@@ -816,8 +942,8 @@ def audit_training(
                     begin(epoch)
 
                 step.begin_epoch = begin_epoch
-            chain = _AuditChain(layers, game, noise_first_layer_only)
-            step.model.per_sample_chain = lambda: chain  # the step's one path to its clipped sum
+            audited = _AuditChain(chain, game, noise_first_layer_only)
+            step.model.per_sample_chain = lambda: audited  # the step's one path to its clipped sum
         return step
 
     def report(r: EpochReport) -> None:
@@ -838,11 +964,9 @@ def audit_training(
         if not game.residuals:
             raise RuntimeError("the audited step never computed a clipped sum")
         clip = float(config["clip_primal"])
-        bound = clip / math.sqrt(len(shapes)) if settings.clipping == "per_layer" else clip
-        norm = canary_norm * clip
-        entry = np.where(game.canaries.is_bias, norm, norm * _WEIGHT_CANARY_INPUT / math.sqrt(_WEIGHT_CANARY_INPUT ** 2 + 1))
-        push = entry * min(1.0, bound / norm)  # the canary's coordinate after the claimed clipping
-        scores = _gradient_scores(game, shapes, push, game.step.q)
+        bound = clip / math.sqrt(game.layers) if settings.clipping == "per_layer" else clip
+        push = game.entries() * min(1.0, bound / game.norm)  # the canary's coordinate after the claimed clipping
+        scores = _gradient_scores(game, push, game.step.q)
     else:
         effect = _own_column_effect(model, init, data.n_features, m, canary_norm)
         if method == "dpsgd":
@@ -892,10 +1016,12 @@ def audit_dual_release(
     samples: int = DUAL_SAMPLES,
     seed: int = 0,
     beta: float = 0.05,
-    dtype: str = "float32",
+    dtype: str | None = None,
     device: str | None = "cpu",
     noise_scale: float = 1.0,
     dual_noise: bool = True,
+    train: TrainSettings | None = None,
+    arch: Architecture | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> DualReleaseAuditResult:
     """Audit PF-LD's dual release on its own: the first dual step's noisy group-1 sums and
@@ -905,7 +1031,8 @@ def audit_dual_release(
     confidence 1 - ``beta``, the bound by ``event_epsilon_lower_bound`` at the run's claimed
     delta. The claim is the config's for a run of ``epochs`` and ``batch_size`` (the release
     is one of its parts: a correct release cannot exceed it). ``noise_scale`` and
-    ``dual_noise=False`` plant bugs as in ``audit_training``.
+    ``dual_noise=False`` plant bugs, and ``train`` and ``arch`` are a study's, as in
+    ``audit_training``.
     """
     t0 = time.perf_counter()
     impl = _neural_method("pfld")
@@ -918,10 +1045,9 @@ def audit_dual_release(
                          f"got {epochs}")
     config = impl.validate_config(config)
     impl.check_dataset(data)
-    settings = impl.config_settings(config, TrainSettings(epochs=epochs, batch_size=_check_int("batch_size",
-                                                          batch_size, 1), dtype=dtype, device=device,
-                                                          config_chunk=_DUAL_CONFIGS))
-    arch = impl.default_architecture(data.name)
+    settings = impl.config_settings(config, _audit_settings(train, epochs, batch_size, None, dtype, device,
+                                                            _DUAL_CONFIGS))
+    arch = impl.config_architecture(config, arch or impl.default_architecture(data.name))
     run = RunInfo.of(data, settings, impl.representation_dim(data, arch))
     claimed = impl.privacy(config, run)
     torch_device = torch.device(device or "cpu")
