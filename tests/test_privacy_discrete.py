@@ -513,10 +513,17 @@ def test_step_loss_is_pinned_and_bounds_the_tables_exact_loss():
     against the first of v + 1, the clamped tail's sums). step_loss must bound its log from above
     despite floating point (exp(step_loss) >= the exact ratio), within 1e-10 of it (the log of a
     ratio near 1 keeps only some 12 digits), and is pinned:
-    a step's loss is what every eps is computed from. All four mechanisms have t = 16387."""
+    a step's loss is what every eps is computed from. All four mechanisms have t = 16387; at the
+    other end of the scales the tables use, [0, 1] rows at eps 0.9999 have t = 8194."""
     mechs = [laplace_l1(8.0, 8), laplace_minmax(2.0), laplace_l1(1.0, 8), laplace_minmax(1.0)]
     assert {m.t for m in mechs} == {16387}
-    mech = mechs[0]
+    for mech in (mechs[0], laplace_minmax(0.9999)):
+        _check_step_loss_bounds_the_exact_loss(mech)
+    for m in mechs:
+        assert abs(m.step_loss() - STEP_LOSS_16387) <= 2 * math.ulp(STEP_LOSS_16387)
+
+
+def _check_step_loss_bounds_the_exact_loss(mech) -> None:
     zero, cv, cu = mech.zero_threshold, V_COUNTS, alias_counts(mech.u_table, mech.u_bits)[:mech.t]
     p_zero = Fraction(zero, 1 << 63)
     p_one = Fraction((1 << 63) - zero, 1 << 64) * Fraction(cv[0] * cu[0], 1 << 128)
@@ -527,11 +534,9 @@ def test_step_loss_is_pinned_and_bounds_the_tables_exact_loss():
     tail, last = cv[VMAX] << 64, cv[VMAX - 1] * cu[-1]
     ratios.append(Fraction(last + tail, tail))
     exact = max(ratios)
-    for m in mechs:
-        loss = m.step_loss()
-        assert abs(loss - STEP_LOSS_16387) <= 2 * math.ulp(STEP_LOSS_16387)
-        assert _exp_lower(loss) >= exact
-        assert loss <= math.log(exact) * (1 + 1e-10)
+    loss = mech.step_loss()
+    assert _exp_lower(loss) >= exact
+    assert loss <= math.log(exact) * (1 + 1e-10)
 
 
 def test_t_is_the_smallest_noise_scale_whose_tables_meet_eps():
@@ -546,7 +551,7 @@ def test_t_is_the_smallest_noise_scale_whose_tables_meet_eps():
         assert _build(mech.t - 1, mech.grid_exponent, mech.bound).epsilon(distance) > eps
 
 
-@pytest.mark.parametrize("eps", [0.05, 0.3, 1.0, 5.0, 12.0])
+@pytest.mark.parametrize("eps", [0.05, 0.3, 1.0, 1.00015, 5.0, 12.0])  # 1.00015: [0, 1] rows' t is 16384
 def test_the_noise_scale_is_between_half_and_all_of_grid_steps_grid_steps(eps):
     """The grid is chosen so that the noise scale is between GRID_STEPS / 2 and GRID_STEPS steps
     of 2^-g (g from the scale: floor(log2(GRID_STEPS * eps / 2)) for L1 rows, floor(log2(GRID_STEPS
@@ -571,6 +576,10 @@ def test_the_l1_distance_and_bound_are_the_exact_rounding_bound(bits):
             exact = math.floor((1 + u / (1 - u)) * (1 << g))
             assert l1_row_distance(g, dim, bits) == 2 * exact
             assert _bound(g, 1 + _norm_rounding(dim, bits)) == exact
+    # rows wide enough that rho's denominator 1 - (D + 1) u moves the floor
+    for g, dim in ((13, 65280), (16, 283386)):
+        u = Fraction(dim + 1, 1 << 24)
+        assert l1_row_distance(g, dim, 24) == 2 * math.floor((1 + u / (1 - u)) * (1 << g))
     assert laplace_l1(20.0, 400).bound == math.floor((1 + Fraction(401, 1 << 24) / (1 - Fraction(401, 1 << 24))) * 2 ** 17)
     assert laplace_l1(20.0, 400).t == laplace_l1(20.0, 400, 24).t != laplace_l1(20.0, 400, 25).t  # float32 by default
 
@@ -586,3 +595,30 @@ def test_the_largest_eps_the_tables_reach_is_vmax_minus_4_scales():
         laplace_l1(24.1, 8)
     with pytest.raises(InputError, match="eps up to about 12 for these rows"):
         laplace_minmax(12.1)
+
+
+def test_v_counts_are_the_geometric_law_over_2_64():
+    """P(V = v) = (1 - 1/e) e^-v for v < VMAX and P(V >= VMAX) = e^-VMAX, over 2^64: every count
+    but the first its share rounded down (within 1, and 1e-15 for the floats), the first what
+    makes the sum 2^64; V's inverse CDF is their running sum."""
+    shares = [(1 - math.exp(-1.0)) * math.exp(-v) for v in range(VMAX)] + [math.exp(-VMAX)]
+    assert len(V_COUNTS) == VMAX + 1 and sum(V_COUNTS) == 1 << 64
+    for count, share in zip(V_COUNTS[1:], shares[1:]):
+        assert abs(count - share * 2.0**64) <= 1 + 1e-15 * share * 2.0**64
+    assert V_CUMULATIVE.tolist() == np.cumsum(np.array(V_COUNTS[:VMAX], dtype=object)).tolist()
+
+
+@pytest.mark.parametrize("build", ["l1", "minmax"])
+def test_a_mechanism_meets_its_own_eps_exactly(build):
+    """The tables' eps (eps over L1 rows, or one [0, 1] entry's) is a target they meet: asked for
+    exactly that eps, the search returns the same noise scale, not one grid step more."""
+    if build == "l1":
+        mech = laplace_l1(6.0, 8)
+        own = mech.epsilon(l1_row_distance(mech.grid_exponent, 8, 24))
+        again = laplace_l1(own, 8)
+    else:
+        mech = laplace_minmax(3.0)
+        own = mech.epsilon(mech.bound)
+        again = laplace_minmax(own)
+    assert own < [6.0, 3.0][build == "minmax"] and again.grid_exponent == mech.grid_exponent
+    assert again.t == mech.t

@@ -83,7 +83,8 @@ def test_kernel_releases_what_the_numpy_and_tensor_paths_release(k, rows, dim, e
 def test_a_draw_cut_between_threads_releases_the_same_values(threads, k):
     """Large enough that the draw is split between CPU threads; with more threads than configs
     each config's row is cut too, a part starting on a Philox block inside the row (at the
-    three words per value a whole number of blocks holds): the parts' words continue one stream."""
+    three words per value a whole number of blocks holds, so a half or a third of the row is
+    rounded to 4 values): the parts' words continue one stream."""
     firsts = []
 
     class Recording:  # the built kernel, noting where in its row each part starts
@@ -94,7 +95,7 @@ def test_a_draw_cut_between_threads_releases_the_same_values(threads, k):
     saved = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
-        h = torch.randn(k, 2000, 30, generator=torch.Generator().manual_seed(threads))
+        h = torch.randn(k, 2001, 30, generator=torch.Generator().manual_seed(threads))  # 60030 values: not cut on a multiple of 4
         x = l1_normalize(h).reshape(k, -1)
         tables = _mechanisms._l1_tables((8.0, 12.0, 20.0)[:k], 30, 24, torch.device("cpu"))
         names = [f"cut/{i}/noise" for i in range(k)]

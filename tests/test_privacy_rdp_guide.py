@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fairdp.privacy import calibrate_dpsgd_sigma, dpsgd_epsilon
 from fairdp.privacy._accounting import _smallest_sigma, quiet_accountant
-from fairdp.privacy._rdp_guide import ORDERS, epsilon_from_rdp, sampled_gaussian_rdp
+from fairdp.privacy._rdp_guide import ORDERS, _log_a_frac, epsilon_from_rdp, sampled_gaussian_rdp
 
 
 def _dp_accounting_eps(q: float, sigma: float, steps: int, delta: float) -> float:
@@ -50,6 +50,23 @@ def test_each_orders_rdp_is_dp_accountings(q, sigma):
     assert np.array_equal(np.isfinite(guide), finite)
     # log A_alpha near 0 holds ~1e-16 absolute: a tiny RDP agrees in absolute terms
     np.testing.assert_allclose(guide[finite], exact[finite], rtol=1e-9, atol=1e-14)
+
+
+@pytest.mark.parametrize("block", [3, 7, 128])
+@pytest.mark.parametrize(("q", "sigma"), [(0.24, 0.7), (0.01, 3.0), (0.5, 1.0)])
+def test_the_fractional_series_does_not_depend_on_how_many_terms_a_block_holds(q, sigma, block):
+    """``block`` only sets how many terms of every order are summed at a time: with blocks of 3
+    or 7 terms every order's series runs over many blocks, each carrying the last one's sums and
+    terms, and gives dp-accounting's log A_alpha, term by term as it sums it."""
+    alphas = ORDERS[ORDERS != np.floor(ORDERS)]
+    np.testing.assert_allclose(_log_a_frac(q, sigma, alphas, block=block), _exact_log_a_frac(q, sigma),
+                               rtol=1e-12, atol=1e-15)
+
+
+@functools.cache
+def _exact_log_a_frac(q: float, sigma: float) -> np.ndarray:
+    with quiet_accountant():
+        return np.array([dp_rdp._compute_log_a_frac(q, sigma, float(a)) for a in ORDERS[ORDERS != np.floor(ORDERS)]])
 
 
 def test_the_plain_gaussian_is_alpha_over_two_sigma_squared():
