@@ -111,6 +111,10 @@ DESCRIPTIONS = {
     "error": "the failure's message on an error row; null otherwise",
     "fairdp_version": "fairdp's version that wrote the row",
     "node": "IP address (on Ray) or host name of the machine the pack ran on",
+    "device": "JSON: what decides its float results beyond fairdp's code: CPU model, the instruction-set "
+              "features torch's kernels dispatch on, threads per trial, GPU, and the torch, BLAS and oneDNN "
+              "builds (absent from result sets written before it existed); rows that differ in it are not "
+              "expected to be bit-identical",
     "finished_at": "when the pack's rows were made (UTC)",
 }
 SPLIT_TEXT = {"valid": "on the valid split (what selection reads)", "test": "on the test split"}

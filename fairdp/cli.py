@@ -566,24 +566,34 @@ def _cmd_compare(args) -> int:
     import warnings
 
     from fairdp.analysis import (
+        CODE_SETTING,
         check_rt,
         compare_picks,
+        describe_devices,
+        device_differences,
         identical_configs,
         paired_tests,
         precisions,
+        protocol_differences,
         render_table,
     )
 
     if args.rt is not None:
         check_rt(args.rt, "--rt")
+    if not (math.isfinite(args.resolution) and args.resolution > 0):
+        raise InputError(f"--resolution must be a finite number of points > 0, got {args.resolution}")
     a, b = _load_rows([args.a]), _load_rows([args.b])
     chosen = _chosen_selection("compare", args, [args.a, args.b])
     fairness, rt, by = chosen.values["fairness"], chosen.values["rt"], list(chosen.values["by"])
+    protocol = protocol_differences(a, b)
+    settings = protocol[protocol["setting"] != CODE_SETTING]
+    across = set(map(tuple, settings[["dataset", "method"]].to_numpy()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # rows excluded from a selection are analyze's to list
         picks = compare_picks(a, b, rt, fairness, by)
-        tests = paired_tests(picks, fairness, by=by)
+        tests = paired_tests(picks, fairness, by=by, across=across, resolution=args.resolution)
     same, common, gap = identical_configs(a, b)
+    device = device_differences(a, b)
     print(f"fairdp compare: {chosen.message}", file=sys.stderr)
     if args.format == "csv":
         sys.stdout.write(render_table(tests, "csv"))
@@ -595,18 +605,63 @@ def _cmd_compare(args) -> int:
     print(f"fairdp compare {args.a} {args.b}: {bitwise}; RT picks the same config in "
           f"{int(picks['same_pick'].sum())} of {len(picks)} (dataset, method, seed); paired tests over seeds: "
           + ", ".join(f"{n} {v}" for v, n in sorted(verdicts.items())))
+    if len(settings):
+        named = sorted(set(settings["setting"]))
+        print(f"protocol: the runs differ in {', '.join(named)} (below): their verdicts are across protocols, "
+              "a difference is the settings' as much as the method's")
+    else:
+        print("protocol: the same in both runs (every protocol setting the rows record)")
+    code = protocol[protocol["setting"] == CODE_SETTING]
+    if len(code):
+        print(f"code: fairdp {code['a'].iloc[0]} (A) against {code['b'].iloc[0]} (B): a difference may come from "
+              "the code too")
     in_a, in_b = precisions(a), precisions(b)
     if in_a != in_b:  # e.g. a study without train.precision on CPUs that differ in bf16
-        print(f"precision: A computed in {', '.join(in_a) or 'none recorded'}, B in {', '.join(in_b) or 'none recorded'}"
-              f": bit-identical rows are not expected, and \"within seed noise\" is the question")
+        print(f"precision: A computed in {', '.join(in_a) or 'none recorded'}, B in {', '.join(in_b) or 'none recorded'}")
+    print(f"device: A {describe_devices(a)}; B {describe_devices(b)}")
+    if device and device[0][0] == "device":
+        print("  a run does not record its device (rows written before fairdp recorded it): whether its rows can be "
+              "bit-identical to the other's is unknown")
+    elif device:
+        print(f"  they differ in {', '.join(f for f, _, _ in device)}: bit-identity not expected, and \"within seed "
+              "noise\" is the question")
+    if len(protocol):
+        print("\n## Protocol differences\n")
+        sys.stdout.write(render_table(_protocol_display(protocol, picks), "md"))
     per = f", per {', '.join(by)}" if by else ""
     print(f"\n## RT picks (rt {rt:g}, {fairness}{per}): A = {args.a}, B = {args.b}\n")
-    sys.stdout.write(render_table(picks.round(2), "md"))
-    print("\n## Paired differences A - B over seeds (mean, 95% t-interval, two-sided p)\n")
-    sys.stdout.write(render_table(tests, "md", decimals=2))
-    print("\nBit-identical rows need the same kind of device and the same builds (torch, its BLAS); elsewhere "
-          "\"within seed noise\" is what to expect, \"differ\" says the runs disagree beyond it.")
+    sys.stdout.write(render_table(_compare_display(picks), "md"))
+    print("\n## Paired differences A - B over seeds (mean, 95% t-interval, two-sided p, smallest difference the "
+          f"test detects: alpha 0.05, 80% power; 'within seed noise' needs it at most {args.resolution:g} "
+          f"point{'' if args.resolution == 1 else 's'})\n")
+    sys.stdout.write(render_table(_compare_display(tests), "md"))
+    print("\nBit-identical rows need the same device and the same builds (torch, its BLAS, oneDNN); elsewhere "
+          "\"within seed noise\" is what to expect, \"differ\" says the runs disagree beyond it, and \"not resolved\" "
+          "that the seeds at hand could not have told.")
     return 0
+
+
+def _protocol_display(protocol, picks):
+    """The protocol differences with one row per (dataset, setting, A, B): the methods they
+    hold for, "every method" when they hold for all the runs have in common."""
+    methods = picks.groupby("dataset")["method"].unique().apply(lambda m: sorted(set(m))).to_dict()
+    rows = []
+    for (ds, setting, a, b), g in protocol.groupby(["dataset", "setting", "a", "b"], sort=False):
+        held = sorted(set(g["method"]))
+        rows.append({"dataset": ds, "methods": "every method" if held == methods.get(ds, []) else ", ".join(held),
+                     "setting": setting, "A": a, "B": b})
+    return __import__("pandas").DataFrame(rows)
+
+
+def _compare_display(table):
+    """compare's tables as the other tables show numbers: points with 2 decimals, p with 3."""
+    out = table.copy()
+    for c in out.columns:
+        if c == "p_value":
+            out[c] = [("-" if v != v else "<0.001" if v < 0.001 else f"{v:.3f}") for v in out[c]]
+        elif out[c].dtype.kind == "f":
+            out[c] = [("-" if v != v else f"{v:.2f}") for v in out[c]]
+    return out
 
 
 SELECTION_FLAGS = {"fairness": "--fairness", "rt": "--rt", "by": "--by", "rts": "--rts"}
@@ -975,6 +1030,9 @@ def _add_compare_parser(sub) -> None:
                            "tpr_gap)")
     cmp_.add_argument("--by", type=_by_keys, metavar="KEY,...",
                       help="pick per value of these columns too ('': per run only; default: the study's selection.by)")
+    cmp_.add_argument("--resolution", type=float, default=1.0, metavar="POINTS",
+                      help="'within seed noise' only where the paired test detects a difference this large (alpha "
+                           "0.05, 80%% power); else 'not resolved with N seeds' (default 1 point)")
     cmp_.add_argument("--format", choices=("md", "csv"), default="md",
                       help="md: a summary line and both tables; csv: the paired tests")
     cmp_.set_defaults(func=_cmd_compare)

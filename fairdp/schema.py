@@ -51,6 +51,9 @@ OBJECTIVES = (
 # before it existed (all rdp's);
 # packing how its network packed the configs (hand-packed, functional or mixed; null without
 # fairdp's packed layers, and absent from result sets written before it existed);
+# device is what decides a row's float results beyond fairdp's code (JSON, engine.device_record:
+# CPU model and kernel features, threads, GPU, torch/BLAS/oneDNN builds), absent from result sets
+# written before it existed;
 # protocol is every other study setting that changes what a row means (JSON: the dataset, its
 # options and a fingerprint of its data, the training settings, which probes ran), compared
 # when a run resumes into stored rows.
@@ -88,7 +91,7 @@ PROVENANCE_COLUMNS = (
     ("architecture", "string"), ("packing", "string"), ("probe", "string"), ("protocol", "string"), ("duration_s", "float64"),
     ("pack_id", "string"),
     ("pack_size", "int64"), ("pack_duration_s", "float64"), ("status", "string"), ("error", "string"),
-    ("fairdp_version", "string"), ("node", "string"), ("finished_at", "timestamp[ms, UTC]"),
+    ("fairdp_version", "string"), ("node", "string"), ("device", "string"), ("finished_at", "timestamp[ms, UTC]"),
 )
 FIXED_COLUMNS = (
     *(name for name, _ in IDENTITY_COLUMNS), *METRIC_COLUMNS, *(name for name, _ in COUNT_COLUMNS),

@@ -36,7 +36,7 @@ SEARCH = {
                "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},
                "space": {"eps": {"low": 1, "high": 20, "log": True}}},
 }
-VOLATILE = ["duration_s", "pack_duration_s", "finished_at", "node"]  # when and where, not what
+VOLATILE = ["duration_s", "pack_duration_s", "finished_at", "node", "device"]  # when and where, not what
 
 
 def _rows(results) -> pd.DataFrame:

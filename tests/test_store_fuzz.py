@@ -42,7 +42,7 @@ STUDY = {
     "methods": {"unconstrained": {}, "adversarial": {"grid": {"lam": [0.1, 0.5, 1.0]}}},
 }
 KEYS = ["dataset", "method", "seed", "config_id"]
-TIMING = ["duration_s", "pack_duration_s", "finished_at", "node"]  # how long and where, not what was computed
+TIMING = ["duration_s", "pack_duration_s", "finished_at", "node", "device"]  # how long and where, not what was computed
 SIDE = (".plan.parquet", ".selection.parquet", ".history")
 
 

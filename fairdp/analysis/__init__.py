@@ -5,7 +5,13 @@ with status "ok" count. The plot and report writers are the only functions that 
 files, and only into the path or folder they are given.
 """
 
-from fairdp.analysis._compare import compare_picks, paired_tests
+from fairdp.analysis._compare import (
+    compare_picks,
+    detectable_difference,
+    device_differences,
+    paired_tests,
+    protocol_differences,
+)
 from fairdp.analysis._completeness import Completeness, completeness, summarise
 from fairdp.analysis._curves import selected_curves
 from fairdp.analysis._error_bars import ERROR_BARS, bootstrap_over_seeds, error_bars_text, per_seed
@@ -43,7 +49,8 @@ __all__ = [
     "pareto_front", "hypervolume", "constrained_select", "dto_select", "dto_minmax_select",
     "select_per_run",
     "aggregate_group_rates", "per_group_rates", "constant_models", "mark_constant_picks", "with_constant_picks",
-    "bootstrap_intervals", "seed_intervals", "supported_differences", "compare_picks", "paired_tests",
+    "bootstrap_intervals", "seed_intervals", "supported_differences", "compare_picks", "paired_tests", "protocol_differences", "device_differences",
+    "detectable_difference",
     "completeness", "summarise", "Completeness", "released_guarantees", "whole_table_release",
     "search_progress", "search_vs_grid",
     "get_paper", "format_table", "sweep_tables",
@@ -60,7 +67,7 @@ __all__ = [
 ]
 
 # Shared within fairdp, not public: what the CLI and fairdp.study import.
-from fairdp.analysis._compare import identical_configs, precisions  # noqa: F401
+from fairdp.analysis._compare import CODE_SETTING, describe_devices, identical_configs, precisions  # noqa: F401
 from fairdp.analysis._intervals import check_level, selected_with_intervals  # noqa: F401
 from fairdp.analysis._release import has_release_events  # noqa: F401
 from fairdp.analysis._rows import check_rt  # noqa: F401

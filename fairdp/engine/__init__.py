@@ -49,7 +49,7 @@ from fairdp.engine._functional import build_instances, row_mixing, trial_step  #
 from fairdp.engine._loop import merge_results  # noqa: F401
 from fairdp.engine._prune import DEFAULT_KEEP, DEFAULT_MARGIN  # noqa: F401
 from fairdp.engine._seeds import config_id  # noqa: F401
-from fairdp.engine._settings import check_device_here, native_bf16, resolve_device  # noqa: F401
+from fairdp.engine._settings import check_device_here, device_record, native_bf16, resolve_device  # noqa: F401
 from fairdp.engine.contract import (  # noqa: F401
     VALID_CURVES,
     Batch,

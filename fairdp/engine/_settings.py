@@ -34,6 +34,51 @@ def _cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+# The CPU features that torch's kernels (ATen's dispatch, oneDNN, MKL) choose code paths by: two
+# machines that differ in one of them may round differently
+_KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16",
+                 "avx_vnni", "asimd", "sve", "bf16")
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model"):
+                    return value.strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or None
+
+
+@functools.cache
+def _builds() -> dict[str, str | None]:
+    """torch's version and the BLAS and oneDNN it was built with, from ``torch.__config__``."""
+    shown = torch.__config__.show()
+    blas = next((part.split("=", 1)[1] for part in shown.replace(",", " ").split() if part.startswith("BLAS_INFO=")),
+                None)
+    lines = [ln.strip(" -") for ln in shown.splitlines()]
+    mkl = next((ln.split(" for ")[0] for ln in lines if "Math Kernel Library" in ln), None)
+    onednn = next((ln.split(" (")[0] for ln in lines if "MKL-DNN" in ln or "oneDNN" in ln), None)
+    return {"torch": torch.__version__, "blas": mkl or blas, "onednn": onednn}
+
+
+def device_record(device: torch.device | str) -> dict:
+    """What decides the float results a pack computes on ``device``, beyond fairdp's code: the
+    CPU model, the instruction-set features torch's kernels dispatch on (ATen's capability and
+    the CPU flags that oneDNN and MKL choose paths by), the threads a trial computes with, the
+    GPU, and the torch, BLAS and oneDNN builds. Rows store it (``device``); two rows that differ
+    in it are not expected to be bit-identical."""
+    device = torch.device(device)
+    return {"cpu": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_flags": sorted(_cpu_flags() & set(_KERNEL_FLAGS)), "threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "cuda": torch.version.cuda if device.type == "cuda" else None, **_builds()}
+
+
 def native_bf16(device: torch.device | str) -> bool:
     """Whether ``device`` multiplies bf16 matrices in hardware: on a CPU, AVX512-BF16 or AMX
     (x86) or the BF16 extension (Arm). Without it, torch emulates bf16 matmuls on a CPU, and

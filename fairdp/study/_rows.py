@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from fairdp import __version__, schema
-from fairdp.engine import VALID_CURVES, PackResult, is_model_keyword
+from fairdp.engine import VALID_CURVES, PackResult, device_record, is_model_keyword, resolve_device
 from fairdp.methods import get_method, load_plugins
 from fairdp.privacy import trial_count_from_dict
 from fairdp.study._context import StudyContext, training_provenance
@@ -40,7 +40,8 @@ def base_row(ctx: StudyContext, pack: Pack, i: int) -> dict:
     row = {"study": ctx.study, "dataset": ctx.dataset, "method": pack.method, "seed": pack.seed,
            "config_id": pack.config_ids[i], "epochs": ctx.train.epochs, "pack_id": pack.id,
            "pack_size": len(pack.configs), "fairdp_version": __version__, "node": _node(),
-           "finished_at": datetime.now(timezone.utc), "protocol": ctx.protocol or None}
+           "finished_at": datetime.now(timezone.utc), "protocol": ctx.protocol or None,
+           "device": json.dumps(device_record(resolve_device(ctx.train.device)), sort_keys=True)}
     method = get_method(pack.method)
     row[schema.GUARANTEE] = method.guarantee_kind  # what its eps protects, from the method itself
     for h in method.hyperparams:
