@@ -515,6 +515,9 @@ def make_tree(rev: str | None) -> Path:
         for name in ("fairdp", "tests"):
             shutil.copytree(REPO / name, root / name, ignore=ignore)
         shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")
+    for name in ("results", "studies", "examples"):  # data some tests read (the committed reports): linked, not copied
+        if (REPO / name).exists() and not (root / name).exists():
+            (root / name).symlink_to(REPO / name)
     return root
 
 

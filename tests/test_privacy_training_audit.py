@@ -645,50 +645,6 @@ def test_a_config_missing_a_hyperparameter_is_refused(data):
 # -- a module of the user's: Dirac canaries in a functional pack --------------------------------
 
 
-def _tanh_pack(k=2):
-    import torch
-    from torch import nn
-
-    from fairdp.engine import FunctionalPack
-
-    torch.manual_seed(0)
-    return FunctionalPack([nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2)) for _ in range(k)])
-
-
-@pytest.mark.parametrize("per_layer", [False, True])
-def test_extra_rows_enter_the_clipped_sum_as_the_rows_they_are(per_layer):
-    """The functional pack's hook for given gradients: rows whose per-sample gradients are given
-    (extra_rows) are clipped, weighted, counted and noised exactly as the same rows given as
-    inputs; the step's one noise draw is unchanged."""
-    import torch
-
-    from fairdp._rng import PackStream
-
-    pack = _tanh_pack()
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(9, 5, generator=gen) * 3
-    unit = torch.randn(2, 9, 2, generator=gen)
-    weight = torch.rand(2, 9, generator=gen) - 0.3
-    clip, noise = torch.tensor([0.5, 0.8]), torch.tensor([0.2, 0.1])
-    given = pack.per_sample_grads(x[6:], unit[:, 6:])
-    out = []
-    for extra in (False, True):
-        for p in pack.parameters():
-            p.grad = None
-        gens = PackStream.from_names(["a", "b"], "cpu")
-        if extra:
-            counts = pack.add_clipped(x[:6], unit[:, :6], None, weight[:, :6], clip, noise, gens, per_layer=per_layer,
-                                      extra_rows=(given, weight[:, 6:]))
-        else:
-            counts = pack.add_clipped(x, unit, None, weight, clip, noise, gens, per_layer=per_layer)
-        out.append((counts, [p.grad.clone() for p in pack.parameters()]))
-    (counts_rows, rows), (counts_given, by_hook) = out
-    np.testing.assert_array_equal(counts_given, counts_rows)
-    assert counts_rows[0].min() > 0 and counts_rows[1].tolist() == [9, 9]  # some rows clipped, all weighted
-    for a, b in zip(rows, by_hook):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
-
-
 @pytest.mark.parametrize("m", [10, 37, 300])
 def test_parameter_canaries_cover_every_parameter_on_entries_of_their_own(m):
     from fairdp.testing.training_audit import place_parameter_canaries
