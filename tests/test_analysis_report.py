@@ -525,3 +525,41 @@ def test_rows_written_before_the_guarantee_column_take_their_methods_kind(result
     agg = aggregate_seeds(select_by_rt(stored, 1.0))
     assert set(agg.loc[agg["method"] == "federate", "guarantee"]) == {"stored kind"}
     assert "| stored kind |" in format_table(agg, "md")
+
+
+@pytest.mark.parametrize("dx, dy", [("max", "min"), ("min", "min"), ("max", "max"), ("min", "max")])
+def test_a_front_is_drawn_as_the_staircase_of_what_it_attains(dx, dy):
+    """Between two front points the line holds what the next point attains (a step), never a
+    straight segment: every vertex is weakly dominated by a front point, and every point of
+    the line is one that some front point attains or betters."""
+    from fairdp.analysis import pareto_front
+    from fairdp.analysis._plots import attainment_steps
+
+    rng = np.random.default_rng(7)
+    pts = pd.DataFrame({"x": rng.uniform(70, 90, 40), "y": rng.uniform(0, 20, 40)})
+    front = pareto_front(pts, {"x": dx, "y": dy})
+    xs, ys = attainment_steps(front["x"], front["y"], dx, dy)
+    better = {"max": np.greater_equal, "min": np.less_equal}
+    fx, fy = front["x"].to_numpy(), front["y"].to_numpy()
+    assert len(xs) == 2 * len(front) - 1 and set(zip(fx, fy)) <= set(zip(xs, ys))
+    for vx, vy in zip(xs, ys):  # weakly dominated by a front point
+        assert (better[dx](fx, vx) & better[dy](fy, vy)).any()
+    for (ax, ay), (bx, by) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):  # axis-parallel pieces only
+        assert ax == bx or ay == by
+    # the example the front of three configs gives: accuracy up, gap down
+    steps = attainment_steps([80, 82, 85], [5, 7, 10], "max", "min")
+    assert [list(v) for v in steps] == [[80, 80, 82, 82, 85], [5, 7, 7, 10, 10]]
+
+
+def test_learning_curves_tick_whole_epochs():
+    from fairdp.analysis._plots import figure_learning_curves
+
+    curves = pd.DataFrame({"dataset": "adult", "method": "federate", "seed": 0, "config_id": "c",
+                           "epoch": [1, 2, 3], "valid_accuracy": [80.0, 81.0, 81.5], "valid_gap": [5.0, 4.0, 4.5],
+                           "valid_loss": [0.5, 0.4, 0.38], "kept": [False, True, False]})
+    fig = figure_learning_curves(curves)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        if ax.get_xlabel() == "epoch":
+            ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+            assert ticks and all(float(t).is_integer() for t in ticks), ticks

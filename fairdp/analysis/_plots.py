@@ -50,7 +50,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, Locator, NullLocator
+from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator, NullLocator
 
 from fairdp._atomic import atomic_path
 from fairdp.analysis._error_bars import (
@@ -729,8 +729,10 @@ def figure_pareto_fronts(
                 if pts.empty:
                     continue
                 ax.scatter(pts[x], pts[y], s=8, alpha=0.25, color=color, marker=marker)
-                front = pareto_front(pts, objectives).sort_values([x, y])
-                ax.plot(front[x], front[y], marker=marker, ms=4, color=color, label=names[s.method])
+                front = pareto_front(pts, objectives)
+                ax.plot(*attainment_steps(front[x], front[y], objectives[x], objectives[y]), color=color,
+                        label=names[s.method])
+                ax.plot(front[x], front[y], ls="none", marker=marker, ms=4, color=color, label=names[s.method])
                 drawn = True
             notes = []
             for method, g in panel.baselines.groupby(panel.baselines["method"].astype(str).map(base_method)):
@@ -745,7 +747,27 @@ def figure_pareto_fronts(
             ax.set_title(panel.title, fontsize=9)
     if not drawn:
         return None
-    return _finish(fig, plan, names, "Pareto fronts of the configs (all seeds pooled; line: the method's front)")
+    return _finish(fig, plan, names, "Pareto fronts of the configs (all seeds pooled; steps: what the method's "
+                   "front attains)")
+
+
+def attainment_steps(x, y, x_direction: str, y_direction: str) -> tuple[np.ndarray, np.ndarray]:
+    """The staircase through a Pareto front's points (``x``, ``y``, each objective "min" or
+    "max") that bounds what the front attains: every point on the better side of it in both
+    objectives is dominated by no front point, every point on the worse side is weakly
+    dominated by one. Between two front points, the line holds the value the next point in
+    x attains, not a straight segment (which would claim trade-offs no config reached)."""
+    sx = 1.0 if x_direction == "max" else -1.0
+    sy = 1.0 if y_direction == "max" else -1.0
+    pts = sorted(zip(sx * np.asarray(x, float), sy * np.asarray(y, float)), key=lambda p: (p[0], -p[1]))
+    xs, ys = [], []
+    for i, (px, py) in enumerate(pts):  # in "max, max" terms: x rises, y falls along the front
+        if i:
+            xs.append(pts[i - 1][0])
+            ys.append(py)
+        xs.append(px)
+        ys.append(py)
+    return sx * np.array(xs), sy * np.array(ys)
 
 
 # --- histories ---------------------------------------------------------------------------
@@ -812,6 +834,7 @@ def figure_learning_curves(curves: pd.DataFrame, fairness: str = "tpr_gap", titl
                     ax.plot(kept["epoch"], kept[metric], ls="none", marker=marker, color=color, ms=5,
                             label=names[s.method])
             ax.set_xlabel("epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole
             ax.set_ylabel(label)
             ax.set_title(panel.title, fontsize=9)
     return _finish(fig, plan, names, title or "Validation curves of the selected configs",
