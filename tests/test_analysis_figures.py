@@ -386,3 +386,19 @@ def test_every_figure_of_a_committed_report_is_readable(name):
     problems = {k: layout_problems(f, SERIES_PER_PANEL) for k, f in drawn.items()}
     assert all(not p for p in problems.values()), {k: p[:5] for k, p in problems.items() if p}
     print(f"{name}: {len(drawn)} figures checked in {time.perf_counter() - started:.1f} s")
+
+
+def test_the_bins_title_says_how_many_of_the_studys_seeds_each_point_averages():
+    """A 2-seed study whose seeds reach different accuracy intervals: each point averages the
+    seeds that reached it, and the title says "1-2 of 2 seeds per point", never "1 seed"."""
+    from fairdp.analysis import fairness_accuracy_bins, figure_fairness_accuracy_bins
+
+    rows = synthetic_results(datasets=("adult",), seeds=(0, 1), configs=6)
+    rows.loc[rows["seed"] == 1, "valid_accuracy"] += 0.5  # seed 1 reaches intervals seed 0 does not
+    bins = fairness_accuracy_bins(rows)
+    assert set(bins["seeds_run"]) == {2} and set(bins["n_seeds"]) == {1, 2}
+    fig = figure_fairness_accuracy_bins(bins, error_bars="std")
+    texts = " ".join(t.get_text() for t in fig.texts)
+    assert "± 1 std over seeds, 1-2 of 2 seeds per point" in texts, texts
+    one = figure_fairness_accuracy_bins(fairness_accuracy_bins(rows[rows["seed"] == 0]), error_bars="std")
+    assert "± 1 std over seeds, 1 seed)" in " ".join(t.get_text() for t in one.texts)  # every point: the one seed

@@ -220,7 +220,8 @@ def test_accuracy_bins_edges_and_best_fairness():
     ])
     bins = fairness_accuracy_bins(df)
     assert list(bins.columns) == ["dataset", "method", "accuracy_bin", "n_seeds",
-                                  "valid_tpr_gap_mean", "valid_tpr_gap_std"]
+                                  "valid_tpr_gap_mean", "valid_tpr_gap_std", "seeds_run"]
+    assert set(bins["seeds_run"]) == {df["seed"].nunique()}
     got = {int(r.accuracy_bin): (r.n_seeds, r.valid_tpr_gap_mean) for r in bins.itertuples()}
     assert got == {71: (1, 1.0), 72: (2, 5.0), 73: (1, 7.0), 76: (1, 3.0)}
     b72 = bins[bins["accuracy_bin"] == 72].iloc[0]

@@ -42,14 +42,22 @@ def check_error_bars(error_bars: str) -> str:
     return error_bars
 
 
-def error_bars_text(error_bars: str, level: float = 95.0, n_seeds: Sequence[int] = ()) -> str:
-    """What the bars show, for a title or caption: "bars: ± 1 std over seeds, 2 seeds"."""
+def error_bars_text(error_bars: str, level: float = 95.0, n_seeds: Sequence[int] = (),
+                    seeds_run: Sequence[int] = ()) -> str:
+    """What the bars show, for a title or caption: "bars: ± 1 std over seeds, 2 seeds"; with
+    ``seeds_run`` (the seeds each series ran, where a point averages only those that reached
+    it) "..., 1-2 of 2 seeds per point"."""
     error_bars = check_error_bars(error_bars)
     counts = sorted({int(n) for n in n_seeds if n == n})
+    ran = sorted({int(n) for n in seeds_run if n == n})
     seeds = ""
     if counts:
         span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-        seeds = f", {span} seed{'s' if counts[-1] != 1 else ''}"
+        if ran and ran != counts:
+            total = f"{ran[0]}" if len(ran) == 1 else f"{ran[0]}-{ran[-1]}"
+            seeds = f", {span} of {total} seeds per point"
+        else:
+            seeds = f", {span} seed{'s' if counts[-1] != 1 else ''}"
     return {
         "t": f"bars: {level:g}% t-interval of the mean over seeds{seeds}",
         "std": f"bars: ± 1 std over seeds{seeds}",

@@ -508,8 +508,9 @@ def _bar_mode(table: pd.DataFrame, error_bars: str) -> str:
 
 def _bars_title(table: pd.DataFrame, mode: str, level: float) -> str:
     counts = table["n_seeds"].dropna().astype(int).tolist() if "n_seeds" in table.columns else []
+    ran = table["seeds_run"].dropna().astype(int).tolist() if "seeds_run" in table.columns else []
     warn_few_seeds(mode, counts)
-    return error_bars_text(mode, level, counts)
+    return error_bars_text(mode, level, counts, ran)
 
 
 # --- curves: a mean per x, with error bars -------------------------------------------------

@@ -239,15 +239,19 @@ def fairness_accuracy_bins(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     The interval of accuracy a is floor(a + 0.5): [71.5, 72.5) is bin 72, so 71.5 -> 72 and
     72.5 -> 73. Per (dataset, method, seed, bin) the lowest ``valid_<fairness>`` is kept, then
     averaged over the seeds that reached the bin. Columns: dataset, method, accuracy_bin,
-    n_seeds, valid_<fairness>_mean, valid_<fairness>_std (ddof=1). An interval no config
-    reached has no row (the paper's "missing point"), never a zero.
+    n_seeds (the seeds that reached the bin), valid_<fairness>_mean, valid_<fairness>_std
+    (ddof=1), seeds_run (the seeds the method ran). An interval no config reached has no row
+    (the paper's "missing point"), never a zero.
     """
     fairness = check_fairness(fairness)
     fcol = f"valid_{fairness}"
     rows = _run_rows(df, fairness, "fairness_accuracy_bins")
     rows["accuracy_bin"] = np.floor(rows["valid_accuracy"].to_numpy(float) + 0.5).astype(np.int64)
     best = rows.groupby([*RUN_KEYS, "accuracy_bin"], sort=False)[fcol].min().reset_index()
-    return _aggregate(best, ["dataset", "method", "accuracy_bin"], [fcol])
+    out = _aggregate(best, ["dataset", "method", "accuracy_bin"], [fcol])
+    # the seeds each (dataset, method) ran: a bin's n_seeds counts only those that reached it
+    ran = rows.groupby(["dataset", "method"])["seed"].nunique().rename("seeds_run").reset_index()
+    return out.merge(ran, on=["dataset", "method"], how="left")
 
 
 def privacy_accuracy_by_eps(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.DataFrame:
