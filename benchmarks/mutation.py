@@ -296,6 +296,14 @@ EQUIVALENT: list[tuple[str, str | None, str, str, int, str, str]] = [
     ("fairdp/engine/_functional.py", "FunctionalPack.per_sample_grads", "params, buffers = self._state(detach=True)",
      "True", 0, "False", "vjp differentiates with respect to the primals it is given, detached or not: the same "
      "values (detaching only keeps torch's autograd from recording the call outside no_grad)"),
+    *[("fairdp/engine/_functional.py", f, "params, buffers = self._state(detach=True)", "True", 0, "False",
+       "the same values from a parameter or its detached copy: forward_traced runs under torch.no_grad, and "
+       "batch_grad's vjp differentiates with respect to the primals it is given, inside add_clipped's no_grad")
+      for f in ("FunctionalPack.batch_grad", "FunctionalPack.forward_traced")],
+    ("fairdp/engine/_functional.py", "FunctionalPack.add_clipped",
+     "piece = piece.view(k, *step[n].shape[2:0:-1]).transpose(1, 2)", "2", 0, "3",
+     "a linear weight's step is (K, out, in): the slice [3:0:-1] starts at its last axis as [2:0:-1] does, both "
+     "(in, out)"),
     ("fairdp/engine/_functional.py", "FunctionalPack.add_clipped",
      'if norms.device.type != "cpu" or not finite.all():', "!=", 0, "==",
      "applies the wheres that drop rows whose gradient is not finite on every CPU call and on a GPU only when "

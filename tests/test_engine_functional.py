@@ -362,3 +362,63 @@ def test_extra_rows_enter_the_clipped_sum_as_the_rows_they_are(per_layer):
     assert counts_rows[0].min() > 0 and counts_rows[1].tolist() == [9, 9]  # some rows clipped, all weighted
     for a, b in zip(rows, by_hook):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+def _hand_and_functional_mlp(k=2, sizes=(D_IN, 6, 3)):
+    """The built-in MLP hand-packed and through a functional pack, with the same weights."""
+    from fairdp.engine._per_sample import HandPackedChain
+
+    hand = PackedMLP(_streams([f"c{i}/init" for i in range(k)]), list(sizes), dropout=0.0, activate_last=False,
+                     dtype=torch.float64)
+    instances = [mlp(list(sizes), 0.0, False).double() for _ in range(k)]
+    for i, inst in enumerate(instances):
+        for lin, layer in zip([m for m in inst if isinstance(m, nn.Linear)], hand.layers):
+            lin.weight.data.copy_(layer.weight[i].T)
+            lin.bias.data.copy_(layer.bias[i, 0])
+    return HandPackedChain(hand.layers), FunctionalPack(instances)
+
+
+def test_the_noise_of_a_linear_weight_is_the_hand_packed_layers_entry_for_entry():
+    """On either path one config's noise is one draw for all its parameters, laid out as the
+    hand-packed layers hold them ((in, out) weights, then the bias): the same stream gives the
+    built-in MLP the same noise on the same weight entry, whichever path trains it."""
+    hand, functional = _hand_and_functional_mlp()
+    x = torch.randn(5, D_IN, dtype=torch.float64)
+    grads = []
+    for chain in (hand, functional):
+        for p in chain.parameters():
+            p.grad = None
+        out, trace = chain.forward_traced(x)
+        # rows weighted 0: every entry of .grad is the noise
+        chain.add_clipped(trace, torch.ones_like(out), None, torch.zeros(2, 5, dtype=torch.float64),
+                          torch.ones(2, dtype=torch.float64), torch.tensor([0.5, 2.0], dtype=torch.float64),
+                          _streams(["n0", "n1"]))
+        grads.append(chain)
+    by_name = dict(functional.named_stacks())
+    for i, layer in enumerate(hand.layers):
+        weight, bias = by_name[f"{2 * i}.weight"], by_name[f"{2 * i}.bias"]
+        torch.testing.assert_close(weight.grad.transpose(1, 2), layer.weight.grad, rtol=0, atol=0)
+        torch.testing.assert_close(bias.grad, layer.bias.grad.squeeze(1), rtol=0, atol=0)
+    assert hand.layers[0].weight.grad.abs().min() > 0
+
+
+def test_add_clipped_adds_to_a_gradient_already_there():
+    """``.grad`` already holding a gradient (another term of the step's objective) gets the
+    clipped noisy sum added to it, on either path."""
+    x = torch.randn(5, D_IN, dtype=torch.float64)
+    for chain in _hand_and_functional_mlp():
+        params = [p for _, p in chain.named_stacks()] if isinstance(chain, FunctionalPack) else \
+            list(chain.parameters())
+        out, trace = chain.forward_traced(x)
+        args = (trace, torch.randn_like(out), None, torch.rand(2, 5, dtype=torch.float64),
+                torch.ones(2, dtype=torch.float64), None, None)
+        for p in params:
+            p.grad = None
+        chain.add_clipped(*args)
+        alone = [p.grad.clone() for p in params]
+        before = [torch.full_like(p, 0.25) for p in params]
+        for p, b in zip(params, before):
+            p.grad = b.clone()
+        chain.add_clipped(*args)
+        for p, a, b in zip(params, alone, before):
+            torch.testing.assert_close(p.grad, a + b, rtol=1e-12, atol=1e-12)
