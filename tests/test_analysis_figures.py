@@ -402,3 +402,24 @@ def test_the_bins_title_says_how_many_of_the_studys_seeds_each_point_averages():
     assert "± 1 std over seeds, 1-2 of 2 seeds per point" in texts, texts
     one = figure_fairness_accuracy_bins(fairness_accuracy_bins(rows[rows["seed"] == 0]), error_bars="std")
     assert "± 1 std over seeds, 1 seed)" in " ".join(t.get_text() for t in one.texts)  # every point: the one seed
+
+
+def test_the_leakage_figure_draws_chance_from_the_data_without_a_random_method():
+    """Leakage's chance level is the largest protected group's share of the test rows (a probe
+    that always guesses it), read from the rows' stored counts: drawn on every panel whether
+    or not the study ran the random baseline."""
+    import json
+
+    from fairdp.analysis import figure_leakage_vs_eps
+
+    rows = synthetic_results(datasets=("adult",), seeds=(0, 1), configs=6)
+    assert "random" not in set(rows["method"])
+    counts = [[[30, 5], [4, 11]], [[60, 12], [9, 19]]]  # (group, y, y_pred): groups of 50 and 100 rows
+    rows = rows.assign(test_confusion=json.dumps(counts))
+    fig = figure_leakage_vs_eps(rows)
+    for ax in fig.axes:
+        levels = [line.get_ydata()[0] for line in ax.lines if line.get_label() == "_chance"]
+        assert levels == [pytest.approx(100 * 100 / 150)], levels
+    assert any(label.startswith("chance") for label in legend_labels(fig))
+    without = figure_leakage_vs_eps(rows.drop(columns="test_confusion"))
+    assert not [line for ax in without.axes for line in ax.lines if line.get_label() == "_chance"]

@@ -60,6 +60,7 @@ from fairdp.analysis._error_bars import (
     warn_few_seeds,
 )
 from fairdp.analysis._pareto import pareto_front
+from fairdp.analysis._predictions import majority_group_share
 from fairdp.analysis._rows import (
     COMPARED_IN,
     EPS_COMPARED,
@@ -679,6 +680,7 @@ def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
     plan = _plan(rows, apart=COMPARED_IN)
     xlabel, names = eps_labels(plan.methods + plan.baseline_methods, kinds)
     fig, axes = _grid(plan, 1)
+    extra: dict[str, object] = {}
     for p, panel in enumerate(plan.panels):
         ax = axes[p][0]
         for s in panel.series:
@@ -690,7 +692,11 @@ def figure_leakage_vs_eps(df: pd.DataFrame) -> Figure | None:
         ax.set_ylabel(_label("leakage"))
         ax.set_title(panel.title, fontsize=9)
         _eps_axis(ax, rows["eps"].unique())
-    return _finish(fig, plan, names, "Leakage against ε (all configs; line: mean per ε)")
+        chance = majority_group_share(ok_rows(df)[ok_rows(df)["dataset"].astype(str) == str(panel.dataset)])
+        if np.isfinite(chance):  # a probe that always guesses the largest group: what no leakage looks like
+            ax.axhline(chance, ls=":", lw=1.2, color="#555555", label="_chance")
+            extra["chance: the largest group's share of the test rows"] = Line2D([], [], ls=":", color="#555555")
+    return _finish(fig, plan, names, "Leakage against ε (all configs; line: mean per ε)", extra=extra)
 
 
 def figure_pareto_fronts(

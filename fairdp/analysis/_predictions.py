@@ -67,6 +67,22 @@ def majority_share(confusion: str | None) -> float:
     return float(100 * conf.sum(axis=(0, 1)).max() / conf.sum())
 
 
+def majority_group_share(rows: pd.DataFrame) -> float:
+    """Percent of the test rows in the largest protected group, from the rows' stored
+    ``test_confusion`` counts (the mean over the distinct counts, for splits that differ by
+    seed): the accuracy of a leakage probe that always guesses that group, the chance level of
+    leakage. NaN without counts."""
+    if TEST_CONFUSION not in rows.columns:
+        return float("nan")
+    shares = []
+    for text in pd.unique(rows[TEST_CONFUSION].dropna()):
+        conf = _counts(text)
+        if conf is not None:
+            sizes = conf.sum(axis=(1, 2))
+            shares.append(100 * sizes.max() / sizes.sum())
+    return float(np.mean(shares)) if shares else float("nan")
+
+
 def _is_constant(share: float) -> bool:
     return share > 100 - CONSTANT_RATE
 
