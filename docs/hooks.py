@@ -298,7 +298,7 @@ LAYER_ROLES = {
     "fairdp": "`import fairdp`: the names of the [API reference](api/index.md) (`run_study`, "
               "`read_results`, ...), re-exported lazily, each imported on first use",
     "__main__": "`python -m fairdp`: the `fairdp` command",
-    "cli": "the `fairdp` command (`run`, `search`, `analyze`, `report`, `compare`, `data`, `audit`, "
+    "cli": "the `fairdp` command (`run`, `search`, `analyze`, `report`, `compare`, `data`, `methods`, `audit`, "
            "`audit-training`, `check-method`, `check-model`) on top of all of them; each command imports what it needs "
            "when it runs, so `--help` answers at once",
     "testing": "what a plugin author runs: the method contract (`fairdp check-method`), the model checks "

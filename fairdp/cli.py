@@ -878,6 +878,48 @@ def _add_audit_training_parser(sub) -> None:
     aut.set_defaults(func=_cmd_audit_training)
 
 
+def _add_methods_parser(sub) -> None:
+    """``fairdp methods``: every registered method, plugins included."""
+    met = sub.add_parser("methods", help="every registered method (plugins too): its paper, grid keys, guarantee and "
+                         "the roles that take a module of yours")
+    met.add_argument("names", nargs="*", metavar="METHOD", help="only these methods (default: all)")
+    met.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                     help="import a plugin first, as a study's plugins: does (repeatable)")
+    met.add_argument("--dataset", default="adult", help="whose paper grid to show as each key's values (default adult)")
+    met.add_argument("--json", action="store_true", help="one JSON list")
+    met.set_defaults(func=_cmd_methods)
+
+
+def _cmd_methods(args) -> int:
+    """Every registered method (after ``--plugin``): name, paper, guarantee kind, grid keys
+    with their ranges and the paper's values, sweepable training settings, user modules."""
+    from fairdp.methods import describe_method, get_method, load_plugins, method_names
+
+    load_plugins(args.plugin, key="--plugin")
+    names = args.names or method_names()
+    unknown = [n for n in names if n not in method_names()]
+    if unknown:
+        raise InputError(f"METHOD: no registered method {unknown[0]!r} (registered: {', '.join(method_names())})")
+    described = [describe_method(get_method(n), args.dataset) for n in names]
+    if args.json:
+        print(json.dumps(described, indent=2))
+        return 0
+    for i, d in enumerate(described):
+        print(("\n" if i else "") + f"{d['name']}: {d['summary']}")
+        print(f"  guarantee: {d['guarantee'] or 'not private'}")
+        for key in d["grid_keys"]:
+            values = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in key["paper_values"])
+            print(f"  {key['name']}: {key['range']}; {key['doc']}"
+                  + (f" (the paper's grid on {args.dataset}: {values})" if values else ""))
+        if not d["grid_keys"]:
+            print("  no grid keys")
+        if d["settings"]:
+            print(f"  a grid may also sweep: {', '.join(d['settings'])}")
+        print(f"  a module of yours: {', '.join(d['user_modules']) if d['user_modules'] else 'none'}"
+              + ("" if d["module"].startswith("fairdp.") else f"; from {d['module']}"))
+    return 0
+
+
 def _add_check_method_parser(sub) -> None:
     """``fairdp check-method``: the method contract on a plugin's methods."""
     chk = sub.add_parser("check-method", help="run fairdp's method contract on the methods a plugin registers")
@@ -1042,8 +1084,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fairdp", description="Hyperparameter studies for fair and private learning.")
     p.add_argument("--version", action="version", version=f"fairdp {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_data_parser, _add_audit_parser, _add_audit_training_parser, _add_check_method_parser,
-                _add_check_model_parser,
+    for add in (_add_data_parser, _add_methods_parser, _add_audit_parser, _add_audit_training_parser,
+                _add_check_method_parser, _add_check_model_parser,
                 _add_run_parser, _add_search_parser, _add_analyze_parser, _add_report_parser, _add_compare_parser):
         add(sub)
     return p

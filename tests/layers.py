@@ -42,6 +42,7 @@ PUBLIC_SURFACES = (
 # pinned by value, or an internal replaced to inject a fault or spy on it. Anything else a
 # test imports comes from a public surface, or is a name a subpackage shares within fairdp.
 TEST_PRIVATE_IMPORTS = {
+    "fairdp.methods._describe": "a hyperparameter's range in words, checked against its validation",
     "fairdp._imports": "the record of imported plugins and model files, reset per test",
     "fairdp._atomic": "atomic writes and the unwritable-path check, called directly",
     "fairdp._philox": "the Philox generator, pinned against its reference values",

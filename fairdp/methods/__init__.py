@@ -28,5 +28,6 @@ __all__ = [
     "HyperParam", "Method", "NeuralMethod", "RepresentationStep", "RunInfo", "register_method",
 ]
 
-# Shared within fairdp, not public: fairdp.study's imports.
+# Shared within fairdp, not public: fairdp.study's and the CLI's imports.
 from fairdp.methods._base import arange_grid, range_count  # noqa: F401
+from fairdp.methods._describe import describe_method  # noqa: F401
