@@ -734,6 +734,7 @@ def _cmd_report(args) -> int:
         check_level(args.ci, "--ci")
     args.output = str(output_dir(args.output, "-o"))  # a file:// URI as its path
     _check_report_outside_results(args.output, args.dirs)
+    formats, style = _figure_options(args)
     for name in args.compare or ():
         get_paper(name)  # an unknown name is refused before anything is read or written
     df = _load_rows(args.dirs, args.pool)
@@ -749,7 +750,8 @@ def _cmd_report(args) -> int:
                              compare=args.compare or (), completeness=whole, history=_curves(args.dirs, df),
                              search_objectives=search.objectives if search else None,
                              search_constraints=search.constraints if search else (),
-                             selection=chosen.message, error_bars=args.error_bars, keep_constant=args.keep_constant)
+                             selection=chosen.message, error_bars=args.error_bars, keep_constant=args.keep_constant,
+                             figure_formats=formats, figure_style=style)
     print(f"fairdp report: {chosen.message}", file=sys.stderr)
     if search is not None:
         print(f"fairdp report: Pareto fronts on the search's objectives, from the study: {search.describe()}",
@@ -760,6 +762,62 @@ def _cmd_report(args) -> int:
         print(f"fairdp report: warning: {whole.text}", file=sys.stderr)
     for p in paths:
         print(p)
+    return 0
+
+
+def _figure_options(args):
+    """``--figure-format`` and ``--figure-style`` checked before anything is read: the formats,
+    and a style file or name, or rcParams from KEY=VALUE pairs."""
+    from fairdp.analysis import check_figure_formats, figure_style_context
+
+    try:
+        formats = check_figure_formats(getattr(args, "figure_format", None) or "png")
+    except InputError as e:
+        raise InputError(f"--figure-format: {str(e).split(': ', 1)[1]}") from None
+    style = getattr(args, "figure_style", None)
+    if style and all("=" in part for part in style.split(",")):
+        style = {k.strip(): _yaml_value(v.strip(), "--figure-style") for k, v in (p.split("=", 1) for p in style.split(","))}
+    try:
+        figure_style_context(style)  # refuses an unknown style or rcParam now
+    except InputError as e:
+        raise InputError(f"--figure-style: {str(e).split(': ', 1)[1]}") from None
+    return formats, style
+
+
+def _yaml_value(text: str, flag: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise InputError(f"{flag}: cannot parse value {text!r}") from None
+
+
+def _cmd_figure(args) -> int:
+    """One figure of a report, with the study's selection, written as the output's suffix says."""
+    from fairdp.analysis import FIGURES, check_rt, figure_style_context, report_figures, save_figure
+
+    if args.kind not in FIGURES:
+        raise InputError(f"KIND: one of {', '.join(FIGURES)}, got {args.kind!r}")
+    if not args.output.lower().endswith((".png", ".pdf", ".svg")):
+        raise InputError(f"-o: a figure is written as .png, .pdf or .svg, got {args.output!r}")
+    if args.rt is not None:
+        check_rt(args.rt, "--rt")
+    args.rts = _rt_list(args.rts) if args.rts else None
+    _, style = _figure_options(args)
+    df = _load_rows(args.dirs)
+    chosen = _chosen_selection("figure", args, args.dirs, keys=("fairness", "rt", "by", "rts"))
+    search = chosen.search
+    with figure_style_context(style):
+        drawn = report_figures(df, rt=chosen.values["rt"], fairness=chosen.values["fairness"],
+                               rts=chosen.values["rts"], by=list(chosen.values["by"]), error_bars=args.error_bars,
+                               only=[args.kind], history=_curves(args.dirs, df) if args.kind == "learning_curves"
+                               else None, search_objectives=search.objectives if search else None,
+                               search_constraints=search.constraints if search else ())
+        fig = drawn[args.kind]
+        if fig is None:
+            raise InputError(f"KIND: these rows draw no {args.kind} figure (its columns or methods are not there)")
+        path = save_figure(fig, args.output)
+    print(f"fairdp figure: {chosen.message}", file=sys.stderr)
+    print(path)
     return 0
 
 
@@ -1046,6 +1104,9 @@ def _add_report_parser(sub) -> None:
                      help="what the figures' error bars show over seeds: the t-interval of the mean (at --ci), "
                           "± 1 std (default: the spread the tables print), a percentile bootstrap of the mean, or "
                           "none; an interval over fewer than 3 seeds is warned about")
+    rep.add_argument("--figure-format", metavar="FMT,...", default="png",
+                     help="save each figure in these formats too: png, pdf, svg (default png; the report shows png)")
+    _add_figure_options(rep)
     rep.add_argument("--keep-constant", action="store_true",
                      help="keep methods whose pick is a constant model (one class for nearly every row) in the "
                           "supported differences and the Pareto fronts (default: left out, and named)")
@@ -1058,6 +1119,34 @@ def _add_report_parser(sub) -> None:
                      help="a grid study's results: the search progress section sets each search's hypervolume "
                      "per generation against the grid front's (same dataset, method, seed, epochs); repeatable")
     rep.set_defaults(func=_cmd_report)
+
+
+FIGURE_KINDS = ("rt_sweep", "fairness_accuracy_bins", "privacy_accuracy", "leakage_vs_eps", "violation_accuracy_eps",
+                "pareto_fronts", "learning_curves", "hypervolume_history")
+"""The keys of ``fairdp.analysis``'s report ``FIGURES``, spelled out so that building the parser
+does not import matplotlib (tests check that the two agree)."""
+
+
+def _add_figure_options(parser) -> None:
+    parser.add_argument("--figure-style", metavar="STYLE",
+                        help="a matplotlib style file (.mplstyle) or name, or rcParams as KEY=VALUE,... "
+                             "(e.g. font.size=8,savefig.dpi=300)")
+
+
+def _add_figure_parser(sub) -> None:
+    """``fairdp figure``: one report figure."""
+    fig = sub.add_parser("figure", help="draw one report figure with the study's selection, as png, pdf or svg")
+    fig.add_argument("kind", metavar="KIND", help=f"one of {', '.join(FIGURE_KINDS)}")
+    fig.add_argument("dirs", nargs="+", metavar="DIR", help="results directories (several combine)")
+    fig.add_argument("-o", "--output", required=True, metavar="FILE", help="the figure file: .png, .pdf or .svg")
+    fig.add_argument("--rt", type=float, help="relaxation threshold (default: the study's selection.rt, else 1)")
+    fig.add_argument("--rts", help="RTs of the sweep, comma-separated (default: the study's selection.rts)")
+    fig.add_argument("--fairness", choices=SELECTION_FAIRNESS, help="selection fairness metric (default: the study's)")
+    fig.add_argument("--by", type=_by_keys, metavar="KEY,...", help="pick per value of these columns too")
+    fig.add_argument("--error-bars", choices=("t", "std", "bootstrap", "none"), default="std",
+                     help="what the error bars show over seeds (default std)")
+    _add_figure_options(fig)
+    fig.set_defaults(func=_cmd_figure)
 
 
 def _add_compare_parser(sub) -> None:
@@ -1086,7 +1175,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_data_parser, _add_methods_parser, _add_audit_parser, _add_audit_training_parser,
                 _add_check_method_parser, _add_check_model_parser,
-                _add_run_parser, _add_search_parser, _add_analyze_parser, _add_report_parser, _add_compare_parser):
+                _add_run_parser, _add_search_parser, _add_analyze_parser, _add_report_parser, _add_figure_parser,
+                _add_compare_parser):
         add(sub)
     return p
 

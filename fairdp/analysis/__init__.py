@@ -76,7 +76,7 @@ from fairdp.analysis._tables import render_table  # noqa: F401
 
 # Figures are matplotlib's: imported on first use, so that selecting and aggregating rows
 # loads without it.
-_PLOTS = ("default_direction", "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps", "figure_learning_curves", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep", "figure_violation_accuracy_by_eps", "legend_labels", "plot_fairness_accuracy_bins", "plot_hypervolume_history", "plot_leakage_vs_eps", "plot_learning_curves", "plot_pareto_fronts", "plot_privacy_accuracy", "plot_rt_sweep", "plot_violation_accuracy_by_eps")
+_PLOTS = ("default_direction", "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps", "figure_learning_curves", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep", "figure_violation_accuracy_by_eps", "legend_labels", "plot_fairness_accuracy_bins", "plot_hypervolume_history", "plot_leakage_vs_eps", "plot_learning_curves", "plot_pareto_fronts", "plot_privacy_accuracy", "plot_rt_sweep", "plot_violation_accuracy_by_eps", "save_figure")
 
 
 def __getattr__(name: str):
@@ -84,7 +84,7 @@ def __getattr__(name: str):
         from fairdp.analysis import _plots  # matplotlib: only when a figure is drawn
 
         return getattr(_plots, name)
-    if name in ("write_report", "report_figures"):
+    if name in ("write_report", "report_figures", "FIGURES", "check_figure_formats", "figure_style_context"):
         from fairdp.analysis import _report  # draws figures: matplotlib
 
         return getattr(_report, name)

@@ -859,6 +859,17 @@ def save_png(fig: Figure, path: PathLike) -> Path:
     return path
 
 
+def save_figure(fig: Figure, path: PathLike) -> Path:
+    """Write ``fig`` at ``path`` atomically in the format its suffix names (png, pdf, svg)."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in ("png", "pdf", "svg"):
+        raise InputError(f"{path}: a figure is written as .png, .pdf or .svg, got {path.suffix or 'no suffix'}")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt)
+    return path
+
+
 def _write(fig: Figure | None, path: PathLike) -> Path | None:
     return None if fig is None else save_png(fig, path)
 

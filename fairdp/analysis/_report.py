@@ -10,12 +10,13 @@ sees a half-written file. Figures that a previous report wrote but this one cann
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +55,7 @@ from fairdp.analysis._plots import (
     figure_privacy_accuracy,
     figure_rt_sweep,
     figure_violation_accuracy_by_eps,
-    save_png,
+    save_figure,
 )
 from fairdp.analysis._predictions import (
     CONSTANT_PICKS,
@@ -436,16 +437,18 @@ def report_figures(
     by: Sequence[str] = (),
     ci: float | None = 95.0,
     error_bars: str = DEFAULT_ERROR_BARS,
+    only: Collection[str] | None = None,
     **settings,
 ) -> dict:
     """The figures ``write_report(df, out_dir, ...)`` saves with the same settings, as
     matplotlib Figures by name ("rt_sweep", "pareto_fronts", ...; None where the report
     draws none), built by the same code from the same tables; nothing is written. For
     checking a report's figures (``fairdp.testing.figures.assert_readable``) without files.
-    ``settings``: write_report's other keywords (history, search_history, keep_constant, ...)."""
+    ``only``: just these figures (the others are not drawn). ``settings``: write_report's
+    other keywords (history, search_history, keep_constant, figure_style, ...)."""
     # write_report returns the figures before it creates or writes anything under out_dir
     return write_report(df, ".", rt=rt, fairness=fairness, rts=rts, by=by, ci=ci, error_bars=error_bars,
-                        _figures_only=True, **settings)
+                        _figures_only=True, _only=only, **settings)
 
 
 @dataclass(frozen=True, eq=False)
@@ -518,41 +521,90 @@ def _figure_pairs(fairness: str, search_objectives: dict[str, str] | None) -> li
 
 
 def _draw_figures(df: pd.DataFrame, t: _Tables, rt: float, fairness: str, rts: list[float], by: Sequence[str],
-                  search_objectives: dict[str, str] | None, error_bars: str, level: float) -> dict:
-    """Every figure of the report by name (None where it draws none), not yet saved."""
+                  search_objectives: dict[str, str] | None, error_bars: str, level: float,
+                  only: Collection[str] | None = None) -> dict:
+    """Every figure of the report by name (None where it draws none), not yet saved; ``only``:
+    just these (the others are not drawn)."""
     bars = {"error_bars": error_bars, "level": level}
     eps_fairness = fairness if fairness != NOTION_GAP else "dp_gap"
-    return {
-        "rt_sweep": (figure_rt_sweep(_seed_bounds(t.sweep, df, lambda rows: rt_sweep(rows, rts, fairness, by=by),
+    drawers = {
+        "rt_sweep": lambda: (figure_rt_sweep(_seed_bounds(t.sweep, df, lambda rows: rt_sweep(rows, rts, fairness, by=by),
                                                   ["dataset", "method", *by, "rt"], **bars), fairness, by, **bars)
                      if t.sweep is not None else None),
-        "violation_accuracy_eps": (figure_violation_accuracy_by_eps(_seed_bounds(
+        "violation_accuracy_eps": lambda: (figure_violation_accuracy_by_eps(_seed_bounds(
             t.notions, df, lambda rows: violation_accuracy_by_eps(rows, rt),
             ["dataset", "method", "fairness_notion", "eps"], **bars), **bars) if t.notions is not None else None),
-        "fairness_accuracy_bins": figure_fairness_accuracy_bins(_seed_bounds(
+        "fairness_accuracy_bins": lambda: figure_fairness_accuracy_bins(_seed_bounds(
             t.bins, t.view, lambda rows: fairness_accuracy_bins(rows, fairness), ["dataset", "method", "accuracy_bin"],
             **bars), fairness, **bars),
-        "privacy_accuracy": (figure_privacy_accuracy(_seed_bounds(
+        "privacy_accuracy": lambda: (figure_privacy_accuracy(_seed_bounds(
             t.by_eps, df, lambda rows: privacy_accuracy_by_eps(rows, eps_fairness), ["dataset", "method", "eps"],
             **bars), **bars) if t.by_eps is not None else None),
-        "leakage_vs_eps": figure_leakage_vs_eps(df) if {"eps", "leakage"} <= set(df.columns) else None,
-        "pareto_fronts": figure_pareto_fronts(t.front_rows, _figure_pairs(fairness, search_objectives),
+        "leakage_vs_eps": lambda: figure_leakage_vs_eps(df) if {"eps", "leakage"} <= set(df.columns) else None,
+        "pareto_fronts": lambda: figure_pareto_fronts(t.front_rows, _figure_pairs(fairness, search_objectives),
                                               search_objectives),  # a search's directions
-        "hypervolume_history": figure_hypervolume_history(t.progress) if t.progress is not None else None,
-        "learning_curves": (figure_learning_curves(t.curves, fairness,
-                                                   f"Validation curves of the configs selected at RT = {rt:g}")
-                            if t.curves is not None else None),
+        "hypervolume_history": lambda: figure_hypervolume_history(t.progress) if t.progress is not None else None,
+        "learning_curves": lambda: (figure_learning_curves(t.curves, fairness,
+                                                           f"Validation curves of the configs selected at RT = {rt:g}")
+                                    if t.curves is not None else None),
     }
+    return {name: draw() for name, draw in drawers.items() if only is None or name in only}
 
 
-def _save_figures(drawn: dict, fig_dir: Path) -> dict[str, Path | None]:
-    """Save the figures drawn as ``fig_dir/<name>.png``; remove the PNG of each figure not drawn
-    (a previous report's), so the folder matches the report."""
+FIGURE_FORMATS = ("png", "pdf", "svg")
+"""The formats a figure is saved in (``--figure-format``)."""
+
+
+def check_figure_formats(formats) -> tuple[str, ...]:
+    """The formats asked for, PNG first (the report shows it); InputError naming an unknown one."""
+    if isinstance(formats, str):
+        formats = [f.strip() for f in formats.split(",") if f.strip()]
+    formats = [str(f).lower().lstrip(".") for f in formats]
+    bad = [f for f in formats if f not in FIGURE_FORMATS]
+    if bad or not formats:
+        raise InputError(f"figure_formats: expected some of {', '.join(FIGURE_FORMATS)}, got "
+                         f"{', '.join(bad) if bad else 'none'}")
+    return tuple(dict.fromkeys(["png", *formats]))
+
+
+def figure_style_context(style):
+    """A context drawing figures under ``style``: a matplotlib style name or ``.mplstyle``
+    file, or rcParams (a mapping); None: fairdp's own. InputError naming what is wrong."""
+    if style is None:
+        return contextlib.nullcontext()
+    import matplotlib as mpl
+    import matplotlib.style  # noqa: F401  (mpl.style is a submodule: imported on its own)
+
+    if isinstance(style, Mapping):
+        unknown = [k for k in style if k not in mpl.rcParams]
+        if unknown:
+            raise InputError(f"figure_style: {unknown[0]!r} is not a matplotlib rcParam")
+        try:
+            return mpl.rc_context(dict(style))
+        except (ValueError, TypeError) as e:
+            raise InputError(f"figure_style: {e}") from None
+    name = os.fspath(style)
+    if not (name in mpl.style.available or Path(name).is_file()):
+        raise InputError(f"figure_style: {name}: no such style file or matplotlib style")
+    try:
+        return mpl.style.context(name)
+    except (OSError, ValueError) as e:
+        raise InputError(f"figure_style: {name}: {e}") from None
+
+
+def _save_figures(drawn: dict, fig_dir: Path, formats: Sequence[str] = ("png",)) -> dict[str, Path | None]:
+    """Save the figures drawn as ``fig_dir/<name>.png`` (and each other format); remove the
+    files of each figure not drawn (a previous report's), so the folder matches the report."""
     fig_dir.mkdir(parents=True, exist_ok=True)
-    figures = {name: None if fig is None else save_png(fig, fig_dir / f"{name}.png") for name, fig in drawn.items()}
-    for name, path in figures.items():
-        if path is None:
-            (fig_dir / f"{name}.png").unlink(missing_ok=True)
+    figures = {}
+    for name, fig in drawn.items():
+        figures[name] = None if fig is None else save_figure(fig, fig_dir / f"{name}.png")
+        for f in FIGURE_FORMATS:
+            path = fig_dir / f"{name}.{f}"
+            if fig is None or f not in formats:
+                path.unlink(missing_ok=True)
+            elif f != "png":
+                save_figure(fig, path)
     return figures
 
 
@@ -887,7 +939,10 @@ def write_report(
     search_constraints: Sequence[str] = (),
     selection: str | None = None,
     error_bars: str = DEFAULT_ERROR_BARS,
+    figure_formats: Sequence[str] = ("png",),
+    figure_style: str | os.PathLike | Mapping | None = None,
     _figures_only: bool = False,
+    _only: Collection[str] | None = None,
 ) -> list[Path]:
     """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
 
@@ -922,6 +977,10 @@ def write_report(
     show over seeds, at the ``ci`` level (95 without one) for an interval; each figure's title
     and caption say which, and an interval over fewer than 3 seeds is warned about.
     ``report_figures`` returns the figures as Figure objects instead, writing nothing.
+    ``figure_formats``: each figure is also saved as ``figures/<name>.<format>`` in these
+    formats (``FIGURE_FORMATS``; the report shows the PNG, always written); ``figure_style``: a
+    matplotlib style (a style name or ``.mplstyle`` file) or rcParams (a mapping) the figures
+    are drawn and saved under.
     """
     df = as_frame(df)
     if not _figures_only:  # before anything is drawn: a folder refused at the end would waste it all
@@ -939,17 +998,19 @@ def write_report(
     out = Path(out_dir)
     level = ci if ci is not None else 95.0  # of the figures' interval bars
 
-    with warnings.catch_warnings(record=True) as caught:
+    formats = check_figure_formats(figure_formats)
+    with warnings.catch_warnings(record=True) as caught, figure_style_context(figure_style):
         warnings.simplefilter("always")
         t = _report_tables(df, ok, rt, fairness, rts, by, kinds, keep_constant, search_objectives,
                            search_constraints, search_history, grid, history)
-        drawn = _draw_figures(df, t, rt, fairness, rts, by, search_objectives, error_bars, level)
+        drawn = _draw_figures(df, t, rt, fairness, rts, by, search_objectives, error_bars, level, _only)
+        if not _figures_only:
+            figures = _save_figures(drawn, out / "figures", formats)
     notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
     for msg in notes:
         warnings.warn(msg, UserWarning, stacklevel=2)
     if _figures_only:  # report_figures: the figures as drawn, nothing written
         return drawn
-    figures = _save_figures(drawn, out / "figures")
 
     agg, marks = _main_table(t.agg, by, ci, keep_constant, method_deltas(df))
     whole = whole_table_release(df) if has_release_events(df) else None  # every config, released at once
@@ -976,7 +1037,8 @@ def write_report(
                    agg, marks)
     md_text, html_text = MarkdownRenderer().render(doc), HtmlRenderer().render(doc)
 
-    written = [p for p in figures.values() if p is not None]
+    written = [q for name, p in figures.items() if p is not None
+               for q in [p, *(p.with_suffix(f".{f}") for f in formats if f != "png")]]
     written.append(_atomic_write(out / "table.csv", format_table(agg, "csv", fairness, by=by).encode()))
     written.append(_atomic_write(out / "report.md", md_text.encode()))
     written.append(_atomic_write(out / "report.html", html_text.encode()))
