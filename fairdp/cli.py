@@ -519,6 +519,7 @@ def _cmd_analyze(args) -> int:
         mark_constant_picks,
         released_guarantees,
         render_table,
+        seed_advice_text,
         seed_intervals,
         select_by_rt,
         selected_configs,
@@ -528,6 +529,8 @@ def _cmd_analyze(args) -> int:
 
     if args.rt is not None:
         check_rt(args.rt, "--rt")
+    if not (math.isfinite(args.advise_width) and args.advise_width > 0):
+        raise InputError(f"--advise-width must be a finite number of points > 0, got {args.advise_width}")
     level = check_level(args.ci, "--ci") if args.ci is not None else None
     df = _load_rows(args.dirs, args.pool)
     chosen = _chosen_selection("analyze", args, args.dirs)
@@ -545,10 +548,13 @@ def _cmd_analyze(args) -> int:
             out = render_table(mark_constant_picks(table, selected), fmt=args.format)
         else:
             agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
+            advice = seed_advice_text(agg, args.advise_width, level or 95.0)
             if level is not None:
                 agg = seed_intervals(agg, level)
             out = format_table(agg, fmt=args.format, fairness=fairness, by=by)
     print(f"fairdp analyze: {chosen.message}", file=sys.stderr)
+    if not args.selected and advice:
+        print(f"fairdp analyze: {advice}", file=sys.stderr)
     if level is not None:
         what = (f"{level:g}% bootstrap intervals over each row's test examples, stratified by group, "
                 f"{args.draws} resamples" if args.selected else
@@ -1071,6 +1077,9 @@ def _add_analyze_parser(sub) -> None:
     ana.add_argument("--selected", action="store_true",
                      help="print the config selected in each (dataset, method, seed) with its hyperparameters "
                      "instead of the aggregate table")
+    ana.add_argument("--advise-width", type=float, default=1.0, metavar="POINTS",
+                     help="seed advice: the seeds a t-interval of +- this many points needs, from the observed spread "
+                          "(default 1)")
     ana.add_argument("--ci", type=float, metavar="LEVEL",
                      help="confidence intervals at LEVEL percent, e.g. 95: the t-interval of each mean over "
                      "seeds; with --selected, a bootstrap over each selected row's test examples")

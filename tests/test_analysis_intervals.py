@@ -117,3 +117,36 @@ def test_supported_differences_mark_only_non_overlapping_intervals():
     table = supported_differences(iv, "m").set_index("method")
     assert table.loc["a", "b"] == "≈" and table.loc["a", "c"] == "<" and table.loc["c", "b"] == ">"
     assert table.loc["b", "b"] == ""
+
+
+@pytest.mark.parametrize("std, width", [(0.3, 1.0), (1.0, 1.0), (2.5, 1.0), (12.6, 1.0), (4.0, 0.5), (0.05, 0.01)])
+def test_seeds_needed_is_the_fewest_whose_t_interval_fits(std, width):
+    """Checked against scipy's t quantile directly: n seeds fit, n - 1 do not (n >= 2)."""
+    from scipy.stats import t
+
+    from fairdp.analysis._intervals import seeds_needed
+
+    n = int(seeds_needed(std, width))
+
+    def half(k):
+        return t.ppf(0.975, k - 1) * std / math.sqrt(k)
+
+    assert half(n) <= width and (n == 2 or half(n - 1) > width)
+
+
+def test_seed_advice_reads_each_metrics_spread_and_says_it_in_one_sentence():
+    from fairdp.analysis._intervals import seed_advice, seed_advice_text, seeds_needed
+
+    agg = pd.DataFrame({"dataset": "adult", "method": ["a", "b"], "n_seeds": 2, "test_accuracy_mean": [80.0, 81.0],
+                        "test_accuracy_std": [0.3, 2.5], "leakage_mean": [60.0, 61.0], "leakage_std": [np.nan, 1.0],
+                        "guarantee": None})
+    advice = seed_advice(agg)
+    assert list(advice["metric"]) == ["test_accuracy", "leakage", "test_accuracy", "leakage"]
+    got = advice["seeds_needed"].tolist()
+    assert got[0] == seeds_needed(0.3) and np.isnan(got[1]) and got[2] == seeds_needed(2.5)
+    text = seed_advice_text(agg)
+    assert text.startswith("seed advice: for a 95% t-interval of ± 1 point, from the spread over the 2 seeds run")
+    assert f"test_accuracy {int(seeds_needed(0.3))}-{int(seeds_needed(2.5))} (most: b)" in text
+    assert f"leakage {int(seeds_needed(1.0))}" in text
+    assert seed_advice_text(agg.assign(test_accuracy_std=np.nan, leakage_std=np.nan)) == ""
+    assert np.isinf(seeds_needed(1e6)) and seeds_needed(0.0) == 2.0 and np.isnan(seeds_needed(float("nan")))

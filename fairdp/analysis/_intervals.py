@@ -105,6 +105,74 @@ def t_halfwidth(std: float, n: float, level: float = 95.0) -> float:
     return float(t.ppf(0.5 + check_level(level) / 200, n - 1) * std / math.sqrt(n))
 
 
+MAX_SEEDS_ADVISED = 10_000
+"""seeds_needed stops here: a spread that needs more is reported as more than this."""
+
+
+def seeds_needed(std: float, half_width: float = 1.0, level: float = 95.0) -> float:
+    """The fewest seeds n whose ``level``% t-interval of the mean, t_{n-1} std / sqrt(n), is at
+    most ``half_width`` for a spread ``std`` over seeds (the observed one standing in for the
+    true): 2 at least (an interval needs two); inf past ``MAX_SEEDS_ADVISED``; NaN for an
+    unknown spread. The advice is as good as the std it is fed: from 2 seeds it is rough."""
+    if std is None or not math.isfinite(std):
+        return math.nan
+    if not (math.isfinite(half_width) and half_width > 0):
+        raise InputError(f"half_width: must be a finite number > 0, got {half_width!r}")
+    if std == 0:
+        return 2.0
+    lo, hi = 2, 2
+    while t_halfwidth(std, hi, level) > half_width:  # the half-width falls with n: double, then bisect
+        if hi >= MAX_SEEDS_ADVISED:
+            return math.inf
+        lo, hi = hi, min(2 * hi, MAX_SEEDS_ADVISED)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if t_halfwidth(std, mid, level) <= half_width:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(hi)
+
+
+def seed_advice(agg: pd.DataFrame, half_width: float = 1.0, level: float = 95.0) -> pd.DataFrame:
+    """Per row of ``aggregate_seeds`` output and metric (its ``<metric>_std`` columns): the
+    seeds the row has and the seeds ``seeds_needed`` advises for a ``level``% interval of
+    ± ``half_width`` points. Columns: dataset, method, the by columns, metric, seeds, std,
+    seeds_needed."""
+    metrics = [c[:-len("_std")] for c in agg.columns if c.endswith("_std") and f"{c[:-4]}_mean" in agg.columns]
+    keys = [c for c in agg.columns if c not in {f"{m}_{s}" for m in metrics for s in ("mean", "std", "lo", "hi")}
+            and c not in ("n_seeds", "guarantee", "n_constant")]
+    out = []
+    for _, row in agg.iterrows():
+        for m in metrics:
+            std = float(row[f"{m}_std"]) if pd.notna(row[f"{m}_std"]) else math.nan
+            out.append({**{k: row[k] for k in keys}, "metric": m, "seeds": int(row["n_seeds"]), "std": std,
+                        "seeds_needed": seeds_needed(std, half_width, level)})
+    return pd.DataFrame(out, columns=[*keys, "metric", "seeds", "std", "seeds_needed"])
+
+
+def seed_advice_text(agg: pd.DataFrame, half_width: float = 1.0, level: float = 95.0) -> str:
+    """One sentence from ``seed_advice``: per metric, the seeds needed for a ``level``%
+    interval of ± ``half_width`` points, over the methods (their range and the method that
+    needs the most); empty when no row has a spread (one seed each)."""
+    advice = seed_advice(agg, half_width, level).dropna(subset=["seeds_needed"])
+    if advice.empty:
+        return ""
+    parts = []
+    for metric, g in advice.groupby("metric", sort=False):
+        lo, hi = g["seeds_needed"].min(), g["seeds_needed"].max()
+        most = g.loc[g["seeds_needed"].idxmax(), "method"]
+
+        def n(v: float) -> str:
+            return f"over {MAX_SEEDS_ADVISED:,}" if math.isinf(v) else f"{int(v)}"
+
+        parts.append(f"{metric} {n(lo)}" + ("" if lo == hi else f"-{n(hi)} (most: {most})"))
+    seeds = sorted(set(advice["seeds"]))
+    ran = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    return (f"seed advice: for a {level:g}% t-interval of ± {half_width:g} point{'' if half_width == 1 else 's'}, "
+            f"from the spread over the {ran} seeds run (rough with few seeds): " + ", ".join(parts) + " seeds")
+
+
 def seed_intervals(agg: pd.DataFrame, level: float = 95.0) -> pd.DataFrame:
     """``aggregate_seeds`` output with ``<metric>_lo`` / ``<metric>_hi``: the t-interval of
     each mean over seeds (NaN for a single seed), cut to the metric's range (0 to 100 for

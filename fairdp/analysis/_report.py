@@ -39,6 +39,7 @@ from fairdp.analysis._intervals import (
     check_level,
     constant_rows,
     not_distinguishable,
+    seed_advice_text,
     seed_intervals,
     selected_with_intervals,
     supported_differences,
@@ -678,9 +679,16 @@ def _results_section(df: pd.DataFrame, ok: pd.DataFrame, agg: pd.DataFrame, rt: 
         + _guarantee_sentence(agg, by, kinds)
         + (" What releasing these means over seeds costs: 'What a selection releases' below."
            if has_release_events(df) else "") + _whole_table_sentence(whole)
-        + " " + _probe_sentence(ok) + (" " + _pruning_sentence(ok) if _pruning_sentence(ok) else ""),
+        + " " + _probe_sentence(ok) + (" " + _pruning_sentence(ok) if _pruning_sentence(ok) else "")
+        + (" " + _advice(agg, ci) if _advice(agg, ci) else ""),
         [("table", agg)],
     )
+
+
+def _advice(agg: pd.DataFrame, ci: float | None) -> str:
+    """The seeds a ± 1 point interval of each main-table metric would need (``seed_advice_text``)."""
+    text = seed_advice_text(agg, 1.0, ci if ci is not None else 95.0)
+    return text[0].upper() + text[1:] + "." if text else ""
 
 
 def _paper_sections(df: pd.DataFrame, compare: Sequence[str]) -> list[_Section]:
