@@ -117,7 +117,32 @@ _NOT_MAX = ("lowers (or leaves below 1) a ratio that is never step_loss's larges
             "within-U and tail ratios by over 7e-5 of the loss (V's counts are rounded to 1e-8 relative, the others' "
             "to 1e-13)")
 _WITHIN = ("ratios += [float(within.max()) * (1 + 2.0 ** -50), float((1 / within).max()) * (1 + 2.0 ** -50)]")
+_INVERSION_CHUNKS = ("where the sampler cuts the pmf into chunks: the CDF of each k is the same sum up to the "
+                     "rounding of its grouping (within 3 ulps, checked at means 1.0001 to 400 and shapes 1e-5 to "
+                     "1), so a draw differs only for a uniform within those few ulps of a CDF step past k = 64 "
+                     "(about 1e-15 a draw); no seed is known to reach it")
+_INVERSION_STOP = ("when the sampler stops summing the pmf: it matters only for a uniform above the partial sum where "
+                   "the chunk's first terms add under half an ulp of it, a gap of a few ulps below the support's float "
+                   "total (about 1e-15 a draw; identical totals at means 1.0001 to 400, shapes 1e-5 to 1); no seed is "
+                   "known to reach it")
 EQUIVALENT: list[tuple[str, str | None, str, str, int, str, str]] = [
+    # fairdp/privacy/_release.py
+    *[("fairdp/privacy/_release.py", f, "@functools.lru_cache(maxsize=4096)", "4096", 0, "4097",
+       "the cache's capacity: a curve is the same whether cached or computed") for f in ("_step_rdp", "_leaf_rdp")],
+    *[("fairdp/privacy/_release.py", f, "curve.setflags(write=False)", "False", 0, "True",
+       "only makes the cached curve writable: its one reader, rdp_curve (through _leaf_steps, private), adds "
+       "count * curve into a fresh array and never writes it, and no curve of the cache reaches a caller")
+      for f in ("_step_rdp", "_leaf_rdp")],
+    ("fairdp/privacy/_release.py", "_truncated_negative_binomial_by_inversion",
+     "u, total, first, size = rng.random(), 0.0, 1, 64  # most draws end in the first chunk: start small",
+     "64", 0, "65", _INVERSION_CHUNKS),
+    ("fairdp/privacy/_release.py", "_truncated_negative_binomial_by_inversion",
+     "total, first, size = float(cdf[-1]), first + size, size * 2", "2", 0, "3", _INVERSION_CHUNKS),
+    *[("fairdp/privacy/_release.py", "_truncated_negative_binomial_by_inversion", "if cdf[-1] == total:", token, 0, new,
+       _INVERSION_STOP) for token, new in (("-", ""), ("1", "2"))],
+    ("fairdp/privacy/_release.py", "truncated_negative_binomial_gamma", "lo, hi = 0.0, 1.0", "1.0", 0, "2.0",
+     "reached only for mean > 1: the first midpoint is then 1, whose mean is 1 < mean, so hi becomes 1 and the "
+     "bisection goes on from (0, 1) as the original starts"),
     ("fairdp/fairness.py", None, "@dataclass(frozen=True)", "True", 0, "False",
      "frozen only forbids assigning to a _Counts field, which nothing does"),
     ("fairdp/fairness.py", "_Counts.classes", "return slice(1, 2) if self.binary else slice(None)", "2", 0, "3",

@@ -504,3 +504,169 @@ def test_each_method_states_the_kind_of_its_guarantee():
         guarantee_kind("central", "replace_attribute", "record")
     with pytest.raises(ValueError, match="unit"):
         guarantee_kind("local", "replace_one", "row")
+
+
+# -- events as JSON: the text a row stores -------------------------------------------------------------
+
+def test_event_json_is_canonical_strict_json_with_finite_floats_plain():
+    """The stored text is one canonical form (keys sorted, no spaces), strict JSON (inf as a
+    tagged string, never the non-standard Infinity token), finite floats as plain numbers; it
+    decodes to the same event and relation."""
+    def strict(text):
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"non-standard JSON constant {name}"))
+
+    assert event_to_json(dp_accounting.GaussianDpEvent(2.0), "add_or_remove_one") == \
+        '{"event":{"class":"GaussianDpEvent","noise_multiplier":2.0},"relation":"add_or_remove_one"}'
+    assert event_to_json(dp_accounting.GaussianDpEvent(math.inf), "replace_one") == \
+        '{"event":{"class":"GaussianDpEvent","noise_multiplier":{"float":"inf"}},"relation":"replace_one"}'
+    events = [dpsgd_event(0.9, 100, 1000, 3), pfld_event(1.3, 4.0, 256, 30000, 2),
+              dp_accounting.ComposedDpEvent([dp_accounting.LaplaceDpEvent(math.inf),
+                                             dp_accounting.RandomizedResponseDpEvent(0.25, 3)])]
+    for event in events:
+        for relation in ("add_or_remove_one", "replace_one", "replace_attribute"):
+            text = event_to_json(event, relation)
+            assert text == json.dumps(strict(text), sort_keys=True, separators=(",", ":"))
+            assert event_from_json(text) == (event, relation)
+    assert strict(event_to_json(events[2], "replace_one"))["event"]["events"][0]["noise_multiplier"] == {"float": "inf"}
+
+
+# -- curves: what only the accountant decides --------------------------------------------------------------
+
+def test_curves_outside_the_fast_path_are_the_accountants_or_its_refusal():
+    """A leaf fairdp has no curve of its own for (a zCDP event) is composed by the accountant
+    itself (to the bit, also beside a Gaussian step); a Poisson-sampled Gaussian step is
+    refused under replace-one (the accountant has no bound for it), alone or composed, and is
+    the accountant's under the other two relations."""
+    zcdp = dp_accounting.dp_event.ZCDpEvent(0.3, 0.1)
+    for event in (zcdp, dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(2.0), zcdp])):
+        for relation in _RELATIONS:
+            accountant = dp_accounting.rdp.RdpAccountant(ORDERS, _RELATIONS[relation])
+            accountant.compose(event)
+            assert np.array_equal(rdp_curve(event, relation), accountant._rdp)
+    sampled = dp_accounting.PoissonSampledDpEvent(0.05, dp_accounting.GaussianDpEvent(1.1))
+    for event in (sampled, dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(2.0), sampled])):
+        with pytest.raises(dp_accounting.UnsupportedEventError):
+            rdp_curve(event, "replace_one")
+        for relation in ("add_or_remove_one", "replace_attribute"):
+            accountant = dp_accounting.rdp.RdpAccountant(ORDERS, _RELATIONS[relation])
+            accountant.compose(event)
+            assert np.array_equal(rdp_curve(event, relation), accountant._rdp)
+
+
+# -- the truncated negative binomial: mean, gamma, draws ---------------------------------------------------
+
+def _tnb_pmf(shape: float, gamma: float, k: np.ndarray) -> np.ndarray:
+    """Definition 1's pmf at k >= 1 (scipy's NB(eta, gamma), or logarithmic at eta = 0, given K >= 1)."""
+    from scipy import stats
+
+    if shape == 0:
+        return stats.logser.pmf(k, 1 - gamma)
+    return stats.nbinom.pmf(k, shape, gamma) / stats.nbinom.sf(0, shape, gamma)
+
+
+@pytest.mark.parametrize("shape", [0.0, 1e-3, 0.5, 1.0, 3.0])
+def test_truncated_negative_binomial_mean_sums_its_pmf_and_is_one_at_gamma_one(shape):
+    from fairdp.privacy._release import truncated_negative_binomial_mean
+
+    k = np.arange(1, 200_000, dtype=np.float64)
+    for gamma in (0.05, 0.3, 0.9):
+        assert truncated_negative_binomial_mean(gamma, shape) == pytest.approx(
+            float(np.sum(k * _tnb_pmf(shape, gamma, k))), rel=1e-9)
+    # gamma = 1: every run trains exactly one config (the limit of K given K >= 1)
+    assert truncated_negative_binomial_mean(1.0, shape) == 1.0
+
+
+@pytest.mark.parametrize("shape", [0.0, 0.5, 1.0, 3.0])
+def test_gamma_inverts_the_mean(shape):
+    from fairdp.privacy._release import truncated_negative_binomial_mean as mean_of
+
+    for mean in (1.5, 12.0, 1e3, 1e6):  # 1e6: spec's largest mean, gamma near 1e-6
+        gamma = truncated_negative_binomial_gamma(shape, mean)
+        assert 0 < gamma < 1 and mean_of(gamma, shape) == pytest.approx(mean, rel=1e-9)
+        assert mean_of(gamma, shape) >= mean  # the smaller end: at least the asked mean, as dp-accounting rounds
+    # a mean of one trial (spec's smallest) is gamma 1, K = 1
+    assert truncated_negative_binomial_gamma(shape, 1.0) == 1.0
+    # the mean of a gamma the bisection reaches exactly gives that gamma back, not a neighbour below
+    for gamma in (0.75, 0.5, 0.375, 0.125, 2.0 ** -10):
+        assert truncated_negative_binomial_gamma(shape, mean_of(gamma, shape)) == gamma
+    # it stops at the first bracket [lo, hi] with hi - lo <= 1e-12 hi and returns lo: with
+    # hi = 1e12 * 2^-40 that bracket is 2^-40 wide, exactly 1e-12 hi
+    hi = 1e12 * 2.0 ** -40
+    assert hi - (hi - 2.0 ** -40) == 1e-12 * hi
+    assert truncated_negative_binomial_gamma(shape, mean_of(hi - 2.0 ** -41, shape)) == hi - 2.0 ** -40
+
+
+@pytest.mark.parametrize("shape", [0.0, 1e-3, 0.5, 1.0, 3.0])
+def test_a_mean_of_one_trial_draws_one(shape):
+    count = TrialCount("truncated_negative_binomial", 1.0, shape)
+    assert count.gamma() == 1.0
+    rng = np.random.default_rng(3)
+    assert {count.draw(rng) for _ in range(50)} == {1}
+
+
+def _rejection_draws(shape: float, gamma: float, seed: int, n: int) -> list[int]:
+    """NB(eta, gamma) from numpy, redrawn until >= 1 (Definition 1 by rejection), written out."""
+    rng, out = np.random.default_rng(seed), []
+    while len(out) < n:
+        k = int(rng.negative_binomial(shape, gamma))
+        if k >= 1:
+            out.append(k)
+    return out
+
+
+# shape found by search: 1 - gamma^eta is REJECTION_MIN_ACCEPTANCE to the last bit at mean 5
+_AT_THE_THRESHOLD = 0.003787981416816121
+
+
+@pytest.mark.parametrize(("mean", "shape"), [(12.0, 1.0), (3.0, 0.5), (5.0, _AT_THE_THRESHOLD)])
+def test_seeded_draws_are_pinned_to_rejection_where_it_accepts_often_enough(mean, shape):
+    """A resumed study draws the same counts: at an acceptance 1 - gamma^eta of at least
+    REJECTION_MIN_ACCEPTANCE (threshold included) a draw is numpy's NB redrawn until >= 1."""
+    from fairdp.privacy._release import REJECTION_MIN_ACCEPTANCE
+
+    count = TrialCount("truncated_negative_binomial", mean, shape)
+    acceptance = -math.expm1(shape * math.log(count.gamma()))
+    assert acceptance >= REJECTION_MIN_ACCEPTANCE == 0.01
+    if shape == _AT_THE_THRESHOLD:
+        assert acceptance == REJECTION_MIN_ACCEPTANCE
+    rng = np.random.default_rng(11)
+    assert [count.draw(rng) for _ in range(300)] == _rejection_draws(shape, count.gamma(), 11, 300)
+
+
+@pytest.mark.parametrize(("mean", "shape"), [(20.0, 1e-3), (1.005, 1.0), (400.0, 1e-4)])
+def test_seeded_draws_by_inversion_are_the_exact_quantiles_of_their_uniforms(mean, shape):
+    """Below REJECTION_MIN_ACCEPTANCE a draw is the smallest k whose CDF (scipy's pmf, summed
+    here) reaches one uniform of the generator: far into the tail too (k > 64, past the
+    sampler's first chunk of the pmf)."""
+    count = TrialCount("truncated_negative_binomial", mean, shape)
+    gamma = count.gamma()
+    assert -math.expm1(shape * math.log(gamma)) < 0.01
+    rng = np.random.default_rng(5)
+    draws = np.array([count.draw(rng) for _ in range(3000)])
+    cdf = np.cumsum(_tnb_pmf(shape, gamma, np.arange(1, 200_000, dtype=np.float64)))
+    want = np.searchsorted(cdf, np.random.default_rng(5).random(3000), side="left") + 1
+    assert np.array_equal(draws, want)
+    if mean > 10:
+        assert (draws > 64).sum() > 100
+
+
+# -- the trial count as stored and shown ---------------------------------------------------------------
+
+def test_trial_counts_are_stored_as_strict_json_and_shown_by_name():
+    from fairdp.privacy import trial_count_from_dict
+
+    poisson = TrialCount("poisson", 12.0)
+    tnb = TrialCount("truncated_negative_binomial", 12.0, 0.5)
+    assert poisson.to_dict() == {"count": "poisson", "mean": 12.0, "shape": None}
+    assert tnb.to_dict() == {"count": "truncated_negative_binomial", "mean": 12.0, "shape": 0.5}
+    for count in (poisson, tnb, TrialCount("truncated_negative_binomial", 3.0, 0.0)):
+        text = json.dumps(count.to_dict(), allow_nan=False)  # the tuning record a row stores
+        assert trial_count_from_dict(json.loads(text)) == count
+    assert poisson.describe() == "Poisson, mean 12"
+    assert tnb.describe() == "truncated negative binomial, mean 12, shape 0.5"
+    # a spec's count cannot be changed after it was checked, and serves as a key
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tnb.mean = 1e9
+    assert len({tnb, TrialCount("truncated_negative_binomial", 12.0, 0.5), poisson}) == 2
