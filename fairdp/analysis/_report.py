@@ -686,8 +686,9 @@ def _results_section(df: pd.DataFrame, ok: pd.DataFrame, agg: pd.DataFrame, rt: 
 
 
 def _advice(agg: pd.DataFrame, ci: float | None) -> str:
-    """The seeds a ± 1 point interval of each main-table metric would need (``seed_advice_text``)."""
-    text = seed_advice_text(agg, 1.0, ci if ci is not None else 95.0)
+    """The seeds a ± 1 point interval of each main-table metric would need (``seed_advice_text``);
+    none in a report without intervals (``ci`` None)."""
+    text = seed_advice_text(agg, 1.0, ci) if ci is not None else ""
     return text[0].upper() + text[1:] + "." if text else ""
 
 

@@ -75,8 +75,18 @@ def device_record(device: torch.device | str) -> dict:
     device = torch.device(device)
     return {"cpu": _cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "cpu_flags": sorted(_cpu_flags() & set(_KERNEL_FLAGS)), "threads": torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "cuda": torch.version.cuda if device.type == "cuda" else None, **_builds()}
+            "gpu": _gpu_name(device), "cuda": torch.version.cuda if device.type == "cuda" else None, **_builds()}
+
+
+def _gpu_name(device: torch.device) -> str | None:
+    """The GPU's name; None off CUDA, and where CUDA cannot be reached (a pack that failed for it
+    still stores its error rows)."""
+    if device.type != "cuda":
+        return None
+    try:
+        return torch.cuda.get_device_name(device)
+    except (RuntimeError, AssertionError, ValueError):
+        return None
 
 
 def native_bf16(device: torch.device | str) -> bool:
