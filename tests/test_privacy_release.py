@@ -670,3 +670,22 @@ def test_trial_counts_are_stored_as_strict_json_and_shown_by_name():
     with pytest.raises(dataclasses.FrozenInstanceError):
         tnb.mean = 1e9
     assert len({tnb, TrialCount("truncated_negative_binomial", 12.0, 0.5), poisson}) == 2
+
+
+def test_a_heavy_tailed_trial_count_is_drawn_in_bounded_memory():
+    """Mean 1e6 at shape 1e-6 (a spec the parser accepts): the inversion sampler's tail runs to
+    billions of terms; it sums them a bounded chunk at a time (it once ran out of memory)."""
+    import tracemalloc
+
+    from fairdp.privacy._release import TrialCount
+
+    count = TrialCount("truncated_negative_binomial", 1e6, 1e-6)
+    rng = np.random.default_rng(4)  # its third draw is past 1.1e7: the tail's chunks reach their cap
+    tracemalloc.start()
+    try:
+        draws = [count.draw(rng) for _ in range(3)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert all(d >= 1 for d in draws) and max(draws) > 1e7
+    assert peak < 100e6, peak  # a few arrays of 2^20 terms; the uncapped sampler held 2^24 and more

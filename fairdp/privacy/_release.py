@@ -331,6 +331,11 @@ def trial_count_from_dict(d: dict) -> TrialCount:
 REJECTION_MIN_ACCEPTANCE = 0.01
 
 
+_MAX_CHUNK = 1 << 20
+"""The most pmf terms the inversion sampler holds at once: a tail of billions of terms (a mean
+of 1e6 at shape 1e-6) is summed in bounded memory, not in one array."""
+
+
 def _truncated_negative_binomial_by_inversion(shape: float, gamma: float, untruncated_positive: float,
                                               rng: np.random.Generator) -> int:
     """The smallest k >= 1 whose CDF under Definition 1 reaches a uniform u, the pmf summed in
@@ -353,7 +358,7 @@ def _truncated_negative_binomial_by_inversion(shape: float, gamma: float, untrun
                 return first + i
             if cdf[-1] == total:
                 break  # u fell in the rounding gap above the computed total: draw it again
-            total, first, size = float(cdf[-1]), first + size, size * 2
+            total, first, size = float(cdf[-1]), first + size, min(size * 2, _MAX_CHUNK)
 
 
 def truncated_negative_binomial_mean(gamma: float, shape: float) -> float:
