@@ -126,6 +126,9 @@ _INVERSION_STOP = ("when the sampler stops summing the pmf: it matters only for 
                    "total (about 1e-15 a draw; identical totals at means 1.0001 to 400, shapes 1e-5 to 1); no seed is "
                    "known to reach it")
 EQUIVALENT: list[tuple[str, str | None, str, str, int, str, str]] = [
+    # fairdp/privacy/audit.py
+    ("fairdp/privacy/audit.py", "_statistics", "return (torch.clamp(z - centre, -half, half) * sign).sum(dim=-1)",
+     "-", 1, "", "the statistic reads a batch of outputs, (rows, D) from _draws: dim 1 is dim -1"),
     # fairdp/privacy/_release.py
     *[("fairdp/privacy/_release.py", f, "@functools.lru_cache(maxsize=4096)", "4096", 0, "4097",
        "the cache's capacity: a curve is the same whether cached or computed") for f in ("_step_rdp", "_leaf_rdp")],
