@@ -250,3 +250,35 @@ def test_the_committed_pfld_adult_table_costs_what_dp_accounting_says(pfld_adult
     assert round(table.loc["pfld", "ε, all seeds"]) == 1467
     assert json.loads(ok["privacy_event"].iloc[0])["relation"] in ("add_or_remove_one", "replace_attribute",
                                                                    "replace_one")
+
+
+@pytest.mark.parametrize("kind", [ADD_REMOVE_RECORD, REPLACE_RECORD, REPLACE_ATTRIBUTE, LOCAL_ATTRIBUTE,
+                                  LOCAL_REPRESENTATION])
+def test_a_kind_alone_is_compared_in_its_own_relation(kind):
+    """Nothing to compare with: no conversion, the guarantee as stated (a local attribute
+    guarantee is not turned into the central one for its own sake)."""
+    assert comparison_groups([kind]) == [(kind, (kind,))]
+    assert comparison_groups([kind, "plugin kind"])[0] == (kind, (kind,))
+
+
+def test_group_privacy_at_the_edges_of_delta_and_eps():
+    """(2 eps, (1 + e^eps) delta) computed by hand: delta 0 stays 0 at any eps (0 * e^eps would
+    overflow to NaN past eps 709); delta 1 grows to 1 + e (no guarantee, said as such); from eps
+    700 on, e^eps is past what delta can carry: inf."""
+    assert convert_guarantee(ADD_REMOVE_RECORD, 800.0, 0.0, REPLACE_RECORD) == (1600.0, 0.0)
+    assert convert_guarantee(ADD_REMOVE_RECORD, 1.0, 1.0, REPLACE_RECORD) == (2.0, pytest.approx(1 + math.e))
+    assert convert_guarantee(ADD_REMOVE_RECORD, 699.0, 1e-300, REPLACE_RECORD)[1] == \
+        pytest.approx(1e-300 * (1 + math.exp(699.0)))
+    for eps in (700.0, 700.5):
+        assert convert_guarantee(ADD_REMOVE_RECORD, eps, 1e-300, REPLACE_RECORD) == (2 * eps, math.inf)
+
+
+def test_each_conversion_step_says_why_it_is_sound():
+    from fairdp.privacy import conversion_reasons
+
+    why = conversion_reasons(ADD_REMOVE_RECORD, REPLACE_ATTRIBUTE)
+    assert len(why) == 2 and why[0].startswith("group privacy") and "one replacement of that record" in why[1]
+    assert conversion_reasons(LOCAL_ATTRIBUTE, REPLACE_ATTRIBUTE)[0].startswith("post-processing")
+    assert conversion_reasons(REPLACE_RECORD, REPLACE_RECORD) == ()
+    with pytest.raises(ValueError, match="no sound conversion"):
+        conversion_reasons(LOCAL_REPRESENTATION, REPLACE_ATTRIBUTE)
