@@ -380,6 +380,18 @@ EQUIVALENT: list[tuple[str, str | None, str, str, int, str, str]] = [
     ("fairdp/privacy/_rdp_guide.py", "epsilon_from_rdp",
      "eps = np.where((rdp < 0) | (delta**2 + np.expm1(-rdp) > 0), 0.0, eps)", "<", 0, "<=",
      "at rdp = 0 the other condition holds too: delta^2 + expm1(-0) = delta^2 > 0"),
+    # fairdp/privacy/training_audit.py: the search's brackets are dyadic, so neither moving the
+    # cap within (8192, 16384) nor starting from another power of two changes where it stops
+    ("fairdp/privacy/training_audit.py", None, "_EPS_CAP = 1e4", "1e4", 0, "10001.0",
+     "the doubling hi runs through powers of two: any cap in [8192, 16384) returns at the same hi = 16384"),
+    ("fairdp/privacy/training_audit.py", "one_run_epsilon_lower_bound",
+     "if hi > _EPS_CAP:  # unreachable (see _EPS_CAP); a guard, not a branch the maths takes", ">", 0, ">=",
+     "hi is a power of two and never equals 1e4"),
+    ("fairdp/privacy/training_audit.py", "one_run_epsilon_lower_bound", "lo, hi = 0.0, 1.0", "1.0", 0, "2.0",
+     "from [0, 2] the first halving gives [0, 1] or [1, 2], the bracket the original has at that point, and from "
+     "there both searches take the same steps"),
+    ("fairdp/privacy/training_audit.py", "one_run_epsilon_lower_bound", "while hi - lo > EPS_TOLERANCE:", ">", 0,
+     ">=", "the bracket's width is a power of two and never equals 1e-9"),
 ]
 
 _OPS = {"+": "-", "-": "+", "*": "/", "/": "*", "//": "/", "%": "/", "**": "*", "<": "<=", "<=": "<",

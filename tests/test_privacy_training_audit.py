@@ -28,6 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairdp.errors import InputError
+from fairdp.privacy import training_audit
 from fairdp.privacy.training_audit import (
     distinguishing_ceiling,
     epsilon_ceiling,
@@ -164,6 +165,88 @@ def test_the_bound_grows_with_the_correct_guesses_and_stops_at_the_ceiling():
 def test_bad_counts_are_refused(kwargs, name):
     with pytest.raises(InputError, match=name):
         one_run_epsilon_lower_bound(**kwargs)
+
+
+@pytest.mark.parametrize("function,args,name", [
+    (one_run_p_value, (0, 0, 0, 1.0), "m"),
+    (one_run_p_value, (1, 2, 3, 1.0, 1.5), "delta"),
+    (one_run_p_value, (1, 2, 3, True), "eps"),
+    (one_run_p_value, (1, 2, 3, -0.5), "eps"),
+    (one_run_p_value, (1, 2, 3, math.nan), "eps"),
+    (one_run_p_value, (1, 2, 3, "1"), "eps"),
+    (one_run_epsilon_lower_bound, (1, 2, 3, True), "beta"),
+    (one_run_epsilon_lower_bound, (1, 2, 3, math.nan), "beta"),
+    (one_run_epsilon_lower_bound, (1, 2, 3, "0.05"), "beta"),
+    (event_epsilon_lower_bound, (True, 0.5), "p_lower"),
+    (event_epsilon_lower_bound, (0.5, -0.1), "p_upper"),
+    (event_epsilon_lower_bound, (0.5, 0.1, 2.0), "delta"),
+    (distinguishing_ceiling, (True,), "held_out"),
+    (distinguishing_ceiling, (0,), "held_out"),
+    (distinguishing_ceiling, (-3,), "held_out"),
+    (distinguishing_ceiling, (10.0,), "held_out"),
+    (distinguishing_ceiling, (10, True), "confidence"),
+    (distinguishing_ceiling, (10, 0), "confidence"),
+    (distinguishing_ceiling, (10, 1), "confidence"),
+    (distinguishing_ceiling, (10, 1.5), "confidence"),
+    (distinguishing_ceiling, (10, -0.5), "confidence"),
+    (distinguishing_ceiling, (10, "0.95"), "confidence"),
+])
+def test_bad_arguments_are_refused_naming_the_argument(function, args, name):
+    with pytest.raises(InputError, match=name):
+        function(*args)
+
+
+def test_arguments_at_the_ends_of_their_ranges_are_accepted():
+    assert one_run_p_value(1, 1, 1, 0.0) == 0.5  # one canary is enough
+    assert one_run_p_value(5, 10, 10, 0.5, 1.0) == 1.0  # delta = 1 allows anything
+    assert one_run_p_value(5, 10, 10, 0.5, 1) == one_run_p_value(5, 10, 10, 0.5, 1.0)
+    assert one_run_epsilon_lower_bound(10, 10, 10, 0.999999) > 0
+    assert event_epsilon_lower_bound(1.0, 0.5) == pytest.approx(math.log(2))
+    assert event_epsilon_lower_bound(np.float64(1.0), 0.25) == pytest.approx(math.log(4))
+    assert event_epsilon_lower_bound(0.5, 1.0) == 0.0
+    assert event_epsilon_lower_bound(0.5, 0.0) == math.inf  # nothing of x' in the event: no eps holds
+    assert distinguishing_ceiling(1) == 0.0  # one sample per input distinguishes nothing at 95%
+    assert distinguishing_ceiling(np.int64(2000), 0.5) > distinguishing_ceiling(2000, 0.95)
+
+
+def test_the_default_significance_is_five_percent():
+    assert one_run_epsilon_lower_bound(90, 100, 100) == one_run_epsilon_lower_bound(90, 100, 100, 0.05)
+    assert epsilon_ceiling(100, 100) == epsilon_ceiling(100, 100, 0.05)
+    assert distinguishing_ceiling(500) == distinguishing_ceiling(500, 0.95)
+
+
+@settings(max_examples=200, deadline=None)
+@given(eps=st.one_of(st.floats(-1e6, 1e6), st.sampled_from([math.inf, -math.inf, 36.5, 37.0, 709.9, 710.0])))
+def test_guess_accuracy_is_the_logistic_function_without_overflow(eps):
+    """e^eps / (1 + e^eps), computed from whichever side does not overflow."""
+    expected = 1 / (1 + math.exp(-eps)) if eps >= 0 else math.exp(eps) / (1 + math.exp(eps))
+    assert guess_accuracy(eps) == pytest.approx(expected, rel=1e-15, abs=1e-300)
+
+
+def _step_p_value(threshold: float, above: float):
+    """A stand-in p-value: 0.01 below ``threshold``, ``above`` from it on (monotone in eps)."""
+    return lambda v, r, m, eps, delta: 0.01 if eps < threshold else above
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.75, 1.0, 5.0, 33.3])
+def test_the_search_brackets_the_refuted_eps_to_its_tolerance(monkeypatch, threshold):
+    """The doubling-then-bisection search, on a p-value that crosses beta at a known eps: the
+    result is refuted and within EPS_TOLERANCE of the crossing."""
+    monkeypatch.setattr(training_audit, "one_run_p_value", _step_p_value(threshold, 0.5))
+    eps = one_run_epsilon_lower_bound(10, 10, 10, 0.05)
+    assert threshold - training_audit.EPS_TOLERANCE <= eps < threshold
+
+
+def test_a_p_value_equal_to_beta_is_not_a_refutation(monkeypatch):
+    """Refuted means p < beta: a p-value of exactly beta from eps = 2 on stops the search at 2."""
+    monkeypatch.setattr(training_audit, "one_run_p_value", _step_p_value(2.0, 0.05))
+    assert 2.0 - training_audit.EPS_TOLERANCE <= one_run_epsilon_lower_bound(10, 10, 10, 0.05) < 2.0
+
+
+def test_the_doubling_stops_at_its_cap_on_a_p_value_that_refutes_everything(monkeypatch):
+    """Unreachable with the real p-value (see _EPS_CAP); a broken one must not loop forever."""
+    monkeypatch.setattr(training_audit, "one_run_p_value", lambda *args: 0.0)
+    assert one_run_epsilon_lower_bound(10, 10, 10, 0.05) == 8192.0
 
 
 # -- the distinguishing game's (eps, delta) bound -------------------------------------------------
@@ -477,27 +560,6 @@ def test_gradient_audit_of_a_correct_mechanism_is_never_refuted(data, method, se
     assert result.n_train == len(data.splits["train"])  # gradient canaries are not rows
 
 
-@pytest.mark.parametrize("method,bug", [
-    ("dpsgd", dict(noise_scale=0.2)),             # true eps about 23
-    ("dpsgd", dict(noise_first_layer_only=True)),  # eps infinite
-    ("dpsgd", dict(clipping=False)),               # eps infinite, at the default canary norm
-    ("pfld", dict(noise_first_layer_only=True)),
-    pytest.param("pfld", dict(clipping=False), marks=pytest.mark.slow),
-    pytest.param("pfld", dict(noise_scale=0.2), marks=pytest.mark.slow),
-])
-def test_gradient_audit_refutes_each_planted_bug(data, method, bug):
-    result = _audit(data, method, seed=0, **bug)
-    assert result.planted_bug
-    assert result.refuted and result.eps_lower > 1.5 * result.claimed_eps, result.to_dict()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("bug", [dict(noise_scale=0.2), dict(noise_first_layer_only=True), dict(clipping=False)])
-def test_gradient_audit_refutes_the_planted_bugs_at_other_seeds(data, seed, bug):
-    assert _audit(data, "dpsgd", seed=seed, **bug).refuted
-
-
 # PF-LD's dual release
 
 
@@ -716,26 +778,41 @@ def test_gradient_audit_of_a_correct_mechanism_over_a_users_module_is_never_refu
     assert any("body" in name for name in result.canaries_per_group), result.canaries_per_group
 
 
-@pytest.mark.parametrize("method,bug", [
-    # the fast set: one bug per method (the built-in network's tests run each bug fast)
-    pytest.param("dpsgd", dict(noise_scale=0.2), marks=pytest.mark.slow),
-    ("dpsgd", dict(noise_first_layer_only=True)),
-    pytest.param("dpsgd", dict(clipping=False), marks=pytest.mark.slow),
-    ("pfld", dict(noise_first_layer_only=True)),
-    pytest.param("pfld", dict(noise_scale=0.2), marks=pytest.mark.slow),
-    pytest.param("pfld", dict(clipping=False), marks=pytest.mark.slow),
+def _audit_over(network, data, method, **kwargs):
+    return (_audit if network == "built-in" else _user_audit)(data, method, **kwargs)
+
+
+def _slow(*values):
+    return pytest.param(*values, marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize("network,method,bug", [
+    ("built-in", "dpsgd", dict(noise_scale=0.2)),             # true eps about 23
+    ("built-in", "dpsgd", dict(noise_first_layer_only=True)),  # eps infinite
+    ("built-in", "dpsgd", dict(clipping=False)),               # eps infinite, at the default canary norm
+    ("built-in", "pfld", dict(noise_first_layer_only=True)),
+    _slow("built-in", "pfld", dict(clipping=False)),
+    _slow("built-in", "pfld", dict(noise_scale=0.2)),
+    # a user's module: one bug per method in the fast set
+    _slow("user", "dpsgd", dict(noise_scale=0.2)),
+    ("user", "dpsgd", dict(noise_first_layer_only=True)),
+    _slow("user", "dpsgd", dict(clipping=False)),
+    ("user", "pfld", dict(noise_first_layer_only=True)),
+    _slow("user", "pfld", dict(noise_scale=0.2)),
+    _slow("user", "pfld", dict(clipping=False)),
 ])
-def test_gradient_audit_over_a_users_module_refutes_each_planted_bug(data, method, bug):
-    result = _user_audit(data, method, **bug)
+def test_gradient_audit_refutes_each_planted_bug(data, network, method, bug):
+    result = _audit_over(network, data, method, seed=0, **bug)
     assert result.planted_bug
     assert result.refuted and result.eps_lower > 1.5 * result.claimed_eps, result.to_dict()
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("network", ["built-in", "user"])
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("bug", [dict(noise_scale=0.2), dict(noise_first_layer_only=True), dict(clipping=False)])
-def test_gradient_audit_over_a_users_module_refutes_the_planted_bugs_at_other_seeds(data, seed, bug):
-    assert _user_audit(data, "dpsgd", seed=seed, **bug).refuted
+def test_gradient_audit_refutes_the_planted_bugs_at_other_seeds(data, network, seed, bug):
+    assert _audit_over(network, data, "dpsgd", seed=seed, **bug).refuted
 
 
 # -- the command --------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from fairdp.errors import InputError
 from fairdp.privacy.audit import clopper_pearson
@@ -52,8 +52,8 @@ EPS_TOLERANCE = 1e-9
 """The bisection stops when its bracket is narrower than this (absolute, in eps)."""
 
 _EPS_CAP = 1e4
-"""A guard on the doubling search: from eps = 700 on, e^eps / (1 + e^eps) is 1 in floating
-point, every guess is "expected" right and nothing is refuted, so the doubling stops by 1024."""
+"""A guard on the doubling search: from eps = 37 on, e^eps / (1 + e^eps) is 1 in floating
+point, every guess is "expected" right and nothing is refuted, so the doubling stops by 64."""
 
 
 def _check_counts(correct: object, guesses: object, m: object) -> tuple[int, int, int]:
@@ -77,7 +77,7 @@ def _check_delta(delta: object) -> float:
 def guess_accuracy(eps: float) -> float:
     """e^eps / (1 + e^eps): the chance that eps-randomized response reports a sign correctly,
     the best per-guess accuracy an eps-DP mechanism allows (Theorem 1)."""
-    return float(1.0 / (1.0 + math.exp(-eps))) if eps < 700 else 1.0
+    return float(special.expit(eps))  # no overflow at any eps, inf included
 
 
 def one_run_p_value(correct: int, guesses: int, m: int, eps: float, delta: float = 0.0) -> float:
@@ -96,7 +96,7 @@ def one_run_p_value(correct: int, guesses: int, m: int, eps: float, delta: float
     q = guess_accuracy(eps)
     tail = float(stats.binom.sf(v - 1, r, q))  # f(v) = P[B >= v]
     if delta == 0:
-        return min(tail, 1.0)
+        return tail
     # f(v - i) - f(v) = P[v - i <= B < v] = sum_{j = 1..i} P[B = v - j], for i = 1..v
     between = np.cumsum(stats.binom.pmf(np.arange(v - 1, -1, -1), r, q))
     alpha = float(np.max(between / np.arange(1, v + 1)))
@@ -157,7 +157,7 @@ def event_epsilon_lower_bound(p_lower: float, p_upper: float, delta: float = 0.0
         if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or not 0 <= value <= 1:
             raise InputError(f"{name} must be a probability in [0, 1], got {value!r}")
     delta = _check_delta(delta)
-    if p_lower <= delta or p_upper >= 1:
+    if p_lower <= delta:  # p_upper = 1 needs no case: the log is then <= 0
         return 0.0
     if p_upper == 0:  # a Clopper-Pearson upper bound is never 0; an exact 0 refutes every eps
         return math.inf
