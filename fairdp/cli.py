@@ -732,6 +732,7 @@ def _cmd_report(args) -> int:
 
     from fairdp._atomic import output_dir
     from fairdp.analysis import check_level, check_rt, get_paper, write_report
+    from fairdp.study import stored_predictions
 
     if args.rt is not None:
         check_rt(args.rt, "--rt")
@@ -757,7 +758,8 @@ def _cmd_report(args) -> int:
                              search_objectives=search.objectives if search else None,
                              search_constraints=search.constraints if search else (),
                              selection=chosen.message, error_bars=args.error_bars, keep_constant=args.keep_constant,
-                             figure_formats=formats, figure_style=style)
+                             figure_formats=formats, figure_style=style,
+                             predictions=[p for p in map(stored_predictions, args.dirs) if p])
     print(f"fairdp report: {chosen.message}", file=sys.stderr)
     if search is not None:
         print(f"fairdp report: Pareto fronts on the search's objectives, from the study: {search.describe()}",
@@ -824,6 +826,57 @@ def _cmd_figure(args) -> int:
         path = save_figure(fig, args.output)
     print(f"fairdp figure: {chosen.message}", file=sys.stderr)
     print(path)
+    return 0
+
+
+def _cmd_dashboard(args) -> int:
+    """Serve the dashboard of one results directory on 127.0.0.1 until Ctrl-C. The results are
+    read here, and again when the page asks; nothing is written."""
+    from pathlib import Path
+
+    # the dashboard's data and server (pandas; matplotlib's staircase of the fronts) load only when it runs
+    from fairdp.analysis import HOST, DashboardServer, check_rt, prepare_dashboard
+    from fairdp.study import read_hypervolume_histories
+
+    if args.rt is not None and not math.isfinite(check_rt(args.rt, "--rt")):
+        raise InputError(f"--rt: must be a finite number of accuracy points, got {args.rt!r}")
+    args.rts = _rt_list(args.rts) if args.rts else None
+    if args.rts and not all(math.isfinite(r) for r in args.rts):
+        raise InputError("--rts: relaxation thresholds must be finite numbers")
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port: a port number from 0 (any free port) to 65535, got {args.port}")
+    results = args.results
+    if "://" not in results and not Path(results).is_dir():
+        raise InputError(f"RESULTS {results}: no such results directory")
+    chosen = _chosen_selection("dashboard", args, [results], keys=("fairness", "rt", "by", "rts"))
+    values = chosen.values
+
+    def load():
+        """The results read (again: the page's Reload) and prepared for the page."""
+        try:
+            df = _load_rows([results])
+            history, searched = _curves([results], df), read_hypervolume_histories(results)
+        except InputError as e:
+            raise InputError(f"RESULTS {e}") from None
+        return prepare_dashboard(
+            df, fairness=values["fairness"], rt=values["rt"], by=list(values["by"]), rts=values["rts"],
+            history=history, search_history=searched, title=results, selection=chosen.message)
+
+    dashboard = load()
+    try:
+        server = DashboardServer(dashboard, args.port, reload=load)
+    except OSError as e:
+        raise InputError(f"--port {args.port}: cannot listen on {HOST}:{args.port} "
+                         f"({e.strerror or e}); give another port, or 0 for any free one") from None
+    print(f"fairdp dashboard: {chosen.message}", file=sys.stderr)
+    print(f"fairdp dashboard: serving {results} read-only on this machine only; Ctrl-C stops it", file=sys.stderr)
+    print(server.url, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("fairdp dashboard: stopped", file=sys.stderr)
+    finally:
+        server.server_close()
     return 0
 
 
@@ -1158,6 +1211,24 @@ def _add_figure_parser(sub) -> None:
     fig.set_defaults(func=_cmd_figure)
 
 
+def _add_dashboard_parser(sub) -> None:
+    """``fairdp dashboard``: a live, read-only view of a study's results in the browser."""
+    dash = sub.add_parser("dashboard", help="a results directory's Pareto fronts, RT picks, curves and search "
+                          "progress as a page served read-only on 127.0.0.1")
+    dash.add_argument("results", metavar="RESULTS", help="a results directory")
+    dash.add_argument("--port", type=int, default=8050,
+                      help="the port on 127.0.0.1 (default 8050; 0: any free port, printed)")
+    dash.add_argument("--rt", type=float, help="the RT the slider starts at (default: the study's selection.rt, "
+                      "else 1)")
+    dash.add_argument("--rts", help="RTs the slider offers besides 0, 0.25, ..., 5, comma-separated (default: the "
+                      "study's selection.rts)")
+    dash.add_argument("--fairness", choices=SELECTION_FAIRNESS,
+                      help="selection fairness metric, drawn at test against test accuracy (default: the study's)")
+    dash.add_argument("--by", type=_by_keys, metavar="KEY,...", help="pick per value of these columns too (default: "
+                      "the study's selection.by)")
+    dash.set_defaults(func=_cmd_dashboard)
+
+
 def _add_compare_parser(sub) -> None:
     """``fairdp compare``: two runs of one study."""
     cmp_ = sub.add_parser("compare", help="two runs of one study: bit-identical rows, RT picks, paired tests over seeds")
@@ -1185,7 +1256,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_data_parser, _add_methods_parser, _add_audit_parser, _add_audit_training_parser,
                 _add_check_method_parser, _add_check_model_parser,
                 _add_run_parser, _add_search_parser, _add_analyze_parser, _add_report_parser, _add_figure_parser,
-                _add_compare_parser):
+                _add_dashboard_parser, _add_compare_parser):
         add(sub)
     return p
 

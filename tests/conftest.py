@@ -166,6 +166,16 @@ def s3(s3_server, monkeypatch):
     return s3_server
 
 
+def whole_report(out: Path, fmt: str = "md") -> str:
+    """A report folder's text as one document: its first page, then every page under pages/ in
+    the order the first page links them (what a reader who opens every link reads)."""
+    out = Path(out)
+    first = (out / f"report.{fmt}").read_text(encoding="utf-8")
+    targets = re.findall(r'\(pages/([^)]+)\.md\)' if fmt == "md" else r'href="pages/([^"]+)\.html"', first)
+    pages = [(out / "pages" / f"{t}.{fmt}").read_text(encoding="utf-8") for t in dict.fromkeys(targets)]
+    return "\n".join([first, *pages])
+
+
 def markdown_tables(text: str) -> list[list[list[str]]]:
     """Markdown tables of ``text``: each a list of rows (header first, separator dropped) of cells."""
     tables, current = [], []

@@ -47,6 +47,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp._atomic": "atomic writes and the unwritable-path check, called directly",
     "fairdp._philox": "the Philox generator, pinned against its reference values",
     "fairdp._rng": "the streams' internals: seeded per-config generators, CUDA graphs, tail mass",
+    "fairdp.analysis._dashboard": "the dashboard's data, server and page, driven directly (fairdp dashboard's)",
     "fairdp.analysis._intervals": "the t half-width and the 'not distinguishable' rule, pinned",
     "fairdp.analysis._papers": "the published tables and the checks of their claims",
     "fairdp.analysis._plots": "a figure's series-per-panel limit",
@@ -102,6 +103,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.study._spec": "the spec's limits, its YAML reader and sampler names",
     "fairdp.study._store": "the pack file names and key types; the store's reads replaced",
     "fairdp.study._tune": "the Tune driver's internals: slots, node checks, stale dirs, logging",
+    "fairdp.study._worker": "the folder of the packs' prediction files, checked gone after a run",
     "fairdp.tracking._base": "a fake tracker registered (trackers have no public API yet)",
     "fairdp.tracking._wandb": "the W&B login check",
 }

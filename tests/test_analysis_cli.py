@@ -12,6 +12,8 @@ from fairdp.cli import main
 from fairdp.study import ResultStore
 from tests.test_analysis_report import PNG_SIGNATURE, synthetic_results
 
+from .conftest import whole_report
+
 pytestmark = pytest.mark.xdist_group("analysis_cli")  # one xdist worker computes the module's shared runs once
 
 
@@ -56,8 +58,8 @@ def test_analyze_markdown_and_latex(stored, capsys):
 def test_report_writes_markdown_html_and_figures(stored, tmp_path, capsys):
     dirs, _ = stored
     assert main(["report", *dirs, "-o", str(tmp_path / "rep")]) == 0
-    assert (tmp_path / "rep/report.md").read_text().count("|") > 10
-    assert "data:image/png;base64," in (tmp_path / "rep/report.html").read_text()
+    assert whole_report(tmp_path / "rep").count("|") > 10
+    assert 'src="figures/' in (tmp_path / "rep" / "report.html").read_text()  # the figures beside it
     pngs = sorted((tmp_path / "rep/figures").glob("*.png"))
     assert len(pngs) >= 4 and all(p.read_bytes()[:8] == PNG_SIGNATURE for p in pngs)
 
@@ -158,7 +160,7 @@ def test_report_draws_violation_and_accuracy_against_eps_per_notion(pfld_rows, t
     out = tmp_path / "report"
     assert main(["report", pfld_rows, "-o", str(out), "--fairness", "notion_gap", "--by", "fairness_notion,eps"]) == 0
     assert (out / "figures" / "violation_accuracy_eps.png").read_bytes().startswith(PNG_SIGNATURE)
-    md = (out / "report.md").read_text()
+    md = whole_report(out)
     assert "## Fairness notions against ε" in md and "| Notion | ε |" in md
     assert "No leakage or MDL probe was run." in md
 
@@ -192,7 +194,7 @@ def test_analyze_ci_selected_bootstraps_each_selected_row(pfld_rows, capsys):
 def test_the_report_says_which_differences_the_intervals_support(stored, tmp_path):
     dirs, _ = stored
     assert main(["report", *dirs, "-o", str(tmp_path / "rep")]) == 0
-    md = (tmp_path / "rep/report.md").read_text()
+    md = whole_report(tmp_path / "rep")
     support = md.split("## Differences the intervals support", 1)[1]
     assert "**Test accuracy**" in support and ("| <" in support or "| >" in support)
     assert "95% t-interval of the mean" in md
@@ -216,7 +218,7 @@ def test_rows_of_two_studies_are_pooled_only_when_asked_and_the_report_names_the
     assert main(["analyze", *dirs, "--pool"]) == 0
     assert "pooling the rows of studies grid, search" in capsys.readouterr().err
     assert main(["report", *dirs, "-o", str(tmp_path / "rep"), "--pool", "--no-ci"]) == 0
-    md = (tmp_path / "rep" / "report.md").read_text()
+    md = whole_report(tmp_path / "rep")
     assert "Rows of the studies grid, search, pooled" in md
     assert "Differences the intervals support" not in md and "t-interval" not in md  # --no-ci
     assert main(["analyze", dirs[0]]) == 0  # one study alone needs nothing

@@ -10,6 +10,8 @@ from fairdp.study import ResultStore, parse_spec, plan_table, read_plans
 from fairdp.study._plan import record_plan, run_configs
 from tests.test_analysis_report import synthetic_results
 
+from .conftest import whole_report
+
 
 def _plan(methods=("a", "b"), seeds=(0, 1), configs=("c0", "c1", "c2"), dataset="adult"):
     return pd.DataFrame([(dataset, m, s, c) for m in methods for s in seeds for c in configs],
@@ -116,9 +118,9 @@ def test_a_partial_study_says_so_above_every_table_of_its_report(tmp_path):
     whole = summarise(completeness(partial, plan))
     assert whole.state == "partial" and "federate seed 2 (3 of 3 configs unfinished)" in whole.text
     write_report(partial, tmp_path / "rep", rts=(1,), ci=None, completeness=whole)
-    md = (tmp_path / "rep" / "report.md").read_text()
+    md = whole_report(tmp_path / "rep")
     assert md.index("**Not the whole study.** Partial: ") < md.index("## Test results")
-    assert "<strong>Not the whole study.</strong> Partial: " in (tmp_path / "rep" / "report.html").read_text()
+    assert "<strong>Not the whole study.</strong> Partial: " in whole_report(tmp_path / "rep", "html")
     # the two failed configs are unfinished too; with their ok reruns the study is whole
     assert summarise(completeness(rows, plan)).text.startswith(f"partial: {len(plan) - 2} of {len(plan)} planned "
                                                                f"configs finished, 2 failed")
@@ -126,5 +128,5 @@ def test_a_partial_study_says_so_above_every_table_of_its_report(tmp_path):
                                                                  valid_tpr_gap=10.0, leakage=80.0)])
     complete = summarise(completeness(rows, plan))
     write_report(rows, tmp_path / "rep", rts=(1,), ci=None, completeness=complete)
-    md = (tmp_path / "rep" / "report.md").read_text()
+    md = whole_report(tmp_path / "rep")
     assert "| completeness | complete: all " in md and "Not the whole study" not in md

@@ -30,6 +30,8 @@ from fairdp.analysis._tables import CONSTANT_MARK, CONSTANT_ROW
 from fairdp.fairness import confusion
 from tests.test_analysis_report import synthetic_results
 
+from .conftest import whole_report
+
 pytestmark = pytest.mark.xdist_group("analysis_constant")  # one xdist worker computes the module's shared runs once
 
 CONSTANT = "noise"  # the method whose every model predicts class 0, as DP-SGD did at 5 epochs (issue 40)
@@ -193,15 +195,15 @@ def _section(md: str, title: str) -> str:
 
 
 def test_the_reports_main_table_marks_and_footnotes_the_constant_method(report):
-    main = _section((report / "report.md").read_text(), "Test results at RT = 1")
+    main = _section(whole_report(report), "Test results at RT = 1")
     assert f"| adult | {CONSTANT}{CONSTANT_MARK} |" in main
     assert f"{CONSTANT} on adult: 3 of 3 seeds" in main
-    html = (report / "report.html").read_text()
+    html = whole_report(report, "html")
     assert f"<td>{CONSTANT}{CONSTANT_MARK}</td>" in html and 'class="footnote"' in html
 
 
 def test_the_reports_other_tables_flag_constant_picks(report):
-    md = (report / "report.md").read_text()
+    md = whole_report(report)
     picks = _section(md, "Selected configurations")
     assert "constant: the pick is a constant model" in picks  # the caption names the column
     assert all(("| True |" in line) == (f"| {CONSTANT} |" in line) for line in picks.splitlines() if "| adult |" in line)
@@ -210,21 +212,21 @@ def test_the_reports_other_tables_flag_constant_picks(report):
 
 
 def test_the_report_leaves_constant_picks_out_of_the_supported_differences_and_says_so(report):
-    support = _section((report / "report.md").read_text(), "Differences the intervals support")
+    support = _section(whole_report(report), "Differences the intervals support")
     header = next(line for line in support.splitlines() if line.startswith("| dataset"))
     assert CONSTANT not in header
     assert f"Left out, their pick being a constant model in some seed (‡ in the tables): {CONSTANT} on adult" in support
 
 
 def test_the_reports_pareto_fronts_leave_constant_models_out_unless_asked(rows, report, tmp_path):
-    fronts = _section((report / "report.md").read_text(), "Pareto fronts")
+    fronts = _section(whole_report(report), "Pareto fronts")
     constant_rows = int(((rows["method"] == CONSTANT) & (rows["status"] == "ok")).sum())
     assert f"{constant_rows} configs whose model is constant" in fronts
     assert f"| {CONSTANT} |" not in fronts
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         write_report(rows, tmp_path, rts=(), ci=None, keep_constant=True)
-    kept = _section((tmp_path / "report.md").read_text(), "Pareto fronts")
+    kept = _section(whole_report(tmp_path), "Pareto fronts")
     assert f"| {CONSTANT} |" in kept and "configs whose model is constant" not in kept
 
 
@@ -260,5 +262,5 @@ def test_fairdp_report_keeps_constant_models_only_when_asked(rows, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main(["report", str(tmp_path / "r"), "-o", str(out), "--rts", "1", "--keep-constant"]) == 0
-    fronts = _section((out / "report.md").read_text(), "Pareto fronts")
+    fronts = _section(whole_report(out), "Pareto fronts")
     assert f"| {CONSTANT} |" in fronts and "configs whose model is constant" not in fronts

@@ -230,7 +230,7 @@ def test_the_report_section_shows_both_tables_and_names_what_fails():
                         "leakage": [83.0] * 4, "mdl": [4.7] * 4},
         "unconstrained": {"test_tpr_gap": [12.0, 14.0, 11.0, 13.0], "test_accuracy": [83.4] * 4,
                           "leakage": [84.0] * 4, "mdl": [4.6] * 4}})
-    caption, tables = comparison_section(df, PAPER)
+    caption, tables, _ = comparison_section(df, PAPER)
     numbers, claims = tables
     assert "Welch" in caption and "95%" in caption
     row = numbers.set_index(["Method", "Metric"]).loc[("FEDERATE", "TPR-gap")]
@@ -249,7 +249,11 @@ def test_the_report_section_shows_both_tables_and_names_what_fails():
     assert "On the paper's own means, fails: FEDERATE accuracy within ±1 point of Unconstrained's; " in caption
     # the means-only tables are replaced, not repeated
     assert not any("Within spread" in t.columns or "Fails where" in t.columns for t in tables)
-    [(title, text, shown_tables)] = _paper_sections(df, ["federate-table3"])
+    [((title, text, shown_tables), summary)] = _paper_sections(df, ["federate-table3"])
     assert title == "Compared with the paper: federate-table3" and text == caption
+    # the first page's summary: one line per claim, its verdict as the full table has it
+    verdicts = dict(zip(summary["Claim"], summary["Verdict"]))
+    assert verdicts["FEDERATE TPR-gap below Adversarial's"] == "contradicted (4 seeds)"
+    assert set(shown["Verdict"]) <= set(verdicts.values()) and len(verdicts) >= len(shown)
     for _, t in shown_tables:
         assert "| Verdict |" in render_table(t, "md") and "<table" in render_table(t, "html")

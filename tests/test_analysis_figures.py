@@ -43,6 +43,8 @@ from fairdp.analysis._style import BUILTIN_STYLES, method_style, variant_style
 from fairdp.testing.figures import assert_readable, layout_problems, series_counts
 from tests.test_analysis_report import _with_random, method_of, synthetic_results
 
+from .conftest import whole_report
+
 pytestmark = pytest.mark.xdist_group("analysis_figures")  # one xdist worker computes the module's shared runs once
 
 REPO = Path(__file__).resolve().parents[1]
@@ -291,7 +293,7 @@ def test_the_report_says_what_its_bars_are_and_what_its_figures_do_not_mean(tmp_
     rows = synthetic_results(seeds=(0, 1))
     with pytest.warns(UserWarning, match="bootstrap intervals over 2 seeds say little"):
         write_report(rows, tmp_path / "boot", rts=(0, 1), error_bars="bootstrap")
-    md = (tmp_path / "boot" / "report.md").read_text(encoding="utf-8")
+    md = whole_report(tmp_path / "boot")
     assert "error bars: bootstrap intervals over 2 seeds" in md  # listed under Notes too
     for caption in ("(FEDERATE Fig. 2): the validation metrics the selection reads; the tables below it give the "
                     "test metrics (bars: 95% percentile bootstrap of the mean over seeds",
@@ -313,7 +315,7 @@ def test_fairdp_report_takes_error_bars(tmp_path, capsys):
     synthetic_results(seeds=(0, 1)).to_parquet(rows)
     assert main(["report", str(rows), "-o", str(tmp_path / "rep"), "--rts", "0,1", "--error-bars", "t"]) == 0
     assert "fairdp report: warning: error bars: t-intervals over 2 seeds say little" in capsys.readouterr().err
-    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    md = whole_report(tmp_path / "rep")
     assert "(bars: 95% t-interval of the mean over seeds)" in md
     for choice in ERROR_BARS:  # the CLI offers what the library draws
         assert build_parser().parse_args(["report", "r", "-o", "o", "--error-bars", choice]).error_bars == choice

@@ -22,6 +22,8 @@ from fairdp.analysis import aggregate_group_rates, per_group_rates, select_by_rt
 from fairdp.fairness import confusion, group_rates
 from fairdp.study import ResultStore
 
+from .conftest import whole_report
+
 # fairlearn's metric -> (our column, our unit per theirs: rates are percent)
 METRICS = {
     "count": (count, "count", 1.0),
@@ -161,7 +163,7 @@ def test_the_report_has_a_per_group_section_with_the_aggregate(tmp_path):
         warnings.simplefilter("ignore")
         write_report(rows, tmp_path, rts=(), ci=None)
         selected = select_by_rt(rows, 1.0)
-    md = (tmp_path / "report.md").read_text()
+    md = whole_report(tmp_path)
     section = md.split("## Per-group rates of the selected models", 1)[1].split("\n## ", 1)[0]
     assert "| Dataset | Method | Guarantee | Group | Seeds | Rows | Selection rate | TPR | FPR | Accuracy |" in section
     expected = aggregate_group_rates(selected).set_index(["dataset", "method", "group"]).loc[("adult", "federate", 1)]

@@ -15,6 +15,8 @@ from fairdp.analysis._papers import (
 )
 from fairdp.errors import InputError
 
+from .conftest import whole_report
+
 
 def test_federate_table3_is_the_papers_adult_table():
     pub = published(get_paper("federate-table3"))
@@ -46,7 +48,7 @@ def test_mdl_is_compared_by_orderings_not_by_its_difference():
     df = pd.DataFrame([{"dataset": "adult", "method": m, "seed": seed, "config_id": "c", "status": "ok",
                         "valid_accuracy": 80.0, "test_accuracy": 80.0, "valid_tpr_gap": 5.0, "test_tpr_gap": 5.0,
                         "leakage": 70.0, "mdl": mdl + seed} for m, mdl in (("federate", 18.0), ("unconstrained", 4.0)) for seed in (0, 1)])
-    caption, tables = comparison_section(df, paper)
+    caption, tables, _ = comparison_section(df, paper)
     assert "MDL: left out of this table, not judged by its numbers (the paper's MDL is its code's" in caption
     numbers, orderings = tables
     assert "MDL" not in set(numbers["Metric"])
@@ -99,7 +101,7 @@ def test_fairdp_report_compare_puts_table3_beside_the_demo(tmp_path):
     proc = run_main("report", str(REPO / "results" / "demo-reference"), "-o", str(out), "--no-ci", "--rts", "1",
                     "--compare", "federate-table3")
     assert proc.returncode == 0, proc.stderr
-    md = (out / "report.md").read_text()
+    md = whole_report(out)
     section = md.split("## Compared with the paper: federate-table3")[1].split("\n## ")[0]
     # the paper's cell beside fairdp's, with what the method's eps protects (rows written before
     # the guarantee column: the method's kind)

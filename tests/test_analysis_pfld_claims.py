@@ -216,8 +216,13 @@ def test_the_section_shows_the_interval_tables_and_names_what_fails():
                                                                                     GAP_CASES[SUPPORTED]]}},
                notion="eo"),
     ], ignore_index=True)
-    caption, tables = comparison_section(df, PAPER)
+    caption, tables, summary = comparison_section(df, PAPER)
     claims = next(t for t in tables if "Violation below DP-SGD's?" in t.columns).set_index("Notion")
+    # the first page's summary: each claim once, every verdict it gets and where, as the caption's
+    verdicts = dict(zip(summary["Claim"], summary["Verdict"]))
+    assert verdicts["PF-LD violation below DP-SGD's"] == "contradicted at dp (every ε), eo (every ε)"
+    assert verdicts["PF-LD violation below M's"] == "supported at eo (every ε); not run at dp (every ε)"
+    assert verdicts["PF-LD accuracy within ±1 point of N's"].startswith("supported at ")
     assert claims.loc["dp", "Violation below DP-SGD's?"] == "contradicted (4 seeds)"
     assert claims.loc["eo", "Violation below M's?"] == "supported (4 seeds)"
     assert claims.loc["dp", "Violation below M's?"] == "not run"
@@ -323,7 +328,7 @@ def test_the_committed_adult_results_give_a_claims_table_for_every_notion_and_ep
 def test_the_committed_adult_report_section_renders(adult):
     from fairdp.analysis._tables import render_table
 
-    caption, tables = comparison_section(adult, PAPER)
+    caption, tables, _ = comparison_section(adult, PAPER)
     assert "Fails or unresolved: " in caption or "Every claim is supported" in caption
     claims = next(t for t in tables if "Violation below M's?" in t.columns)
     assert len(claims) == 18 and claims["Seeds"].eq(str(adult["seed"].nunique())).all()

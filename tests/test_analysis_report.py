@@ -31,6 +31,8 @@ from fairdp.analysis._style import BUILTIN_STYLES, method_style
 from fairdp.analysis._tables import mean_std
 from fairdp.errors import InputError
 
+from .conftest import whole_report
+
 pytestmark = pytest.mark.xdist_group("analysis_report")  # one xdist worker computes the module's shared runs once
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -344,12 +346,14 @@ def test_report_renders(results, tmp_path):
     for p in figures:
         assert p.parent == out / "figures"
         assert_png(p)
-    html = (out / "report.html").read_text(encoding="utf-8")
-    assert html.count("data:image/png;base64,") == len(figures)
-    assert "<table" in html and "src=\"figures/" not in html
-    md = (out / "report.md").read_text(encoding="utf-8")
+    html = whole_report(out, "html")
+    # the pages link the figures beside them (first page: figures/, pages: ../figures/), each one drawn
+    shown = set(re.findall(r'<img [^>]*src="(?:\.\./)?figures/([^"]+)"', html))
+    assert shown == {p.name for p in figures} and "base64" not in html
+    assert "<table" in html
+    md = whole_report(out)
     assert "| Dataset | Method | Guarantee | Seeds | Accuracy ↑ | TPR-gap ↓ | Leakage ↓ | MDL ↑ |" in md
-    assert "![" in md and "(figures/rt_sweep.png)" in md
+    assert "![" in md and "(../figures/rt_sweep.png)" in md
     for method in METHODS:
         assert method in md and method in html
     assert "config_id=bad" in md  # excluded rows are listed under Notes
@@ -358,19 +362,27 @@ def test_report_renders(results, tmp_path):
     assert (out / "table.csv").read_text().startswith("dataset,method,n_seeds,")
 
 
-def test_the_html_report_has_a_table_of_contents_and_wide_tables_scroll(results, tmp_path):
-    """18 tables and no contents; a 14-column table wider than the page: every h2 and h3 now
-    has an id that the contents link to, and every results table sits in a scrolling box."""
+def test_the_first_page_links_every_page_and_wide_tables_scroll(results, tmp_path):
+    """A 1,854-line report in one file: now the first page links every other section, each a
+    page with its tables also as CSV, every h2 has an id to link to, and every results table
+    sits in a scrolling box."""
     write_report(results, tmp_path, rt=1.0, rts=(0, 1, 3))
-    page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    nav = re.search(r'<nav class="toc">(.*?)</nav>', page, flags=re.S)
-    assert nav and page.index("<nav") < page.index("<h2 id=")
+    first = (tmp_path / "report.html").read_text(encoding="utf-8")
+    linked = re.findall(r'<a href="pages/([^"]+)\.html">', first)
+    pages = sorted(p.stem for p in (tmp_path / "pages").glob("*.html"))
+    assert linked and sorted(set(linked)) == pages
+    assert sorted(p.stem for p in (tmp_path / "pages").glob("*.md")) == pages
+    for name in pages:
+        page = (tmp_path / "pages" / f"{name}.html").read_text(encoding="utf-8")
+        assert '<a href="../report.html">' in page
+    assert {p.stem.rsplit("-", 1)[0] if p.stem not in pages else p.stem for p in (tmp_path / "tables").glob("*.csv")} \
+        <= set(pages)
+    assert (tmp_path / "tables" / "selected-configurations.csv").read_text().count("\n") > len(results) // 20
+    page = whole_report(tmp_path, "html")
     ids = re.findall(r'<h[23] id="([^"]+)">', page)
-    links = re.findall(r'<a href="#([^"]+)">', nav.group(1))
-    assert ids and links == ids and len(set(ids)) == len(ids)
-    tables = page.count('<table class="results">')
-    assert tables >= 5 and page.count('<div class="scroll"><table class="results">') == tables
-
+    assert ids and all(page.count(f'id="{i}"') >= 1 for i in ids)
+    tables = page.count('<table class="results')
+    assert tables >= 5 and page.count('<div class="scroll"><table class="results') == tables
 
 def test_report_without_eps_methods_drops_stale_figures(results, tmp_path):
     write_report(results[results["dataset"] == "adult"], tmp_path, rts=(0, 1))
@@ -380,7 +392,7 @@ def test_report_without_eps_methods_drops_stale_figures(results, tmp_path):
     assert not (tmp_path / "figures" / "privacy_accuracy.png").exists()
     assert not (tmp_path / "figures" / "leakage_vs_eps.png").exists()
     assert {p.stem for p in paths if p.suffix == ".png"} == {"rt_sweep", "fairness_accuracy_bins", "pareto_fronts"}
-    assert "Privacy-accuracy" not in (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "Privacy-accuracy" not in whole_report(tmp_path)
 
 
 def test_report_bad_input(results, tmp_path):
@@ -394,7 +406,7 @@ def test_report_bad_input(results, tmp_path):
 
 def test_the_rt_sweep_is_a_table_per_method_with_a_column_per_rt(results, tmp_path):
     write_report(results, tmp_path, rts=(0, 0.5, 1, 2, 3, 5))
-    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    md = whole_report(tmp_path)
     sweep = md.split("## Relaxation-threshold sweep", 1)[1].split("\n## ", 1)[0]
     titles = [line for line in sweep.splitlines() if line.startswith("**")]
     assert len(titles) == 2 * len(METHODS)  # one per (dataset, method), not one row per RT
@@ -423,6 +435,60 @@ def test_sweep_tables_hold_the_sweep_values():
 ])
 def test_mean_std_prints_enough_digits(mean, std, decimals, text):
     assert mean_std(mean, std, decimals) == text
+
+
+def test_collapsed_configs_do_not_stretch_the_pareto_axes_and_are_counted_at_the_edge(results):
+    """Configs that collapsed (accuracy 25-40% beside picks at 75-85%) squeezed what matters
+    into a sliver: with the selection as focus the limits span the picks and the fronts near
+    them, and the collapsed points sit at the left edge, counted in a note."""
+    adult = results[(results["dataset"] == "adult") & (results["status"] == "ok")].copy()
+    collapsed = adult[adult["method"] == "federate"].head(6).copy()
+    collapsed["config_id"] = [f"collapsed{k}" for k in range(6)]
+    collapsed["valid_accuracy"] = np.linspace(25.0, 40.0, 6)
+    collapsed["valid_tpr_gap"] = 0.05  # on the front: the lowest gap of all
+    rows = pd.concat([adult, collapsed], ignore_index=True)
+    pair = [("valid_accuracy", "valid_tpr_gap")]
+    picks = select_by_rt(rows, 1.0)
+    assert not picks["config_id"].astype(str).str.startswith("collapsed").any()
+    unfocused = figure_pareto_fronts(rows, pair)
+    assert unfocused.axes[0].get_xlim()[0] < 40  # the fronts alone reach the collapsed configs
+    fig = figure_pareto_fronts(rows, pair, focus=picks)
+    ax = fig.axes[0]
+    x0, x1 = ax.get_xlim()
+    assert 40 < x0 <= picks["valid_accuracy"].min() and x1 >= picks["valid_accuracy"].max()
+    (y0, y1), pts = ax.get_ylim(), rows[["valid_accuracy", "valid_tpr_gap"]]
+    counts = {"left": (pts["valid_accuracy"] < x0).sum(), "right": (pts["valid_accuracy"] > x1).sum(),
+              "bottom": (pts["valid_tpr_gap"] < y0).sum(), "top": (pts["valid_tpr_gap"] > y1).sum()}
+    assert counts["left"] >= 6  # the collapsed six, and whatever else the picks' region leaves out
+    note = [t.get_text() for t in ax.texts if t.get_text().startswith("beyond the axes")]
+    arrows = {"left": "←", "right": "→", "bottom": "↓", "top": "↑"}
+    assert note == ["beyond the axes, drawn at the edge: " + " ".join(f"{n}{arrows[e]}" for e, n in counts.items() if n)]
+    # every point is drawn inside the axes, those outside on the edge they pass
+    for collection in ax.collections:
+        xy = collection.get_offsets()
+        assert ((xy[:, 0] >= x0) & (xy[:, 0] <= x1) & (xy[:, 1] >= y0) & (xy[:, 1] <= y1)).all()
+    assert sum(int((c.get_offsets()[:, 0] == x0).sum()) for c in ax.collections) == counts["left"]
+
+
+def test_every_cell_of_a_column_has_the_columns_one_format():
+    """85.3 ± 0.0 never stands beside 85.34 ± 0.04: the column takes the decimals its most
+    precise cell needs, in the mean ± std and in the interval."""
+    from fairdp.analysis import sweep_tables
+
+    agg = pd.DataFrame({
+        "dataset": ["d"] * 3, "method": ["reductions", "dpsgd", "pfld"], "n_seeds": [10, 10, 10],
+        "test_accuracy_mean": [85.3, 85.34, 84.0], "test_accuracy_std": [0.0, 0.04, 0.4],
+        "test_accuracy_lo": [85.3, 85.30, 83.7], "test_accuracy_hi": [85.3, 85.37, 84.3],
+        "test_tpr_gap_mean": [10.2, 7.4, 9.0], "test_tpr_gap_std": [0.0, 0.1, 0.5],
+        "leakage_mean": [np.nan] * 3, "leakage_std": [np.nan] * 3, "mdl_mean": [np.nan] * 3, "mdl_std": [np.nan] * 3,
+    })
+    lines = format_table(agg, "md").splitlines()[2:]
+    accuracy = [line.split(" | ")[4] for line in lines]
+    assert accuracy == ["85.30 ± 0.00 [85.30, 85.30]", "85.34 ± 0.04 [85.30, 85.37]", "84.00 ± 0.40 [83.70, 84.30]"]
+    assert [line.split(" | ")[5].rstrip(" |") for line in lines] == ["10.2 ± 0.0", "7.4 ± 0.1", "9.0 ± 0.5"]
+    sweep = agg.drop(columns=["test_accuracy_lo", "test_accuracy_hi"]).assign(method="m", rt=[0.0, 1.0, 2.0])
+    (_, table), = sweep_tables(sweep)
+    assert table.iloc[0, 1:].tolist() == ["85.30 ± 0.00", "85.34 ± 0.04", "84.00 ± 0.40"]
 
 
 def test_local_and_central_eps_never_share_an_axis(results):
@@ -477,7 +543,7 @@ def test_a_report_with_local_and_central_methods_labels_each_and_never_compares_
     mixed = _local_and_central(results)
     agg = aggregate_seeds(select_by_rt(mixed, 1.0))
     assert dict(zip(agg["method"], agg["guarantee"])) == {
-        "adversarial": None, "dpsgd": CENTRAL_RECORD, "federate": LOCAL, "unconstrained": None}
+        "adversarial": "not private", "dpsgd": CENTRAL_RECORD, "federate": LOCAL, "unconstrained": "not private"}
     table = supported_differences(seed_intervals(agg), "test_accuracy").set_index("method")
     assert table.loc["federate", "guarantee"] == LOCAL and table.loc["dpsgd", "guarantee"] == CENTRAL_RECORD
     # no relation follows from both: never paired, each compared in its own relation; methods
@@ -490,8 +556,8 @@ def test_a_report_with_local_and_central_methods_labels_each_and_never_compares_
         lambda c: c.str.endswith("†")).any().any()
 
     write_report(mixed, tmp_path, rt=1.0, rts=(0, 1))
-    md = (tmp_path / "report.md").read_text(encoding="utf-8")
-    html = (tmp_path / "report.html").read_text(encoding="utf-8")
+    md = whole_report(tmp_path)
+    html = whole_report(tmp_path, "html")
     main = md.split("## Test results", 1)[1].split("\n## ", 1)[0]
     assert f"| adult | federate | {LOCAL} |" in main and f"| adult | dpsgd | {CENTRAL_RECORD} |" in main
     assert DIFFERENT_GUARANTEES in main

@@ -13,10 +13,12 @@ import pytest
 from fairdp.analysis import write_report
 from tests.test_analysis_report import synthetic_results
 
+from .conftest import whole_report
+
 
 def _report(tmp_path, df, **kw) -> str:
     write_report(df, tmp_path / "r", rts=(0, 1), **kw)
-    return (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    return whole_report(tmp_path / "r")
 
 
 def test_names_from_the_rows_are_inert_in_report_md(tmp_path):
@@ -26,7 +28,7 @@ def test_names_from_the_rows_are_inert_in_report_md(tmp_path):
     md = _report(tmp_path, df)
     assert "<script" not in md and "<img" not in md
     assert "&lt;script>alert(1)&lt;/script>" in md and "a&b&lt;img" in md  # shown as written
-    html = (tmp_path / "r" / "report.html").read_text(encoding="utf-8")
+    html = whole_report(tmp_path / "r", "html")
     assert "<script>alert(1)" not in html  # the HTML report always escaped them
 
 

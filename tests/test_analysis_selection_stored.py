@@ -24,6 +24,8 @@ from fairdp.study import (
 from fairdp.study._selection import SELECTION_TABLE, selection_change, write_selection
 from tests.test_store_contract import location  # noqa: F401 - the store contract's locations, as a fixture
 
+from .conftest import whole_report
+
 SEEDS = (0, 1, 2)
 # one (eps) group's four configs; per group and seed, RT selection picks:
 #   tpr_gap, rt 1 -> c1 (the defaults)    dp_gap, rt 1 -> c0
@@ -196,7 +198,7 @@ def test_report_without_flags_uses_the_stored_selection_and_its_rt_sweep(results
     table = pd.read_csv(tmp_path / "rep/table.csv")
     want = aggregate_seeds(select_by_rt(df, rt=2.0, fairness="dp_gap", by=["eps"]), fairness="dp_gap", by=["eps"])
     np.testing.assert_allclose(table["test_dp_gap_mean"], want["test_dp_gap_mean"])
-    md = (tmp_path / "rep/report.md").read_text()
+    md = whole_report(tmp_path / "rep")
     assert "| selection | selection from the study sel: fairness dp_gap, rt 2" in md
     assert "Test results at RT = 2" in md and "| Metric | RT 0 | RT 2 |" in md  # the study's sweep, 0 and 2
     assert main(["report", results_dir, "-o", str(tmp_path / "rep2"), "--no-ci", "--fairness", "tpr_gap", "--rt", "1",
@@ -285,7 +287,7 @@ def test_a_search_report_draws_its_front_on_its_objectives_over_its_feasible_row
     feasible = df[df["valid_accuracy"] >= 79]
     assert len(drawn["rows"]) == len(feasible) < len(df)
     assert (drawn["rows"]["valid_accuracy"] >= 79).all()
-    md = (tmp_path / "rep/report.md").read_text()
+    md = whole_report(tmp_path / "rep")
     section = md[md.index("## Pareto fronts"):].replace("&gt;", ">")  # as the Markdown may escape it
     assert (f"under its objectives, valid_accuracy (max), valid_dp_gap (min), eps_formal (min), among only the "
             f"{len(feasible)} of {len(df)} rows that meet its constraints (valid_accuracy >= 79)") in section

@@ -19,6 +19,8 @@ from fairdp.methods import RepresentationStep, get_method, load_plugins, method_
 from fairdp.study import ResultStore, parse_spec, read_results, with_overrides
 from tests.conftest import REPO, assert_input_error, run_main
 
+from .conftest import whole_report
+
 pytestmark = pytest.mark.xdist_group("engine_pruning")  # one xdist worker computes the module's shared runs once
 
 load_plugins([str(REPO / "examples" / "gap_reg.py")])  # the plugin's step is pruned like the built-ins
@@ -231,7 +233,7 @@ def test_a_cli_run_stores_pruned_at_and_the_report_says_so(tmp_path):
     assert rows.loc[rows["method"] == "reductions", "pruned_at"].isna().all()  # not trained by epochs
     report = run_main("report", str(results), "-o", str(tmp_path / "report"))  # fairdp's main, in this process
     assert report.returncode == 0, report.stderr
-    text = (tmp_path / "report" / "report.md").read_text()
+    text = whole_report(tmp_path / "report")
     assert "Pruned inside packs" in text and "synthetic/noise:" in text
     again = run_main("run", str(study), "--results", str(results), "--executor", "local")  # resume: nothing to do
     assert again.returncode == 0, again.stderr

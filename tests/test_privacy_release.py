@@ -34,6 +34,8 @@ from fairdp.study import parse_spec
 from fairdp.study._plan import run_configs, tuning_draws
 from tests.conftest import assert_input_error, run_main
 
+from .conftest import whole_report
+
 DELTA = 1e-5
 ORDERS = np.asarray(rdp_module.DEFAULT_RDP_ORDERS, dtype=np.float64)  # the orders fairdp's curves use
 
@@ -465,7 +467,7 @@ def test_a_tuned_study_stores_its_draws_and_analyze_reports_eps_released(tmp_pat
     from fairdp.analysis import write_report
 
     write_report(rows, tmp_path / "report", rt=0, fairness="dp_gap", rts=(0,), ci=None)
-    md = (tmp_path / "report" / "report.md").read_text()
+    md = whole_report(tmp_path / "report")
     released = md.split("## What a selection releases")[1].split("\n## ")[0]
     assert "at or just below that target" in released
     # what no eps covers: the validation rows, and the splits' counts every row publishes

@@ -23,8 +23,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from fairdp.analysis import write_report
+from tests.conftest import REPO
 from tests.test_analysis_report import synthetic_results
 
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
@@ -71,9 +73,17 @@ def _with(page: str, html: str) -> str:
     return page.replace("</body>", html + "\n</body>") if "</body>" in page else page + html
 
 
+def _read(report_html: Path) -> str:
+    """The page, its relative links (figures, other pages) resolved from its own folder when a
+    copy of it is opened from elsewhere."""
+    page = Path(report_html).read_text(encoding="utf-8")
+    base = f'<base href="{Path(report_html).resolve().parent.as_uri()}/">'
+    return page.replace("<head>", "<head>" + base, 1) if "<head>" in page else base + page
+
+
 def page_height(report_html: Path, width: int = WIDTH) -> int:
     """The height in CSS pixels of ``report_html`` laid out in a window ``width`` wide."""
-    page = Path(report_html).read_text(encoding="utf-8")
+    page = _read(report_html)
     with tempfile.TemporaryDirectory() as tmp:
         measured = Path(tmp) / "measured.html"
         measured.write_text(_with(page, SIZE), encoding="utf-8")
@@ -85,16 +95,14 @@ def page_height(report_html: Path, width: int = WIDTH) -> int:
 
 
 def screenshot(report_html: str | Path, out_png: str | Path, width: int = WIDTH, scale: float = 1.0) -> Path:
-    """Write a full-page screenshot of ``report_html`` (a self-contained report.html) as the
+    """Write a full-page screenshot of ``report_html`` (a report's page, its figures beside it) as the
     PNG ``out_png``: the page laid out ``width`` CSS pixels wide, every pixel of its height,
     at ``scale`` device pixels per CSS pixel (0.5 halves each side, for a smaller file).
     Shot in slices of ``SLICE_HEIGHT`` (the page shifted up under the window), stitched."""
-    from PIL import Image
-
     if BROWSER is None:
         raise RuntimeError("needs a headless Chromium: apt-get install chromium")
     report_html, out_png = Path(report_html), Path(out_png)
-    page = report_html.read_text(encoding="utf-8")
+    page = _read(report_html)
     height = page_height(report_html, width)
     out = Image.new("RGB", (round(width * scale), round(height * scale)), "white")
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,30 +122,73 @@ def screenshot(report_html: str | Path, out_png: str | Path, width: int = WIDTH,
     return out_png
 
 
-def test_the_html_report_fits_the_window_and_every_figure_loads_in_chromium(tmp_path):
-    results = synthetic_results()
-    write_report(results, tmp_path / "report", rt=1.0, rts=(0, 1, 3))
-    page = (tmp_path / "report" / "report.html").read_text(encoding="utf-8")
-    checked = tmp_path / "checked.html"
-    checked.write_text(page.replace("</body>", CHECK + "\n</body>"), encoding="utf-8")
-    dom = _chromium("--virtual-time-budget=10000", "--dump-dom", checked.as_uri())
+def page_check(page_html: Path) -> dict:
+    """What Chromium lays out for ``page_html`` in a 1280-wide window: the elements reaching past
+    its right edge (outside scrolling boxes), the page's width, its images and how many did not
+    load, and how many tables scroll (their columns cut at the window's edge)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        checked = Path(tmp) / "checked.html"
+        checked.write_text(_with(_read(page_html), CHECK), encoding="utf-8")
+        dom = _chromium("--virtual-time-budget=10000", "--dump-dom", checked.as_uri())
     found = re.search(r'<pre id="fairdp-check">(.*?)</pre>', dom.stdout, flags=re.S)
     assert found and found.group(1), dom.stderr[-2000:]
-    result = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
-    assert result["wide"] == [] and result["pageWidth"] <= result["view"], result
-    assert result["images"] == page.count("data:image/png;base64,") >= 5 and result["broken"] == 0, result
-    shot = screenshot(tmp_path / "report" / "report.html", tmp_path / "report" / "screenshot.png")
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+
+
+def _pages(report: Path) -> list[Path]:
+    return [report / "report.html", *sorted((report / "pages").glob("*.html"))]
+
+
+def test_every_page_of_a_report_fits_the_window_and_every_figure_loads_in_chromium(tmp_path):
+    results = synthetic_results()
+    report = tmp_path / "report"
+    write_report(results, report, rt=1.0, rts=(0, 1, 3))
+    images = 0
+    for page in _pages(report):
+        result = page_check(page)
+        assert result["wide"] == [] and result["pageWidth"] <= result["view"], (page.name, result)
+        assert result["scrolling"] == 0 and result["broken"] == 0, (page.name, result)
+        images += result["images"]
+    assert images == sum(p.read_text(encoding="utf-8").count("<img ") for p in _pages(report)) >= 5
+    assert page_check(report / "report.html")["images"] == 1  # the headline figure
+    shot = screenshot(report / "report.html", report / "screenshot.png")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# report.html of each committed report before it became a first page and linked pages (bytes)
+ONE_FILE_REPORTS = {"demo-reference": 596_588, "federate-adult": 668_424, "pfld-adult": 1_883_151,
+                    "pfld-compas": 2_145_720, "pfld-adult-sensitivity": 2_224_589}
+COMMITTED = sorted(p.parent for p in (REPO / "results").glob("*/_report/report.html"))
+
+
+@pytest.mark.parametrize("report", COMMITTED, ids=lambda p: p.parent.name)
+def test_a_committed_reports_first_page_reads_in_three_screens_and_its_pages_weigh_a_third(report):
+    """The pfld-adult report.md was 1,854 lines and its report.html 1.8 MB: now the first page is
+    at most three 1280 x 900 screens and 400 Markdown lines, and the HTML pages together weigh
+    at most a third of the one file they replace (the figures are files beside them)."""
+    assert page_height(report / "report.html") <= 3 * HEIGHT
+    assert (report / "report.md").read_text(encoding="utf-8").count("\n") <= 400
+    weight = sum(p.stat().st_size for p in _pages(report))
+    assert weight <= ONE_FILE_REPORTS[report.parent.name] / 3, weight
+    with Image.open(report / "screenshot.png") as shot:  # the committed screenshot is the first page's
+        assert shot.size[0] == WIDTH // 2 and shot.size[1] <= 3 * HEIGHT // 2
+
+
+@pytest.mark.slow  # a Chromium start per page of every committed report
+@pytest.mark.parametrize("report", COMMITTED, ids=lambda p: p.parent.name)
+def test_no_page_of_a_committed_report_is_cut_at_1280_pixels(report):
+    for page in _pages(report):
+        result = page_check(page)
+        assert result["wide"] == [] and result["scrolling"] == 0 and result["broken"] == 0, (page.name, result)
 
 
 @pytest.mark.slow  # a tool for the docs' screenshots, several Chromium starts: make test-slow
 def test_a_screenshot_holds_the_whole_page_however_long(tmp_path, monkeypatch):
     """The screenshot was the first 900 pixels of the page; it is now every pixel of it, in
     slices (made small here so that the test stitches several) that join without a seam."""
-    from PIL import Image
 
     write_report(synthetic_results(), tmp_path, rt=1.0, rts=(0, 1))
-    report = tmp_path / "report.html"
+    report = tmp_path / "pages" / "relaxation-threshold-sweep.html"  # a long page
     height = page_height(report)
     assert height > 3 * HEIGHT
     monkeypatch.setattr(sys.modules[__name__], "SLICE_HEIGHT", 3000)

@@ -20,6 +20,8 @@ from fairdp.errors import InputError
 from fairdp.study import ResultStore, parse_spec
 from tests.conftest import assert_input_error, run_cli, run_main
 
+from .conftest import whole_report
+
 BOUND = 4.0  # eps_formal <= BOUND: noise's eps_formal is its eps, searched over [1, 20]
 
 
@@ -213,7 +215,7 @@ def test_the_report_draws_the_history_against_a_grid_of_the_same_method(searched
     assert run_main("run", str(grid_study), "--results", str(grid), "--executor", "local").returncode == 0
     out = tmp_path / "report"
     assert main(["report", str(results), "-o", str(out), "--compare-grid", str(grid), "--no-ci"]) == 0
-    md = (out / "report.md").read_text()
+    md = whole_report(out)
     assert "## Search progress" in md and "figures/hypervolume_history.png" in md
     assert (out / "figures" / "hypervolume_history.png").stat().st_size > 0
     # the ratio in the report is search_vs_grid over the files
@@ -228,7 +230,7 @@ def test_the_report_draws_the_history_against_a_grid_of_the_same_method(searched
     # and the report does not advise writing one
     alone = tmp_path / "alone"
     assert main(["report", str(results), "-o", str(alone), "--no-ci"]) == 0
-    md = (alone / "report.md").read_text()
+    md = whole_report(alone)
     assert "## Search progress" in md and "dashed" not in md.split("## Search progress")[1].split("\n## ")[0]
     assert "fairdp run writes" not in md and "a search's trials" in md
     # a report without a search history refuses --compare-grid

@@ -9,6 +9,8 @@ import pytest
 from fairdp.engine.contract import VALID_CURVES
 from fairdp.study import ResultStore, parse_spec, read_history, run_study
 
+from .conftest import whole_report
+
 KEY = ["method", "seed", "config_id"]
 EPOCHS = 3
 
@@ -103,9 +105,9 @@ def test_the_report_draws_the_selected_configs_curves(run, tmp_path):
     proc = run_main("report", str(run), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert (out / "figures" / "learning_curves.png").stat().st_size > 0
-    html = (out / "report.html").read_text()
-    assert "Learning curves" in html and html.count("data:image/png;base64") >= 1
-    assert "figures/learning_curves.png" in (out / "report.md").read_text()
+    html = whole_report(out, "html")
+    assert "Learning curves" in html and 'src="../figures/learning_curves.png"' in html
+    assert "figures/learning_curves.png" in whole_report(out)
 
 
 def test_notion_gap_curves_read_each_configs_own_notion():

@@ -68,6 +68,7 @@ __all__ = [
 
 # Shared within fairdp, not public: what the CLI and fairdp.study import.
 from fairdp.analysis._compare import CODE_SETTING, describe_devices, identical_configs, precisions  # noqa: F401
+from fairdp.analysis._dashboard import HOST, DashboardServer, prepare_dashboard  # noqa: F401
 from fairdp.analysis._intervals import check_level, seed_advice_text, selected_with_intervals  # noqa: F401
 from fairdp.analysis._release import has_release_events  # noqa: F401
 from fairdp.analysis._rows import check_rt  # noqa: F401

@@ -20,7 +20,13 @@ import numpy as np
 import pandas as pd
 
 from fairdp.analysis._rows import RUN_KEYS, check_by, ok_rows
-from fairdp.analysis._tables import BY_LABELS, GUARANTEE_LABEL, by_cell, guarantee_cells, mean_std
+from fairdp.analysis._tables import (
+    BY_LABELS,
+    GUARANTEE_LABEL,
+    by_cell,
+    guarantee_cells,
+    mean_std_column,
+)
 from fairdp.errors import InputError
 from fairdp.schema import CONFUSION_COLUMNS
 
@@ -136,5 +142,5 @@ def group_rates_table(rates: pd.DataFrame, by: Sequence[str] = (), kinds: dict |
     out["Seeds"] = [str(int(v)) for v in rates["n_seeds"]]
     out["Rows"] = [f"{v:.0f}" for v in rates["count_mean"]]
     for rate, label in RATE_LABELS.items():
-        out[label] = [mean_std(m, sd, decimals) for m, sd in zip(rates[f"{rate}_mean"], rates[f"{rate}_std"])]
+        out[label] = mean_std_column(rates[f"{rate}_mean"], rates[f"{rate}_std"], decimals)
     return out.reset_index(drop=True)

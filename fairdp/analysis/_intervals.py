@@ -27,6 +27,7 @@ from fairdp.analysis._rows import (
     check_fairness,
     different_guarantees,
     guarantee_text,
+    kind_of,
     kinds_of,
     require_columns,
     with_compared_eps,
@@ -241,7 +242,7 @@ def supported_differences(intervals: pd.DataFrame, metric: str, group: Sequence[
     if not keep_constant:
         intervals = intervals[~constant_rows(intervals)]
     if GUARANTEE in intervals.columns:
-        kinds = {str(m): (k if isinstance(k, str) else None) for m, k in zip(intervals["method"], intervals[GUARANTEE])}
+        kinds = {str(m): kind_of(k) for m, k in zip(intervals["method"], intervals[GUARANTEE])}
     kinds = kinds_of(intervals["method"].astype(str).unique(), kinds)
     intervals, keys = in_one_relation(intervals.drop(columns=[GUARANTEE], errors="ignore"), group, kinds)
     frames = []
@@ -301,8 +302,8 @@ def selected_with_intervals(selected: pd.DataFrame, table: pd.DataFrame, fairnes
     merged = table.merge(boot, on=keys, how="left")
     out = table.copy()
     for m in metrics:
-        cells = [interval_text(lo, hi, enough_decimals([hi - lo], 1)).strip() or "-"
-                 for lo, hi in zip(merged[f"{m}_lo"], merged[f"{m}_hi"])]
+        d = enough_decimals(list(merged[f"{m}_hi"] - merged[f"{m}_lo"]), 1)  # one format per column
+        cells = [interval_text(lo, hi, d).strip() or "-" for lo, hi in zip(merged[f"{m}_lo"], merged[f"{m}_hi"])]
         out.insert(out.columns.get_loc(m) + 1, f"{m} {level:g}% CI", cells)
     return out
 

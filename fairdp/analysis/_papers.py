@@ -844,22 +844,61 @@ def _orderings_display(table: pd.DataFrame, level: float) -> pd.DataFrame:
     return pd.DataFrame(shown)
 
 
-def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, list[pd.DataFrame]]:
+def _pfld_summary(claims_table: pd.DataFrame, trends_table: pd.DataFrame, paper: PaperReference) -> list[tuple]:
+    """(claim, verdicts) per PF-LD claim: each verdict it gets and at which notions and ε."""
+    every_eps = (claims_table.groupby(["dataset", "fairness_notion"])["eps"].nunique().to_dict()
+                 if len(claims_table) else {})
+    out = []
+    for c in paper.claims:
+        if c.method != PFLD:
+            continue
+        if c.kind in ("below", "within"):
+            table, col = claims_table, f"{c.metric}_vs_{c.other}_verdict"
+        else:
+            table, col = trends_table[trends_table["metric"] == c.metric], "verdict"
+        if col not in table or not len(table):
+            continue
+        found = [f"{'not compared (no config of theirs at that ε)' if v == NOT_AT_EPS else v} at "
+                 f"{_where_text(table[table[col] == v], every_eps)}" for v in (SUPPORTED, CONTRADICTED, NOT_RESOLVED, TOO_FEW_SEEDS, NOT_RUN, NOT_AT_EPS)
+                 if (table[col] == v).any()]
+        out.append((_claim_text(c, paper), "; ".join(found)))
+    return out
+
+
+def _numbers_summary(numbers: pd.DataFrame, paper: PaperReference) -> list[tuple]:
+    """One (claim, verdicts) line for the paper's printed numbers."""
+    if not len(numbers):
+        return []
+    counts = numbers["verdict"].value_counts()
+    verdicts = [f"{int(counts[v])} {v}" for v in (CONSISTENT, DIFFERS, TOO_FEW_SEEDS, NOT_RUN) if v in counts]
+    return [(f"the paper's {len(numbers)} numbers, each against fairdp's mean", ", ".join(verdicts))]
+
+
+def _orderings_summary(orderings: pd.DataFrame) -> list[tuple]:
+    several = orderings["dataset"].nunique() > 1 if len(orderings) else False
+    return [((f"{r.dataset}: " if several else "") + str(r.claim), _verdict_cell(r.verdict, r.seeds))
+            for r in orderings.itertuples(index=False)]
+
+
+def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, list[pd.DataFrame], pd.DataFrame]:
     """The report's comparison with ``paper``: a caption and display tables, from ``df``'s rows
     selected and aggregated as the paper reports (its RT, fairness and by keys). Published
     numbers (``number_intervals``) and claims (``ordering_intervals``; PF-LD's per notion and
     eps, ``pfld_claim_intervals`` and ``pfld_trend_intervals``, then what bounds PF-LD) are
     judged with intervals over seeds, and the caption names each number that differs and each
-    claim that is not supported."""
+    claim that is not supported. The third value sums the verdicts up, one row per claim
+    (Claim, Verdict): what a report's first page shows."""
 
     by = [k for k in paper.by if k in df.columns]
     selected = select_by_rt(df, paper.rt, paper.fairness, by)
     agg = aggregate_seeds(selected, fairness=paper.fairness, by=by)
     kinds = guarantees_by_method(df)
+    summary: list[tuple] = []
     tables, text = [], [f"{paper.title}: the paper's values beside this study's, selected as the paper does "
                         f"(RT = {paper.rt:g}, {paper.fairness}{', by ' + ', '.join(by) if by else ''}). {paper.note}"]
     if paper.table is not None:
         numbers = _number_intervals(selected, published(paper), paper, CLAIM_LEVEL)
+        summary += _numbers_summary(numbers, paper)
         text.append(_numbers_caption(numbers, paper, CLAIM_LEVEL))
         tables.append(_numbers_display(numbers, paper, kinds, CLAIM_LEVEL))
     claims = check_claims(agg, paper, tuple(by), kinds)
@@ -875,6 +914,7 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
         claims_table = _claim_intervals(selected, paper, CLAIM_LEVEL)
         trends_table = _trend_intervals(selected, paper, CLAIM_LEVEL)
         text.append(_pfld_claims_caption(paper, claims_table, trends_table, CLAIM_LEVEL))
+        summary += _pfld_summary(claims_table, trends_table, paper)
         tables.extend(t for t in (_claims_display(claims_table, paper, kinds), _trends_display(trends_table))
                       if len(t))
         text.append("The last table says what bounds PF-LD per notion, from the same rows: F-LD (the same "
@@ -889,9 +929,10 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
         tables.append(pfld_bounds(df, agg, selected))
     else:
         orderings = _ordering_intervals(selected, paper, CLAIM_LEVEL)
+        summary += _orderings_summary(orderings)
         text.append(_orderings_caption(orderings, paper, CLAIM_LEVEL))
         tables.append(_orderings_display(orderings, CLAIM_LEVEL))
-    return " ".join(text), tables
+    return " ".join(text), tables, pd.DataFrame(summary, columns=["Claim", "Verdict"])
 
 
 def pfld_bounds(df: pd.DataFrame, agg: pd.DataFrame, selected: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -69,6 +69,7 @@ from fairdp.analysis._rows import (
     eps_labels,
     guarantees_by_method,
     kind_labels,
+    kind_of,
     ok_rows,
     require_columns,
     with_compared_eps,
@@ -116,7 +117,7 @@ def _base_kinds(table: pd.DataFrame, rows: bool = False) -> dict[str, str | None
     if rows:
         found = guarantees_by_method(table) if len(table) else {}
     elif GUARANTEE in table.columns:
-        found = {str(m): (k if isinstance(k, str) else None) for m, k in zip(table["method"], table[GUARANTEE])}
+        found = {str(m): kind_of(k) for m, k in zip(table["method"], table[GUARANTEE])}
     else:
         return None
     out: dict[str, str | None] = {}
@@ -703,6 +704,7 @@ def figure_pareto_fronts(
     df: pd.DataFrame,
     pairs: Sequence[tuple[str, str]],
     directions: Mapping[str, str] | None = None,
+    focus: pd.DataFrame | None = None,
 ) -> Figure | None:
     """2-D Pareto fronts per method for each objective pair (x, y), all seeds pooled.
 
@@ -710,6 +712,12 @@ def figure_pareto_fronts(
     line. ``directions`` maps a column to "min" | "max" (default: ``default_direction``).
     Pairs whose columns are missing or all NaN are skipped. A view's labels ("pfld [dp]")
     make a panel per notion. Baselines are not drawn: a note gives their mean values.
+
+    ``focus`` (rows of ``df``'s kind, e.g. the configs a selection picked) sets each panel's
+    limits: they span the focus configs and the front points near them (within half the
+    focus span beyond it), so configs that collapsed (accuracy 25% beside picks at 80-86%)
+    do not squeeze what matters into a sliver. Points outside are drawn at the edge they
+    pass, and a note counts them per edge. Without ``focus`` the fronts set the limits.
     """
     rows = ok_rows(df)
     require_columns(rows, ["dataset", "method"])
@@ -724,23 +732,34 @@ def figure_pareto_fronts(
         return None
     plan = _plan(rows)
     names = _names(rows, rows=True)
+    focus_keys = _focus_keys(focus)
     fig, axes = _grid(plan, len(pairs))
     drawn = False
     for p, panel in enumerate(plan.panels):
         for j, (x, y) in enumerate(pairs):
             ax = axes[p][j]
             objectives = {c: directions.get(c, default_direction(c)) for c in (x, y)}
+            series = []
             for s in panel.series:
-                color, marker, _ = plan.style_of(s)
                 pts = s.rows[[x, y]].apply(pd.to_numeric, errors="coerce").dropna()
-                if pts.empty:
-                    continue
-                ax.scatter(pts[x], pts[y], s=8, alpha=0.25, color=color, marker=marker)
-                front = pareto_front(pts, objectives)
+                if not pts.empty:
+                    series.append((s, pts, pareto_front(pts, objectives)))
+            focused = [_focused(s.rows, pts, focus_keys) for s, pts, _ in series]
+            limits = _focus_limits([f for f in focused if len(f)], [front for _, _, front in series], x, y)
+            for s, pts, front in series:
+                color, marker, _ = plan.style_of(s)
+                shown = _at_edges(pts, limits, x, y)
+                ax.scatter(shown[x], shown[y], s=8, alpha=0.25, color=color, marker=marker)
                 ax.plot(*attainment_steps(front[x], front[y], objectives[x], objectives[y]), color=color,
                         label=names[s.method])
-                ax.plot(front[x], front[y], ls="none", marker=marker, ms=4, color=color, label=names[s.method])
+                at_edge = _at_edges(front, limits, x, y)
+                ax.plot(at_edge[x], at_edge[y], ls="none", marker=marker, ms=4, color=color, label=names[s.method])
                 drawn = True
+            outside = _outside_counts([pts for _, pts, _ in series], limits, x, y) if limits is not None else []
+            if outside:  # limits only where they leave points out: else the axes fit every point
+                _set_limits(ax, limits)
+                ax.text(0.99, 0.98, "beyond the axes, drawn at the edge: " + " ".join(outside),
+                        transform=ax.transAxes, ha="right", va="top", **_NOTE_STYLE)
             notes = []
             for method, g in panel.baselines.groupby(panel.baselines["method"].astype(str).map(base_method)):
                 pts = g[[x, y]].apply(pd.to_numeric, errors="coerce").dropna()
@@ -756,6 +775,88 @@ def figure_pareto_fronts(
         return None
     return _finish(fig, plan, names, "Pareto fronts of the configs (all seeds pooled; steps: what the method's "
                    "front attains)")
+
+
+def _focus_keys(focus: pd.DataFrame | None) -> set[tuple] | None:
+    """The (dataset, method label, seed, config_id) of each focus row; None without focus."""
+    if focus is None or not len(focus):
+        return None
+    require_columns(focus, ["dataset", "method", "seed", "config_id"], "focus")
+    return set(zip(focus["dataset"].astype(str), focus["method"].astype(str), focus["seed"].astype(int),
+                   focus["config_id"]))
+
+
+def _focused(rows: pd.DataFrame, pts: pd.DataFrame, keys: set[tuple] | None) -> pd.DataFrame:
+    """The points of ``pts`` (indexed as ``rows``) whose config is a focus config."""
+    if keys is None or not {"seed", "config_id"} <= set(rows.columns):
+        return pts.iloc[0:0]
+    r = rows.loc[pts.index]
+    hit = [k in keys for k in zip(r["dataset"].astype(str), r["method"].astype(str), r["seed"].astype(int),
+                                  r["config_id"])]
+    return pts[np.asarray(hit, dtype=bool)]
+
+
+FOCUS_REACH = 0.5
+"""How far beyond the focus configs' span (as a share of it) a front point still sets the limits."""
+
+
+def _focus_limits(focused: list[pd.DataFrame], fronts: list[pd.DataFrame], x: str,
+                  y: str) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The panel's (x, y) limits: the focus points and the front points within ``FOCUS_REACH``
+    of their span, padded by 5%; the front points alone where there is no focus point."""
+    fronts = [f for f in fronts if len(f)]
+    if not fronts:
+        return None
+    front = pd.concat(fronts)
+    if focused:
+        core = pd.concat(focused)
+        near = np.ones(len(front), dtype=bool)
+        for c in (x, y):
+            lo, hi = float(core[c].min()), float(core[c].max())
+            reach = max(FOCUS_REACH * (hi - lo), 0.02 * max(abs(lo), abs(hi)), 1e-9)
+            near &= front[c].between(lo - reach, hi + reach).to_numpy()
+        points = pd.concat([core, front[near]])
+    else:
+        points = front
+    limits = []
+    for c in (x, y):
+        lo, hi = float(points[c].min()), float(points[c].max())
+        pad = max(0.05 * (hi - lo), 0.01 * max(abs(lo), abs(hi)), 1e-9)
+        limits.append((lo - pad, hi + pad))
+    return limits[0], limits[1]
+
+
+def _at_edges(pts: pd.DataFrame, limits, x: str, y: str) -> pd.DataFrame:
+    """``pts`` with every coordinate outside ``limits`` moved onto the edge it passes."""
+    if limits is None:
+        return pts
+    return pts.assign(**{c: pts[c].clip(*lim) for c, lim in zip((x, y), limits)})
+
+
+EDGE_ARROWS = {"left": "←", "right": "→", "bottom": "↓", "top": "↑"}
+
+
+def _outside_counts(points: list[pd.DataFrame], limits, x: str, y: str) -> list[str]:
+    """"12←", "3↑": how many points lie beyond each edge (a corner point counts on both)."""
+    if not points:
+        return []
+    pts = pd.concat(points)
+    (x0, x1), (y0, y1) = limits
+    counts = {"left": (pts[x] < x0).sum(), "right": (pts[x] > x1).sum(),
+              "bottom": (pts[y] < y0).sum(), "top": (pts[y] > y1).sum()}
+    return [f"{int(n)}{EDGE_ARROWS[edge]}" for edge, n in counts.items() if n]
+
+
+def _set_limits(ax, limits) -> None:
+    """``limits`` on both axes, with ticks kept off the edges (a label centred on the edge
+    would reach past the panel)."""
+    for axis, (lo, hi), set_lim, set_ticks in ((ax.xaxis, limits[0], ax.set_xlim, ax.set_xticks),
+                                               (ax.yaxis, limits[1], ax.set_ylim, ax.set_yticks)):
+        set_lim(lo, hi)
+        margin = 0.04 * (hi - lo)
+        ticks = [t for t in axis.get_major_locator().tick_values(lo, hi) if lo + margin <= t <= hi - margin]
+        if len(ticks) >= 2:
+            set_ticks(ticks)
 
 
 def attainment_steps(x, y, x_direction: str, y_direction: str) -> tuple[np.ndarray, np.ndarray]:
@@ -908,9 +1009,10 @@ def plot_pareto_fronts(
     path: PathLike,
     pairs: Sequence[tuple[str, str]],
     directions: Mapping[str, str] | None = None,
+    focus: pd.DataFrame | None = None,
 ) -> Path | None:
     """Write ``figure_pareto_fronts`` as a PNG at ``path``; None if no pair can be drawn."""
-    return _write(figure_pareto_fronts(df, pairs, directions), path)
+    return _write(figure_pareto_fronts(df, pairs, directions, focus), path)
 
 
 def plot_learning_curves(curves: pd.DataFrame, path: PathLike, fairness: str = "tpr_gap",

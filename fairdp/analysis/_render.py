@@ -8,7 +8,6 @@ document once for either.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import html
 import re
@@ -19,7 +18,8 @@ import pandas as pd
 
 from fairdp.analysis._tables import format_table, html_table, markdown_table
 
-Item = tuple[str, object]  # (kind, payload): "figure" name, "table" frame, "subtable" (title, frame), "display" frame
+Item = tuple[str, object]  # (kind, payload): "figure" name, "table" frame, "subtable" (title, frame), "display"
+#                           frame, "links" [(text, target without its extension)]
 
 
 @dataclass
@@ -35,6 +35,13 @@ class Document:
     by: tuple[str, ...] = ()
     main: pd.DataFrame | None = None      # the table the marks belong to
     marks: dict | None = field(default=None)
+    title: str = "fairdp report"
+    base: str = ""                        # the path from the page to the report's folder ("../" for a page)
+
+
+HALVES_AFTER = 40
+"""An HTML display table longer than this (and at most 8 columns wide) is laid out in two halves
+side by side: a long narrow table reads in half the height."""
 
 
 class Renderer:
@@ -54,6 +61,8 @@ class Renderer:
                                               marks=doc.marks if main else None))
                 elif kind == "subtable":
                     parts.append(self.subtable(*item))
+                elif kind == "links":
+                    parts.append(self.links(item))
                 else:
                     parts.append(self.display(item))
         if doc.notes:
@@ -97,18 +106,22 @@ class MarkdownRenderer(Renderer):
         main = _md_frame(doc.main) if doc.main is not None else None
         sections = [(_md(title), _md(text),
                      [(kind, main if item is doc.main else _md_frame(item)) if kind in ("table", "display")
-                      else (kind, (_md(item[0]), _md_frame(item[1]))) if kind == "subtable" else (kind, item)
+                      else (kind, (_md(item[0]), _md_frame(item[1]))) if kind == "subtable"
+                      else (kind, [(_md(text), target) for text, target in item]) if kind == "links"
+                      else (kind, item)
                       for kind, item in items])
                     for title, text, items in doc.sections]
         safe = dataclasses.replace(doc, overview=[(_md(k), _md(v)) for k, v in doc.overview],
                                    partial=_md(doc.partial) if doc.partial else doc.partial, sections=sections,
                                    notes=[_md(n) for n in doc.notes], main=main,
-                                   captions={k: _md(v) for k, v in doc.captions.items()})
+                                   captions={k: _md(v) for k, v in doc.captions.items()}, title=_md(doc.title))
+        self.base = doc.base
         return super().render(safe)
 
     def head(self, doc):
-        parts = [f"# fairdp report\n\n_Generated {doc.stamp}._\n", "| | |\n|:--|:--|",
-                 *(f"| {k} | {v} |" for k, v in doc.overview), ""]
+        parts = [f"# {doc.title}\n\n_Generated {doc.stamp}._\n"]
+        if doc.overview:
+            parts += ["| | |\n|:--|:--|", *(f"| {k} | {v} |" for k, v in doc.overview), ""]
         if doc.partial:
             parts.append(f"**Not the whole study.** {doc.partial}\n")
         return parts
@@ -117,7 +130,10 @@ class MarkdownRenderer(Renderer):
         return f"\n## {title}\n\n{text}\n"
 
     def figure(self, name, path, caption):
-        return f"![{caption.replace('[', '(').replace(']', ')')}](figures/{name}.png)\n"
+        return f"![{caption.replace('[', '(').replace(']', ')')}]({self.base}figures/{name}.png)\n"
+
+    def links(self, links):
+        return "\n".join(f"- [{text}]({target}.md)" for text, target in links) + "\n"
 
     def subtable(self, title, table):
         return f"**{title}**\n\n{markdown_table(table)}"
@@ -133,21 +149,32 @@ class MarkdownRenderer(Renderer):
 
 
 class HtmlRenderer(Renderer):
-    """One file: figures embedded as base64 PNG data URIs."""
+    """A page that links its figures (``figures/<name>.png`` beside it) and the report's
+    other pages, rather than embedding them: a reader loads what they open."""
 
     format = "html"
-    STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+    STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+             # the first page fits three 1280 x 900 screens: its figure kept short, its links inline
+             "body.first figure img{max-width:75%;max-height:640px}body.first ul.links{padding:0}"
+             "body.first ul.links li{display:inline;margin-right:1.2em}body.first h2{margin:.8em 0 .3em}"
              "table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .6em}"
+             "td{overflow-wrap:anywhere}table.wide{font-size:.8em}table.wide td,table.wide th{padding:.2em .35em}"
              "td{text-align:right}td:first-child,td:nth-child(2){text-align:left}"
              "img{max-width:100%}figcaption{font-size:.9em;color:#555}"
-             ".scroll{overflow-x:auto;max-width:100%}nav.toc{font-size:.95em}nav.toc ul{margin:.2em 0}nav.toc li.sub{margin-left:1.5em;font-size:.9em}")
+             ".scroll{overflow-x:auto;max-width:100%}.halves{display:flex;gap:1em;align-items:flex-start}"
+             ".halves table{font-size:.85em}.halves td,.halves th{white-space:nowrap;overflow-wrap:normal;padding:.2em .4em}")
 
     head_parts: list = []
 
+    def render(self, doc: Document) -> str:
+        self.base, self.title = doc.base, doc.title
+        return super().render(doc)
+
     def head(self, doc):
-        parts = [f"<h1>fairdp report</h1>\n<p><em>Generated {html.escape(doc.stamp)}.</em></p>",
-                 "<table class=\"meta\">" + "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
-                                                    for k, v in doc.overview) + "</table>"]
+        parts = [f"<h1>{html.escape(doc.title)}</h1>\n<p><em>Generated {html.escape(doc.stamp)}.</em></p>"]
+        if doc.overview:
+            parts.append("<table class=\"meta\">" + "".join(
+                f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in doc.overview) + "</table>")
         if doc.partial:
             parts.append(f"<p><strong>Not the whole study.</strong> {html.escape(doc.partial)}</p>")
         self.head_parts = list(parts)  # the table of contents goes after them
@@ -157,14 +184,20 @@ class HtmlRenderer(Renderer):
         return f"<h2>{html.escape(title)}</h2>\n<p>{html.escape(text)}</p>"
 
     def figure(self, name, path, caption):
-        data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-        return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+        return (f'<figure><img alt="{html.escape(caption)}" src="{html.escape(self.base)}figures/{html.escape(name)}.png">'
                 f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+    def links(self, links):
+        return '<ul class="links">' + "".join(f'<li><a href="{html.escape(target)}.html">{html.escape(text)}</a></li>'
+                                              for text, target in links) + "</ul>"
 
     def subtable(self, title, table):
         return f"<h3>{html.escape(title)}</h3>\n{html_table(table)}"
 
     def display(self, table):
+        if len(table) > HALVES_AFTER and len(table.columns) <= 8:  # a long, narrow table: two halves side by side
+            half = (len(table) + 1) // 2
+            return f'<div class="halves">{html_table(table.iloc[:half])}{html_table(table.iloc[half:])}</div>'
         return html_table(table)
 
     def notes(self, notes):
@@ -172,27 +205,24 @@ class HtmlRenderer(Renderer):
 
     def wrap(self, parts):
         head, body = parts[:len(self.head_parts)], "\n".join(parts[len(self.head_parts):])
-        body, toc = _anchored(body)
+        body = _anchored(body)  # the first page's links are the contents: no list of them twice
         # a wide table (the selected configurations have 14 columns) scrolls inside the page
-        body = re.sub(r'(<table class="results">.*?</table>)', r'<div class="scroll">\1</div>', body, flags=re.S)
-        return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>fairdp report</title>\n"
-                f"<style>{self.STYLE}</style>\n</head>\n<body>\n" + "\n".join([*head, toc, body]) + "\n</body>\n</html>\n")
+        body = re.sub(r'(<table class="results[^"]*">.*?</table>)', r'<div class="scroll">\1</div>', body, flags=re.S)
+        return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+                f"<title>{html.escape(self.title)}</title>\n"
+                f"<style>{self.STYLE}</style>\n</head>\n<body{' class=first' if not self.base else ''}>\n"
+                + "\n".join([*head, body]) + "\n</body>\n</html>\n")
 
 
-def _anchored(body: str) -> tuple[str, str]:
-    """``body`` with an id on every h2 and h3, and the table of contents linking to them."""
+def _anchored(body: str) -> str:
+    """``body`` with an id on every h2 and h3, so that a section can be linked to."""
     seen: dict[str, int] = {}
-    entries: list[tuple[int, str, str]] = []
 
     def anchor(m: re.Match) -> str:
         level, title = int(m.group(1)), m.group(2)
         slug = re.sub(r"[^a-z0-9]+", "-", html.unescape(title).lower()).strip("-") or "section"
         seen[slug] = seen.get(slug, 0) + 1
         slug = slug if seen[slug] == 1 else f"{slug}-{seen[slug]}"
-        entries.append((level, slug, title))
         return f'<h{level} id="{slug}">{title}</h{level}>'
 
-    body = re.sub(r"<h([23])>(.*?)</h\1>", anchor, body)
-    items = [f'<li{" class=sub" if level == 3 else ""}><a href="#{slug}">{title}</a></li>'
-             for level, slug, title in entries]
-    return body, '<nav class="toc"><h2>Contents</h2>\n<ul>' + "".join(items) + "</ul></nav>"
+    return re.sub(r"<h([23])>(.*?)</h\1>", anchor, body)

@@ -15,6 +15,7 @@ import datetime as _dt
 import json
 import math
 import os
+import re
 import warnings
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -108,16 +109,18 @@ from fairdp.analysis._select import (
     violation_accuracy_by_eps,
 )
 from fairdp.analysis._tables import (
+    BY_LABELS,
     COMPARED_LABEL,
     CONSTANT_MARK,
     FAIRNESS_LABELS,
     GUARANTEE_LABEL,
+    _display,
     by_cell,
     compared_cells,
     display_strings,
     format_table,
     guarantee_cells,
-    mean_std,
+    mean_std_column,
     sweep_tables,
 )
 from fairdp.constraints import feasible
@@ -148,6 +151,7 @@ _HV_REFERENCE = {"max": 0.0, "min": 100.0}
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     return path
@@ -161,11 +165,11 @@ def _eps_table(by_eps: pd.DataFrame, decimals: int, kinds: dict | None = None) -
         "ε": [f"{v:g}" for v in by_eps["eps"]],
         **({COMPARED_LABEL: cells} if (cells := compared_cells(by_eps, kinds)) is not None else {}),
         "Seeds": [str(int(v)) for v in by_eps["n_seeds"]],
-        "Accuracy ↑": [mean_std(a, b, decimals) for a, b in zip(by_eps["test_accuracy_mean"], by_eps["test_accuracy_std"])],
-        "Leakage ↓": [mean_std(a, b, decimals) for a, b in zip(by_eps["leakage_mean"], by_eps["leakage_std"])],
+        "Accuracy ↑": mean_std_column(by_eps["test_accuracy_mean"], by_eps["test_accuracy_std"], decimals),
+        "Leakage ↓": mean_std_column(by_eps["leakage_mean"], by_eps["leakage_std"], decimals),
     })
     if "eps_formal_max" in by_eps.columns:
-        out["formal ε (max)"] = [mean_std(v, np.nan, 2) for v in by_eps["eps_formal_max"]]
+        out["formal ε (max)"] = mean_std_column(by_eps["eps_formal_max"], [np.nan] * len(by_eps), 2)
     return out
 
 
@@ -204,8 +208,8 @@ def _notion_table(notions: pd.DataFrame) -> pd.DataFrame:
         "Notion": notions["fairness_notion"].astype(str), "ε": [by_cell(v) for v in notions["eps"]],
         **({COMPARED_LABEL: cells} if (cells := compared_cells(notions)) is not None else {}),
         "Seeds": [str(int(v)) for v in notions["n_seeds"]],
-        "Violation ↓": [mean_std(a, b, 1) for a, b in zip(notions["test_notion_gap_mean"], notions["test_notion_gap_std"])],
-        "Accuracy ↑": [mean_std(a, b, 1) for a, b in zip(notions["test_accuracy_mean"], notions["test_accuracy_std"])],
+        "Violation ↓": mean_std_column(notions["test_notion_gap_mean"], notions["test_notion_gap_std"]),
+        "Accuracy ↑": mean_std_column(notions["test_accuracy_mean"], notions["test_accuracy_std"]),
     })
 
 
@@ -275,8 +279,8 @@ def _pareto_summary(rows: pd.DataFrame, fairness: str, kinds: dict | None = None
         "Method": agg["method"].astype(str),
         GUARANTEE_LABEL: guarantee_cells(agg, kinds),
         "Seeds": [str(int(v)) for v in agg["n_seeds"]],
-        "Front size": [mean_std(a, b, 1) for a, b in zip(agg["front_mean"], agg["front_std"])],
-        f"Hypervolume ({objs})": [mean_std(a, b, 3) for a, b in zip(agg["hv_mean"], agg["hv_std"])],
+        "Front size": mean_std_column(agg["front_mean"], agg["front_std"]),
+        f"Hypervolume ({objs})": mean_std_column(agg["hv_mean"], agg["hv_std"], 3),
     })
 
 
@@ -513,6 +517,23 @@ def _report_tables(df: pd.DataFrame, ok: pd.DataFrame, rt: float, fairness: str,
                    curves)
 
 
+def _picked_rows(rows: pd.DataFrame, selected: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``rows`` (the rows, or a per-notion view labelled "pfld [dp]") whose config a
+    selection picked, under the notion it was picked for where there is one: the Pareto
+    figure's limits are set around them."""
+    notions = "fairness_notion" in rows.columns and "fairness_notion" in selected.columns
+    picked = {(str(r.dataset), str(r.method), int(r.seed), r.config_id):
+              (r.fairness_notion if notions and pd.notna(r.fairness_notion) else None)
+              for r in selected.itertuples(index=False)}
+    base = rows["method"].astype(str).str.replace(r" \[[^\]]*\]$", "", regex=True)
+    row_notion = rows["fairness_notion"] if notions else pd.Series(None, index=rows.index, dtype=object)
+    hit = []
+    for d, m, s_, c, n in zip(rows["dataset"].astype(str), base, rows["seed"], rows["config_id"], row_notion):
+        key = (d, m, int(s_), c)
+        hit.append(key in picked and (picked[key] is None or picked[key] == n))
+    return rows[np.asarray(hit, dtype=bool)]
+
+
 def _figure_pairs(fairness: str, search_objectives: dict[str, str] | None) -> list[tuple[str, str]]:
     """The pairs of objectives the Pareto figure draws: a search's, else accuracy, the gap, leakage."""
     if search_objectives:
@@ -543,7 +564,8 @@ def _draw_figures(df: pd.DataFrame, t: _Tables, rt: float, fairness: str, rts: l
             **bars), **bars) if t.by_eps is not None else None),
         "leakage_vs_eps": lambda: figure_leakage_vs_eps(df) if {"eps", "leakage"} <= set(df.columns) else None,
         "pareto_fronts": lambda: figure_pareto_fronts(t.front_rows, _figure_pairs(fairness, search_objectives),
-                                              search_objectives),  # a search's directions
+                                              search_objectives,  # a search's directions
+                                              focus=_picked_rows(t.front_rows, t.selected)),
         "hypervolume_history": lambda: figure_hypervolume_history(t.progress) if t.progress is not None else None,
         "learning_curves": lambda: (figure_learning_curves(t.curves, fairness,
                                                            f"Validation curves of the configs selected at RT = {rt:g}")
@@ -692,12 +714,13 @@ def _advice(agg: pd.DataFrame, ci: float | None) -> str:
     return text[0].upper() + text[1:] + "." if text else ""
 
 
-def _paper_sections(df: pd.DataFrame, compare: Sequence[str]) -> list[_Section]:
-    """One section per published table named in ``compare``, beside the study's values."""
+def _paper_sections(df: pd.DataFrame, compare: Sequence[str]) -> list[tuple[_Section, pd.DataFrame]]:
+    """One section per published table named in ``compare``, beside the study's values, each with
+    its claims summed up (``comparison_section``'s third value)."""
     sections = []
     for name in compare:
-        caption, tables = comparison_section(df, get_paper(name))
-        sections.append((f"Compared with the paper: {name}", caption, [("display", t) for t in tables]))
+        caption, tables, summary = comparison_section(df, get_paper(name))
+        sections.append(((f"Compared with the paper: {name}", caption, [("display", t) for t in tables]), summary))
     return sections
 
 
@@ -930,6 +953,155 @@ def _partial_warning(completeness: Completeness | None) -> str | None:
             if completeness is not None and completeness.is_partial else None)
 
 
+# --- the first page and the pages it links ------------------------------------------------------
+
+HEADLINE_FIGURES = ("violation_accuracy_eps", "pareto_fronts", "fairness_accuracy_bins", "privacy_accuracy", "rt_sweep")
+"""The first page's figure: the first of these the report drew (Tran et al.'s figure for a
+study over notions and several ε, else the fronts, else FEDERATE's)."""
+
+
+def _page_slugs(titles: Sequence[str]) -> list[str]:
+    """Each page's file name: its title in lower case, words joined by "-", unique."""
+    seen: dict[str, int] = {}
+    out = []
+    for title in titles:
+        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "section"
+        seen[slug] = seen.get(slug, 0) + 1
+        out.append(slug if seen[slug] == 1 else f"{slug}-{seen[slug]}")
+    return out
+
+
+def _section_tables(items: Sequence[Item], fairness: str, by: Sequence[str]) -> list[str]:
+    """Every table of a section as CSV: the main table's raw aggregate, the others as shown."""
+    out = []
+    for kind, item in items:
+        if kind == "table":
+            out.append(format_table(item, "csv", fairness, by=by))
+        elif kind in ("display", "subtable"):
+            frame = item if kind == "display" else item[1].assign(**{"Table": item[0]})
+            out.append(frame.to_csv(index=False, lineterminator="\n"))
+    return out
+
+
+def _compact_table(agg: pd.DataFrame, by: Sequence[str], fairness: str, marks: dict | None,
+                   kinds: dict) -> pd.DataFrame:
+    """The main table as the first page shows it: mean ± std with its ≈ marks (the intervals and
+    each method's guarantee are on the full table's page), one dataset column only where there
+    are several, and with ``fairness_notion`` a key, each notion's metrics side by side."""
+    shown = _display(agg.drop(columns=[c for c in agg.columns if c.endswith(("_lo", "_hi"))]), fairness, 1,
+                     by=by, marks=marks, kinds=kinds).drop(columns=[GUARANTEE_LABEL])
+    if shown["Dataset"].nunique() == 1:
+        shown = shown.drop(columns=["Dataset"])
+    notion = BY_LABELS["fairness_notion"]
+    if notion not in shown.columns or shown[notion].nunique() < 2:
+        return _without_constant_keys(shown)
+    metrics = [c for c in shown.columns if c.endswith((" ↑", " ↓"))]
+    keys = [c for c in shown.columns if c not in metrics and c != notion]
+    notions = sorted(n for n in shown[notion].unique() if n != "-")
+    rows: dict[tuple, dict] = {}
+    for r in shown.to_dict("records"):
+        # a pick constant under one notion only: its mark goes on that notion's cells, not on the row
+        constant = r["Method"].endswith(CONSTANT_MARK)
+        r["Method"] = r["Method"].removesuffix(CONSTANT_MARK)
+        row = rows.setdefault(tuple(r[k] for k in keys), {k: r[k] for k in keys})
+        for n in (notions if r[notion] == "-" else [r[notion]]):  # a method without notions: under each
+            for m in metrics:
+                row[f"{n}: {m}"] = r[m] + (CONSTANT_MARK if constant and m == metrics[0] else "")
+    out = pd.DataFrame(list(rows.values()))
+    columns = keys + [f"{n}: {m}" for n in notions for m in metrics]
+    return _without_constant_keys(out.reindex(columns=columns).fillna("-"))
+
+
+def _without_constant_keys(shown: pd.DataFrame) -> pd.DataFrame:
+    """``shown`` without the key columns that hold one value in every row of a long table (a
+    sensitivity study's one ε, its seeds), said once in the table's ``attrs["same"]`` instead."""
+    if len(shown) <= FIRST_PAGE_ROWS:
+        return shown
+    keys = [c for c in shown.columns if not c.endswith((" ↑", " ↓"))]
+    same = [c for c in keys if shown[c].nunique() == 1]
+    out = shown.drop(columns=same)
+    out.attrs["same"] = ", ".join(f"{c} {shown[c].iloc[0]}" for c in same)
+    return out
+
+
+FIRST_PAGE_ROWS = 40
+"""A first-page table longer than this drops its constant key columns and is laid out in two
+halves side by side in HTML, so that the page still reads in three screens."""
+
+
+def _study_paragraph(df: pd.DataFrame, ok: pd.DataFrame, completeness: Completeness | None,
+                     selection: str | None, rt: float, fairness: str, by: Sequence[str]) -> str:
+    """The study in one paragraph: what ran on what, how completely, and how configs are picked."""
+    studies = sorted(ok["study"].dropna().astype(str).unique()) if "study" in ok.columns else []
+    datasets = sorted(ok["dataset"].astype(str).unique())
+    runs = ok.groupby("method", sort=True).agg(seeds=("seed", "nunique"), configs=("config_id", "nunique"))
+    methods = ", ".join(f"{m} ({_count(int(r.configs), 'config')})" for m, r in runs.iterrows())
+    seeds = sorted({int(v) for v in runs["seeds"]})
+    text = (f"{'Studies ' + ', '.join(studies) if len(studies) > 1 else 'Study ' + studies[0] if studies else 'Rows'} "
+            f"on {', '.join(datasets)}: {methods}, {'/'.join(map(str, seeds))} seed{'' if seeds == [1] else 's'} "
+            f"each; {len(ok):,} rows ok"
+            + (f", {len(df) - len(ok):,} not ok (left out)" if len(df) > len(ok) else "") + ". ")
+    if completeness is not None:
+        text += completeness.text[0].upper() + completeness.text[1:] + ". "
+    text += (f"Each run's pick: the config with the lowest validation {FAIRNESS_LABELS[fairness]} within RT = "
+             f"{rt:g} accuracy points of the best validation accuracy (FEDERATE sec. 5.1), per (dataset, method, "
+             f"seed{_per_by(by)}); the table shows its test metrics, mean ± std over seeds")
+    versions = sorted(df["fairdp_version"].dropna().astype(str).unique()) if "fairdp_version" in df.columns else []
+    return text + "." + (f" Run with fairdp {', '.join(versions)}." if versions else "")
+
+
+def _privacy_note(df: pd.DataFrame, agg: pd.DataFrame, by: Sequence[str], kinds: dict,
+                  whole: pd.DataFrame | None, predictions: Sequence = ()) -> str:
+    """What the methods' ε protect, and what publishing this report does that no ε covers."""
+    methods = sorted(agg["method"].astype(str).unique())
+    guarantees = "; ".join(f"{m}: {guarantee_text(kinds.get(m))}" for m in methods)
+    known = {m: k for m, k in kinds_of(methods, kinds).items() if k is not None}
+    text = f"Each method's guarantee: {guarantees}. " + (caveats_text(known) or "No method here is private.")
+    if has_release_events(df):
+        text += (" Each number here is computed from models trained on the same data: publishing picks over "
+                 "several seeds or configs composes their releases ('What a selection releases').")
+    if predictions:
+        text += (f" The test-set predictions of the selected configs are stored in {', '.join(map(str, predictions))} "
+                 "(fairdp.study.read_predictions): they hold the test rows' protected attribute in the clear, and "
+                 "no method's guarantee covers publishing them.")
+    return text + _whole_table_sentence(whole)
+
+
+def _first_page(df, ok, agg, marks, rt, fairness, by, ci, kinds, whole, completeness, selection, papers, figures,
+                pages, slugs, predictions=()) -> list[_Section]:
+    """What a reader needs on one page: the study in a paragraph, the main table, the claims
+    judged, the headline figure, what privacy does not cover, and links to every other page."""
+    link = dict(zip([title for title, _, _ in pages], (f"pages/{slug}" for slug in slugs)))
+    main_title = next(title for title, _, _ in pages if title.startswith("Test results"))
+    compact = _compact_table(agg, by, fairness, marks, kinds)
+    first: list[_Section] = [
+        ("Study", _study_paragraph(df, ok, completeness, selection, rt, fairness, by), []),
+        (f"Main results at RT = {rt:g} (mean ± std over seeds)",
+         ("≈: the method's t-interval over seeds overlaps the best method's in that column (a difference the "
+          "intervals do not support). " if ci is not None else "") + _advice(agg, ci)
+         + (f" Every row: {compact.attrs['same']}." if compact.attrs.get("same") else ""),
+         [("display", compact),
+          ("links", [("The full table: intervals, guarantees, ε compared, probes", link[main_title])])]),
+    ]
+    for (section, summary) in papers:
+        title = section[0]
+        first.append((title.replace("Compared with the paper", "Claims of the paper"),
+                      "Each claim the paper makes, judged on this study's seeds (the full comparison gives the "
+                      "intervals and where each claim is made).",
+                      [("display", summary), ("links", [(f"The full comparison: {title.split(': ', 1)[1]}",
+                                                         link[title])])]))
+    several_eps = "eps" in ok.columns and pd.to_numeric(ok["eps"], errors="coerce").nunique() > 1
+    headline = next((name for name in HEADLINE_FIGURES if figures.get(name) is not None
+                     and (several_eps or name not in ("violation_accuracy_eps", "privacy_accuracy"))), None)
+    if headline is not None:
+        first.append(("Headline figure", "", [("figure", headline)]))
+    first.append(("What the privacy guarantees do not cover", _privacy_note(df, agg, by, kinds, whole, predictions),
+                  []))
+    first.append(("Everything else", "Each section on a page of its own; every table also as CSV under tables/.",
+                  [("links", [(title, link[title]) for title, _, _ in pages])]))
+    return first
+
+
 def write_report(
     df: pd.DataFrame,
     out_dir: str | os.PathLike,
@@ -950,6 +1122,7 @@ def write_report(
     error_bars: str = DEFAULT_ERROR_BARS,
     figure_formats: Sequence[str] = ("png",),
     figure_style: str | os.PathLike | Mapping | None = None,
+    predictions: Sequence[str | os.PathLike] = (),
     _figures_only: bool = False,
     _only: Collection[str] | None = None,
 ) -> list[Path]:
@@ -989,7 +1162,15 @@ def write_report(
     ``figure_formats``: each figure is also saved as ``figures/<name>.<format>`` in these
     formats (``FIGURE_FORMATS``; the report shows the PNG, always written); ``figure_style``: a
     matplotlib style (a style name or ``.mplstyle`` file) or rcParams (a mapping) the figures
-    are drawn and saved under.
+    are drawn and saved under. ``predictions``: the test-set prediction tables stored beside the
+    results (``fairdp.study.stored_predictions``); the first page names them where it says what
+    privacy does not cover, since they hold the test rows' protected attribute in the clear.
+
+    The report is a folder: ``report.md`` and ``report.html`` are its first page (the study in a
+    paragraph, the main table as mean ± std, each compared paper's claims and their verdicts, one
+    headline figure, what privacy does not cover, and links); every section is a page of its
+    own under ``pages/`` (the main table with its intervals among them), every table of a page
+    also a CSV under ``tables/``, and the pages link the figures under ``figures/``.
     """
     df = as_frame(df)
     if not _figures_only:  # before anything is drawn: a folder refused at the end would waste it all
@@ -1023,9 +1204,10 @@ def write_report(
 
     agg, marks = _main_table(t.agg, by, ci, keep_constant, method_deltas(df))
     whole = whole_table_release(df) if has_release_events(df) else None  # every config, released at once
+    papers = _paper_sections(df, compare)
     sections = [
         _results_section(df, ok, agg, rt, fairness, by, ci, kinds, whole),
-        *_paper_sections(df, compare),
+        *(section for section, _ in papers),
         _selected_section(t.selected, agg, rt, fairness, ci),
         _learning_curves_section(figures["learning_curves"], fairness),
         _release_section(df, t.selected, rt, by, whole),
@@ -1040,15 +1222,42 @@ def write_report(
         _search_progress_section(t.progress, kinds),
     ]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    doc = Document(stamp, _report_overview(df, ok, completeness, selection, kinds), _partial_warning(completeness),
-                   [s for s in sections if s is not None], notes, figures,
-                   _report_captions(drawn, error_bars, level, t.progress, search_objectives), fairness, tuple(by),
-                   agg, marks)
-    md_text, html_text = MarkdownRenderer().render(doc), HtmlRenderer().render(doc)
+    overview = _report_overview(df, ok, completeness, selection, kinds)
+    captions = _report_captions(drawn, error_bars, level, t.progress, search_objectives)
+    partial = _partial_warning(completeness)
+    # every section on a page of its own; the first page says what a reader needs and links them
+    pages = [("Study", "The rows this report reads and how it selects among them.",
+              [("display", pd.DataFrame(overview, columns=["Item", "Value"]))]),
+             *(s for s in sections if s is not None)]
+    if notes:
+        pages.append(("Notes", "Warnings raised while the report was computed.",
+                      [("display", pd.DataFrame({"Note": notes}))]))
+    slugs = _page_slugs([title for title, _, _ in pages])
+    first = _first_page(df, ok, agg, marks, rt, fairness, by, ci, kinds, whole, completeness, selection, papers,
+                        figures, pages, slugs, predictions)
+
+    def document(sections_, title, base, main=None):
+        return Document(stamp, [], partial, sections_, [], figures, captions, fairness, tuple(by), main,
+                        marks if main is not None else None, title, base)
 
     written = [q for name, p in figures.items() if p is not None
                for q in [p, *(p.with_suffix(f".{f}") for f in formats if f != "png")]]
     written.append(_atomic_write(out / "table.csv", format_table(agg, "csv", fairness, by=by).encode()))
-    written.append(_atomic_write(out / "report.md", md_text.encode()))
-    written.append(_atomic_write(out / "report.html", html_text.encode()))
+    kept: set[Path] = set()
+    back: Item = ("links", [("Back to the report's first page", "../report")])
+    for (title, text, items), slug in zip(pages, slugs):
+        page = document([(title, text, [back, *items])], f"fairdp report: {title}", "../",
+                        agg if any(item is agg for _, item in items) else None)
+        for fmt, renderer in (("md", MarkdownRenderer()), ("html", HtmlRenderer())):
+            kept.add(_atomic_write(out / "pages" / f"{slug}.{fmt}", renderer.render(page).encode()))
+        for k, table in enumerate(_section_tables(items, fairness, by)):
+            kept.add(_atomic_write(out / "tables" / f"{slug}{'' if k == 0 else f'-{k + 1}'}.csv", table.encode()))
+    for folder in ("pages", "tables"):  # a previous report's pages that this one does not have
+        for stale in (out / folder).glob("*"):
+            if stale.suffix in (".md", ".html", ".csv") and stale not in kept:
+                stale.unlink()
+    written += sorted(kept)
+    doc = document(first, "fairdp report", "")
+    written.append(_atomic_write(out / "report.md", MarkdownRenderer().render(doc).encode()))
+    written.append(_atomic_write(out / "report.html", HtmlRenderer().render(doc).encode()))
     return written

@@ -185,7 +185,7 @@ def row_guarantees(df: pd.DataFrame) -> pd.Series:
     private = (~np.isinf(pd.to_numeric(df["eps_formal"], errors="coerce").to_numpy(float))
                if "eps_formal" in df.columns else np.ones(len(df), dtype=bool))
     stored = df[GUARANTEE] if GUARANTEE in df.columns else pd.Series([None] * len(df), index=df.index)
-    out = [s if isinstance(s, str) else (known[m] if p else None) for s, m, p in zip(stored, methods, private)]
+    out = [kind_of(s) if isinstance(s, str) else (known[m] if p else None) for s, m, p in zip(stored, methods, private)]
     return pd.Series(out, index=df.index, dtype=object)
 
 
@@ -199,6 +199,17 @@ def guarantees_by_method(df: pd.DataFrame) -> dict[str, str | None]:
         found = sorted({str(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))})
         out[str(method)] = "; ".join(found) if found else None
     return out
+
+
+def kind_of(value) -> str | None:
+    """A ``guarantee`` cell's kind: None for a method without privacy, whichever way a table
+    says so (None or NaN in rows, ``NOT_PRIVATE`` in ``aggregate_seeds`` and ``selected_configs``)."""
+    return value if isinstance(value, str) and value != NOT_PRIVATE else None
+
+
+def shown_kinds(kinds) -> list[str]:
+    """Kinds as a table's ``guarantee`` column holds them: ``NOT_PRIVATE`` for none."""
+    return [NOT_PRIVATE if kind_of(k) is None else k for k in kinds]
 
 
 def guarantee_text(kind: str | None) -> str:
@@ -262,7 +273,7 @@ def _table_kinds(table: pd.DataFrame, kinds: dict | None) -> dict[str, str | Non
         return kinds_of(methods, kinds)
     found: dict[str, str | None] = {m: None for m in methods}
     for m, k in zip(table["method"].astype(str), table[GUARANTEE]):
-        if found[m] is None and isinstance(k, str):
+        if found[m] is None and kind_of(k) is not None:
             found[m] = k
     return found
 

@@ -39,6 +39,7 @@ from fairdp.analysis._rows import (
     ok_rows,
     require_columns,
     row_guarantees,
+    shown_kinds,
 )
 from fairdp.errors import InputError
 from fairdp.schema import GUARANTEE, NOTION_GAP, NOTION_METRICS
@@ -172,9 +173,9 @@ def aggregate_seeds(
     sample standard deviation (ddof=1, as the papers' "± std over seeds"); it is NaN when a
     method has a single seed. NaN values of a metric are skipped in its mean and std;
     ``n_seeds`` counts the selected seeds. Columns: dataset, method, n_seeds, then M_mean,
-    M_std per metric in order, then ``guarantee``, the kind of the method's guarantee (null:
-    not private; ``analysis._rows.row_guarantees``) (the ``fairdp analyze --format csv``
-    contract).
+    M_std per metric in order, then ``guarantee``, the kind of the method's guarantee ("not
+    private" for a method without one, as every table prints it; ``analysis._rows.row_guarantees``)
+    (the ``fairdp analyze --format csv`` contract).
     """
     fairness = check_fairness(fairness)
     if metrics is None:
@@ -193,7 +194,7 @@ def aggregate_seeds(
         )
     out = _aggregate(rows, ["dataset", "method", *by], metrics)
     kinds = guarantees_by_method(rows) if len(rows) else {}
-    out[GUARANTEE] = pd.Series([kinds.get(str(m)) for m in out["method"]], index=out.index, dtype=object)
+    out[GUARANTEE] = pd.Series(shown_kinds(kinds.get(str(m)) for m in out["method"]), index=out.index, dtype=object)
     return out
 
 
@@ -293,7 +294,7 @@ def selected_configs(selected: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     dataset, method, seed, config_id, every hyperparameter column some selected row sets
     (NaN where a method has no such hyperparameter), then valid and test accuracy and
     <fairness>, sorted by dataset, method, seed; then ``guarantee``, the kind of the row's
-    guarantee (``row_guarantees``), and after it eps_formal, eps_released, delta_released
+    guarantee (``row_guarantees``; "not private" for none), and after it eps_formal, eps_released, delta_released
     and released_under when ``selected`` has them (``released_guarantees``).
     """
     fairness = check_fairness(fairness)
@@ -301,7 +302,8 @@ def selected_configs(selected: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     metrics = ["valid_accuracy", f"valid_{fairness}", "test_accuracy", f"test_{fairness}"]
     require_columns(rows, [*RUN_KEYS, "config_id", *metrics], "selected")
     columns = [*RUN_KEYS, "config_id", *hyperparameter_columns(rows), *metrics, GUARANTEE]
-    rows[GUARANTEE] = row_guarantees(rows) if len(rows) else pd.Series(dtype=object)
+    rows[GUARANTEE] = (pd.Series(shown_kinds(row_guarantees(rows)), index=rows.index, dtype=object) if len(rows)
+                       else pd.Series(dtype=object))
     if "eps_released" in rows.columns:  # released_guarantees' columns, beside eps_formal
         columns += ["eps_formal", "eps_released", "delta_released", "released_under"]
     return rows[columns].sort_values(list(RUN_KEYS), kind="mergesort").reset_index(drop=True)

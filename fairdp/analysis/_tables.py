@@ -30,7 +30,7 @@ from fairdp.analysis._rows import (
     with_compared_eps,
 )
 from fairdp.errors import InputError
-from fairdp.schema import GUARANTEE, METRIC_COLUMNS
+from fairdp.schema import GUARANTEE, METRIC_COLUMNS, NOTION_GAP
 
 FORMATS = ("md", "csv", "latex", "html")
 
@@ -109,6 +109,21 @@ def enough_decimals(values, decimals: int = 1) -> int:
     return decimals
 
 
+def column_decimals(means, stds, decimals: int = 1) -> int:
+    """The decimals of a whole column of "mean ± std" cells: ``enough_decimals`` over every
+    finite mean and std of the column, so no nonzero one prints as zero and every cell of the
+    column has the same number of decimals."""
+    return enough_decimals([*pd.to_numeric(pd.Series(list(means)), errors="coerce").dropna(),
+                            *pd.to_numeric(pd.Series(list(stds)), errors="coerce").dropna()], decimals)
+
+
+def mean_std_column(means, stds, decimals: int = 1, sep: str = " ± ") -> list[str]:
+    """A column of "mean ± std" cells in one format (``column_decimals``)."""
+    means, stds = list(means), list(stds)
+    d = column_decimals(means, stds, decimals)
+    return [mean_std(a, b, d, sep) for a, b in zip(means, stds)]
+
+
 def mean_std(mean: float, std: float, decimals: int = 1, sep: str = " ± ") -> str:
     """"mean ± std" with ``decimals``, or as many more as a nonzero mean or std needs not to
     print as zero; "-" for a NaN mean, the mean alone for a NaN std."""
@@ -148,8 +163,10 @@ def sweep_tables(sweep: pd.DataFrame, fairness: str = "tpr_gap", decimals: int =
         g = g.sort_values("rt")
         rts = [f"RT {float(v):g}" for v in g["rt"]]
         rows = {"Metric": [f"{label} {arrow}" for _, label, arrow in cols]}
+        # one format per metric: the row's cells across RTs share their decimals
+        row_decimals = [column_decimals(g[f"{m}_mean"], g[f"{m}_std"], decimals) for m, _, _ in cols]
         for rt, (_, r) in zip(rts, g.iterrows()):
-            rows[rt] = [mean_std(r[f"{m}_mean"], r[f"{m}_std"], decimals) for m, _, _ in cols]
+            rows[rt] = [mean_std(r[f"{m}_mean"], r[f"{m}_std"], d) for (m, _, _), d in zip(cols, row_decimals)]
         if CONSTANT_PICKS in g.columns:  # with_constant_picks: seeds whose pick at that RT is constant
             rows["Metric"].append(CONSTANT_ROW)
             for rt, (_, r) in zip(rts, g.iterrows()):
@@ -214,10 +231,11 @@ def _display(agg: pd.DataFrame, fairness: str, decimals: int, latex: bool = Fals
     out["Seeds"] = [str(int(v)) for v in agg["n_seeds"]]
     for m, label, arrow in cols:
         sep = r" \pm " if latex else " ± "
-        cells = [mean_std(a, b, decimals, sep) for a, b in zip(agg[f"{m}_mean"], agg[f"{m}_std"])]
+        # one format per column: 85.30 ± 0.00 beside 85.34 ± 0.05, never 85.3 ± 0.0 beside it
+        d = column_decimals(agg[f"{m}_mean"], agg[f"{m}_std"], decimals)
+        cells = [mean_std(a, b, d, sep) for a, b in zip(agg[f"{m}_mean"], agg[f"{m}_std"])]
         if f"{m}_lo" in agg.columns:  # an interval (seed_intervals) after the mean ± std
-            cells = [c + interval_text(lo, hi, enough_decimals([a, b], decimals))
-                     for c, lo, hi, a, b in zip(cells, agg[f"{m}_lo"], agg[f"{m}_hi"], agg[f"{m}_mean"], agg[f"{m}_std"])]
+            cells = [c + interval_text(lo, hi, d) for c, lo, hi in zip(cells, agg[f"{m}_lo"], agg[f"{m}_hi"])]
         if marks and m in marks:
             cells = [c + (MARK if flag and c != "-" else "") for c, flag in zip(cells, marks[m])]
         if latex:
@@ -264,12 +282,17 @@ def _latex(table: pd.DataFrame) -> str:
 
 
 def html_table(table: pd.DataFrame) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
+    # a column name breaks after its underscores (valid_notion_gap), so a wide table wraps to the page
+    head = "".join(f"<th>{html.escape(str(c)).replace('_', '_<wbr>')}</th>" for c in table.columns)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>\n"
         for row in table.itertuples(index=False)
     )
-    return f'<table class="results">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n'
+    wide = " wide" if len(table.columns) > WIDE_TABLE else ""  # many columns: a smaller font, to fit the page
+    return f'<table class="results{wide}">\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody>\n</table>\n'
+
+WIDE_TABLE = 12
+"""An HTML table of more columns than this is set in a smaller font (the report's ``table.wide``)."""
 
 
 MARK = " ≈"
@@ -317,7 +340,8 @@ def format_table(agg: pd.DataFrame, fmt: str = "md", fairness: str = "tpr_gap", 
 def display_strings(df: pd.DataFrame, decimals: int = 1) -> pd.DataFrame:
     """Every cell as text: metric columns (percent) with ``decimals`` decimals, other numbers
     in their shortest form, NaN as "-"."""
-    metric = {c for c in df.columns if c in METRIC_COLUMNS}
+    # each notion's own violation (valid_notion_gap) is a percent like the gaps it stands for
+    metric = {c for c in df.columns if c in METRIC_COLUMNS or str(c).endswith(f"_{NOTION_GAP}")}
 
     def cell(col, v) -> str:
         if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):  # NA: a nullable column's

@@ -2,6 +2,7 @@
 the Parquet store."""
 
 from fairdp.study._plan import plan_table, read_plans
+from fairdp.study._predictions import read_predictions, stored_predictions
 from fairdp.study._runner import RunSummary, run_study
 from fairdp.study._search import SearchSummary, read_hypervolume_histories, search_study
 from fairdp.study._selection import (
@@ -19,6 +20,7 @@ __all__ = [
     "load_spec", "parse_spec", "StudySpec", "run_study", "RunSummary", "search_study", "SearchSummary",
     "read_results", "read_history", "read_plans", "plan_table", "read_hypervolume_histories",
     "ResultStore", "study_columns", "StoredSelection", "choose_selection", "read_selection", "read_selections",
+    "read_predictions", "stored_predictions",
 ]
 
 # Shared within fairdp, not public: the CLI's and fairdp.testing's imports (Pack, StudyContext

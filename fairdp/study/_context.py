@@ -44,6 +44,7 @@ class StudyContext:
     checkpoint_every_s: float = 600.0
     protocol: str = ""  # study_protocol(spec, data) as JSON, stored in every row
     driver: tuple[str, int] | None = None  # (host, pid) of the run's driver: its workers die with it
+    predictions: str | None = None  # evaluate.predictions: "selected" keeps each pack's test predictions
 
     @classmethod
     def from_spec(cls, spec: StudySpec, store: ResultStore, data=None, *, checkpoint_every_s: float = 600.0,
@@ -57,7 +58,8 @@ class StudyContext:
                    store.columns, dict(spec.method_settings),
                    spec.tuning.to_dict() if spec.tuning is not None else None,
                    {m.name: m.configs for m in spec.methods} if spec.tuning is not None else {},
-                   checkpoint_every_s=float(checkpoint_every_s), protocol=protocol_json(spec, data), driver=driver)
+                   checkpoint_every_s=float(checkpoint_every_s), protocol=protocol_json(spec, data), driver=driver,
+                   predictions=spec.predictions)
 
     def training(self, method: str) -> tuple[TrainSettings, Architecture | None]:
         """The settings and architecture ``method`` trains with in this study (its defaults

@@ -25,6 +25,7 @@ from fairdp.study._estimate import (
 from fairdp.study._executors import DEFAULT_EXECUTOR, make_executor
 from fairdp.study._plan import Backlog, Pack, record_plan
 from fairdp.study._precision import PrecisionChoice
+from fairdp.study._predictions import store_predictions
 from fairdp.study._prepare import Prepared, default_results, prepare, said_if_slow, settings_lines
 from fairdp.study._progress import Progress, duration
 from fairdp.study._selection import store_selection
@@ -79,6 +80,8 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         plan = _plan_run(prep, repair)
         _record(plan, repair)
         outcome = _execute(plan)
+        if prep.spec.predictions == "selected" and not outcome.unfinished:  # a Ctrl-C: the next run gathers
+            store_predictions(plan.prep, plan.backlog.configs, complete=not outcome.failed)
     return RunSummary(plan.prep.results, outcome.packs, outcome.configs, plan.backlog.done, outcome.failed,
                       time.monotonic() - t0, plan.repaired, outcome.unfinished)
 

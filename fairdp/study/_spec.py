@@ -50,6 +50,9 @@ from fairdp.schema import NOTION_GAP, OBJECTIVES, SELECTION_FAIRNESS
 from fairdp.tracking import TrackingSpec, parse_tracking
 
 SAMPLERS = ("nsga2", "tpe")
+PREDICTIONS = ("selected", "none")
+"""``evaluate.predictions``: store the test-set predictions of the selected configs beside the
+results (``fairdp.study.read_predictions``), or not."""
 DEFAULT_PACK_CAP = 32
 # On a GPU a (method, seed) group of up to this many configs is one pack: one batched model
 # fills the GPU where small packs queue kernel launches (the memory rule splits a pack that
@@ -118,6 +121,9 @@ class StudySpec:
     leakage: bool = False
     mdl: bool = False
     probe: ProbeSettings = field(default=None, metadata={"protocol": "column"})
+    # "selected": each pack keeps its test predictions, the run stores the selected configs'
+    # (``_predictions``; a pick whose pack kept none is trained again for them); None: none
+    predictions: str | None = _not_protocol(None, why="what is kept beside the rows, not what they are")
     fairness: str = _not_protocol("tpr_gap", why="how rows are selected, not what they are")
     rt: float = _not_protocol(1.0, why="how rows are selected")
     rts: tuple[float, ...] | None = _not_protocol(None, why="the report's RT sweep")  # None: the report's default
@@ -209,7 +215,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     dataset, dataset_options = _dataset(top["dataset"])
     seeds = _seeds(top.get("seeds", [0]))
     train = _train(top.get("train") or {})
-    leakage, mdl, probe = _evaluate(top.get("evaluate") or {})
+    leakage, mdl, probe, predictions = _evaluate(top.get("evaluate") or {})
     study_arch = top.get("architecture")
     methods = _methods(top["methods"], dataset, train, study_arch, base_dir)
     search = _search(top["search"], leakage, mdl, seeds) if top.get("search") is not None else None
@@ -230,8 +236,8 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     tuning = _tuning(top["tuning"], by, search) if top.get("tuning") is not None else None
     tracking = parse_tracking(top["tracking"]) if top.get("tracking") is not None else None
     return StudySpec(name=name, dataset=dataset, dataset_options=dataset_options, seeds=seeds, train=train,
-                     leakage=leakage, mdl=mdl, probe=probe, fairness=fairness, rt=rt, rts=rts, methods=methods,
-                     search=search, resources=resources, pack_size=pack_size, plugins=plugins,
+                     leakage=leakage, mdl=mdl, probe=probe, predictions=predictions, fairness=fairness, rt=rt,
+                     rts=rts, methods=methods, search=search, resources=resources, pack_size=pack_size, plugins=plugins,
                      method_settings=method_settings, by=by, tuning=tuning, source=source, raw=top,
                      tracking=tracking)
 
@@ -310,8 +316,12 @@ def _train(value) -> TrainSettings:
     return TrainSettings(**kw)
 
 
-def _evaluate(value) -> tuple[bool, bool, ProbeSettings]:
-    d = _mapping(value, "evaluate", optional=("leakage", "mdl", "probe"))
+def _evaluate(value) -> tuple[bool, bool, ProbeSettings, str | None]:
+    d = _mapping(value, "evaluate", optional=("leakage", "mdl", "probe", "predictions"))
+    predictions = d.get("predictions", "none")
+    predictions = "none" if predictions is None else predictions  # YAML's empty value: the default
+    if predictions not in PREDICTIONS:
+        raise InputError(f"evaluate.predictions: must be {' or '.join(PREDICTIONS)}, got {predictions!r}")
     flags = []
     for key in ("leakage", "mdl"):
         v = d.get(key, True)
@@ -335,7 +345,7 @@ def _evaluate(value) -> tuple[bool, bool, ProbeSettings]:
     for key in ("lr", "alpha"):
         if key in probe_raw:
             probe_raw[key] = _number(probe_raw[key], f"evaluate.probe.{key}", low=0.0, low_open=key == "lr")
-    return flags[0], flags[1], ProbeSettings(**probe_raw)
+    return flags[0], flags[1], ProbeSettings(**probe_raw), None if predictions == "none" else predictions
 
 
 def _check_search_keywords(search: SearchSpec, settings: MethodSettings) -> None:
