@@ -17,7 +17,7 @@ are timed on FEDERATE's pack, per config. Each method that trains by epochs is t
 as a study without ``train.precision`` then trains in it); float32's figure is the method's,
 another precision's is stored under its name. The probes train in full precision whatever the
 study's. ``--write`` stores the figures in
-``fairdp/study/reference_costs.json``, which ``fairdp run --dry-run`` turns into a time
+``fairdp/study/run/reference_costs.json``, which ``fairdp run --dry-run`` turns into a time
 estimate (with each accountant-calibrated method's ``per_calibration``, the seconds its noise
 search takes for one eps and batch size, which a worker pays once for each) and the live ETA
 uses as the relative cost of methods it has not measured yet; with
@@ -41,7 +41,7 @@ from fairdp.data import load_dataset
 from fairdp.engine import TrainSettings, native_bf16
 from fairdp.methods import RunInfo, get_method, method_names
 from fairdp.metrics import ProbeSettings, evaluate_pack
-from fairdp.study._estimate import REFERENCE_PATH
+from fairdp.study.run._estimate import REFERENCE_PATH
 
 
 def spread(configs: list[dict], k: int) -> list[dict]:

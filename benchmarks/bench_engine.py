@@ -35,7 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fairdp.data import load_dataset
 from fairdp.engine import TrainSettings, native_bf16
 from fairdp.methods import get_method
-from fairdp.study._precision import choose_precision
+from fairdp.study.spec._precision import choose_precision
 
 
 def sync(device: torch.device) -> None:

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/check_estimate.py STUDY.yaml RESULTS [--seed 0] [--wall SECONDS]
 
 Plans the study's packs for one seed as ``fairdp run --dry-run`` does (same planner, same
-reference figures of ``fairdp/study/reference_costs.json``), and costs each pack as the
+reference figures of ``fairdp/study/run/reference_costs.json``), and costs each pack as the
 estimate does: its fixed time plus its config-epochs at its method's figure for its batch
 size, plus each accountant-calibrated method's noise searches (once per distinct eps and batch
 size). Beside each (method, batch size) it puts what that seed's stored rows measured: the sum
@@ -20,8 +20,8 @@ import pandas as pd
 
 from fairdp.data import load_dataset
 from fairdp.study import load_spec, read_results
-from fairdp.study._estimate import calibration_by_pack_key, makespan, pack_work
-from fairdp.study._plan import Backlog
+from fairdp.study.run._estimate import calibration_by_pack_key, makespan, pack_work
+from fairdp.study.run._plan import Backlog
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ A page asks for a table with an HTML comment on a line of its own:
 - ``<!-- fairdp:readme-two-commands -->``: README.md's "Two commands" section, so that the
   set-up and suite figures (minutes, test counts, the GPU the CUDA set passed on) have one
   source and the home page cannot disagree with the README;
-- ``<!-- fairdp:executor-members -->``: every public member of ``fairdp.study._executors.Executor``
+- ``<!-- fairdp:executor-members -->``: every public member of ``fairdp.study.executors._executors.Executor``
   (methods, properties, class attributes) in source order, with its kind and the first
   paragraph of its docstring (an attribute's comment on its line);
 - ``<!-- fairdp:layers -->``: the package's layers, read from tests/layers.py, the definition
@@ -278,7 +278,7 @@ def class_members(cls) -> list[tuple[str, str, str, str | None]]:
 
 
 def executor_members_table() -> str:
-    from fairdp.study._executors import Executor
+    from fairdp.study.executors._executors import Executor
 
     lines = ["| member | kind | what it does |", "|---|---|---|"]
     for name, written, kind, text in class_members(Executor):

@@ -32,7 +32,9 @@ def regenerate(name: str) -> None:
     from fairdp.analysis import report_figures
     from fairdp.cli import main
     from fairdp.study import ResultStore, load_spec, read_history, read_results
-    from fairdp.study._selection import write_selection  # not public since fairdp 0.4's smaller surface
+    from fairdp.study.store._selection import (
+        write_selection,  # not public since fairdp 0.4's smaller surface
+    )
     from fairdp.testing.figures import assert_readable
     from tests.test_report_browser import screenshot
 

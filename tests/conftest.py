@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 # (embedded, `ray start` on the namespace nodes) inherits this.
 os.environ.setdefault("RAY_worker_niceness", "0")
 # and the `ray start` nodes of the cluster tests prestart no idle workers, as fairdp's embedded
-# Ray does not (fairdp.study._ray): 33 of them cost the slow set 73 s of CPU
+# Ray does not (fairdp.study.ray._ray): 33 of them cost the slow set 73 s of CPU
 os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 

@@ -5,8 +5,9 @@ docs/architecture.md from it (``<!-- fairdp:layers -->``), so the page and the r
 disagree; tests/test_docs_match_code.py checks that the page shows exactly these layers.
 
 A unit is a module or subpackage directly under ``fairdp`` (``fairdp.study``, ``fairdp.errors``),
-or ``fairdp`` itself (its ``__init__``). Plain data: no imports, so the docs build can load this
-file by its path.
+or ``fairdp`` itself (its ``__init__``); a unit's own subpackages (``fairdp.study.store``) are part
+of it, and share its private modules. Inside ``fairdp.study`` its parts have layers of their own
+(``STUDY_LAYERS``). Plain data: no imports, so the docs build can load this file by its path.
 """
 
 # unit -> rank: a unit imports only units of lower or equal rank
@@ -28,6 +29,34 @@ LAYERS = {
 ALLOWED_UP = {
     ("analysis", "methods"): "a method's privacy scope (local or central eps) is registry metadata; "
                              "imported lazily, as importing the methods loads torch",
+}
+
+# fairdp.study's parts -> rank: a subpackage, a module at its top, or "__init__" (the package's
+# public names); a part imports only parts of lower or equal rank (tests/test_layers.py)
+STUDY_LAYERS = {
+    "spec": 0,  # the spec file read and checked, the precision rule
+    "store": 1, "_context": 1,  # the results directory's files; a study's protocol and store (StudyContext)
+    "run": 2, "executors": 2,  # a run prepared and planned, and where its packs run: each calls the other
+    "ray": 3, "search": 3,  # Ray and Tune's driver and trainables; the Optuna search
+    "__init__": 4,
+}
+
+# imports inside fairdp.study that cross its layers upwards, as (importer, imported) named under
+# fairdp.study -> the reason
+STUDY_ALLOWED_UP = {
+    ("store._rows", "run._plan"): "a pack's rows are built from its Pack and its tuning draws",
+    ("store._predictions", "run._plan"): "a selected config is retrained as a Pack",
+    ("store._predictions", "executors._worker"): "a selected config is retrained by the worker's train_pack; "
+                                                 "its prediction files are the worker's",
+    ("store._predictions", "run._prepare"): "a type annotation only (Prepared), under TYPE_CHECKING",
+    ("store._selection", "run._prepare"): "a type annotation only (Prepared), under TYPE_CHECKING",
+    ("executors", "search._generations"): "Generation and GenerationPlanner are part of the executor author's API",
+    ("executors._executors", "search._generations"): "an executor's run_search is handed a GenerationPlanner",
+    ("executors._local", "search._generations"): "the local executor runs a search's generations",
+    ("executors._executors", "ray._ray"): "the registry's Ray executor connects to Ray or starts it",
+    ("executors._executors", "ray._tune"): "the registry's Ray executor runs the packs through Tune",
+    ("executors._executors", "ray._ray_search"): "the registry's Ray executor runs a search through Tune "
+                                                 "(imported lazily: Tune's search modules load only for a search)",
 }
 
 # The modules whose ``__all__`` is a public surface (docs/api/index.md, "Levels"): the
@@ -83,27 +112,27 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.privacy._mechanisms": "FEDERATE's code's L2 variant to audit; the host and device release paths",
     "fairdp.privacy._release": "the RDP orders and the negative binomial's gamma; its sampler switch",
     "fairdp.study._context": "a study's protocol and store, built directly",
-    "fairdp.study._estimate": "the cost model and reference costs, pinned",
-    "fairdp.study._executors": "a fake cluster executor; the workers' bf16 check replaced",
-    "fairdp.study._generations": "the sampler's state replaced; the ask record's attribute",
-    "fairdp.study._lease": "the object-store lease's internals",
-    "fairdp.study._lock": "the results lock and its file names",
-    "fairdp.study._optuna": "the Optuna journal opened directly",
-    "fairdp.study._plan": "the backlog and the plan: configs to run, tuning draws, pack sizes",
-    "fairdp.study._precision": "the default precision's rule, pinned",
-    "fairdp.study._prepare": "the settings lines and the slow-step message",
-    "fairdp.study._progress": "the ETA model and its trace",
-    "fairdp.study._ray": "Ray connection errors, loggers and the loopback setting",
-    "fairdp.study._ray_reaper": "the orphan reaper's polling interval",
-    "fairdp.study._ray_trainables": "the Tune trial's internals, run in this process",
-    "fairdp.study._resume_checks": "the resume check on stored rows, without a study run",
-    "fairdp.study._rows": "a failed pack's error rows, written directly",
-    "fairdp.study._runner": "the run's progress replaced (a Ctrl-C, a recorder); the estimate line",
-    "fairdp.study._selection": "the stored selection's table and its change rule; writing one",
-    "fairdp.study._spec": "the spec's limits, its YAML reader and sampler names",
-    "fairdp.study._store": "the pack file names and key types; the store's reads replaced",
-    "fairdp.study._tune": "the Tune driver's internals: slots, node checks, stale dirs, logging",
-    "fairdp.study._worker": "the folder of the packs' prediction files, checked gone after a run",
+    "fairdp.study.executors._executors": "a fake cluster executor; the workers' bf16 check replaced",
+    "fairdp.study.executors._worker": "the folder of the packs' prediction files, checked gone after a run",
+    "fairdp.study.ray._ray": "Ray connection errors, loggers and the loopback setting",
+    "fairdp.study.ray._ray_reaper": "the orphan reaper's polling interval",
+    "fairdp.study.ray._ray_trainables": "the Tune trial's internals, run in this process",
+    "fairdp.study.ray._tune": "the Tune driver's internals: slots, node checks, stale dirs, logging",
+    "fairdp.study.run._estimate": "the cost model and reference costs, pinned",
+    "fairdp.study.run._plan": "the backlog and the plan: configs to run, tuning draws, pack sizes",
+    "fairdp.study.run._prepare": "the settings lines and the slow-step message",
+    "fairdp.study.run._progress": "the ETA model and its trace",
+    "fairdp.study.run._resume_checks": "the resume check on stored rows, without a study run",
+    "fairdp.study.run._runner": "the run's progress replaced (a Ctrl-C, a recorder); the estimate line",
+    "fairdp.study.search._generations": "the sampler's state replaced; the ask record's attribute",
+    "fairdp.study.search._optuna": "the Optuna journal opened directly",
+    "fairdp.study.spec._precision": "the default precision's rule, pinned",
+    "fairdp.study.spec._spec": "the spec's limits, its YAML reader and sampler names",
+    "fairdp.study.store._lease": "the object-store lease's internals",
+    "fairdp.study.store._lock": "the results lock and its file names",
+    "fairdp.study.store._rows": "a failed pack's error rows, written directly",
+    "fairdp.study.store._selection": "the stored selection's table and its change rule; writing one",
+    "fairdp.study.store._store": "the pack file names and key types; the store's reads replaced",
     "fairdp.tracking._base": "a fake tracker registered (trackers have no public API yet)",
     "fairdp.tracking._wandb": "the W&B login check",
 }

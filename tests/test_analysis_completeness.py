@@ -7,7 +7,7 @@ import yaml
 
 from fairdp.analysis import Completeness, completeness, summarise, write_report
 from fairdp.study import ResultStore, parse_spec, plan_table, read_plans
-from fairdp.study._plan import record_plan, run_configs
+from fairdp.study.run._plan import record_plan, run_configs
 from tests.test_analysis_report import synthetic_results
 
 from .conftest import whole_report

@@ -21,7 +21,7 @@ from fairdp.study import (
     read_selection,
     read_selections,
 )
-from fairdp.study._selection import SELECTION_TABLE, selection_change, write_selection
+from fairdp.study.store._selection import SELECTION_TABLE, selection_change, write_selection
 from tests.test_store_contract import location  # noqa: F401 - the store contract's locations, as a fixture
 
 from .conftest import whole_report

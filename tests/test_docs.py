@@ -232,7 +232,7 @@ def test_study_spec_lists_the_parsers_choices():
     from fairdp.engine import ROLES
     from fairdp.engine._settings import PRECISIONS
     from fairdp.privacy import ACCOUNTANTS, COUNTS
-    from fairdp.study import _spec
+    from fairdp.study.spec import _spec
 
     documented, _ = _documented_keys()
     choices = {"search.objectives.<objective>": schema.OBJECTIVES, "selection.fairness": schema.SELECTION_FAIRNESS,
@@ -247,7 +247,7 @@ def test_study_spec_lists_the_parsers_choices():
 
 def test_study_spec_example_is_a_valid_study():
     from fairdp.study import parse_spec
-    from fairdp.study._spec import read_study_yaml
+    from fairdp.study.spec._spec import read_study_yaml
 
     text = (DOCS / "study-spec.md").read_text()
     example = re.search(r"## A complete example\n.*?```yaml\n(.*?)```", text, re.S).group(1)

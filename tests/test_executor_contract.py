@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from fairdp.study import ResultStore, parse_spec, run_study
-from fairdp.study import _runner as runner
 from fairdp.study.executors import EXECUTORS
+from fairdp.study.run import _runner as runner
 from tests.conftest import cpu_has_native_bf16, default_cpu_precision
 
 pytestmark = pytest.mark.xdist_group("executor_contract")  # one xdist worker computes the module's shared runs once
@@ -37,7 +37,7 @@ def _spec(**overrides):
 
 @pytest.fixture(scope="module")
 def embedded_ray():
-    from fairdp.study._ray import keep_ray_on_loopback
+    from fairdp.study.ray._ray import keep_ray_on_loopback
 
     keep_ray_on_loopback()
     import ray
@@ -122,7 +122,7 @@ def test_every_config_once_with_the_same_numbers_as_any_other_executor(executor,
 def test_a_cluster_asks_each_node_whether_its_cpu_multiplies_bf16_matrices(embedded_ray):
     """The task pinned to each node that can run a trial reads that node's CPU flags (here the
     one node is this machine); a cluster picks bf16 only if every such node answers yes."""
-    from fairdp.study._tune import nodes_native_bf16
+    from fairdp.study.ray._tune import nodes_native_bf16
 
     assert nodes_native_bf16(_spec()) == cpu_has_native_bf16()
     bigger = _spec(resources={"cpus_per_trial": 64})  # no node can run such a trial: none to ask
@@ -143,7 +143,7 @@ def test_a_pack_that_keeps_failing_is_retried_then_stored_as_error_rows_the_next
                                                                                               monkeypatch):
     """A worker-side failure (a CUDA device on a machine without one, with the driver's check of
     the device switched off, as where a cluster's workers lack the GPU the driver was told of)."""
-    monkeypatch.setattr("fairdp.study._executors.check_device_here", lambda device: None)
+    monkeypatch.setattr("fairdp.study.executors._executors.check_device_here", lambda device: None)
     spec = _spec(seeds=[0], methods={"unconstrained": {}}, train={"epochs": 1, "device": "cuda:0"},
                  resources={"max_failures": 1})
     out = io.StringIO()

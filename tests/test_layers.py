@@ -1,6 +1,6 @@
-"""The package's layers, checked on its source: who may import whom, no private module imported
-across subpackages, no import cycle between subpackages, and every import inside a function
-saying why it is not at the top. And the public face: each public surface's ``__all__`` names
+"""The package's layers, checked on its source: who may import whom (between subpackages, and
+between ``fairdp.study``'s own parts), no private module imported across subpackages, no import
+cycle between subpackages, and every import inside a function saying why it is not at the top. And the public face: each public surface's ``__all__`` names
 only what exists and exactly what the docs/api pages document, and the tests import fairdp's
 private modules only where tests/layers.py says why.
 
@@ -22,7 +22,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import resolve_dotted
-from tests.layers import ALLOWED_UP, LAYERS, PUBLIC_SURFACES, TEST_PRIVATE_IMPORTS
+from tests.layers import (
+    ALLOWED_UP,
+    LAYERS,
+    PUBLIC_SURFACES,
+    STUDY_ALLOWED_UP,
+    STUDY_LAYERS,
+    TEST_PRIVATE_IMPORTS,
+)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fairdp"
 
@@ -85,14 +92,16 @@ def test_no_unit_imports_a_higher_layer():
 
 
 def test_no_private_module_is_imported_across_subpackages():
-    """A subpackage's private modules are its own; others use what its __init__ exports."""
+    """A subpackage's private modules are its own (those of its own subpackages too:
+    ``fairdp.study.run`` may import ``fairdp.study.store._store``); others use what its
+    __init__ exports."""
     wrong = []
     for m, t, line, *_ in IMPORTS:
         parts = t.split(".")
         private = [i for i, p in enumerate(parts) if p.startswith("_") and i > 0]
         if not private:
             continue
-        owner = ".".join(parts[:private[0]])  # the package the private module belongs to
+        owner = ".".join(parts[:min(private[0], 2)])  # the unit the private module belongs to
         if owner != "fairdp" and not m.startswith(owner + ".") and m != owner:
             wrong.append(f"{m}:{line} imports {t}")
     assert not wrong, "\n".join(wrong)
@@ -121,6 +130,52 @@ def test_no_import_cycle_between_units():
         if u not in state and visit(u, [u]):
             break
     assert not cycle, " -> ".join(cycle)
+
+
+# -- inside fairdp.study: its parts' layers (tests/layers.py, STUDY_LAYERS) -------------------
+
+STUDY = PACKAGE / "study"
+
+
+def _study_part(module: str) -> str | None:
+    """The part of ``fairdp.study`` that ``module`` is or lies in: a subpackage (``run``), a
+    module at the package's top (``_context``), or ``__init__`` for the package itself; None
+    outside ``fairdp.study``."""
+    parts = module.split(".")
+    if parts[:2] != ["fairdp", "study"]:
+        return None
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def _under_study(module: str) -> str:
+    return "__init__" if module == "fairdp.study" else module.removeprefix("fairdp.study.")
+
+
+STUDY_IMPORTS = [(_under_study(m), _under_study(t), line) for m, t, line, *_ in IMPORTS
+                 if _study_part(m) and _study_part(t)]
+
+
+def _up(importer: str, imported: str) -> bool:
+    return STUDY_LAYERS[_study_part(f"fairdp.study.{imported}")] > STUDY_LAYERS[_study_part(f"fairdp.study.{importer}")]
+
+
+def test_every_part_of_the_study_has_a_layer():
+    on_disk = {p.stem for p in STUDY.glob("*.py")} | {p.parent.name for p in STUDY.glob("*/__init__.py")}
+    assert on_disk == set(STUDY_LAYERS), (f"fairdp/study's parts {sorted(on_disk)} differ from "
+                                          f"tests/layers.py's STUDY_LAYERS {sorted(STUDY_LAYERS)}")
+
+
+def test_no_part_of_the_study_imports_a_higher_layer():
+    wrong = [f"fairdp.study.{m}:{line} imports fairdp.study.{t}" for m, t, line in STUDY_IMPORTS
+             if _up(m, t) and (m, t) not in STUDY_ALLOWED_UP]
+    assert not wrong, ("an import that goes up fairdp.study's layers (tests/layers.py, STUDY_LAYERS); "
+                       "add it to STUDY_ALLOWED_UP with its reason only if it must:\n" + "\n".join(wrong))
+
+
+def test_the_studys_upward_imports_allowed_are_all_made():
+    made = {(m, t) for m, t, _ in STUDY_IMPORTS if _up(m, t)}
+    stale = sorted(set(STUDY_ALLOWED_UP) - made)
+    assert not stale, f"tests/layers.py's STUDY_ALLOWED_UP allows imports fairdp.study does not make: {stale}"
 
 
 # modules whose every fairdp import is inside a function, for one stated reason

@@ -18,10 +18,10 @@ import yaml
 
 from fairdp.cli import main
 from fairdp.study import parse_spec, run_study
-from fairdp.study._lock import LOCK_NAME, results_lock
-from fairdp.study._plan import Backlog
-from fairdp.study._store import CHECKPOINTS
 from fairdp.study.executors import Progress
+from fairdp.study.run._plan import Backlog
+from fairdp.study.store._lock import LOCK_NAME, results_lock
+from fairdp.study.store._store import CHECKPOINTS
 from tests.conftest import REPO, run_cli
 
 STUDY = {
@@ -71,7 +71,7 @@ def test_at_level_error_a_library_call_is_silent_and_a_warning_is_a_record(tmp_p
     with results_lock(str(tmp_path / "b"), "run"):
         pass
     [record] = _fairdp_records(caplog)
-    assert record.name == "fairdp.study._lock" and record.levelno == logging.WARNING
+    assert record.name == "fairdp.study.store._lock" and record.levelno == logging.WARNING
     assert record.getMessage() == (f"fairdp: {tmp_path / 'b'}: taking over the lock of fairdp run (pid {GONE_PID}), "
                                    f"which no longer runs")
     assert capfd.readouterr() == ("", "")
@@ -130,8 +130,8 @@ def test_a_workers_records_go_with_its_results_to_the_drivers_loggers(monkeypatc
     from ray import tune
 
     from fairdp.engine.contract import EpochReport
-    from fairdp.study import _ray_trainables, _tune
     from fairdp.study.executors import Pack
+    from fairdp.study.ray import _ray_trainables, _tune
 
     sent = []
     monkeypatch.setattr(tune, "report", sent.append)
@@ -139,7 +139,7 @@ def test_a_workers_records_go_with_its_results_to_the_drivers_loggers(monkeypatc
     def run_pack(ctx, pack, callback):
         logging.getLogger("fairdp.engine._loop").info("fairdp: x.ckpt: resuming after epoch 1")
         callback(EpochReport(2, 3, 1, None))
-        logging.getLogger("fairdp.study._store").warning("fairdp: pack: the object store did not answer")
+        logging.getLogger("fairdp.study.store._store").warning("fairdp: pack: the object store did not answer")
         return [{"pack_duration_s": 1.0, "valid_accuracy": 0.5}]
 
     monkeypatch.setattr(_ray_trainables, "run_pack", run_pack)
@@ -157,7 +157,7 @@ def test_a_workers_records_go_with_its_results_to_the_drivers_loggers(monkeypatc
         _tune.relog(result)
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
         ("fairdp.engine._loop", logging.INFO, "fairdp: x.ckpt: resuming after epoch 1"),
-        ("fairdp.study._store", logging.WARNING, "fairdp: pack: the object store did not answer")]
+        ("fairdp.study.store._store", logging.WARNING, "fairdp: pack: the object store did not answer")]
     caplog.clear()
     _tune.relog({**final, _ray_trainables.LOG_RECORDS: {**final[_ray_trainables.LOG_RECORDS], "pid": os.getpid()}})
     assert caplog.records == []  # a trial in this very process logged here already
@@ -182,7 +182,7 @@ def test_a_message_of_a_pack_on_embedded_ray_reaches_the_users_stderr(tmp_path):
 
 
 def test_a_worker_without_logging_writes_its_records_to_its_stderr(monkeypatch, capsys):
-    from fairdp.study import _ray_trainables
+    from fairdp.study.ray import _ray_trainables
 
     fairdp = logging.getLogger("fairdp")
     monkeypatch.setattr(fairdp, "propagate", False)  # no handler anywhere, as in a Ray worker process

@@ -189,7 +189,7 @@ def test_module_keywords_are_read_from_a_config_by_role():
     """The one definition of a module keyword that the spec, the planner, the rows and the
     methods share: a dotted key is ``role.keyword``; hyperparameters and settings are not."""
     from fairdp.engine import is_model_keyword, model_keywords
-    from fairdp.study._plan import setting_key
+    from fairdp.study.run._plan import setting_key
 
     config = {"eps": 1.0, "lr": 0.01, "encoder.width": 32, "encoder.depth": 2, "adversary.act": "relu"}
     assert model_keywords(config) == {"encoder": {"width": 32, "depth": 2}, "adversary": {"act": "relu"}}
@@ -364,7 +364,7 @@ def zero_width(i, o, width=0):
 def test_a_module_that_would_fail_inside_training_is_refused_before_anything_is_written(tmp_path, factory, method,
                                                                                            precision, says):
     from fairdp.study._context import load_study_data
-    from fairdp.study._spec import check_models
+    from fairdp.study.spec._spec import check_models
 
     (tmp_path / "broken.py").write_text(BROKEN)
     grid = {"federate": {"lam": [0.5], "eps": [2.0]}, "dpsgd": {"eps": [2.0], "clip_primal": [1.0]}}[method]

@@ -32,7 +32,7 @@ from fairdp.privacy import (
 )
 from fairdp.privacy._accounting import PLD_DISCRETIZATION
 from fairdp.study import Pack, ResultStore, StudyContext, parse_spec, run_pack, study_columns
-from fairdp.study._resume_checks import check_same_training
+from fairdp.study.run._resume_checks import check_same_training
 
 DELTA = 1e-5
 REL = dp_accounting.NeighboringRelation

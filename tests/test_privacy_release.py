@@ -31,7 +31,7 @@ from fairdp.privacy import (
 )
 from fairdp.privacy._release import rdp_curve, truncated_negative_binomial_gamma
 from fairdp.study import parse_spec
-from fairdp.study._plan import run_configs, tuning_draws
+from fairdp.study.run._plan import run_configs, tuning_draws
 from tests.conftest import assert_input_error, run_main
 
 from .conftest import whole_report

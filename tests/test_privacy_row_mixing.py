@@ -20,7 +20,7 @@ from fairdp.errors import InputError
 from fairdp.methods.dpsgd import cross_entropy_grad
 from fairdp.study import parse_spec
 from fairdp.study._context import load_study_data
-from fairdp.study._spec import check_models
+from fairdp.study.spec._spec import check_models
 from tests.conftest import assert_input_error, run_main
 
 MIXERS = '''

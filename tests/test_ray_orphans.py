@@ -19,7 +19,7 @@ import yaml
 
 from fairdp import schema
 from fairdp.study import ResultStore
-from fairdp.study._ray_reaper import LIST_EVERY_S
+from fairdp.study.ray._ray_reaper import LIST_EVERY_S
 from tests.conftest import REPO, group_alive, run_cli, start_driver
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="lists processes through /proc")
@@ -94,7 +94,7 @@ subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env
 time.sleep(120)
 """
 DRIVER = """import subprocess, sys, time
-from fairdp.study._ray import marked_environment, reaped_when_driver_ends
+from fairdp.study.ray._ray import marked_environment, reaped_when_driver_ends
 sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
 with reaped_when_driver_ends() as token:
     with marked_environment(token):
@@ -178,7 +178,7 @@ def test_nothing_a_sigkilled_drivers_embedded_ray_started_outlives_it_or_stores_
     pack file appears after the kill (a worker checks its driver just before storing; without
     the watch, two were stored 0.2 and 0.6 s after it), and the rerun completes the study with
     the rows of a run never killed, bit for bit."""
-    from fairdp.study._lock import WORKERS_DIR
+    from fairdp.study.store._lock import WORKERS_DIR
 
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(STUDY))

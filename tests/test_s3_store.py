@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from fairdp.errors import InputError, StoreUnavailable
-from fairdp.study import ResultStore, _lease
-from fairdp.study._lease import LEASE_NAME, S3Lease, object_store_lease
+from fairdp.study import ResultStore
+from fairdp.study.store import _lease
+from fairdp.study.store._lease import LEASE_NAME, S3Lease, object_store_lease
 from tests.conftest import assert_input_error, run_cli, run_main
 from tests.s3server import CREDENTIALS, Gate, free_port
 

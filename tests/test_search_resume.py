@@ -17,9 +17,10 @@ import yaml
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from fairdp.study import ResultStore, _generations, parse_spec
-from fairdp.study._optuna import open_study
+from fairdp.study import ResultStore, parse_spec
 from fairdp.study.executors import GenerationPlanner
+from fairdp.study.search import _generations
+from fairdp.study.search._optuna import open_study
 from tests.conftest import group_alive, run_cli, start_driver
 
 pytestmark = pytest.mark.xdist_group("search_resume")  # one xdist worker computes the module's shared runs once

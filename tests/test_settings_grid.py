@@ -18,7 +18,7 @@ from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.privacy import event_from_json
 from fairdp.study import parse_spec, read_results, run_study
-from fairdp.study._plan import plan_packs
+from fairdp.study.run._plan import plan_packs
 
 SPEC = {
     "name": "settings",

@@ -89,7 +89,7 @@ def test_an_integer_beyond_int64_is_refused_naming_its_key(tmp_path, path, named
 
 
 def test_epochs_no_run_can_keep_curves_for_are_refused_in_the_file_and_the_flag(tmp_path):
-    from fairdp.study._spec import MAX_EPOCHS
+    from fairdp.study.spec._spec import MAX_EPOCHS
 
     _refused(tmp_path, "train.epochs", spec=_spec(train__epochs=MAX_EPOCHS + 1))
     _refused(tmp_path, "--epochs", "--epochs", str(HUGE))
@@ -207,7 +207,7 @@ def test_a_cuda_device_beyond_the_machines_count_is_refused(tmp_path):
 def test_a_cluster_without_a_gpu_node_is_refused_for_cuda():
     from fairdp.errors import InputError
     from fairdp.study import parse_spec
-    from fairdp.study._executors import check_cluster_device
+    from fairdp.study.executors._executors import check_cluster_device
 
     spec = parse_spec(_spec(train={"epochs": 1, "batch_size": 64, "device": "cuda"}))
     with pytest.raises(InputError, match="^train.device: cuda asked for, but no node of the cluster"):
@@ -219,7 +219,7 @@ def test_a_cluster_without_a_gpu_node_is_refused_for_cuda():
 def test_a_cluster_refusal_found_once_connected_writes_nothing(tmp_path, monkeypatch, command):
     # a cluster answers only once connected (its nodes' GPUs): run and search connect before
     # they take the lock or write the plan, the selection or the journal
-    from fairdp.study import _executors
+    from fairdp.study.executors import _executors
 
     class GpulessCluster(_executors.LocalExecutor):
         name, remote = "gpuless-cluster", True

@@ -12,7 +12,7 @@ import pytest
 
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, parse_spec, read_results, study_columns
-from fairdp.study._plan import plan_packs
+from fairdp.study.run._plan import plan_packs
 
 SPEC = parse_spec({
     "name": "store-test", "dataset": {"name": "synthetic", "rows": 400}, "seeds": [0, 1],

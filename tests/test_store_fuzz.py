@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from fairdp.cli import main
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, parse_spec, read_results, run_study
-from fairdp.study._store import PACK_KEY_TYPES
+from fairdp.study.store._store import PACK_KEY_TYPES
 from tests.conftest import assert_input_error, run_cli
 
 STUDY = {

@@ -84,7 +84,7 @@ def test_adding_pruning_alone_is_refused(stored, tmp_path):
 @pytest.fixture
 def cpu_bf16(monkeypatch):
     """Set whether the driver sees native bf16 matmuls on the workers' CPUs."""
-    import fairdp.study._executors as executors
+    import fairdp.study.executors._executors as executors
 
     return lambda native: monkeypatch.setattr(executors, "native_bf16", lambda device: native)
 

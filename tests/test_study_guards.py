@@ -16,9 +16,14 @@ import yaml
 from fairdp._atomic import atomic_path
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, load_spec
-from fairdp.study._lock import LOCK_NAME, results_lock
-from fairdp.study._ray import connect_error, quiet_loggers
-from fairdp.study._tune import TUNE_DIR_PREFIX, TUNE_NOISE, check_trial_fits, remove_stale_tune_dirs
+from fairdp.study.ray._ray import connect_error, quiet_loggers
+from fairdp.study.ray._tune import (
+    TUNE_DIR_PREFIX,
+    TUNE_NOISE,
+    check_trial_fits,
+    remove_stale_tune_dirs,
+)
+from fairdp.study.store._lock import LOCK_NAME, results_lock
 from tests.conftest import REPO, assert_input_error, run_cli, run_main
 
 STUDY = {
@@ -138,7 +143,7 @@ def test_written_files_honour_the_umask_and_results_files_are_private(tmp_path, 
 def test_an_unreadable_results_file_is_not_called_corrupt(tmp_path, monkeypatch, error):
     """A file this user may not read is healthy: the error says so, does not advise --repair
     (which would move it aside), and the file stays where it is."""
-    import fairdp.study._store as store_module
+    import fairdp.study.store._store as store_module
     from fairdp.errors import InputError
 
     store = ResultStore(tmp_path / "r")
@@ -178,7 +183,7 @@ def test_a_killed_search_journal_is_repaired_and_its_running_trials_are_asked_ag
     from optuna.storages.journal import JournalFileBackend
 
     from fairdp.study import parse_spec
-    from fairdp.study._optuna import complete_trials, open_study, retry_orphans
+    from fairdp.study.search._optuna import complete_trials, open_study, retry_orphans
 
     spec = parse_spec({**STUDY, "search": {"method": "noise", "sampler": "tpe", "trials": 4, "seed": 0,
                                            "objectives": {"valid_accuracy": "max"},
@@ -267,10 +272,10 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
 
 def test_the_estimate_costs_the_packs_in_the_studys_precision_and_says_which():
     from fairdp.study import parse_spec
-    from fairdp.study._estimate import reference
-    from fairdp.study._precision import PrecisionChoice
-    from fairdp.study._runner import estimate_line
     from fairdp.study.executors import Pack
+    from fairdp.study.run._estimate import reference
+    from fairdp.study.run._runner import estimate_line
+    from fairdp.study.spec._precision import PrecisionChoice
 
     # a method whose reference figures hold a bf16 figure (those re-measured on a CPU without
     # native bf16 hold float32's only)
@@ -382,7 +387,7 @@ def test_tunes_advice_that_fairdp_replaces_is_dropped_and_the_rest_kept():
 
 
 def test_the_estimate_names_the_machine_not_the_build_the_figures_were_measured_at():
-    from fairdp.study._estimate import describe_reference
+    from fairdp.study.run._estimate import describe_reference
 
     figures = {"measured": {"device": "cpu", "machine": "AMD EPYC, 2 cores", "threads": 1, "torch": "2.13.0",
                             "commit": "47ce347-dirty"},
@@ -395,7 +400,7 @@ def test_the_estimate_names_the_machine_not_the_build_the_figures_were_measured_
 def test_a_method_timed_on_the_users_module_replaces_its_reference_figure_scaled_by_batch():
     """unit_costs with ``timed``: the seconds measured here per config-epoch per 1,000 rows,
     scaled to another batch size as the method's reference figure scales, plus the probes."""
-    from fairdp.study._estimate import config_epoch_figure, unit_costs
+    from fairdp.study.run._estimate import config_epoch_figure, unit_costs
 
     figures = {"methods": {"dpsgd": {"per_config_epoch": 1.0, "by_batch": {"100": 2.0, "400": 0.5}}},
                "probes_per_config": {"leakage": 3.0}}

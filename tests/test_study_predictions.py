@@ -25,7 +25,7 @@ from fairdp.study import (
     run_study,
     stored_predictions,
 )
-from fairdp.study._worker import PREDICTION_PARTS
+from fairdp.study.executors._worker import PREDICTION_PARTS
 from tests.conftest import run_cli, run_main
 
 PICK = ["dataset", "method", "seed", "config_id"]

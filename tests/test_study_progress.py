@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fairdp.study._estimate import (
+from fairdp.study.executors import Progress
+from fairdp.study.run._estimate import (
     config_epoch_figure,
     lacking_precision,
     makespan,
@@ -18,8 +19,7 @@ from fairdp.study._estimate import (
     reference,
     unit_costs,
 )
-from fairdp.study._progress import TRACE_ENV, EtaModel, replay
-from fairdp.study.executors import Progress
+from fairdp.study.run._progress import TRACE_ENV, EtaModel, replay
 
 TRACES = sorted((Path(__file__).parent / "data" / "progress").glob("*.json"))
 
@@ -262,8 +262,8 @@ def test_figures_at_three_batch_sizes_are_interpolated_between_neighbours(batch,
 
 def test_the_dry_run_costs_each_pack_at_its_own_batch_size():
     from fairdp.study import load_spec
-    from fairdp.study._estimate import pack_work
-    from fairdp.study._plan import Backlog
+    from fairdp.study.run._estimate import pack_work
+    from fairdp.study.run._plan import Backlog
 
     spec = load_spec(str(Path(__file__).parents[1] / "studies" / "pfld_adult.yaml"))
     packs = Backlog.from_stored(spec, pd.DataFrame()).packs(2, False)
@@ -281,7 +281,7 @@ def test_the_dry_run_costs_each_pack_at_its_own_batch_size():
 def test_each_slot_pays_one_calibration_per_distinct_method_eps_and_batch():
     from types import SimpleNamespace
 
-    from fairdp.study._estimate import calibration_by_pack_key, calibration_seconds
+    from fairdp.study.run._estimate import calibration_by_pack_key, calibration_seconds
 
     figures = {"methods": {"dpsgd": {"per_config_epoch": 1.0, "per_calibration": 2.0},
                            "fld": {"per_config_epoch": 1.0}}}
@@ -317,7 +317,7 @@ def test_a_trial_reports_its_config_epochs_to_tune_between_epochs(monkeypatch):
     from ray import tune
 
     from fairdp.engine.contract import EpochReport
-    from fairdp.study import _ray_trainables
+    from fairdp.study.ray import _ray_trainables
 
     sent = []
     monkeypatch.setattr(tune, "report", sent.append)
@@ -339,7 +339,7 @@ def test_a_slow_step_says_what_it_is_and_a_fast_one_stays_quiet(caplog):
     import logging
     import time
 
-    from fairdp.study._prepare import said_if_slow
+    from fairdp.study.run._prepare import said_if_slow
 
     caplog.set_level(logging.INFO, logger="fairdp")
     with said_if_slow("loading dataset x", after_s=0.05):

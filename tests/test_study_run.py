@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from fairdp.study import ResultStore, load_spec, read_history, run_study, study_columns
-from fairdp.study._lock import LOCK_NAME
+from fairdp.study.store._lock import LOCK_NAME
 from tests.conftest import (
     REPO,
     assert_input_error,
@@ -573,7 +573,7 @@ def test_a_failure_tune_raises_outside_any_trial_is_one_line_with_status_1(monke
     import fairdp.study
     from fairdp.cli import main
     from fairdp.errors import RunAborted
-    from fairdp.study._tune import aborted_by_ray
+    from fairdp.study.ray._tune import aborted_by_ray
 
     with pytest.raises(RunAborted) as caught:
         with aborted_by_ray("/data/r"):

@@ -9,24 +9,33 @@ import pytest
 
 STUDY = Path(__file__).resolve().parents[1] / "fairdp" / "study"
 
-# what a worker runs, and the plain values and files it shares with the driver
-WORKER_SIDE = {"_worker", "_rows", "_context", "_ray_trainables"}
+# what a worker runs, and the plain values and files it shares with the driver (modules named
+# under fairdp.study)
+WORKER_SIDE = {"executors._worker", "store._rows", "_context", "ray._ray_trainables"}
 # specs, the store, packs, the results' lock; and ``search_config`` (a per-config search trial's
 # parameters as the method's config)
-SHARED = {"_spec", "_store", "_plan", "_lock", "_optuna"}
+SHARED = {"spec._spec", "store._store", "run._plan", "store._lock", "search._optuna"}
+
+
+def _file(module: str) -> Path:
+    """The file of ``module``, named under fairdp.study (``__init__`` is the package's own)."""
+    path = STUDY.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 def study_imports(module: str) -> set[str]:
     """The ``fairdp.study`` modules ``module`` imports, at any depth in its file (lazy imports count)."""
-    tree = ast.parse((STUDY / f"{module}.py").read_text())
+    tree = ast.parse(_file(module).read_text())
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fairdp.study."):
-            found.add(node.module.split(".")[2])
+            package = node.module.removeprefix("fairdp.study.")
+            # ``from fairdp.study.ray import _ray_reaper`` imports the module ``ray._ray_reaper``
+            found |= {f"{package}.{a.name}" if _file(f"{package}.{a.name}").is_file() else package for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module == "fairdp.study":
             found.add("__init__")
         elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("fairdp.study.")}
+            found |= {a.name.removeprefix("fairdp.study.") for a in node.names if a.name.startswith("fairdp.study.")}
     return found
 
 
@@ -41,7 +50,7 @@ def closure(module: str) -> set[str]:
     return seen - {module}
 
 
-@pytest.mark.parametrize("module", sorted(m for m in WORKER_SIDE if (STUDY / f"{m}.py").exists()))
+@pytest.mark.parametrize("module", sorted(m for m in WORKER_SIDE if _file(m).exists()))
 def test_the_workers_side_imports_nothing_of_the_drivers(module):
     driver_side = closure(module) - WORKER_SIDE - SHARED
     assert not driver_side, f"{module} (run by workers) imports the driver's {sorted(driver_side)}"

@@ -10,8 +10,8 @@ from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.metrics import FEDERATE_PROBE
 from fairdp.study import load_spec, parse_spec
-from fairdp.study._precision import choose_precision, stored_precision
-from fairdp.study._prepare import settings_lines
+from fairdp.study.run._prepare import settings_lines
+from fairdp.study.spec._precision import choose_precision, stored_precision
 from tests.conftest import REPO
 
 GOOD = {

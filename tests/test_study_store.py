@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from fairdp.study import parse_spec, read_results
-from fairdp.study._plan import auto_pack_size, plan_packs, run_configs
-from fairdp.study._store import pack_id
-from fairdp.study._tune import slots_for
+from fairdp.study.ray._tune import slots_for
+from fairdp.study.run._plan import auto_pack_size, plan_packs, run_configs
+from fairdp.study.store._store import pack_id
 
 SPEC = parse_spec({
     "name": "store-test", "dataset": {"name": "synthetic", "rows": 400}, "seeds": [0, 1],
@@ -118,8 +118,8 @@ def test_every_row_a_study_writes_stores_its_methods_guarantee_kind(tmp_path):
     from fairdp.methods import get_method
     from fairdp.metrics import ProbeSettings
     from fairdp.study import study_columns
-    from fairdp.study._rows import write_error_rows
     from fairdp.study.executors import Pack, StudyContext, run_pack
+    from fairdp.study.store._rows import write_error_rows
 
     methods = {"unconstrained": [{}], "noise": [{"eps": 1.0}], "dpsgd": [{"eps": 1.0, "clip_primal": 1.0}],
                "pfld": [{"fairness_notion": "dp", "eps": 1.0, "clip_primal": 1.0, "clip_dual": 5.0}],

@@ -3,7 +3,7 @@
 A multi-sitting run (a paper's protocol on a laptop) can be analysed at any point; a table
 selected from part of a grid looks like a table selected from all of it. ``fairdp run``
 writes the configs it plans beside the results (``<results>.plan.parquet``,
-``fairdp.study._plan.record_plan``); these functions set the rows against that plan, or,
+``fairdp.study.run._plan.record_plan``); these functions set the rows against that plan, or,
 where no plan was stored, against each other (a method with fewer configs in one seed than
 in another).
 """

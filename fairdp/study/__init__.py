@@ -1,18 +1,18 @@
 """Studies: spec files, grids into packs, the pack trial, Ray Tune execution, Optuna search,
 the Parquet store."""
 
-from fairdp.study._plan import plan_table, read_plans
-from fairdp.study._predictions import read_predictions, stored_predictions
-from fairdp.study._runner import RunSummary, run_study
-from fairdp.study._search import SearchSummary, read_hypervolume_histories, search_study
-from fairdp.study._selection import (
+from fairdp.study.run._plan import plan_table, read_plans
+from fairdp.study.run._runner import RunSummary, run_study
+from fairdp.study.search._search import SearchSummary, read_hypervolume_histories, search_study
+from fairdp.study.spec._spec import StudySpec, load_spec, parse_spec
+from fairdp.study.store._predictions import read_predictions, stored_predictions
+from fairdp.study.store._selection import (
     StoredSelection,
     choose_selection,
     read_selection,
     read_selections,
 )
-from fairdp.study._spec import StudySpec, load_spec, parse_spec
-from fairdp.study._store import ResultStore, read_history, read_results, study_columns
+from fairdp.study.store._store import ResultStore, read_history, read_results, study_columns
 
 __all__ = [
     # user API (docs/api/index.md, docs/api/study.md); the executor author's is the module
@@ -26,9 +26,9 @@ __all__ = [
 # Shared within fairdp, not public: the CLI's and fairdp.testing's imports (Pack, StudyContext
 # and run_pack are public in fairdp.study.executors).
 from fairdp.study._context import StudyContext, load_study_data  # noqa: F401
-from fairdp.study._executors import DEFAULT_EXECUTOR  # noqa: F401
-from fairdp.study._plan import Pack  # noqa: F401
-from fairdp.study._runner import with_overrides  # noqa: F401
-from fairdp.study._selection import selection_text  # noqa: F401
-from fairdp.study._spec import check_models, study_modules  # noqa: F401
-from fairdp.study._worker import run_pack  # noqa: F401
+from fairdp.study.executors._executors import DEFAULT_EXECUTOR  # noqa: F401
+from fairdp.study.executors._worker import run_pack  # noqa: F401
+from fairdp.study.run._plan import Pack  # noqa: F401
+from fairdp.study.run._runner import with_overrides  # noqa: F401
+from fairdp.study.spec._spec import check_models, study_modules  # noqa: F401
+from fairdp.study.store._selection import selection_text  # noqa: F401

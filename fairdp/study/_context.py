@@ -15,8 +15,8 @@ from fairdp.data import load_dataset
 from fairdp.engine import Architecture, TrainSettings, published_data_fingerprint
 from fairdp.methods import Method, get_method
 from fairdp.metrics import ProbeSettings
-from fairdp.study._spec import StudySpec
-from fairdp.study._store import ResultStore, study_columns
+from fairdp.study.spec._spec import StudySpec
+from fairdp.study.store._store import ResultStore, study_columns
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from fairdp.errors import StoreFault, last_line
 from fairdp.study._context import StudyContext
-from fairdp.study._generations import GenerationPlanner
-from fairdp.study._plan import Pack
-from fairdp.study._progress import Progress
-from fairdp.study._rows import write_error_rows
-from fairdp.study._signals import sigterm_as_ctrl_c
-from fairdp.study._spec import StudySpec
-from fairdp.study._worker import run_pack
+from fairdp.study.executors._worker import run_pack
+from fairdp.study.run._plan import Pack
+from fairdp.study.run._progress import Progress
+from fairdp.study.run._signals import sigterm_as_ctrl_c
+from fairdp.study.search._generations import GenerationPlanner
+from fairdp.study.spec._spec import StudySpec
+from fairdp.study.store._rows import write_error_rows
 
 
 def attempt_pack(ctx: StudyContext, pack: Pack, key: str, retries: int, progress: Progress) -> list[dict] | None:

@@ -16,8 +16,8 @@ from fairdp.engine import VALID_CURVES, PackResult, device_record, is_model_keyw
 from fairdp.methods import get_method, load_plugins
 from fairdp.privacy import trial_count_from_dict
 from fairdp.study._context import StudyContext, training_provenance
-from fairdp.study._plan import Pack, tuning_draws
-from fairdp.study._store import ResultStore
+from fairdp.study.run._plan import Pack, tuning_draws
+from fairdp.study.store._store import ResultStore
 
 
 def _node() -> str:

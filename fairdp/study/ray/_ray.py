@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from fairdp.errors import InputError, last_line
-from fairdp.study import _ray_reaper
-from fairdp.study._ray_reaper import MARK_VARIABLE
+from fairdp.study.ray import _ray_reaper
+from fairdp.study.ray._ray_reaper import MARK_VARIABLE
 
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 logger = logging.getLogger("fairdp")

@@ -44,21 +44,21 @@ import pandas as pd
 from fairdp.analysis import hypervolume_history, pareto_front
 from fairdp.constraints import feasible
 from fairdp.errors import InputError
-from fairdp.study._executors import DEFAULT_EXECUTOR, make_executor
-from fairdp.study._generations import GenerationPlanner
-from fairdp.study._optuna import (
+from fairdp.study.executors._executors import DEFAULT_EXECUTOR, make_executor
+from fairdp.study.run._prepare import Prepared, prepare, settings_lines
+from fairdp.study.run._progress import Progress
+from fairdp.study.run._resume_checks import protocol_difference
+from fairdp.study.search._generations import GenerationPlanner
+from fairdp.study.search._optuna import (
     complete_trials,
     completed_config_ids,
     journal_path,
     open_study,
     read_complete_trials,
 )
-from fairdp.study._prepare import Prepared, prepare, settings_lines
-from fairdp.study._progress import Progress
-from fairdp.study._resume_checks import protocol_difference
-from fairdp.study._selection import store_selection
-from fairdp.study._spec import MAX_TRIALS, SearchSpec, StudySpec, checked_int
-from fairdp.study._store import ResultStore
+from fairdp.study.spec._spec import MAX_TRIALS, SearchSpec, StudySpec, checked_int
+from fairdp.study.store._selection import store_selection
+from fairdp.study.store._store import ResultStore
 
 logger = logging.getLogger(__name__)
 

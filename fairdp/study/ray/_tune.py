@@ -17,13 +17,13 @@ import tempfile
 from fairdp.engine import native_bf16
 from fairdp.errors import InputError, RunAborted, last_line
 from fairdp.study._context import StudyContext
-from fairdp.study._lock import alive
-from fairdp.study._plan import Pack
-from fairdp.study._progress import Progress
-from fairdp.study._ray import quiet_loggers
-from fairdp.study._ray_trainables import LOG_RECORDS, STORE_FAULT, pack_trainable
-from fairdp.study._rows import write_error_rows
-from fairdp.study._spec import StudySpec
+from fairdp.study.ray._ray import quiet_loggers
+from fairdp.study.ray._ray_trainables import LOG_RECORDS, STORE_FAULT, pack_trainable
+from fairdp.study.run._plan import Pack
+from fairdp.study.run._progress import Progress
+from fairdp.study.spec._spec import StudySpec
+from fairdp.study.store._lock import alive
+from fairdp.study.store._rows import write_error_rows
 
 
 def driver_log_level() -> int:

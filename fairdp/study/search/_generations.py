@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from fairdp.methods import get_method
-from fairdp.study._optuna import (
+from fairdp.study.search._optuna import (
     distributions,
     objective_values,
     restore_sampler_state,
@@ -25,7 +25,7 @@ from fairdp.study._optuna import (
     search_config,
     set_constraints,
 )
-from fairdp.study._spec import SearchSpec
+from fairdp.study.spec._spec import SearchSpec
 
 if TYPE_CHECKING:
     pass
@@ -101,7 +101,7 @@ class GenerationPlanner:
         self._resumed = False
 
     def complete(self) -> int:
-        from fairdp.study._optuna import complete_trials  # optuna: only once a search runs
+        from fairdp.study.search._optuna import complete_trials  # optuna: only once a search runs
 
         return complete_trials(self.study)
 

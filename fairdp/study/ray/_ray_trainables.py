@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 from fairdp.errors import StoreFault
 from fairdp.methods import get_method
 from fairdp.study._context import StudyContext
-from fairdp.study._optuna import search_config
-from fairdp.study._plan import Pack
-from fairdp.study._spec import SearchSpec
-from fairdp.study._store import pack_id
-from fairdp.study._worker import run_pack
+from fairdp.study.executors._worker import run_pack
+from fairdp.study.run._plan import Pack
+from fairdp.study.search._optuna import search_config
+from fairdp.study.spec._spec import SearchSpec
+from fairdp.study.store._store import pack_id
 
 UNITS_EVERY_S = 2.0  # a trial reports its config-epochs at most this often (each report is a round trip)
 UNITS_EVERY_ENV = "FAIRDP_UNITS_EVERY_S"  # overrides it (tests set 0 so that every epoch reports)

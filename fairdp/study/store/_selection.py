@@ -25,11 +25,16 @@ import pyarrow as pa
 
 from fairdp.errors import InputError
 from fairdp.schema import SELECTION_FAIRNESS
-from fairdp.study._spec import StudySpec
-from fairdp.study._store import CorruptSideTable, ResultStore, foreign_reason, read_or_move_aside
+from fairdp.study.spec._spec import StudySpec
+from fairdp.study.store._store import (
+    CorruptSideTable,
+    ResultStore,
+    foreign_reason,
+    read_or_move_aside,
+)
 
 if TYPE_CHECKING:
-    from fairdp.study._prepare import Prepared
+    from fairdp.study.run._prepare import Prepared
 
 SELECTION_TABLE = "selection.parquet"
 

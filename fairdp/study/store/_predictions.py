@@ -36,13 +36,13 @@ from fairdp.analysis import select_by_rt
 from fairdp.errors import InputError
 from fairdp.fairness import confusion
 from fairdp.study._context import load_study_data
-from fairdp.study._plan import Pack
-from fairdp.study._selection import StoredSelection, read_selection
-from fairdp.study._store import ResultStore, pack_id, with_module_keywords
-from fairdp.study._worker import PREDICTION_PARTS, predictions_part, train_pack
+from fairdp.study.executors._worker import PREDICTION_PARTS, predictions_part, train_pack
+from fairdp.study.run._plan import Pack
+from fairdp.study.store._selection import StoredSelection, read_selection
+from fairdp.study.store._store import ResultStore, pack_id, with_module_keywords
 
 if TYPE_CHECKING:
-    from fairdp.study._prepare import Prepared
+    from fairdp.study.run._prepare import Prepared
 
 logger = logging.getLogger(__name__)
 

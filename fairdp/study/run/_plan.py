@@ -17,8 +17,8 @@ from fairdp.engine import is_model_keyword
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.privacy import TrialCount
-from fairdp.study._spec import DEFAULT_PACK_CAP, GPU_PACK_CAP, MethodPlan, StudySpec
-from fairdp.study._store import (
+from fairdp.study.spec._spec import DEFAULT_PACK_CAP, GPU_PACK_CAP, MethodPlan, StudySpec
+from fairdp.study.store._store import (
     CorruptSideTable,
     ResultStore,
     foreign_reason,

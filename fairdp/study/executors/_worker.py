@@ -22,10 +22,10 @@ from fairdp.engine import Checkpointing, EpochReport, PackResult
 from fairdp.methods import get_method, load_plugins
 from fairdp.metrics import evaluate_pack
 from fairdp.study._context import StudyContext, load_study_data
-from fairdp.study._lock import exits_with_driver, registered_worker
-from fairdp.study._plan import Pack
-from fairdp.study._rows import base_row, history_frame, tuning_record
-from fairdp.study._store import ResultStore
+from fairdp.study.run._plan import Pack
+from fairdp.study.store._lock import exits_with_driver, registered_worker
+from fairdp.study.store._rows import base_row, history_frame, tuning_record
+from fairdp.study.store._store import ResultStore
 
 # under the root, hidden (the rows' readers skip it): each pack's test predictions, kept while
 # a study with ``evaluate.predictions: selected`` runs; the driver gathers the selected

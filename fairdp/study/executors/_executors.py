@@ -20,13 +20,9 @@ from typing import ClassVar
 from fairdp.engine import check_device_here, native_bf16, resolve_device
 from fairdp.errors import InputError
 from fairdp.study._context import StudyContext
-from fairdp.study._generations import GenerationPlanner
-from fairdp.study._local import run_packs_locally, run_search_locally
-from fairdp.study._plan import Pack
-from fairdp.study._progress import Progress
-from fairdp.study._ray import address_source, check_reachable, ray_session, resolve_address
-from fairdp.study._spec import StudySpec
-from fairdp.study._tune import (
+from fairdp.study.executors._local import run_packs_locally, run_search_locally
+from fairdp.study.ray._ray import address_source, check_reachable, ray_session, resolve_address
+from fairdp.study.ray._tune import (
     check_trial_fits,
     cluster_nodes,
     machine_resources,
@@ -35,6 +31,10 @@ from fairdp.study._tune import (
     slots_for,
     worker_slots,
 )
+from fairdp.study.run._plan import Pack
+from fairdp.study.run._progress import Progress
+from fairdp.study.search._generations import GenerationPlanner
+from fairdp.study.spec._spec import StudySpec
 
 
 class Executor(ABC):
@@ -172,7 +172,7 @@ class RayExecutor(Executor):
 
     def run_search(self, ctx, spec, planner, mode, progress, study_name, storage):
         # Ray Tune's search modules load only when a search runs
-        from fairdp.study._ray_search import run_search_on_ray
+        from fairdp.study.ray._ray_search import run_search_on_ray
 
         with _own_signal_handlers():
             run_search_on_ray(ctx, spec, study_name, storage, planner, mode, progress)

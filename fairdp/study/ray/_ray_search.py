@@ -7,14 +7,8 @@ from ray import tune
 
 from fairdp.errors import InputError, RunAborted
 from fairdp.methods import get_method
-from fairdp.study._generation_searcher import GenerationSearcher
-from fairdp.study._generations import GenerationPlanner
-from fairdp.study._optuna import distributions, sampler, search_config, set_constraints
-from fairdp.study._progress import Progress
-from fairdp.study._ray_trainables import config_trainable, pack_trainable
-from fairdp.study._signals import sigterm_as_ctrl_c
-from fairdp.study._spec import SearchSpec, StudySpec
-from fairdp.study._tune import (
+from fairdp.study.ray._ray_trainables import config_trainable, pack_trainable
+from fairdp.study.ray._tune import (
     aborted_by_ray,
     driver_log_level,
     lenient_metric_check,
@@ -22,6 +16,12 @@ from fairdp.study._tune import (
     tune_run_config,
     worker_slots,
 )
+from fairdp.study.run._progress import Progress
+from fairdp.study.run._signals import sigterm_as_ctrl_c
+from fairdp.study.search._generation_searcher import GenerationSearcher
+from fairdp.study.search._generations import GenerationPlanner
+from fairdp.study.search._optuna import distributions, sampler, search_config, set_constraints
+from fairdp.study.spec._spec import SearchSpec, StudySpec
 
 
 def run_search_on_ray(ctx, spec: StudySpec, name: str, storage, planner: GenerationPlanner, mode: str,

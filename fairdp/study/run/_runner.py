@@ -14,7 +14,8 @@ import pandas as pd
 from fairdp.engine import resolve_device
 from fairdp.errors import InputError
 from fairdp.study._context import load_study_data
-from fairdp.study._estimate import (
+from fairdp.study.executors._executors import DEFAULT_EXECUTOR, make_executor
+from fairdp.study.run._estimate import (
     calibration_seconds,
     describe_reference,
     lacking_precision,
@@ -22,17 +23,22 @@ from fairdp.study._estimate import (
     pack_work,
     study_unit_costs,
 )
-from fairdp.study._executors import DEFAULT_EXECUTOR, make_executor
-from fairdp.study._plan import Backlog, Pack, record_plan
-from fairdp.study._precision import PrecisionChoice
-from fairdp.study._predictions import store_predictions
-from fairdp.study._prepare import Prepared, default_results, prepare, said_if_slow, settings_lines
-from fairdp.study._progress import Progress, duration
-from fairdp.study._selection import store_selection
-from fairdp.study._signals import sigterm_as_ctrl_c
-from fairdp.study._spec import GPU_PACK_CAP, MAX_EPOCHS, MAX_SEED, StudySpec, checked_int
-from fairdp.study._store import CHECKPOINTS, ResultStore, corrupt_error
-from fairdp.study._timing import time_user_modules
+from fairdp.study.run._plan import Backlog, Pack, record_plan
+from fairdp.study.run._prepare import (
+    Prepared,
+    default_results,
+    prepare,
+    said_if_slow,
+    settings_lines,
+)
+from fairdp.study.run._progress import Progress, duration
+from fairdp.study.run._signals import sigterm_as_ctrl_c
+from fairdp.study.run._timing import time_user_modules
+from fairdp.study.spec._precision import PrecisionChoice
+from fairdp.study.spec._spec import GPU_PACK_CAP, MAX_EPOCHS, MAX_SEED, StudySpec, checked_int
+from fairdp.study.store._predictions import store_predictions
+from fairdp.study.store._selection import store_selection
+from fairdp.study.store._store import CHECKPOINTS, ResultStore, corrupt_error
 
 __all__ = ["RunSummary", "default_results", "run_study", "with_overrides"]
 

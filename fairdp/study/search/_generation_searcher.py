@@ -13,8 +13,8 @@ import json
 
 from ray.tune.search import Searcher
 
-from fairdp.study._generations import GenerationPlanner
-from fairdp.study._plan import Pack, auto_pack_size
+from fairdp.study.run._plan import Pack, auto_pack_size
+from fairdp.study.search._generations import GenerationPlanner
 
 
 class GenerationSearcher(Searcher):

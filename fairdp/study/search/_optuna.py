@@ -12,8 +12,8 @@ import warnings
 from collections.abc import Callable
 
 from fairdp.errors import InputError
-from fairdp.study._spec import SearchSpec
-from fairdp.study._store import ResultStore
+from fairdp.study.spec._spec import SearchSpec
+from fairdp.study.store._store import ResultStore
 
 logger = logging.getLogger(__name__)
 

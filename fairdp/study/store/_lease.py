@@ -30,7 +30,7 @@ import urllib.parse
 import uuid
 
 from fairdp.errors import InputError
-from fairdp.study._lock import alive
+from fairdp.study.store._lock import alive
 
 logger = logging.getLogger(__name__)
 

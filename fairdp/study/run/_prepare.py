@@ -21,14 +21,14 @@ from fairdp.engine import describe_architecture, is_model_keyword
 from fairdp.errors import InputError
 from fairdp.methods import Method, get_method
 from fairdp.study._context import StudyContext, load_study_data, study_store
-from fairdp.study._executors import Executor
-from fairdp.study._lease import object_store_lease
-from fairdp.study._lock import results_lock
-from fairdp.study._plan import check_compatible
-from fairdp.study._precision import PrecisionChoice, choose_precision, stored_precision
-from fairdp.study._resume_checks import check_same_training
-from fairdp.study._spec import StudySpec, check_models, check_sizes_fit
-from fairdp.study._store import ResultStore, corrupt_error
+from fairdp.study.executors._executors import Executor
+from fairdp.study.run._plan import check_compatible
+from fairdp.study.run._resume_checks import check_same_training
+from fairdp.study.spec._precision import PrecisionChoice, choose_precision, stored_precision
+from fairdp.study.spec._spec import StudySpec, check_models, check_sizes_fit
+from fairdp.study.store._lease import object_store_lease
+from fairdp.study.store._lock import results_lock
+from fairdp.study.store._store import ResultStore, corrupt_error
 from fairdp.tracking import TrackingSync
 
 logger = logging.getLogger(__name__)

@@ -13,12 +13,12 @@ said in docs/api/executors.md and docs/extending.md.
 """
 
 from fairdp.study._context import StudyContext
-from fairdp.study._executors import EXECUTORS, Executor, make_executor, register_executor
-from fairdp.study._generations import Generation, GenerationPlanner
-from fairdp.study._local import attempt_pack
-from fairdp.study._plan import Pack
-from fairdp.study._progress import Progress
-from fairdp.study._worker import run_pack
+from fairdp.study.executors._executors import EXECUTORS, Executor, make_executor, register_executor
+from fairdp.study.executors._local import attempt_pack
+from fairdp.study.executors._worker import run_pack
+from fairdp.study.run._plan import Pack
+from fairdp.study.run._progress import Progress
+from fairdp.study.search._generations import Generation, GenerationPlanner
 
 __all__ = ["EXECUTORS", "Executor", "Generation", "GenerationPlanner", "Pack", "Progress", "StudyContext",
            "attempt_pack", "make_executor", "register_executor", "run_pack"]
