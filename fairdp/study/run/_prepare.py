@@ -85,21 +85,31 @@ class Prepared:
         train = dataclasses.replace(self.ctx.train, precision=choice.precision)
         return dataclasses.replace(self, precision=choice, ctx=dataclasses.replace(self.ctx, train=train))
 
-    def read_stored(self, repair: bool) -> tuple[pd.DataFrame, list[str]]:
-        """The stored rows, and where corrupt files were moved (``repair``); InputError if a
-        file is corrupt without ``repair``, or the rows are another study's or protocol's."""
+    def stored_rows(self, repair: bool) -> tuple[pd.DataFrame, list]:
+        """The stored rows and the corrupt files beside them, after every refusal a run makes
+        before it trains: a corrupt file without ``repair``, rows of another study or protocol
+        (InputError). It only reads: a dry run refuses exactly what its run refuses."""
         stored, corrupt = self.store.read(on_corrupt="collect")
-        repaired = []
-        if corrupt:
-            if not repair:
-                raise corrupt_error(corrupt)
-            for c in corrupt:
-                repaired.append(self.store.move_aside(c.path))
-                logger.warning("fairdp %s: moved aside %s (%s)", self.command, c.path, c.reason)
+        if corrupt and not repair:
+            raise corrupt_error(corrupt)
         check_compatible(self.spec, stored, self.results)
         check_same_training(self.ctx, stored, self.results, list(self.methods))
+        return stored, corrupt
+
+    def read_stored(self, repair: bool) -> tuple[pd.DataFrame, list[str]]:
+        """``stored_rows``, then, under the run's lock, the corrupt files moved aside (``repair``)
+        and temporaries removed: the rows and where the files went."""
+        stored, corrupt = self.stored_rows(repair)
+        return stored, self.tidy(corrupt)
+
+    def tidy(self, corrupt) -> list[str]:
+        """Move the ``corrupt`` files aside and remove temporaries: where the files went."""
+        repaired = []
+        for c in corrupt:
+            repaired.append(self.store.move_aside(c.path))
+            logger.warning("fairdp %s: moved aside %s (%s)", self.command, c.path, c.reason)
         self.store.remove_temporaries()
-        return stored, repaired
+        return repaired
 
 
 def prepare(spec: StudySpec, results: str | None, executor: Executor, command: str, methods: list[str],

@@ -38,7 +38,7 @@ from fairdp.study.spec._precision import PrecisionChoice
 from fairdp.study.spec._spec import GPU_PACK_CAP, MAX_EPOCHS, MAX_SEED, StudySpec, checked_int
 from fairdp.study.store._predictions import store_predictions
 from fairdp.study.store._selection import store_selection
-from fairdp.study.store._store import CHECKPOINTS, ResultStore, corrupt_error
+from fairdp.study.store._store import CHECKPOINTS, ResultStore
 
 __all__ = ["RunSummary", "default_results", "run_study", "with_overrides"]
 
@@ -83,25 +83,27 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     # a cluster is connected to first: what only its nodes can answer (a GPU for train.device, a
     # node a trial fits) is refused before anything is written; an embedded Ray starts only if needed
     with _cluster_session(prep), prep.lock(), tracking:
-        plan = _plan_run(prep, repair)
+        plan = plan_run(prep, repair)
+        repaired = prep.tidy(plan.corrupt)
         _record(plan, repair)
         outcome = _execute(plan)
         if prep.spec.predictions == "selected" and not outcome.unfinished:  # a Ctrl-C: the next run gathers
             store_predictions(plan.prep, plan.backlog.configs, complete=not outcome.failed)
     return RunSummary(plan.prep.results, outcome.packs, outcome.configs, plan.backlog.done, outcome.failed,
-                      time.monotonic() - t0, plan.repaired, outcome.unfinished)
+                      time.monotonic() - t0, repaired, outcome.unfinished)
 
 
 # -- the stages of a run, each a value handed to the next: prepare (above), plan, record, execute --
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run will do, read under its lock: the prepared study set to its precision, the
-    rows already stored (corrupt files moved aside with ``repair``) and the backlog left."""
+    """What a run will do: the prepared study set to its precision, the rows already stored,
+    the corrupt files beside them (moved aside by a run with ``repair``) and the backlog left.
+    The run (under its lock) and its dry run make it the same way (``plan_run``)."""
 
     prep: Prepared
     stored: pd.DataFrame
-    repaired: list[str]
+    corrupt: tuple
     backlog: Backlog
 
 
@@ -117,9 +119,11 @@ def _cluster_session(prep: Prepared) -> contextlib.AbstractContextManager:
     return prep.executor.session(prep.spec, prep.say) if prep.executor.remote else contextlib.nullcontext()
 
 
-def _plan_run(prep: Prepared, repair: bool) -> RunPlan:
-    stored, repaired = prep.read_stored(repair)
-    return RunPlan(prep.with_precision(stored), stored, repaired, Backlog.from_stored(prep.spec, stored))
+def plan_run(prep: Prepared, repair: bool) -> RunPlan:
+    """The run's plan, read without writing, after every refusal it makes before training
+    (``Prepared.stored_rows``): what the run trains and what its dry run reports."""
+    stored, corrupt = prep.stored_rows(repair)
+    return RunPlan(prep.with_precision(stored), stored, tuple(corrupt), Backlog.from_stored(prep.spec, stored))
 
 
 def _record(plan: RunPlan, repair: bool) -> None:
@@ -193,16 +197,13 @@ def _dry_run(prep: Prepared, t0: float, repair: bool = False) -> RunSummary:
     """The plan (configs, packs, slots, estimated time) as the summary's ``plan_lines``,
     without training, writing or starting Ray."""
     spec, executor = prep.spec, prep.executor
-    stored, corrupt = prep.store.read(on_corrupt="collect")
-    if corrupt and not repair:  # the run itself would refuse them
-        raise corrupt_error(corrupt)
-    lines = [f"fairdp run {spec.name} --dry-run: --repair would move aside {c.path} ({c.reason})" for c in corrupt]
+    plan = plan_run(prep, repair)  # the run's own plan and refusals
+    prep, backlog = plan.prep, plan.backlog
+    lines = [f"fairdp run {spec.name} --dry-run: --repair would move aside {c.path} ({c.reason})" for c in plan.corrupt]
     slots = executor.planned_slots(spec)
     gpu = executor.trains_on_gpu(spec)
-    backlog = Backlog.from_stored(spec, stored)
     packs = backlog.packs(slots, gpu)
     configs = sum(len(p.configs) for p in packs)
-    prep = prep.with_precision(stored)
     lines += settings_lines(spec, prep.precision)
     resuming = len(_resuming(prep.store, packs))
     resuming = f", {resuming} of the packs from their checkpoints" if resuming else ""

@@ -224,22 +224,21 @@ def restore_sampler_state(sampler, state: list[dict]) -> None:
         rng.set_state((s["kind"], key, s["pos"], s["has_gauss"], s["gauss"]))
 
 
-def read_complete_trials(journal: str, study_name: str) -> int:
-    """Complete trials of ``study_name`` in ``journal``, read without writing (0 when there is
-    none): what a dry run reports."""
+def read_journal_study(journal: str, study_name: str):
+    """The Optuna study ``study_name`` in ``journal``, loaded without writing; None when there
+    is none: what a dry run reads (its trials, the settings it was started with)."""
     check_journal(journal)
     if not os.path.isfile(journal):
-        return 0
+        return None
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        study = optuna.load_study(study_name=study_name, storage=JournalStorage(JournalFileBackend(journal)))
+        return optuna.load_study(study_name=study_name, storage=JournalStorage(JournalFileBackend(journal)))
     except Exception:  # noqa: BLE001 - no such study in the journal
-        return 0
-    return complete_trials(study)
+        return None
 
 
 def complete_trials(study) -> int:

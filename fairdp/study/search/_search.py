@@ -54,7 +54,7 @@ from fairdp.study.search._optuna import (
     completed_config_ids,
     journal_path,
     open_study,
-    read_complete_trials,
+    read_journal_study,
 )
 from fairdp.study.spec._spec import MAX_TRIALS, SearchSpec, StudySpec, checked_int
 from fairdp.study.store._selection import store_selection
@@ -98,13 +98,14 @@ def search_settings(search: SearchSpec) -> dict:
 SETTINGS_ATTR = "fairdp_search"
 
 
-def check_search_settings(study, search: SearchSpec, journal: str) -> None:
+def check_search_settings(study, search: SearchSpec, journal: str, record: bool = True) -> None:
     """Refuse to resume a search whose settings changed (its trials would mix two searches);
-    record them in a new study."""
+    record them in a new study (``record``; a dry run only checks)."""
     want = search_settings(search)
     have = study.user_attrs.get(SETTINGS_ATTR)
     if have is None:
-        study.set_user_attr(SETTINGS_ATTR, want)
+        if record:
+            study.set_user_attr(SETTINGS_ATTR, want)
         return
     found = protocol_difference(have, want)
     if found:
@@ -134,7 +135,7 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
                    progress_stream, checkpoint_every_s, method_field="search.method")
     journal = journal_path(prep.store)
     if dry_run:
-        return _dry_run(prep, journal, total, mode, t0)
+        return _dry_run(prep, journal, total, mode, t0, repair)
     sync = prep.tracking()
     # a cluster is connected to first, so that its refusals write nothing (as in run_study)
     remote = prep.executor.remote
@@ -142,14 +143,19 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
         return _search_unlocked(prep, journal, total, mode, repair, t0, connected=remote)
 
 
-def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float) -> SearchSummary:
-    """What the search would do, without training, writing or starting Ray."""
+def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float, repair: bool = False) -> SearchSummary:
+    """What the search would do, without training, writing or starting Ray, after the refusals
+    the search makes before it trains (the stored rows', the journal's settings)."""
     spec, search = prep.spec, prep.spec.search
-    done = read_complete_trials(journal, study_name(spec))
+    stored, _ = prep.stored_rows(repair)
+    study = read_journal_study(journal, study_name(spec))
+    if study is not None:
+        check_search_settings(study, search, journal, record=False)
+    done = complete_trials(study) if study is not None else 0
     remaining = max(0, total - done)
     slots = prep.executor.planned_slots(spec)
     per = search.population if mode == "packed" else 1
-    prep = prep.with_precision(prep.store.read(on_corrupt="collect")[0])
+    prep = prep.with_precision(stored)
     lines = settings_lines(spec, prep.precision, [search.method])
     lines.append(f"fairdp search {spec.name} --dry-run: {remaining} of {total} trials to run ({done} complete in "
                  f"{journal}), {search.sampler} ({mode}): {math.ceil(remaining / per) if remaining else 0} generations "
