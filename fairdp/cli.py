@@ -731,7 +731,7 @@ def _cmd_report(args) -> int:
     import warnings
 
     from fairdp._atomic import output_dir
-    from fairdp.analysis import check_level, check_rt, get_paper, write_report
+    from fairdp.analysis import ReportOptions, check_level, check_rt, get_paper, write_report
     from fairdp.study import stored_predictions
 
     if args.rt is not None:
@@ -751,15 +751,15 @@ def _cmd_report(args) -> int:
     history, grid = _search_histories(args.dirs, args.compare_grid)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        paths = write_report(df, args.output, rt=chosen.values["rt"], fairness=chosen.values["fairness"],
-                             rts=chosen.values["rts"], by=list(chosen.values["by"]),
-                             ci=None if args.no_ci else args.ci, search_history=history, grid=grid,
-                             compare=args.compare or (), completeness=whole, history=_curves(args.dirs, df),
-                             search_objectives=search.objectives if search else None,
-                             search_constraints=search.constraints if search else (),
-                             selection=chosen.message, error_bars=args.error_bars, keep_constant=args.keep_constant,
-                             figure_formats=formats, figure_style=style,
-                             predictions=[p for p in map(stored_predictions, args.dirs) if p])
+        options = ReportOptions(
+            rt=chosen.values["rt"], fairness=chosen.values["fairness"], rts=chosen.values["rts"],
+            by=tuple(chosen.values["by"]), ci=None if args.no_ci else args.ci, search_history=history, grid=grid,
+            compare=tuple(args.compare or ()), completeness=whole, history=_curves(args.dirs, df),
+            search_objectives=search.objectives if search else None,
+            search_constraints=tuple(search.constraints) if search else (), selection=chosen.message,
+            error_bars=args.error_bars, keep_constant=args.keep_constant, figure_formats=formats, figure_style=style,
+            predictions=tuple(p for p in map(stored_predictions, args.dirs) if p))
+        paths = write_report(df, args.output, options)
     print(f"fairdp report: {chosen.message}", file=sys.stderr)
     if search is not None:
         print(f"fairdp report: Pareto fronts on the search's objectives, from the study: {search.describe()}",
@@ -801,7 +801,14 @@ def _yaml_value(text: str, flag: str):
 
 def _cmd_figure(args) -> int:
     """One figure of a report, with the study's selection, written as the output's suffix says."""
-    from fairdp.analysis import FIGURES, check_rt, figure_style_context, report_figures, save_figure
+    from fairdp.analysis import (
+        FIGURES,
+        ReportOptions,
+        check_rt,
+        figure_style_context,
+        report_figures,
+        save_figure,
+    )
 
     if args.kind not in FIGURES:
         raise InputError(f"KIND: one of {', '.join(FIGURES)}, got {args.kind!r}")
@@ -815,11 +822,13 @@ def _cmd_figure(args) -> int:
     chosen = _chosen_selection("figure", args, args.dirs, keys=("fairness", "rt", "by", "rts"))
     search = chosen.search
     with figure_style_context(style):
-        drawn = report_figures(df, rt=chosen.values["rt"], fairness=chosen.values["fairness"],
-                               rts=chosen.values["rts"], by=list(chosen.values["by"]), error_bars=args.error_bars,
-                               only=[args.kind], history=_curves(args.dirs, df) if args.kind == "learning_curves"
-                               else None, search_objectives=search.objectives if search else None,
-                               search_constraints=search.constraints if search else ())
+        options = ReportOptions(
+            rt=chosen.values["rt"], fairness=chosen.values["fairness"], rts=chosen.values["rts"],
+            by=tuple(chosen.values["by"]), error_bars=args.error_bars,
+            history=_curves(args.dirs, df) if args.kind == "learning_curves" else None,
+            search_objectives=search.objectives if search else None,
+            search_constraints=tuple(search.constraints) if search else ())
+        drawn = report_figures(df, options, only=[args.kind])
         fig = drawn[args.kind]
         if fig is None:
             raise InputError(f"KIND: these rows draw no {args.kind} figure (its columns or methods are not there)")

@@ -29,7 +29,7 @@ REPORTS = {
 
 
 def regenerate(name: str) -> None:
-    from fairdp.analysis import report_figures
+    from fairdp.analysis import ReportOptions, report_figures
     from fairdp.cli import main
     from fairdp.study import ResultStore, load_spec, read_history, read_results
     from fairdp.study.store._selection import (
@@ -46,9 +46,9 @@ def regenerate(name: str) -> None:
     if main(["report", str(results), "-o", str(out), *options]) != 0:
         raise SystemExit(f"{name}: fairdp report failed")
     rows = read_results(results)
-    figures = report_figures(rows, rt=stored.rt, fairness=stored.fairness, by=list(stored.by),
-                             history=read_history(results, rows=rows),
-                             **({"rts": list(stored.rts)} if stored.rts else {}))
+    figures = report_figures(rows, ReportOptions(rt=stored.rt, fairness=stored.fairness, by=tuple(stored.by),
+                                                 history=read_history(results, rows=rows),
+                                                 **({"rts": tuple(stored.rts)} if stored.rts else {})))
     for figure_name, fig in figures.items():
         if fig is not None:
             assert_readable(fig, name=f"{name}/{figure_name}")

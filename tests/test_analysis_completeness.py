@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fairdp.analysis import Completeness, completeness, summarise, write_report
+from fairdp.analysis import Completeness, ReportOptions, completeness, summarise, write_report
 from fairdp.study import ResultStore, parse_spec, plan_table, read_plans
 from fairdp.study.run._plan import record_plan, run_configs
 from tests.test_analysis_report import synthetic_results
@@ -117,7 +117,7 @@ def test_a_partial_study_says_so_above_every_table_of_its_report(tmp_path):
     partial = rows[~((rows["method"] == "federate") & (rows["seed"] == 2))]
     whole = summarise(completeness(partial, plan))
     assert whole.state == "partial" and "federate seed 2 (3 of 3 configs unfinished)" in whole.text
-    write_report(partial, tmp_path / "rep", rts=(1,), ci=None, completeness=whole)
+    write_report(partial, tmp_path / "rep", ReportOptions(rts=(1,), ci=None, completeness=whole))
     md = whole_report(tmp_path / "rep")
     assert md.index("**Not the whole study.** Partial: ") < md.index("## Test results")
     assert "<strong>Not the whole study.</strong> Partial: " in whole_report(tmp_path / "rep", "html")
@@ -127,6 +127,6 @@ def test_a_partial_study_says_so_above_every_table_of_its_report(tmp_path):
     rows = pd.concat([rows, rows[rows["status"] == "error"].assign(status="ok", valid_accuracy=80.0,
                                                                  valid_tpr_gap=10.0, leakage=80.0)])
     complete = summarise(completeness(rows, plan))
-    write_report(rows, tmp_path / "rep", rts=(1,), ci=None, completeness=complete)
+    write_report(rows, tmp_path / "rep", ReportOptions(rts=(1,), ci=None, completeness=complete))
     md = whole_report(tmp_path / "rep")
     assert "| completeness | complete: all " in md and "Not the whole study" not in md

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from fairdp.analysis import (
+    ReportOptions,
     aggregate_seeds,
     constant_models,
     format_table,
@@ -186,7 +187,7 @@ def report(rows, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        write_report(rows, out, rts=(0, 1))
+        write_report(rows, out, ReportOptions(rts=(0, 1)))
     return out
 
 
@@ -225,7 +226,7 @@ def test_the_reports_pareto_fronts_leave_constant_models_out_unless_asked(rows, 
     assert f"| {CONSTANT} |" not in fronts
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        write_report(rows, tmp_path, rts=(), ci=None, keep_constant=True)
+        write_report(rows, tmp_path, ReportOptions(rts=(), ci=None, keep_constant=True))
     kept = _section(whole_report(tmp_path), "Pareto fronts")
     assert f"| {CONSTANT} |" in kept and "configs whose model is constant" not in kept
 

@@ -26,6 +26,7 @@ from matplotlib.container import ErrorbarContainer
 from matplotlib.figure import Figure
 
 from fairdp.analysis import (
+    ReportOptions,
     bootstrap_over_seeds,
     fairness_accuracy_bins,
     figure_fairness_accuracy_bins,
@@ -83,7 +84,7 @@ def grouped():
 def grouped_figures(grouped):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return report_figures(grouped, **GROUPED)
+        return report_figures(grouped, ReportOptions(**GROUPED))
 
 
 def _series_drawn(fig: Figure) -> set[str]:
@@ -113,7 +114,7 @@ def test_every_figure_of_a_report_with_a_random_baseline_is_readable(tmp_path, m
     mixed = _with_random(synthetic_results())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        figures = report_figures(mixed, rts=(0, 1, 3), error_bars="t")
+        figures = report_figures(mixed, ReportOptions(rts=(0, 1, 3), error_bars="t"))
     assert {k for k, f in figures.items() if f is not None} == {
         "rt_sweep", "fairness_accuracy_bins", "privacy_accuracy", "leakage_vs_eps", "pareto_fronts"}
     for name, fig in figures.items():
@@ -292,7 +293,7 @@ def test_an_interval_over_two_seeds_is_warned_about_and_std_is_not():
 def test_the_report_says_what_its_bars_are_and_what_its_figures_do_not_mean(tmp_path):
     rows = synthetic_results(seeds=(0, 1))
     with pytest.warns(UserWarning, match="bootstrap intervals over 2 seeds say little"):
-        write_report(rows, tmp_path / "boot", rts=(0, 1), error_bars="bootstrap")
+        write_report(rows, tmp_path / "boot", ReportOptions(rts=(0, 1), error_bars="bootstrap"))
     md = whole_report(tmp_path / "boot")
     assert "error bars: bootstrap intervals over 2 seeds" in md  # listed under Notes too
     for caption in ("(FEDERATE Fig. 2): the validation metrics the selection reads; the tables below it give the "
@@ -382,7 +383,7 @@ def test_every_figure_of_a_committed_report_is_readable(name):
     history = read_history(str(location), rows=rows)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        figures = report_figures(rows, history=history, **COMMITTED[name])
+        figures = report_figures(rows, ReportOptions(history=history, **COMMITTED[name]))
     drawn = {k: f for k, f in figures.items() if f is not None}
     assert {"rt_sweep", "fairness_accuracy_bins", "pareto_fronts", "privacy_accuracy"} <= set(drawn), sorted(drawn)
     problems = {k: layout_problems(f, SERIES_PER_PANEL) for k, f in drawn.items()}

@@ -18,7 +18,13 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score
 
 from fairdp import schema
-from fairdp.analysis import aggregate_group_rates, per_group_rates, select_by_rt, write_report
+from fairdp.analysis import (
+    ReportOptions,
+    aggregate_group_rates,
+    per_group_rates,
+    select_by_rt,
+    write_report,
+)
 from fairdp.fairness import confusion, group_rates
 from fairdp.study import ResultStore
 
@@ -161,7 +167,7 @@ def test_the_report_has_a_per_group_section_with_the_aggregate(tmp_path):
     rows = rows_with_counts(configs=3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        write_report(rows, tmp_path, rts=(), ci=None)
+        write_report(rows, tmp_path, ReportOptions(rts=(), ci=None))
         selected = select_by_rt(rows, 1.0)
     md = whole_report(tmp_path)
     section = md.split("## Per-group rates of the selected models", 1)[1].split("\n## ", 1)[0]

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from fairdp.analysis import (
+    ReportOptions,
     aggregate_seeds,
     fairness_accuracy_bins,
     figure_fairness_accuracy_bins,
@@ -18,11 +19,9 @@ from fairdp.analysis import (
     figure_rt_sweep,
     format_table,
     legend_labels,
-    plot_leakage_vs_eps,
-    plot_privacy_accuracy,
-    plot_rt_sweep,
     privacy_accuracy_by_eps,
     rt_sweep,
+    save_figure,
     select_by_rt,
     write_report,
 )
@@ -314,20 +313,22 @@ def test_figures_have_a_legend_with_the_method_names_and_their_guarantees(result
     assert len(fig.axes) == 2 * 2  # datasets x pairs
 
 
-def test_plot_writes_a_png_and_returns_its_path(results, tmp_path):
-    by_eps = privacy_accuracy_by_eps(results)
-    path = plot_privacy_accuracy(by_eps, tmp_path / "sub" / "privacy.png")
-    assert path == tmp_path / "sub" / "privacy.png"
-    assert_png(path)
-    assert [p.name for p in path.parent.iterdir()] == ["privacy.png"]  # no temp file left
+def test_save_figure_writes_the_format_its_suffix_names_and_returns_its_path(results, tmp_path):
+    fig = figure_privacy_accuracy(privacy_accuracy_by_eps(results))
+    for name, head in (("privacy.png", PNG_SIGNATURE), ("privacy.pdf", b"%PDF"), ("privacy.svg", b"<?xml")):
+        path = save_figure(fig, tmp_path / "sub" / name)
+        assert path == tmp_path / "sub" / name and path.read_bytes().startswith(head)
+    assert_png(tmp_path / "sub" / "privacy.png")
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["privacy.pdf", "privacy.png", "privacy.svg"]
+    with pytest.raises(InputError, match="privacy.jpg"):
+        save_figure(fig, tmp_path / "privacy.jpg")
 
 
-def test_nothing_to_plot_writes_nothing(results, tmp_path):
+def test_nothing_to_draw_is_no_figure(results):
     no_eps = results[results["method"].isin(["unconstrained", "adversarial"])]
-    assert plot_privacy_accuracy(privacy_accuracy_by_eps(no_eps), tmp_path / "p.png") is None
-    assert plot_leakage_vs_eps(no_eps, tmp_path / "l.png") is None
-    assert plot_rt_sweep(rt_sweep(no_eps.iloc[0:0].astype(results.dtypes), [1]), tmp_path / "r.png") is None
-    assert list(tmp_path.iterdir()) == []
+    assert figure_privacy_accuracy(privacy_accuracy_by_eps(no_eps)) is None
+    assert figure_leakage_vs_eps(no_eps) is None
+    assert figure_rt_sweep(rt_sweep(no_eps.iloc[0:0].astype(results.dtypes), [1])) is None
 
 
 def test_report_renders(results, tmp_path):
@@ -335,7 +336,7 @@ def test_report_renders(results, tmp_path):
     with pytest.warns(UserWarning, match="config_id=bad"):
         broken = results.copy()
         broken.loc[broken.index[5], ["valid_tpr_gap", "config_id"]] = [np.nan, "bad"]
-        paths = write_report(broken, out, rt=1.0, rts=(0, 1, 3))
+        paths = write_report(broken, out, ReportOptions(rt=1.0, rts=(0, 1, 3)))
     names = sorted(p.name for p in paths)
     figures = [p for p in paths if p.suffix == ".png"]
     assert {p.stem for p in figures} == {
@@ -366,7 +367,7 @@ def test_the_first_page_links_every_page_and_wide_tables_scroll(results, tmp_pat
     """A 1,854-line report in one file: now the first page links every other section, each a
     page with its tables also as CSV, every h2 has an id to link to, and every results table
     sits in a scrolling box."""
-    write_report(results, tmp_path, rt=1.0, rts=(0, 1, 3))
+    write_report(results, tmp_path, ReportOptions(rt=1.0, rts=(0, 1, 3)))
     first = (tmp_path / "report.html").read_text(encoding="utf-8")
     linked = re.findall(r'<a href="pages/([^"]+)\.html">', first)
     pages = sorted(p.stem for p in (tmp_path / "pages").glob("*.html"))
@@ -385,10 +386,10 @@ def test_the_first_page_links_every_page_and_wide_tables_scroll(results, tmp_pat
     assert tables >= 5 and page.count('<div class="scroll"><table class="results') == tables
 
 def test_report_without_eps_methods_drops_stale_figures(results, tmp_path):
-    write_report(results[results["dataset"] == "adult"], tmp_path, rts=(0, 1))
+    write_report(results[results["dataset"] == "adult"], tmp_path, ReportOptions(rts=(0, 1)))
     assert (tmp_path / "figures" / "privacy_accuracy.png").exists()
     no_eps = results[(results["dataset"] == "adult") & results["method"].isin(["unconstrained", "adversarial"])]
-    paths = write_report(no_eps, tmp_path, rts=(0, 1))
+    paths = write_report(no_eps, tmp_path, ReportOptions(rts=(0, 1)))
     assert not (tmp_path / "figures" / "privacy_accuracy.png").exists()
     assert not (tmp_path / "figures" / "leakage_vs_eps.png").exists()
     assert {p.stem for p in paths if p.suffix == ".png"} == {"rt_sweep", "fairness_accuracy_bins", "pareto_fronts"}
@@ -399,13 +400,13 @@ def test_report_bad_input(results, tmp_path):
     with pytest.raises(InputError, match="status"):
         write_report(results.assign(status="error"), tmp_path)
     with pytest.raises(InputError, match="fairness"):
-        write_report(results, tmp_path, fairness="accuracy")
+        write_report(results, tmp_path, ReportOptions(fairness="accuracy"))
     with pytest.raises(InputError, match="rt"):
-        write_report(results, tmp_path, rt=-1)
+        write_report(results, tmp_path, ReportOptions(rt=-1))
 
 
 def test_the_rt_sweep_is_a_table_per_method_with_a_column_per_rt(results, tmp_path):
-    write_report(results, tmp_path, rts=(0, 0.5, 1, 2, 3, 5))
+    write_report(results, tmp_path, ReportOptions(rts=(0, 0.5, 1, 2, 3, 5)))
     md = whole_report(tmp_path)
     sweep = md.split("## Relaxation-threshold sweep", 1)[1].split("\n## ", 1)[0]
     titles = [line for line in sweep.splitlines() if line.startswith("**")]
@@ -555,7 +556,7 @@ def test_a_report_with_local_and_central_methods_labels_each_and_never_compares_
     assert not table.drop(columns=["compared_in", "guarantee"]).astype(str).apply(
         lambda c: c.str.endswith("†")).any().any()
 
-    write_report(mixed, tmp_path, rt=1.0, rts=(0, 1))
+    write_report(mixed, tmp_path, ReportOptions(rt=1.0, rts=(0, 1)))
     md = whole_report(tmp_path)
     html = whole_report(tmp_path, "html")
     main = md.split("## Test results", 1)[1].split("\n## ", 1)[0]

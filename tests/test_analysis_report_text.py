@@ -10,14 +10,14 @@ import re
 import numpy as np
 import pytest
 
-from fairdp.analysis import write_report
+from fairdp.analysis import ReportOptions, write_report
 from tests.test_analysis_report import synthetic_results
 
 from .conftest import whole_report
 
 
 def _report(tmp_path, df, **kw) -> str:
-    write_report(df, tmp_path / "r", rts=(0, 1), **kw)
+    write_report(df, tmp_path / "r", ReportOptions(rts=(0, 1), **kw))
     return whole_report(tmp_path / "r")
 
 

@@ -57,11 +57,10 @@ def test_violation_by_eps_defaults_to_one_point():
 
 
 def test_report_and_compare_default_to_the_papers_rt_and_grid():
-    from fairdp.analysis import compare_picks, write_report
+    from fairdp.analysis import ReportOptions, compare_picks
 
-    params = inspect.signature(write_report).parameters
-    assert params["rt"].default == PAPER_RT
-    assert tuple(map(float, params["rts"].default)) == PAPER_RTS
+    assert ReportOptions().rt == PAPER_RT
+    assert tuple(map(float, ReportOptions().rts)) == PAPER_RTS
     assert inspect.signature(compare_picks).parameters["rt"].default == PAPER_RT
 
 
@@ -90,8 +89,8 @@ def test_cli_report_defaults_to_the_papers_rt_and_grid(tmp_path, monkeypatch):
     rows().to_parquet(path)
     seen = {}
 
-    def fake_write_report(df, out_dir, **kw):
-        seen.update(kw)
+    def fake_write_report(df, out_dir, options):
+        seen.update(rt=options.rt, rts=options.rts)
         return []
 
     monkeypatch.setattr(fairdp.analysis, "write_report", fake_write_report)

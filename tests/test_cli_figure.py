@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from fairdp.analysis import ReportOptions
+
 from .conftest import REPO, assert_input_error, run_main
 
 DEMO = str(REPO / "results" / "demo-reference")
@@ -38,8 +40,7 @@ def test_a_style_is_applied_to_what_is_drawn():
     from fairdp.analysis import report_figures
     from fairdp.study import read_results
 
-    fig = report_figures(read_results(DEMO), only=["pareto_fronts"],
-                         figure_style={"axes.facecolor": "#123456"})["pareto_fronts"]
+    fig = report_figures(read_results(DEMO), ReportOptions(figure_style={"axes.facecolor": "#123456"}), only=["pareto_fronts"])["pareto_fronts"]
     assert all(ax.get_facecolor()[:3] == pytest.approx((0x12 / 255, 0x34 / 255, 0x56 / 255)) for ax in fig.axes)
 
 

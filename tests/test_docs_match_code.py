@@ -186,6 +186,18 @@ def test_api_page_documents_every_parameter_of_each_function(target):
     assert not empty, f"docs/api/index.md: {target}'s parameters {empty} have no description"
 
 
+def test_api_page_documents_every_report_option_in_order():
+    """write_report takes one ReportOptions: its fields are the table under it, in order."""
+    import dataclasses
+
+    from fairdp.analysis import ReportOptions
+
+    table = _parameter_table(API_INDEX, "fairdp.analysis._report.ReportOptions")
+    assert table is not None and table[0] == ["field", "what it is"], table
+    assert [_code(row[0]) for row in table[1:]] == [f.name for f in dataclasses.fields(ReportOptions)]
+    assert all(row[1] for row in table[1:])
+
+
 def test_api_page_has_every_exported_function():
     import fairdp
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_module
 
-from fairdp.analysis import released_guarantees
+from fairdp.analysis import ReportOptions, released_guarantees
 from fairdp.analysis._release import MEAN_OVER_SEEDS, PER_SEED, release_summary
 from fairdp.errors import InputError
 from fairdp.privacy import (
@@ -466,7 +466,7 @@ def test_a_tuned_study_stores_its_draws_and_analyze_reports_eps_released(tmp_pat
     assert ((dpsgd["eps_formal"] <= dpsgd["eps"]) & (dpsgd["eps_formal"] > 0.99 * dpsgd["eps"])).all()
     from fairdp.analysis import write_report
 
-    write_report(rows, tmp_path / "report", rt=0, fairness="dp_gap", rts=(0,), ci=None)
+    write_report(rows, tmp_path / "report", ReportOptions(rt=0, fairness="dp_gap", rts=(0,), ci=None))
     md = whole_report(tmp_path / "report")
     released = md.split("## What a selection releases")[1].split("\n## ")[0]
     assert "at or just below that target" in released

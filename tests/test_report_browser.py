@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from fairdp.analysis import write_report
+from fairdp.analysis import ReportOptions, write_report
 from tests.conftest import REPO
 from tests.test_analysis_report import synthetic_results
 
@@ -142,7 +142,7 @@ def _pages(report: Path) -> list[Path]:
 def test_every_page_of_a_report_fits_the_window_and_every_figure_loads_in_chromium(tmp_path):
     results = synthetic_results()
     report = tmp_path / "report"
-    write_report(results, report, rt=1.0, rts=(0, 1, 3))
+    write_report(results, report, ReportOptions(rt=1.0, rts=(0, 1, 3)))
     images = 0
     for page in _pages(report):
         result = page_check(page)
@@ -187,7 +187,7 @@ def test_a_screenshot_holds_the_whole_page_however_long(tmp_path, monkeypatch):
     """The screenshot was the first 900 pixels of the page; it is now every pixel of it, in
     slices (made small here so that the test stitches several) that join without a seam."""
 
-    write_report(synthetic_results(), tmp_path, rt=1.0, rts=(0, 1))
+    write_report(synthetic_results(), tmp_path, ReportOptions(rt=1.0, rts=(0, 1)))
     report = tmp_path / "pages" / "relaxation-threshold-sweep.html"  # a long page
     height = page_height(report)
     assert height > 3 * HEIGHT

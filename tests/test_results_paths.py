@@ -8,6 +8,7 @@ import os
 import pytest
 import yaml
 
+from fairdp.analysis import ReportOptions
 from fairdp.errors import InputError
 from fairdp.study import parse_spec, run_study
 from tests.conftest import assert_input_error, run_cli, run_main
@@ -103,7 +104,7 @@ def test_write_report_checks_its_folder_before_drawing(stored):
     from fairdp.study import read_results
 
     with pytest.raises(InputError, match=f"out_dir: .*{UNCREATABLE}"):
-        write_report(read_results(str(stored)), f"{UNCREATABLE}/report", ci=None)
+        write_report(read_results(str(stored)), f"{UNCREATABLE}/report", ReportOptions(ci=None))
 
 
 @pytest.mark.parametrize("command", ["analyze", "compare"])

@@ -58,26 +58,24 @@ __all__ = [
     "default_direction", "legend_labels",
     "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps",
     "figure_learning_curves", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep",
-    "figure_violation_accuracy_by_eps",
-    "plot_fairness_accuracy_bins", "plot_hypervolume_history", "plot_leakage_vs_eps", "plot_learning_curves",
-    "plot_pareto_fronts", "plot_privacy_accuracy", "plot_rt_sweep", "plot_violation_accuracy_by_eps",
+    "figure_violation_accuracy_by_eps", "save_figure",
     "ERROR_BARS", "bootstrap_over_seeds", "error_bars_text", "per_seed",
     # the report
-    "write_report", "report_figures",
+    "write_report", "report_figures", "ReportOptions",
 ]
 
 # Shared within fairdp, not public: what the CLI and fairdp.study import.
 from fairdp.analysis._compare import CODE_SETTING, describe_devices, identical_configs, precisions  # noqa: F401
 from fairdp.analysis._dashboard import HOST, DashboardServer, prepare_dashboard  # noqa: F401
-from fairdp.analysis._intervals import check_level, seed_advice_text, selected_with_intervals  # noqa: F401
+from fairdp.analysis._intervals import check_level, seed_advice_text  # noqa: F401
 from fairdp.analysis._release import has_release_events  # noqa: F401
 from fairdp.analysis._rows import check_rt  # noqa: F401
 from fairdp.analysis._search_progress import hypervolume_history  # noqa: F401
-from fairdp.analysis._tables import render_table  # noqa: F401
+from fairdp.analysis._tables import render_table, selected_with_intervals  # noqa: F401
 
 # Figures are matplotlib's: imported on first use, so that selecting and aggregating rows
 # loads without it.
-_PLOTS = ("default_direction", "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps", "figure_learning_curves", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep", "figure_violation_accuracy_by_eps", "legend_labels", "plot_fairness_accuracy_bins", "plot_hypervolume_history", "plot_leakage_vs_eps", "plot_learning_curves", "plot_pareto_fronts", "plot_privacy_accuracy", "plot_rt_sweep", "plot_violation_accuracy_by_eps", "save_figure")
+_PLOTS = ("default_direction", "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps", "figure_learning_curves", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep", "figure_violation_accuracy_by_eps", "legend_labels", "save_figure")
 
 
 def __getattr__(name: str):
@@ -85,7 +83,7 @@ def __getattr__(name: str):
         from fairdp.analysis import _plots  # matplotlib: only when a figure is drawn
 
         return getattr(_plots, name)
-    if name in ("write_report", "report_figures", "FIGURES", "check_figure_formats", "figure_style_context"):
+    if name in ("write_report", "report_figures", "ReportOptions", "FIGURES", "check_figure_formats", "figure_style_context"):
         from fairdp.analysis import _report  # draws figures: matplotlib
 
         return getattr(_report, name)

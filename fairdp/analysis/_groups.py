@@ -20,13 +20,6 @@ import numpy as np
 import pandas as pd
 
 from fairdp.analysis._rows import RUN_KEYS, check_by, ok_rows
-from fairdp.analysis._tables import (
-    BY_LABELS,
-    GUARANTEE_LABEL,
-    by_cell,
-    guarantee_cells,
-    mean_std_column,
-)
 from fairdp.errors import InputError
 from fairdp.schema import CONFUSION_COLUMNS
 
@@ -122,25 +115,3 @@ def aggregate_group_rates(selected: pd.DataFrame, split: str = "test", by: Seque
         out[f"{rate}_mean"] = grouped[rate].mean()
         out[f"{rate}_std"] = grouped[rate].std(ddof=1)
     return out.reset_index()[columns]
-
-
-RATE_LABELS = {"selection_rate": "Selection rate", "tpr": "TPR", "fpr": "FPR", "accuracy": "Accuracy"}
-
-
-def group_rates_table(rates: pd.DataFrame, by: Sequence[str] = (), kinds: dict | None = None,
-                      decimals: int = 1) -> pd.DataFrame:
-    """``aggregate_group_rates`` output as display strings: Dataset, Method, Guarantee, [by
-    keys,] Group, [Class: tasks of more than two classes,] Seeds, Rows (mean group size),
-    then each rate as "mean ± std" over seeds ("-" where undefined)."""
-    out = pd.DataFrame({"Dataset": rates["dataset"].astype(str), "Method": rates["method"].astype(str),
-                        GUARANTEE_LABEL: guarantee_cells(rates, kinds)})
-    for key in by:
-        out[BY_LABELS.get(key, key)] = [by_cell(v) for v in rates[key]]
-    out["Group"] = [str(int(v)) for v in rates["group"]]
-    if (rates["class"] != 1).any():  # a binary task's rates are the positive class's
-        out["Class"] = [str(int(v)) for v in rates["class"]]
-    out["Seeds"] = [str(int(v)) for v in rates["n_seeds"]]
-    out["Rows"] = [f"{v:.0f}" for v in rates["count_mean"]]
-    for rate, label in RATE_LABELS.items():
-        out[label] = mean_std_column(rates[f"{rate}_mean"], rates[f"{rate}_std"], decimals)
-    return out.reset_index(drop=True)

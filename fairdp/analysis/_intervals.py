@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from fairdp.analysis._predictions import CONSTANT_PICKS
+from fairdp.analysis._predictions import CONSTANT_PICKS, has_constant_picks
 from fairdp.analysis._rows import (
     APART,
     COMPARED_IN,
@@ -32,7 +32,6 @@ from fairdp.analysis._rows import (
     require_columns,
     with_compared_eps,
 )
-from fairdp.analysis._tables import enough_decimals, has_constant_picks, interval_text
 from fairdp.errors import InputError
 from fairdp.fairness import SCORES, scores_from_confusion
 from fairdp.schema import GUARANTEE, TEST_CONFUSION
@@ -285,27 +284,6 @@ def ci_metrics(fairness: str) -> list[str]:
     """The test metrics a selection reports with intervals: accuracy and ``fairness``."""
     fairness = check_fairness(fairness)
     return ["test_accuracy", f"test_{fairness}"]
-
-
-def selected_with_intervals(selected: pd.DataFrame, table: pd.DataFrame, fairness: str, level: float = 95.0,
-                            draws: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """``selected_configs`` output ``table`` with a "<metric> <level>% CI" column after test
-    accuracy and the test fairness gap: each selected row's bootstrap interval ("-" where
-    the row stores no counts; for ``notion_gap`` only accuracy has one)."""
-    metrics = [m for m in ci_metrics(fairness) if m in BOOTSTRAP_METRICS]
-    boot = bootstrap_intervals(selected, level, draws, seed, metrics)
-    # a row's interval depends only on the row (its own stream), so rows repeated under
-    # several by-values carry one interval
-    keys = ["dataset", "method", "seed", "config_id"]
-    boot = boot[boot["status"].astype("object") == "ok"] if "status" in boot.columns else boot
-    boot = boot[keys + [f"{m}_{s}" for m in metrics for s in ("lo", "hi")]].drop_duplicates(keys)
-    merged = table.merge(boot, on=keys, how="left")
-    out = table.copy()
-    for m in metrics:
-        d = enough_decimals(list(merged[f"{m}_hi"] - merged[f"{m}_lo"]), 1)  # one format per column
-        cells = [interval_text(lo, hi, d).strip() or "-" for lo, hi in zip(merged[f"{m}_lo"], merged[f"{m}_hi"])]
-        out.insert(out.columns.get_loc(m) + 1, f"{m} {level:g}% CI", cells)
-    return out
 
 
 def not_distinguishable(intervals: pd.DataFrame, metric: str, direction: str,

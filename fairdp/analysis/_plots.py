@@ -952,14 +952,6 @@ def figure_learning_curves(curves: pd.DataFrame, fairness: str = "tpr_gap", titl
 # --- files --------------------------------------------------------------------------------
 
 
-def save_png(fig: Figure, path: PathLike) -> Path:
-    """Write ``fig`` as a PNG at ``path`` atomically (hidden temp file, then os.replace)."""
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
-    return path
-
-
 def save_figure(fig: Figure, path: PathLike) -> Path:
     """Write ``fig`` at ``path`` atomically in the format its suffix names (png, pdf, svg)."""
     path = Path(path)
@@ -969,58 +961,3 @@ def save_figure(fig: Figure, path: PathLike) -> Path:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format=fmt)
     return path
-
-
-def _write(fig: Figure | None, path: PathLike) -> Path | None:
-    return None if fig is None else save_png(fig, path)
-
-
-def plot_rt_sweep(sweep: pd.DataFrame, path: PathLike, fairness: str = "tpr_gap", by: Sequence[str] = (),
-                  error_bars: str = FIGURE_ERROR_BARS, level: float = 95.0) -> Path | None:
-    """Write ``figure_rt_sweep`` as a PNG at ``path``; None (nothing written) if empty."""
-    return _write(figure_rt_sweep(sweep, fairness, by, error_bars, level), path)
-
-
-def plot_fairness_accuracy_bins(bins: pd.DataFrame, path: PathLike, fairness: str = "tpr_gap",
-                                error_bars: str = FIGURE_ERROR_BARS, level: float = 95.0) -> Path | None:
-    """Write ``figure_fairness_accuracy_bins`` as a PNG at ``path``; None if empty."""
-    return _write(figure_fairness_accuracy_bins(bins, fairness, error_bars, level), path)
-
-
-def plot_privacy_accuracy(by_eps: pd.DataFrame, path: PathLike, error_bars: str = FIGURE_ERROR_BARS,
-                          level: float = 95.0) -> Path | None:
-    """Write ``figure_privacy_accuracy`` as a PNG at ``path``; None if no method has eps."""
-    return _write(figure_privacy_accuracy(by_eps, error_bars, level), path)
-
-
-def plot_violation_accuracy_by_eps(table: pd.DataFrame, path: PathLike, error_bars: str = FIGURE_ERROR_BARS,
-                                   level: float = 95.0) -> Path | None:
-    """Write ``figure_violation_accuracy_by_eps`` as a PNG at ``path``; None if nothing has eps."""
-    return _write(figure_violation_accuracy_by_eps(table, error_bars, level), path)
-
-
-def plot_leakage_vs_eps(df: pd.DataFrame, path: PathLike) -> Path | None:
-    """Write ``figure_leakage_vs_eps`` as a PNG at ``path``; None if no method has eps."""
-    return _write(figure_leakage_vs_eps(df), path)
-
-
-def plot_pareto_fronts(
-    df: pd.DataFrame,
-    path: PathLike,
-    pairs: Sequence[tuple[str, str]],
-    directions: Mapping[str, str] | None = None,
-    focus: pd.DataFrame | None = None,
-) -> Path | None:
-    """Write ``figure_pareto_fronts`` as a PNG at ``path``; None if no pair can be drawn."""
-    return _write(figure_pareto_fronts(df, pairs, directions, focus), path)
-
-
-def plot_learning_curves(curves: pd.DataFrame, path: PathLike, fairness: str = "tpr_gap",
-                         title: str | None = None) -> Path | None:
-    """Write ``figure_learning_curves`` as a PNG at ``path``; None if there are no curves."""
-    return _write(figure_learning_curves(curves, fairness, title), path)
-
-
-def plot_hypervolume_history(progress: pd.DataFrame, path: PathLike) -> Path | None:
-    """Write ``figure_hypervolume_history`` as a PNG at ``path``; None if there is no history."""
-    return _write(figure_hypervolume_history(progress), path)

@@ -193,3 +193,8 @@ def positive_rates(selected: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFra
                     "label_rate": float(grp["_label"].mean()),
                     "constant": int(grp["_constant"].sum())})
     return pd.DataFrame(out, columns=columns)
+
+
+def has_constant_picks(value) -> bool:
+    """Whether an ``n_constant`` cell says some seed's pick is constant (NA: unknown, no)."""
+    return value is not None and not pd.isna(value) and int(value) > 0

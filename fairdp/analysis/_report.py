@@ -11,13 +11,14 @@ sees a half-written file. Figures that a previous report wrote but this one cann
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import json
 import math
 import os
 import re
 import warnings
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from fairdp.analysis._error_bars import (
     error_bars_text,
     per_seed,
 )
-from fairdp.analysis._groups import aggregate_group_rates, group_rates_table
+from fairdp.analysis._groups import aggregate_group_rates
 from fairdp.analysis._intervals import (
     CROSS_KIND,
     check_level,
@@ -42,7 +43,6 @@ from fairdp.analysis._intervals import (
     not_distinguishable,
     seed_advice_text,
     seed_intervals,
-    selected_with_intervals,
     supported_differences,
 )
 from fairdp.analysis._papers import comparison_section, get_paper
@@ -119,8 +119,10 @@ from fairdp.analysis._tables import (
     compared_cells,
     display_strings,
     format_table,
+    group_rates_table,
     guarantee_cells,
     mean_std_column,
+    selected_with_intervals,
     sweep_tables,
 )
 from fairdp.constraints import feasible
@@ -434,26 +436,67 @@ def _error_bar_captions(drawn: dict, error_bars: str, level: float) -> dict[str,
             for name in _BARRED_FIGURES if drawn.get(name) is not None}
 
 
-def report_figures(
-    df: pd.DataFrame,
-    rt: float = 1.0,
-    fairness: str = "tpr_gap",
-    rts: Iterable[float] = (0, 0.5, 1, 2, 3, 5),
-    by: Sequence[str] = (),
-    ci: float | None = 95.0,
-    error_bars: str = DEFAULT_ERROR_BARS,
-    only: Collection[str] | None = None,
-    **settings,
-) -> dict:
-    """The figures ``write_report(df, out_dir, ...)`` saves with the same settings, as
-    matplotlib Figures by name ("rt_sweep", "pareto_fronts", ...; None where the report
-    draws none), built by the same code from the same tables; nothing is written. For
-    checking a report's figures (``fairdp.testing.figures.assert_readable``) without files.
-    ``only``: just these figures (the others are not drawn). ``settings``: write_report's
-    other keywords (history, search_history, keep_constant, figure_style, ...)."""
-    # write_report returns the figures before it creates or writes anything under out_dir
-    return write_report(df, ".", rt=rt, fairness=fairness, rts=rts, by=by, ci=ci, error_bars=error_bars,
-                        _figures_only=True, _only=only, **settings)
+@dataclass(frozen=True, eq=False)
+class ReportOptions:
+    """How ``write_report`` selects, compares, draws and writes: one value for every setting
+    (``dataclasses.replace`` makes a variant). The defaults are ``fairdp report``'s."""
+
+    rt: float = 1.0
+    fairness: str = "tpr_gap"
+    rts: tuple[float, ...] = (0, 0.5, 1, 2, 3, 5)
+    by: tuple[str, ...] = ()
+    ci: float | None = 95.0
+    search_history: pd.DataFrame | None = None
+    grid: pd.DataFrame | None = None
+    compare: tuple[str, ...] = ()
+    completeness: Completeness | None = None
+    history: pd.DataFrame | None = None
+    keep_constant: bool = False
+    search_objectives: Mapping[str, str] | None = None
+    search_constraints: tuple[str, ...] = ()
+    selection: str | None = None
+    error_bars: str = DEFAULT_ERROR_BARS
+    figure_formats: tuple[str, ...] = ("png",)
+    figure_style: str | os.PathLike | Mapping | None = None
+    predictions: tuple[str | os.PathLike, ...] = ()
+
+
+def report_figures(df: pd.DataFrame, options: ReportOptions | None = None,
+                   only: Collection[str] | None = None) -> dict:
+    """The figures ``write_report(df, out_dir, options)`` saves, as matplotlib Figures by name
+    ("rt_sweep", "pareto_fronts", ...; None where the report draws none), built by the same
+    code from the same tables; nothing is written. For checking a report's figures
+    (``fairdp.testing.figures.assert_readable``) without files. ``only``: just these figures
+    (the others are not drawn)."""
+    o, df = _checked(df, options)
+    with figure_style_context(o.figure_style):
+        t, notes = _report_tables(df, o)
+        drawn = _draw_figures(df, t, o, only)
+    _warn(notes)
+    return drawn
+
+
+def _checked(df: pd.DataFrame, options: ReportOptions | None) -> tuple[ReportOptions, pd.DataFrame]:
+    """``options`` with every setting checked (InputError naming it) and normalised, and the rows."""
+    o = options if options is not None else ReportOptions()
+    if not isinstance(o, ReportOptions):
+        raise InputError(f"options: a ReportOptions, got {type(o).__name__}")
+    df = as_frame(df)
+    o = dataclasses.replace(
+        o, error_bars=check_error_bars(o.error_bars), by=tuple(check_by(o.by, df)), fairness=check_fairness(o.fairness),
+        rt=check_rt(o.rt), rts=tuple(check_rt(r, "rts") for r in o.rts),
+        ci=check_level(o.ci, "ci") if o.ci is not None else None, figure_formats=check_figure_formats(o.figure_formats),
+        compare=tuple(o.compare), search_constraints=tuple(o.search_constraints), predictions=tuple(o.predictions))
+    ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
+    if ok.empty:
+        raise InputError("df: no result rows with status 'ok' to report")
+    return o, df
+
+
+def _warn(notes: Sequence[str]) -> None:
+    """The report's notes, each once, as warnings of the caller's call (the CLI prints them)."""
+    for msg in notes:
+        warnings.warn(msg, UserWarning, stacklevel=3)
 
 
 @dataclass(frozen=True, eq=False)
@@ -488,12 +531,25 @@ def _pareto_rows(ok: pd.DataFrame, view: pd.DataFrame, fairness: str, keep_const
     return front_rows, pareto_rows
 
 
-def _report_tables(df: pd.DataFrame, ok: pd.DataFrame, rt: float, fairness: str, rts: list[float],
-                   by: Sequence[str], kinds: dict, keep_constant: bool, search_objectives: dict[str, str] | None,
-                   search_constraints: Sequence[str], search_history: pd.DataFrame | None,
-                   grid: pd.DataFrame | None, history: pd.DataFrame | None) -> _Tables:
-    """The selection, its aggregates and every other table the report shows (their warnings are
-    the caller's to collect)."""
+def _noted(compute):
+    """``compute()`` and the notes it raised as warnings (each once, in order), returned rather
+    than left to the process's warning filters."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = compute()
+    return result, list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
+
+
+def _report_tables(df: pd.DataFrame, o: ReportOptions) -> tuple[_Tables, list[str]]:
+    """The selection, its aggregates and every other table the report shows, and their notes."""
+    return _noted(lambda: _tables_of(df, o))
+
+
+def _tables_of(df: pd.DataFrame, o: ReportOptions) -> _Tables:
+    ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
+    rt, fairness, rts, by, keep_constant = o.rt, o.fairness, list(o.rts), list(o.by), o.keep_constant
+    search_objectives, history = o.search_objectives, o.history
+    kinds = guarantees_by_method(df)
     selected = select_by_rt(df, rt, fairness, by)
     # each table counts the seeds whose pick is a constant model (marked, footnoted)
     agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
@@ -508,10 +564,10 @@ def _report_tables(df: pd.DataFrame, ok: pd.DataFrame, rt: float, fairness: str,
     notions = (violation_accuracy_by_eps(df, rt)
                if {"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
                and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
-    front_rows, pareto_rows = _pareto_rows(ok, view, fairness, keep_constant, search_objectives, search_constraints)
+    front_rows, pareto_rows = _pareto_rows(ok, view, fairness, keep_constant, search_objectives, o.search_constraints)
     constant_off = 0 if keep_constant else int(constant_models(ok).fillna(False).sum())
     pareto = _pareto_summary(pareto_rows, fairness, kinds, search_objectives)
-    progress = search_progress(search_history, grid) if search_history is not None else None
+    progress = search_progress(o.search_history, o.grid) if o.search_history is not None else None
     curves = selected_curves(history, selected, fairness) if history is not None and len(history) else None
     return _Tables(selected, agg, sweep, view, bins, by_eps, notions, front_rows, constant_off, pareto, progress,
                    curves)
@@ -542,12 +598,11 @@ def _figure_pairs(fairness: str, search_objectives: dict[str, str] | None) -> li
     return [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"), (f"valid_{fairness}", "leakage")]
 
 
-def _draw_figures(df: pd.DataFrame, t: _Tables, rt: float, fairness: str, rts: list[float], by: Sequence[str],
-                  search_objectives: dict[str, str] | None, error_bars: str, level: float,
-                  only: Collection[str] | None = None) -> dict:
+def _draw_figures(df: pd.DataFrame, t: _Tables, o: ReportOptions, only: Collection[str] | None = None) -> dict:
     """Every figure of the report by name (None where it draws none), not yet saved; ``only``:
     just these (the others are not drawn)."""
-    bars = {"error_bars": error_bars, "level": level}
+    rt, fairness, rts, by, search_objectives = o.rt, o.fairness, list(o.rts), list(o.by), o.search_objectives
+    bars = {"error_bars": o.error_bars, "level": o.ci if o.ci is not None else 95.0}
     eps_fairness = fairness if fairness != NOTION_GAP else "dp_gap"
     drawers = {
         "rt_sweep": lambda: (figure_rt_sweep(_seed_bounds(t.sweep, df, lambda rows: rt_sweep(rows, rts, fairness, by=by),
@@ -1102,31 +1157,9 @@ def _first_page(df, ok, agg, marks, rt, fairness, by, ci, kinds, whole, complete
     return first
 
 
-def write_report(
-    df: pd.DataFrame,
-    out_dir: str | os.PathLike,
-    rt: float = 1.0,
-    fairness: str = "tpr_gap",
-    rts: Iterable[float] = (0, 0.5, 1, 2, 3, 5),
-    by: Sequence[str] = (),
-    ci: float | None = 95.0,
-    search_history: pd.DataFrame | None = None,
-    grid: pd.DataFrame | None = None,
-    compare: Sequence[str] = (),
-    completeness: Completeness | None = None,
-    history: pd.DataFrame | None = None,
-    keep_constant: bool = False,
-    search_objectives: dict[str, str] | None = None,
-    search_constraints: Sequence[str] = (),
-    selection: str | None = None,
-    error_bars: str = DEFAULT_ERROR_BARS,
-    figure_formats: Sequence[str] = ("png",),
-    figure_style: str | os.PathLike | Mapping | None = None,
-    predictions: Sequence[str | os.PathLike] = (),
-    _figures_only: bool = False,
-    _only: Collection[str] | None = None,
-) -> list[Path]:
-    """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``.
+def write_report(df: pd.DataFrame, out_dir: str | os.PathLike, options: ReportOptions | None = None) -> list[Path]:
+    """Write report.md, report.html, table.csv and figures/*.png into ``out_dir``. Every setting
+    named below is a field of ``options`` (``ReportOptions``, whose defaults are ``fairdp report``'s).
 
     Main table: ``select_by_rt(rt)`` + ``aggregate_seeds`` (FEDERATE Table 1 layout), per
     value of the ``by`` columns too; the configs selected; then the RT sweep over ``rts``,
@@ -1172,39 +1205,21 @@ def write_report(
     own under ``pages/`` (the main table with its intervals among them), every table of a page
     also a CSV under ``tables/``, and the pages link the figures under ``figures/``.
     """
-    df = as_frame(df)
-    if not _figures_only:  # before anything is drawn: a folder refused at the end would waste it all
-        out_dir = output_dir(out_dir, "out_dir")
-    error_bars = check_error_bars(error_bars)
-    by = check_by(by, df)
-    fairness = check_fairness(fairness)
-    rt = check_rt(rt)
-    rts = [check_rt(r, "rts") for r in rts]
-    ci = check_level(ci, "ci") if ci is not None else None
+    out = output_dir(out_dir, "out_dir")  # before anything is drawn: a folder refused at the end would waste it all
+    o, df = _checked(df, options)
     ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
-    if ok.empty:
-        raise InputError("df: no result rows with status 'ok' to report")
     kinds = guarantees_by_method(df)  # what each method's ε protects: the rows' own, else the registry's
-    out = Path(out_dir)
-    level = ci if ci is not None else 95.0  # of the figures' interval bars
-
-    formats = check_figure_formats(figure_formats)
-    with warnings.catch_warnings(record=True) as caught, figure_style_context(figure_style):
-        warnings.simplefilter("always")
-        t = _report_tables(df, ok, rt, fairness, rts, by, kinds, keep_constant, search_objectives,
-                           search_constraints, search_history, grid, history)
-        drawn = _draw_figures(df, t, rt, fairness, rts, by, search_objectives, error_bars, level, _only)
-        if not _figures_only:
-            figures = _save_figures(drawn, out / "figures", formats)
-    notes = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
-    for msg in notes:
-        warnings.warn(msg, UserWarning, stacklevel=2)
-    if _figures_only:  # report_figures: the figures as drawn, nothing written
-        return drawn
+    rt, fairness, by, ci, keep_constant = o.rt, o.fairness, list(o.by), o.ci, o.keep_constant
+    with figure_style_context(o.figure_style):
+        t, notes = _report_tables(df, o)
+        drawn, drawing_notes = _noted(lambda: _draw_figures(df, t, o))
+        figures = _save_figures(drawn, out / "figures", o.figure_formats)
+    notes = list(dict.fromkeys([*notes, *drawing_notes]))
+    _warn(notes)
 
     agg, marks = _main_table(t.agg, by, ci, keep_constant, method_deltas(df))
     whole = whole_table_release(df) if has_release_events(df) else None  # every config, released at once
-    papers = _paper_sections(df, compare)
+    papers = _paper_sections(df, o.compare)
     sections = [
         _results_section(df, ok, agg, rt, fairness, by, ci, kinds, whole),
         *(section for section, _ in papers),
@@ -1218,13 +1233,13 @@ def write_report(
         _fairness_accuracy_section(fairness),
         _notions_section(t.notions, figures["violation_accuracy_eps"], rt),
         _privacy_accuracy_section(t.by_eps, kinds),
-        _pareto_section(t.pareto, ok, search_objectives, search_constraints, t.constant_off),
+        _pareto_section(t.pareto, ok, o.search_objectives, o.search_constraints, t.constant_off),
         _search_progress_section(t.progress, kinds),
     ]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    overview = _report_overview(df, ok, completeness, selection, kinds)
-    captions = _report_captions(drawn, error_bars, level, t.progress, search_objectives)
-    partial = _partial_warning(completeness)
+    overview = _report_overview(df, ok, o.completeness, o.selection, kinds)
+    captions = _report_captions(drawn, o.error_bars, ci if ci is not None else 95.0, t.progress, o.search_objectives)
+    partial = _partial_warning(o.completeness)
     # every section on a page of its own; the first page says what a reader needs and links them
     pages = [("Study", "The rows this report reads and how it selects among them.",
               [("display", pd.DataFrame(overview, columns=["Item", "Value"]))]),
@@ -1233,15 +1248,15 @@ def write_report(
         pages.append(("Notes", "Warnings raised while the report was computed.",
                       [("display", pd.DataFrame({"Note": notes}))]))
     slugs = _page_slugs([title for title, _, _ in pages])
-    first = _first_page(df, ok, agg, marks, rt, fairness, by, ci, kinds, whole, completeness, selection, papers,
-                        figures, pages, slugs, predictions)
+    first = _first_page(df, ok, agg, marks, rt, fairness, by, ci, kinds, whole, o.completeness, o.selection, papers,
+                        figures, pages, slugs, o.predictions)
 
     def document(sections_, title, base, main=None):
         return Document(stamp, [], partial, sections_, [], figures, captions, fairness, tuple(by), main,
                         marks if main is not None else None, title, base)
 
     written = [q for name, p in figures.items() if p is not None
-               for q in [p, *(p.with_suffix(f".{f}") for f in formats if f != "png")]]
+               for q in [p, *(p.with_suffix(f".{f}") for f in o.figure_formats if f != "png")]]
     written.append(_atomic_write(out / "table.csv", format_table(agg, "csv", fairness, by=by).encode()))
     kept: set[Path] = set()
     back: Item = ("links", [("Back to the report's first page", "../report")])

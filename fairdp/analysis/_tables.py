@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 
 import pandas as pd
 
-from fairdp.analysis._predictions import CONSTANT_PICKS, CONSTANT_SENTENCE
+from fairdp.analysis._intervals import BOOTSTRAP_METRICS, bootstrap_intervals, ci_metrics
+from fairdp.analysis._predictions import CONSTANT_PICKS, CONSTANT_SENTENCE, has_constant_picks
 from fairdp.analysis._rows import (
     DELTA_COMPARED,
     EPS_COMPARED,
@@ -184,11 +186,6 @@ CONSTANT_MARK = " ‡"
 """After the method of a table row whose pick is a constant model in some seed (its
 ``n_constant``, ``analysis._predictions.CONSTANT_PICKS``, above 0); the table's footnote
 (``constant_footnote``) says in how many seeds."""
-
-
-def has_constant_picks(value) -> bool:
-    """Whether an ``n_constant`` cell says some seed's pick is constant (NA: unknown, no)."""
-    return value is not None and not pd.isna(value) and int(value) > 0
 
 
 def constant_footnote(table: pd.DataFrame, by=()) -> str:
@@ -370,3 +367,48 @@ def render_table(df: pd.DataFrame, fmt: str = "md", decimals: int = 1) -> str:
         lines += [" & ".join(_latex_escape(v) for v in row) + r" \\" for row in text.itertuples(index=False)]
         return "\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n"
     return markdown_table(text) if fmt == "md" else html_table(text)
+
+
+# --- the tables of the numbers computed elsewhere ----------------------------------------
+
+def selected_with_intervals(selected: pd.DataFrame, table: pd.DataFrame, fairness: str, level: float = 95.0,
+                            draws: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """``selected_configs`` output ``table`` with a "<metric> <level>% CI" column after test
+    accuracy and the test fairness gap: each selected row's bootstrap interval ("-" where
+    the row stores no counts; for ``notion_gap`` only accuracy has one)."""
+    metrics = [m for m in ci_metrics(fairness) if m in BOOTSTRAP_METRICS]
+    boot = bootstrap_intervals(selected, level, draws, seed, metrics)
+    # a row's interval depends only on the row (its own stream), so rows repeated under
+    # several by-values carry one interval
+    keys = ["dataset", "method", "seed", "config_id"]
+    boot = boot[boot["status"].astype("object") == "ok"] if "status" in boot.columns else boot
+    boot = boot[keys + [f"{m}_{s}" for m in metrics for s in ("lo", "hi")]].drop_duplicates(keys)
+    merged = table.merge(boot, on=keys, how="left")
+    out = table.copy()
+    for m in metrics:
+        d = enough_decimals(list(merged[f"{m}_hi"] - merged[f"{m}_lo"]), 1)  # one format per column
+        cells = [interval_text(lo, hi, d).strip() or "-" for lo, hi in zip(merged[f"{m}_lo"], merged[f"{m}_hi"])]
+        out.insert(out.columns.get_loc(m) + 1, f"{m} {level:g}% CI", cells)
+    return out
+
+
+RATE_LABELS = {"selection_rate": "Selection rate", "tpr": "TPR", "fpr": "FPR", "accuracy": "Accuracy"}
+
+
+def group_rates_table(rates: pd.DataFrame, by: Sequence[str] = (), kinds: dict | None = None,
+                      decimals: int = 1) -> pd.DataFrame:
+    """``aggregate_group_rates`` output as display strings: Dataset, Method, Guarantee, [by
+    keys,] Group, [Class: tasks of more than two classes,] Seeds, Rows (mean group size),
+    then each rate as "mean ± std" over seeds ("-" where undefined)."""
+    out = pd.DataFrame({"Dataset": rates["dataset"].astype(str), "Method": rates["method"].astype(str),
+                        GUARANTEE_LABEL: guarantee_cells(rates, kinds)})
+    for key in by:
+        out[BY_LABELS.get(key, key)] = [by_cell(v) for v in rates[key]]
+    out["Group"] = [str(int(v)) for v in rates["group"]]
+    if (rates["class"] != 1).any():  # a binary task's rates are the positive class's
+        out["Class"] = [str(int(v)) for v in rates["class"]]
+    out["Seeds"] = [str(int(v)) for v in rates["n_seeds"]]
+    out["Rows"] = [f"{v:.0f}" for v in rates["count_mean"]]
+    for rate, label in RATE_LABELS.items():
+        out[label] = mean_std_column(rates[f"{rate}_mean"], rates[f"{rate}_std"], decimals)
+    return out.reset_index(drop=True)

@@ -18,9 +18,9 @@ is a figure that passes. ``assert_readable`` raises with the list.
 The report's figures are checked this way in the tests (``tests/test_analysis_figures.py``)
 on synthetic results and on every committed report; run it on regenerated figures too::
 
-    from fairdp.analysis import report_figures
+    from fairdp.analysis import ReportOptions, report_figures
     from fairdp.testing.figures import assert_readable
-    for name, fig in report_figures(rows, **settings).items():
+    for name, fig in report_figures(rows, ReportOptions(**settings)).items():
         if fig is not None:
             assert_readable(fig, name=name)
 """
