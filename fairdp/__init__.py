@@ -18,8 +18,13 @@ method implements), ``fairdp.privacy`` (mechanisms and accounting), ``fairdp.dat
 from __future__ import annotations
 
 import importlib
+import logging
 
 __version__ = "0.3.0"
+
+# a library's logger: records go to the application's handlers, and without any configured
+# nothing reaches stderr through Python's last-resort handler (the CLI installs its own)
+logging.getLogger("fairdp").addHandler(logging.NullHandler())
 
 # name -> the public module that defines it (docs/api/index.md, "Levels")
 _EXPORTS = {

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.xdist_group("docs")  # one xdist worker computes the mo
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
-README_MAX_LINES = 200
+README_MAX_LINES = 150
 
 
 # -- the site ------------------------------------------------------------------------------------
@@ -434,6 +434,8 @@ def test_the_home_page_takes_its_figures_from_the_readme(site):
     for figure in _DURATION.findall(section) + re.findall(r"\d[\d,]* passed", section):
         assert figure in home, f"README's {figure!r} is not on the built home page"
     for page in DOCS.rglob("*.md"):
+        if page == DOCS / "development.md":  # the suite's timing history, each figure dated by its commit
+            continue
         for sentence in _SENTENCE.findall(_prose(page.read_text(encoding="utf-8"))):
             for figure in _DURATION.findall(sentence):
                 assert figure in section, (f"docs/{page.relative_to(DOCS)} gives {figure!r} for a make command; "

@@ -107,7 +107,9 @@ def test_a_dry_run_returns_its_plan_and_the_cli_prints_it_on_stderr(tmp_path, ca
     out, err = capsys.readouterr()
     assert out == "" and err.splitlines() == list(summary.plan_lines)
     fairdp = logging.getLogger("fairdp")  # the command's logging ends with it
-    assert fairdp.handlers == [] and fairdp.propagate and fairdp.level == logging.INFO  # caplog's level
+    # only the library's NullHandler: records go to the application's handlers, none to stderr by default
+    assert [type(h) for h in fairdp.handlers] == [logging.NullHandler]
+    assert fairdp.propagate and fairdp.level == logging.INFO  # caplog's level
 
 
 def test_the_cli_shows_the_librarys_messages_and_its_progress_on_stderr(tmp_path):
@@ -191,7 +193,7 @@ def test_a_worker_without_logging_writes_its_records_to_its_stderr(monkeypatch, 
         logging.getLogger("fairdp.engine._loop").info("fairdp: x.ckpt: resuming after epoch 1")
         logging.getLogger("fairdp.engine._loop").debug("below the driver's level")
     assert capsys.readouterr().err == "fairdp: x.ckpt: resuming after epoch 1\n"
-    assert fairdp.handlers == [] and fairdp.level == level  # as it was: the actor's next trial starts clean
+    assert [type(h) for h in fairdp.handlers] == [logging.NullHandler] and fairdp.level == level  # as it was
 
 
 def test_no_module_of_the_library_prints_only_the_cli_does():
@@ -213,3 +215,15 @@ def test_no_module_of_the_library_prints_only_the_cli_does():
                   and isinstance(f.value.value, ast.Name) and f.value.value.id == "sys"):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: sys.{f.value.attr}.{f.attr}()")
     assert found == [], "log through logging.getLogger(__name__) instead:\n" + "\n".join(found)
+
+
+def test_the_library_logs_to_a_null_handler_and_writes_nothing_unconfigured():
+    """A library's logger has a NullHandler: without logging configured, a warning of fairdp's
+    reaches no stream through Python's last-resort handler."""
+    import subprocess
+    import sys
+
+    code = ("import logging, fairdp; logging.getLogger('fairdp.study').warning('unseen'); "
+            "print([type(h).__name__ for h in logging.getLogger('fairdp').handlers])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "['NullHandler']" and proc.stderr == "", proc

@@ -33,11 +33,6 @@ from fairdp.study.store._store import ResultStore
 PREDICTION_PARTS = ".predictions"
 
 
-def pack_rows(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], None] | None = None) -> list[dict]:
-    """Train a pack, compute its metric columns and return its rows (status 'ok')."""
-    return trained_pack(ctx, pack, callback)[0]
-
-
 def train_pack(ctx: StudyContext, pack: Pack, data: Dataset, callback: Callable[[EpochReport], None] | None = None,
                checkpoint: Checkpointing | None = None) -> PackResult:
     """The pack trained on ``data`` as its study trains it (the method's settings and

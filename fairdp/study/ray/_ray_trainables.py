@@ -72,6 +72,16 @@ class TrialRecords(logging.Handler):
         return {LOG_RECORDS: {"pid": os.getpid(), "records": kept}} if kept else {}
 
 
+def _handled(log: logging.Logger) -> bool:
+    """Whether a handler of ``log`` or of a logger it propagates to would write its records
+    (``hasHandlers`` counts fairdp's own ``NullHandler``, which writes nothing)."""
+    while log is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in log.handlers):
+            return True
+        log = log.parent if log.propagate else None
+    return False
+
+
 @contextlib.contextmanager
 def worker_logging(level: int):
     """The logging of one trial, in its worker process, for the block: the ``fairdp`` logger at
@@ -84,7 +94,7 @@ def worker_logging(level: int):
     log = logging.getLogger("fairdp")
     level_before = log.level
     added: list[logging.Handler] = [TrialRecords()]
-    if not log.hasHandlers():
+    if not _handled(log):
         stderr = logging.StreamHandler(sys.stderr)
         stderr.setFormatter(logging.Formatter("%(message)s"))
         added.append(stderr)
