@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,6 @@ import pandas as pd
 import pyarrow as pa
 
 from fairdp.engine import is_model_keyword
-from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.privacy import TrialCount
 from fairdp.study.spec._spec import DEFAULT_PACK_CAP, GPU_PACK_CAP, MethodPlan, StudySpec
@@ -187,32 +185,6 @@ def hand_out_order(packs: list[Pack]) -> list[Pack]:
         by_method.setdefault(p.method, []).append(p)
     ranked = sorted(by_method.values(), key=lambda ps: -len(ps[0].configs))
     return [p for rank in itertools.zip_longest(*ranked) for p in rank if p is not None]
-
-
-def check_compatible(spec: StudySpec, stored: pd.DataFrame, location: str) -> None:
-    """Refuse to resume into results made by a different study or training length."""
-    if not len(stored):
-        return
-    ok = stored[stored["status"] == "ok"]
-    studies = sorted(set(stored["study"].dropna()))
-    if studies and studies != [spec.name]:
-        raise InputError(f"{location}: holds results of study '{studies[0]}', not '{spec.name}'; "
-                         f"pass another --results")
-    datasets = sorted(set(stored["dataset"].dropna()))
-    if datasets and datasets != [spec.dataset]:
-        raise InputError(f"{location}: holds results on dataset '{datasets[0]}', not '{spec.dataset}'")
-    # a release bound composes a run's rows under one trial-count distribution
-    if "tuning" in ok.columns and len(ok):
-        want = spec.tuning.to_dict() if spec.tuning is not None else None
-        for record in {r if isinstance(r, str) else None for r in ok["tuning"]}:
-            have = None if record is None else {k: v for k, v in json.loads(record).items() if k in ("count", "mean", "shape")}
-            if have != want:
-                raise InputError(f"{location}: holds runs with tuning {have or 'none (whole grids)'}, this run asks for "
-                                 f"{want or 'none (whole grids)'}; pass another --results")
-    epochs = sorted(set(ok["epochs"].dropna().astype(int)))
-    if epochs and epochs != [spec.train.epochs]:
-        raise InputError(f"{location}: holds runs of {epochs[0]} epochs, this run asks for "
-                         f"{spec.train.epochs} (train.epochs / --epochs); pass another --results")
 
 
 PLAN_TABLE = "plan.parquet"

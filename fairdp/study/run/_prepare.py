@@ -22,8 +22,7 @@ from fairdp.errors import InputError
 from fairdp.methods import Method, get_method
 from fairdp.study._context import StudyContext, load_study_data, study_store
 from fairdp.study.executors._executors import Executor
-from fairdp.study.run._plan import check_compatible
-from fairdp.study.run._resume_checks import check_same_training
+from fairdp.study.run._resume_checks import check_compatible, check_same_training
 from fairdp.study.spec._precision import PrecisionChoice, choose_precision, stored_precision
 from fairdp.study.spec._spec import StudySpec, check_models, check_sizes_fit
 from fairdp.study.store._lease import object_store_lease
@@ -43,7 +42,7 @@ class Prepared:
 
     spec: StudySpec
     command: str                 # "run" or "search": how lines and the lock name it
-    ctx: StudyContext
+    context: StudyContext        # the packs' context as prepared, before the precision is chosen
     store: ResultStore
     executor: Executor
     methods: tuple[str, ...]     # the methods this command trains
@@ -52,8 +51,17 @@ class Prepared:
     precision: PrecisionChoice | None = None  # the study's precision, once ``with_precision`` chose it
 
     @property
+    def ctx(self) -> StudyContext:
+        """The packs' context, training in the chosen ``precision`` (once it is): the precision is
+        held once, in ``precision``, and the context derived from it."""
+        if self.precision is None:
+            return self.context
+        return dataclasses.replace(self.context, train=dataclasses.replace(self.context.train,
+                                                                           precision=self.precision.precision))
+
+    @property
     def results(self) -> str:
-        return self.ctx.results
+        return self.context.results
 
     def say(self, line: str) -> None:
         """One of the command's status lines: an info record of the ``fairdp`` logger."""
@@ -82,8 +90,7 @@ class Prepared:
         choice = choose_precision(self.spec.train, stored_precision(stored, self.methods),
                                   self.executor.trains_on_gpu(self.spec),
                                   lambda: self.executor.workers_native_bf16(self.spec))
-        train = dataclasses.replace(self.ctx.train, precision=choice.precision)
-        return dataclasses.replace(self, precision=choice, ctx=dataclasses.replace(self.ctx, train=train))
+        return dataclasses.replace(self, precision=choice)
 
     def stored_rows(self, repair: bool) -> tuple[pd.DataFrame, list]:
         """The stored rows and the corrupt files beside them, after every refusal a run makes

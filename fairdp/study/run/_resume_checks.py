@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
+
 from fairdp.errors import InputError
 from fairdp.metrics import ProbeSettings
 from fairdp.study._context import StudyContext, training_provenance
+from fairdp.study.spec._spec import StudySpec
 
 # protocol keys as a study file spells them
 _SETTING_NAMES = {"dataset_options": "dataset", "leakage": "evaluate.leakage", "mdl": "evaluate.mdl",
@@ -119,3 +122,29 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
                 raise InputError(f"{location}: holds rows made with {_setting_name(key)} {json.dumps(have)}, this run "
                                  f"asks for {json.dumps(asked)}; a table would mix two protocols: pass another "
                                  f"--results")
+
+
+def check_compatible(spec: StudySpec, stored: pd.DataFrame, location: str) -> None:
+    """Refuse to resume into results made by a different study or training length."""
+    if not len(stored):
+        return
+    ok = stored[stored["status"] == "ok"]
+    studies = sorted(set(stored["study"].dropna()))
+    if studies and studies != [spec.name]:
+        raise InputError(f"{location}: holds results of study '{studies[0]}', not '{spec.name}'; "
+                         f"pass another --results")
+    datasets = sorted(set(stored["dataset"].dropna()))
+    if datasets and datasets != [spec.dataset]:
+        raise InputError(f"{location}: holds results on dataset '{datasets[0]}', not '{spec.dataset}'")
+    # a release bound composes a run's rows under one trial-count distribution
+    if "tuning" in ok.columns and len(ok):
+        want = spec.tuning.to_dict() if spec.tuning is not None else None
+        for record in {r if isinstance(r, str) else None for r in ok["tuning"]}:
+            have = None if record is None else {k: v for k, v in json.loads(record).items() if k in ("count", "mean", "shape")}
+            if have != want:
+                raise InputError(f"{location}: holds runs with tuning {have or 'none (whole grids)'}, this run asks for "
+                                 f"{want or 'none (whole grids)'}; pass another --results")
+    epochs = sorted(set(ok["epochs"].dropna().astype(int)))
+    if epochs and epochs != [spec.train.epochs]:
+        raise InputError(f"{location}: holds runs of {epochs[0]} epochs, this run asks for "
+                         f"{spec.train.epochs} (train.epochs / --epochs); pass another --results")
