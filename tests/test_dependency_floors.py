@@ -50,27 +50,20 @@ FLOORS = {
 
 # The smoke subset the lowest-direct environment runs, each file for what it exercises
 SMOKE = [
-    "tests/test_study_run.py",  # an embedded Ray run from the CLI (Ray Tune, token auth), pandas/pyarrow rows
-    "tests/test_search_like_a_run.py",  # Optuna searches in a journal: NSGA-II, two seeds' studies, resume checks
-    "tests/test_search_constraints.py",  # a constrained search, its fronts and hypervolume history
+    # an embedded Ray run from the CLI (Ray Tune, token auth), pandas/pyarrow rows
+    "tests/test_study_run.py::test_a_tiny_study_stores_every_row_once_and_a_rerun_adds_nothing",
+    # Optuna's NSGA-II in a journal holding two seeds' studies, a dry run, resume checks
+    "tests/test_search_like_a_run.py::test_a_local_search_runs_without_ray_and_a_dry_run_writes_nothing",
     "tests/test_store_contract.py",  # the results store: Parquet through pyarrow and pandas
     "tests/test_analysis_select.py",  # selection over stored rows (pandas)
     "tests/test_privacy_accounting.py",  # dp-accounting's RDP and PLD accountants (scipy)
     "tests/test_methods_reductions.py",  # fairlearn's reductions
     "tests/test_metrics_probes.py",  # scikit-learn's MLP probes
-    "tests/test_cli_figure.py",  # matplotlib figures in each format
+    "tests/test_cli_figure.py::test_the_report_saves_each_figure_in_each_format",  # matplotlib: png, pdf, svg
     "tests/test_study_progress.py",  # tqdm's bar
 ]
-# Tests of the subset that need what the floors environment does not install, or an API newer
-# than fairdp's floors in the test itself
-DESELECT = {
-    "four_parquet_readers": "duckdb and polars, the dev extra's",
-    "stores_infeasible_rows_and_fronts_only_feasible_ones": "the test reads FrozenTrial.constraints, Optuna 5.0's; "
-                                                           "fairdp writes the system attr older Optunas read",
-}
 PROBE = "tqdm==4.60.0"  # an old release, small: found on a package index only
-SMOKE_ARGS = [*SMOKE, "-m", "not slow", "-q", "-p", "no:cacheprovider", "-k",
-              " and ".join(f"not {name}" for name in DESELECT)]
+SMOKE_ARGS = [*SMOKE, "-m", "not slow", "-q", "-p", "no:cacheprovider"]
 
 
 def _pyproject() -> dict:
