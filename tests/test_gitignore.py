@@ -22,6 +22,7 @@ TINY_DEMO = {
 }
 
 
+@pytest.mark.slow  # a run of a study: the slow set's
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_the_tree_is_clean_after_the_main_job_writes_its_results(tmp_path):
     clone = tmp_path / "clone"
