@@ -25,10 +25,8 @@ Item = tuple[str, object]  # (kind, payload): "figure" name, "table" frame, "sub
 @dataclass
 class Document:
     stamp: str
-    overview: list[tuple[str, str]]
     partial: str | None
     sections: list[tuple[str, str, list[Item]]]
-    notes: list[str]
     figures: dict[str, Path | None]       # name -> the PNG drawn, None where it could not be
     captions: dict[str, str]              # figure name -> its caption
     fairness: str
@@ -65,8 +63,6 @@ class Renderer:
                     parts.append(self.links(item))
                 else:
                     parts.append(self.display(item))
-        if doc.notes:
-            parts.append(self.notes(doc.notes))
         return self.wrap(parts)
 
 
@@ -111,17 +107,14 @@ class MarkdownRenderer(Renderer):
                       else (kind, item)
                       for kind, item in items])
                     for title, text, items in doc.sections]
-        safe = dataclasses.replace(doc, overview=[(_md(k), _md(v)) for k, v in doc.overview],
-                                   partial=_md(doc.partial) if doc.partial else doc.partial, sections=sections,
-                                   notes=[_md(n) for n in doc.notes], main=main,
+        safe = dataclasses.replace(doc, partial=_md(doc.partial) if doc.partial else doc.partial, sections=sections,
+                                   main=main,
                                    captions={k: _md(v) for k, v in doc.captions.items()}, title=_md(doc.title))
         self.base = doc.base
         return super().render(safe)
 
     def head(self, doc):
         parts = [f"# {doc.title}\n\n_Generated {doc.stamp}._\n"]
-        if doc.overview:
-            parts += ["| | |\n|:--|:--|", *(f"| {k} | {v} |" for k, v in doc.overview), ""]
         if doc.partial:
             parts.append(f"**Not the whole study.** {doc.partial}\n")
         return parts
@@ -140,9 +133,6 @@ class MarkdownRenderer(Renderer):
 
     def display(self, table):
         return markdown_table(table)
-
-    def notes(self, notes):
-        return "\n## Notes\n\n" + "\n".join(f"- {n}" for n in notes)
 
     def wrap(self, parts):
         return "\n".join(parts).rstrip() + "\n"
@@ -172,9 +162,6 @@ class HtmlRenderer(Renderer):
 
     def head(self, doc):
         parts = [f"<h1>{html.escape(doc.title)}</h1>\n<p><em>Generated {html.escape(doc.stamp)}.</em></p>"]
-        if doc.overview:
-            parts.append("<table class=\"meta\">" + "".join(
-                f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in doc.overview) + "</table>")
         if doc.partial:
             parts.append(f"<p><strong>Not the whole study.</strong> {html.escape(doc.partial)}</p>")
         self.head_parts = list(parts)  # the table of contents goes after them
@@ -199,9 +186,6 @@ class HtmlRenderer(Renderer):
             half = (len(table) + 1) // 2
             return f'<div class="halves">{html_table(table.iloc[:half])}{html_table(table.iloc[half:])}</div>'
         return html_table(table)
-
-    def notes(self, notes):
-        return "<h2>Notes</h2>\n<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>"
 
     def wrap(self, parts):
         head, body = parts[:len(self.head_parts)], "\n".join(parts[len(self.head_parts):])

@@ -1252,7 +1252,7 @@ def write_report(df: pd.DataFrame, out_dir: str | os.PathLike, options: ReportOp
                         figures, pages, slugs, o.predictions)
 
     def document(sections_, title, base, main=None):
-        return Document(stamp, [], partial, sections_, [], figures, captions, fairness, tuple(by), main,
+        return Document(stamp, partial, sections_, figures, captions, fairness, tuple(by), main,
                         marks if main is not None else None, title, base)
 
     written = [q for name, p in figures.items() if p is not None
