@@ -13,8 +13,10 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import ClassVar
 
 from fairdp.engine import check_device_here, native_bf16, resolve_device
@@ -34,12 +36,27 @@ from fairdp.study.ray._tune import (
 from fairdp.study.run._plan import Pack
 from fairdp.study.run._progress import Progress
 from fairdp.study.search._generations import GenerationPlanner
+from fairdp.study.spec._precision import reads_workers
 from fairdp.study.spec._spec import StudySpec
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What an executor offers a study, asked once (``Executor.capacity``) and handed on: the
+    plan cuts packs for it, the precision is chosen from it, the packs run on it."""
+
+    slots: int                      # packs that run at once
+    on_gpu: bool                    # packs train on a GPU (cut larger; full precision by default)
+    native_bf16: bool | None        # every worker's CPU multiplies bf16 matrices in hardware; None: not
+    #                                 asked (the study's settings fix its precision) or not known yet
+    planned: bool = False           # estimated without reaching the workers (a dry run of a cluster study)
 
 
 class Executor(ABC):
     """Runs packs of a study. ``session`` brackets everything that needs the executor up
-    (a Ray cluster connection); ``slots``, ``run`` and ``run_search`` are called inside it."""
+    (a Ray cluster connection); ``capacity`` is asked once, as soon as the executor can
+    answer (for a cluster inside ``session``; a dry run never starts it), then ``run`` or
+    ``run_search`` inside ``session``."""
 
     name: ClassVar[str]
     remote: bool = False  # packs run on other machines (a dry run's estimate divides by their slots)
@@ -62,22 +79,11 @@ class Executor(ABC):
         return contextlib.nullcontext()
 
     @abstractmethod
-    def slots(self, spec: StudySpec) -> int:
-        """Packs that run at once (inside ``session``)."""
-
-    def planned_slots(self, spec: StudySpec) -> int:
-        """``slots`` as a dry run estimates it, without starting anything."""
-        return self.slots(spec)
-
-    @abstractmethod
-    def trains_on_gpu(self, spec: StudySpec) -> bool:
-        """Whether the packs train on a GPU (packs are then cut larger)."""
-
-    def workers_native_bf16(self, spec: StudySpec) -> bool | None:
-        """Whether the CPU of every machine that trains packs multiplies bf16 matrices in
-        hardware (the study's default precision, ``choose_precision``); None while that cannot
-        be known (a cluster before ``session``). By default the packs train on this machine."""
-        return native_bf16("cpu")
+    def capacity(self, spec: StudySpec) -> Capacity:
+        """The slots, whether packs train on a GPU and whether the workers' CPUs have native
+        bf16 matmuls (asked only when ``reads_workers``: the study's settings leave its
+        precision open), as far as they can be known now without starting anything that
+        ``session`` starts (``Capacity.planned`` when they cannot)."""
 
     @abstractmethod
     def run(self, ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
@@ -86,10 +92,10 @@ class Executor(ABC):
         packs not finished unfinished."""
 
     @abstractmethod
-    def run_search(self, ctx: StudyContext, spec: StudySpec, planner: GenerationPlanner, mode: str,
-                   progress: Progress, study_name: str, storage) -> bool:
-        """Train the search's generations until ``planner`` has its trials; True if a Ctrl-C
-        stopped it."""
+    def run_search(self, ctx: StudyContext, spec: StudySpec, capacity: Capacity, planner: GenerationPlanner,
+                   mode: str, progress: Progress, study_name: str, storage) -> bool:
+        """Train the search's generations on ``capacity``'s slots until ``planner`` has its trials;
+        True if a Ctrl-C stopped it."""
 
 
 EXECUTORS: dict[str, type[Executor]] = {}
@@ -140,43 +146,44 @@ class RayExecutor(Executor):
     def session(self, spec: StudySpec, announce):
         announce(f"connecting to the Ray cluster at {self.address}" if self.remote
                  else "starting an embedded Ray on 127.0.0.1")
-        with ray_session(self.address, num_cpus=self.num_cpus):
+        # an embedded Ray is given what ``capacity`` planned for, so the two never differ
+        have = {} if self.remote else machine_resources(self.num_cpus)
+        with ray_session(self.address, num_cpus=have.get("CPU"), num_gpus=have.get("GPU")):
             if self.remote:
                 nodes = cluster_nodes()
                 check_trial_fits(spec, nodes, f"the cluster at {self.address}")
                 check_cluster_device(spec, nodes, f"the cluster at {self.address}")
             yield
 
-    def slots(self, spec: StudySpec) -> int:
-        return worker_slots(spec)
-
-    def planned_slots(self, spec: StudySpec) -> int:
-        if self.remote:
-            return 1
-        have = machine_resources(self.num_cpus)
-        return slots_for(spec, have["CPU"], have["GPU"])
-
-    def trains_on_gpu(self, spec: StudySpec) -> bool:
-        return spec.resources.gpus_per_trial > 0  # a trial gets a GPU only if it asks
-
-    def workers_native_bf16(self, spec: StudySpec) -> bool | None:
-        if not self.remote:
-            return super().workers_native_bf16(spec)
-        import ray
-
-        return nodes_native_bf16(spec) if ray.is_initialized() else None
+    def capacity(self, spec: StudySpec) -> Capacity:
+        on_gpu = spec.resources.gpus_per_trial > 0  # a trial gets a GPU only if it asks
+        asks = reads_workers(spec.train, on_gpu)
+        if _ray_up():  # connected (a cluster, inside ``session``) or a Ray the caller started: it answers
+            return Capacity(worker_slots(spec), on_gpu,
+                            (nodes_native_bf16(spec) if self.remote else native_bf16("cpu")) if asks else None)
+        if self.remote:  # a dry run does not connect: one slot, the nodes not asked
+            return Capacity(1, on_gpu, None, planned=True)
+        have = machine_resources(self.num_cpus)  # what the embedded Ray ``session`` starts will have
+        return Capacity(slots_for(spec, have["CPU"], have["GPU"]), on_gpu, native_bf16("cpu") if asks else None)
 
     def run(self, ctx, packs, spec, progress):
         with _own_signal_handlers():
             return run_packs(ctx, packs, spec, progress)
 
-    def run_search(self, ctx, spec, planner, mode, progress, study_name, storage):
+    def run_search(self, ctx, spec, capacity, planner, mode, progress, study_name, storage):
         # Ray Tune's search modules load only when a search runs
         from fairdp.study.ray._ray_search import run_search_on_ray
 
         with _own_signal_handlers():
-            run_search_on_ray(ctx, spec, study_name, storage, planner, mode, progress)
+            run_search_on_ray(ctx, spec, capacity.slots, study_name, storage, planner, mode, progress)
         return False
+
+
+def _ray_up() -> bool:
+    """Whether this process is connected to a Ray (importing Ray to ask would cost a dry run
+    seconds, and a process that never imported it is not connected)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def check_cluster_device(spec: StudySpec, nodes: list[dict], where: str) -> None:
@@ -215,14 +222,12 @@ class LocalExecutor(Executor):
     def check_fits(self, spec: StudySpec) -> None:
         check_device_here(spec.train.device)
 
-    def slots(self, spec: StudySpec) -> int:
-        return 1
-
-    def trains_on_gpu(self, spec: StudySpec) -> bool:
-        return resolve_device(spec.train.device).type == "cuda"  # where train.device says, CUDA if present
+    def capacity(self, spec: StudySpec) -> Capacity:
+        on_gpu = resolve_device(spec.train.device).type == "cuda"  # where train.device says, CUDA if present
+        return Capacity(1, on_gpu, native_bf16("cpu") if reads_workers(spec.train, on_gpu) else None)
 
     def run(self, ctx, packs, spec, progress):
         return run_packs_locally(ctx, packs, spec, progress)
 
-    def run_search(self, ctx, spec, planner, mode, progress, study_name, storage):
+    def run_search(self, ctx, spec, capacity, planner, mode, progress, study_name, storage):
         return run_search_locally(ctx, spec, planner, mode, progress)

@@ -14,7 +14,6 @@ from fairdp.study.ray._tune import (
     lenient_metric_check,
     trial_resources,
     tune_run_config,
-    worker_slots,
 )
 from fairdp.study.run._progress import Progress
 from fairdp.study.run._signals import sigterm_as_ctrl_c
@@ -24,11 +23,10 @@ from fairdp.study.search._optuna import distributions, sampler, search_config, s
 from fairdp.study.spec._spec import SearchSpec, StudySpec
 
 
-def run_search_on_ray(ctx, spec: StudySpec, name: str, storage, planner: GenerationPlanner, mode: str,
+def run_search_on_ray(ctx, spec: StudySpec, slots: int, name: str, storage, planner: GenerationPlanner, mode: str,
                       progress: Progress) -> None:
-    """The search's trials through Ray Tune (a Ray session must be up)."""
+    """The search's trials through Ray Tune on ``slots`` (a Ray session must be up)."""
     search = spec.search
-    slots = worker_slots(spec)
     remaining = planner.total - planner.complete()
     if mode == "packed":
         searcher = GenerationSearcher(planner, slots, on_answered=progress.answered)

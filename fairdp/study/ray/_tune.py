@@ -180,10 +180,41 @@ def worker_slots(spec: StudySpec) -> int:
 
 
 def machine_resources(num_cpus: int | None = None) -> dict:
-    """What an embedded Ray on this machine will have: its CPUs (or ``num_cpus``) and GPUs."""
+    """What an embedded Ray on this machine is started with: ``num_cpus`` or the CPUs this
+    process may use (``available_cpus``), and the GPUs torch sees."""
     import torch
 
-    return {"CPU": num_cpus or os.cpu_count() or 1, "GPU": torch.cuda.device_count()}
+    return {"CPU": num_cpus or available_cpus(), "GPU": torch.cuda.device_count()}
+
+
+def available_cpus(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """The CPUs this process may use, as Ray counts a node's: the CPUs it may run on, bounded by
+    a cgroup's CPU quota (a container's ``--cpus``; cgroup v2 ``cpu.max`` or v1 CFS), truncated."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_quota(cgroup_root)
+    return max(1, min(cpus, int(quota))) if quota is not None else cpus
+
+
+def _cgroup_quota(root: str) -> float | None:
+    """The cgroup's CPU quota in CPUs; None when it has none or there is no cgroup file to read."""
+    try:  # cgroup v2: "max 100000" (no quota) or "200000 100000" (two CPUs)
+        quota, period = _read(os.path.join(root, "cpu.max")).split()[:2]
+    except (OSError, ValueError):
+        try:  # cgroup v1: a quota of -1 is none
+            quota = _read(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
+            period = _read(os.path.join(root, "cpu", "cpu.cfs_period_us"))
+        except OSError:
+            return None
+    try:
+        cpus = int(quota) / int(period)
+    except (ValueError, ZeroDivisionError):  # "max", or a file not as written above
+        return None
+    return cpus if cpus > 0 else None
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
 
 
 def trial_resources(spec: StudySpec) -> dict:

@@ -21,7 +21,7 @@ from fairdp.engine import describe_architecture, is_model_keyword
 from fairdp.errors import InputError
 from fairdp.methods import Method, get_method
 from fairdp.study._context import StudyContext, load_study_data, study_store
-from fairdp.study.executors._executors import Executor
+from fairdp.study.executors._executors import Capacity, Executor
 from fairdp.study.run._resume_checks import check_compatible, check_same_training
 from fairdp.study.spec._precision import PrecisionChoice, choose_precision, stored_precision
 from fairdp.study.spec._spec import StudySpec, check_models, check_sizes_fit
@@ -83,13 +83,13 @@ class Prepared:
         tracker.open()
         return TrackingSync(tracker, self.store)
 
-    def with_precision(self, stored: pd.DataFrame) -> Prepared:
+    def with_precision(self, stored: pd.DataFrame, capacity: Capacity) -> Prepared:
         """This study set to train in its precision (``choose_precision``), chosen once from its
-        settings, the ``stored`` rows and the workers' CPUs. A run connects to a cluster before
-        it asks, so the nodes answer; only a dry run of a cluster study leaves it undecided."""
-        choice = choose_precision(self.spec.train, stored_precision(stored, self.methods),
-                                  self.executor.trains_on_gpu(self.spec),
-                                  lambda: self.executor.workers_native_bf16(self.spec))
+        settings, the ``stored`` rows and the executor's ``capacity`` (its GPUs, its workers'
+        CPUs). A run asks a cluster's capacity once connected, so the nodes answer; only a dry
+        run of a cluster study leaves it undecided."""
+        choice = choose_precision(self.spec.train, stored_precision(stored, self.methods), capacity.on_gpu,
+                                  lambda: capacity.native_bf16)
         return dataclasses.replace(self, precision=choice)
 
     def stored_rows(self, repair: bool) -> tuple[pd.DataFrame, list]:

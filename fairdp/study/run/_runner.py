@@ -1,5 +1,6 @@
-"""Run a study: prepare (check everything before a file is written), read the backlog of what
-is left once from the stored rows, cut it into packs for the executor's slots, run them."""
+"""Run a study: prepare (check everything before a file is written), ask the executor its
+capacity once, plan (the backlog of what is left, read once from the stored rows, cut into packs
+for the capacity's slots), record, execute."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pandas as pd
 from fairdp.engine import resolve_device
 from fairdp.errors import InputError
 from fairdp.study._context import load_study_data
-from fairdp.study.executors._executors import DEFAULT_EXECUTOR, make_executor
+from fairdp.study.executors._executors import DEFAULT_EXECUTOR, Capacity, make_executor
 from fairdp.study.run._estimate import (
     calibration_seconds,
     describe_reference,
@@ -77,13 +78,14 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     t0 = time.monotonic()
     prep = prepare(spec, results, make_executor(executor, address, num_cpus), "run", [m.name for m in spec.methods],
                    progress_stream, checkpoint_every_s)
-    if dry_run:
-        return _dry_run(prep, t0, repair)
+    if dry_run:  # the capacity as planned: a cluster is not connected to, nothing started
+        return _dry_run(plan_run(prep, prep.executor.capacity(prep.spec), repair), t0)
     tracking = prep.tracking()  # opened now: a wrong tracker address is refused before a cluster is reached
     # a cluster is connected to first: what only its nodes can answer (a GPU for train.device, a
-    # node a trial fits) is refused before anything is written; an embedded Ray starts only if needed
+    # node a trial fits, the capacity) is refused before anything is written; an embedded Ray
+    # starts only if something is left to train
     with _cluster_session(prep), prep.lock(), tracking:
-        plan = plan_run(prep, repair)
+        plan = plan_run(prep, prep.executor.capacity(prep.spec), repair)
         repaired = prep.tidy(plan.corrupt)
         _record(plan, repair)
         outcome = _execute(plan)
@@ -93,18 +95,21 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
                       time.monotonic() - t0, repaired, outcome.unfinished)
 
 
-# -- the stages of a run, each a value handed to the next: prepare (above), plan, record, execute --
+# -- the stages of a run, each a value handed to the next: prepare, capacity, plan, record, execute --
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run will do: the prepared study set to its precision, the rows already stored,
-    the corrupt files beside them (moved aside by a run with ``repair``) and the backlog left.
-    The run (under its lock) and its dry run make it the same way (``plan_run``)."""
+    """What a run will do: the prepared study set to its precision, the executor's capacity,
+    the rows already stored, the corrupt files beside them (moved aside by a run with
+    ``repair``), the backlog left and its packs. The run (under its lock) and its dry run make
+    it the same way (``plan_run``)."""
 
     prep: Prepared
+    capacity: Capacity
     stored: pd.DataFrame
     corrupt: tuple
     backlog: Backlog
+    packs: tuple[Pack, ...]
 
 
 @dataclass(frozen=True)
@@ -119,11 +124,13 @@ def _cluster_session(prep: Prepared) -> contextlib.AbstractContextManager:
     return prep.executor.session(prep.spec, prep.say) if prep.executor.remote else contextlib.nullcontext()
 
 
-def plan_run(prep: Prepared, repair: bool) -> RunPlan:
-    """The run's plan, read without writing, after every refusal it makes before training
-    (``Prepared.stored_rows``): what the run trains and what its dry run reports."""
+def plan_run(prep: Prepared, capacity: Capacity, repair: bool) -> RunPlan:
+    """The run's plan on ``capacity``, read without writing, after every refusal it makes before
+    training (``Prepared.stored_rows``): what the run trains and what its dry run reports."""
     stored, corrupt = prep.stored_rows(repair)
-    return RunPlan(prep.with_precision(stored), stored, tuple(corrupt), Backlog.from_stored(prep.spec, stored))
+    backlog = Backlog.from_stored(prep.spec, stored)
+    return RunPlan(prep.with_precision(stored, capacity), capacity, stored, tuple(corrupt), backlog,
+                   tuple(backlog.packs(capacity.slots, capacity.on_gpu)))
 
 
 def _record(plan: RunPlan, repair: bool) -> None:
@@ -139,17 +146,15 @@ def _record(plan: RunPlan, repair: bool) -> None:
 
 
 def _execute(plan: RunPlan) -> Outcome:
-    """Train the backlog's packs on the executor's slots (an embedded Ray started only now, and
-    only if there is something to train)."""
-    prep, backlog = plan.prep, plan.backlog
-    if not backlog.remaining:
-        prep.say(f"all {backlog.done} configs already stored in {prep.results}; nothing to run")
+    """Train the plan's packs (an embedded Ray started only now, and only if there is something
+    to train)."""
+    prep, packs = plan.prep, list(plan.packs)
+    if not packs:
+        prep.say(f"all {plan.backlog.done} configs already stored in {prep.results}; nothing to run")
         return Outcome()
     local = contextlib.nullcontext() if prep.executor.remote else prep.executor.session(prep.spec, prep.say)
     with local:
-        slots = prep.executor.slots(prep.spec)
-        packs = backlog.packs(slots, prep.executor.trains_on_gpu(prep.spec))
-        progress = _progress(prep, packs, min(slots, len(packs)), backlog.done)
+        progress = _progress(prep, packs, min(plan.capacity.slots, len(packs)), plan.backlog.done)
         with progress, sigterm_as_ctrl_c():
             failed, unfinished = prep.executor.run(prep.ctx, packs, prep.spec, progress)
     return Outcome(len(packs), sum(len(p.configs) for p in packs), failed, unfinished)
@@ -193,16 +198,12 @@ GPU_PLAN_LINE = ("  on a GPU each method's seed is one pack (up to {cap} configs
                  "that does not fit in chunks): one big pack per GPU fills it, many small ones queue kernel launches")
 
 
-def _dry_run(prep: Prepared, t0: float, repair: bool = False) -> RunSummary:
+def _dry_run(plan: RunPlan, t0: float) -> RunSummary:
     """The plan (configs, packs, slots, estimated time) as the summary's ``plan_lines``,
     without training, writing or starting Ray."""
-    spec, executor = prep.spec, prep.executor
-    plan = plan_run(prep, repair)  # the run's own plan and refusals
-    prep, backlog = plan.prep, plan.backlog
+    prep, backlog, packs = plan.prep, plan.backlog, list(plan.packs)
+    spec, executor, slots = prep.spec, prep.executor, plan.capacity.slots
     lines = [f"fairdp run {spec.name} --dry-run: --repair would move aside {c.path} ({c.reason})" for c in plan.corrupt]
-    slots = executor.planned_slots(spec)
-    gpu = executor.trains_on_gpu(spec)
-    packs = backlog.packs(slots, gpu)
     configs = sum(len(p.configs) for p in packs)
     lines += settings_lines(spec, prep.precision)
     resuming = len(_resuming(prep.store, packs))
@@ -214,7 +215,7 @@ def _dry_run(prep: Prepared, t0: float, repair: bool = False) -> RunSummary:
     for p in packs:
         by_method[p.method] = by_method.get(p.method, 0) + len(p.configs)
     lines += [f"  {name}: {n} configs" for name, n in by_method.items()]
-    if gpu and spec.pack_size is None:
+    if plan.capacity.on_gpu and spec.pack_size is None:
         lines.append(GPU_PLAN_LINE.format(cap=GPU_PACK_CAP))
     if packs:
         timed = _timed_modules(prep, packs)

@@ -44,7 +44,7 @@ import pandas as pd
 from fairdp.analysis import hypervolume_history, pareto_front
 from fairdp.constraints import feasible
 from fairdp.errors import InputError
-from fairdp.study.executors._executors import DEFAULT_EXECUTOR, make_executor
+from fairdp.study.executors._executors import DEFAULT_EXECUTOR, Capacity, make_executor
 from fairdp.study.run._prepare import Prepared, prepare, settings_lines
 from fairdp.study.run._progress import Progress
 from fairdp.study.run._resume_checks import protocol_difference
@@ -134,16 +134,19 @@ def search_study(spec: StudySpec, results: str | None = None, address: str | Non
     prep = prepare(spec, results, make_executor(executor, address, num_cpus), "search", [search.method],
                    progress_stream, checkpoint_every_s, method_field="search.method")
     journal = journal_path(prep.store)
-    if dry_run:
-        return _dry_run(prep, journal, total, mode, t0, repair)
+    if dry_run:  # the capacity as planned: a cluster is not connected to, nothing started
+        return _dry_run(prep, prep.executor.capacity(spec), journal, total, mode, t0, repair)
     sync = prep.tracking()
-    # a cluster is connected to first, so that its refusals write nothing (as in run_study)
+    # a cluster is connected to first, so that its refusals write nothing and it answers the
+    # capacity (as in run_study)
     remote = prep.executor.remote
     with (prep.executor.session(spec, lambda line: None) if remote else contextlib.nullcontext()), prep.lock(), sync:
-        return _search_unlocked(prep, journal, total, mode, repair, t0, connected=remote)
+        return _search_unlocked(prep, prep.executor.capacity(spec), journal, total, mode, repair, t0,
+                                connected=remote)
 
 
-def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float, repair: bool = False) -> SearchSummary:
+def _dry_run(prep: Prepared, capacity: Capacity, journal: str, total: int, mode: str, t0: float,
+             repair: bool = False) -> SearchSummary:
     """What the search would do, without training, writing or starting Ray, after the refusals
     the search makes before it trains (the stored rows', the journal's settings)."""
     spec, search = prep.spec, prep.spec.search
@@ -153,9 +156,9 @@ def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float, rep
         check_search_settings(study, search, journal, record=False)
     done = complete_trials(study) if study is not None else 0
     remaining = max(0, total - done)
-    slots = prep.executor.planned_slots(spec)
+    slots = capacity.slots
     per = search.population if mode == "packed" else 1
-    prep = prep.with_precision(stored)
+    prep = prep.with_precision(stored, capacity)
     lines = settings_lines(spec, prep.precision, [search.method])
     lines.append(f"fairdp search {spec.name} --dry-run: {remaining} of {total} trials to run ({done} complete in "
                  f"{journal}), {search.sampler} ({mode}): {math.ceil(remaining / per) if remaining else 0} generations "
@@ -165,8 +168,8 @@ def _dry_run(prep: Prepared, journal: str, total: int, mode: str, t0: float, rep
                          pd.DataFrame(), seed=search.seed, dry_run=True, plan_lines=tuple(lines))
 
 
-def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair: bool, t0: float,
-                     connected: bool = False) -> SearchSummary:
+def _search_unlocked(prep: Prepared, capacity: Capacity, journal: str, total: int, mode: str, repair: bool,
+                     t0: float, connected: bool = False) -> SearchSummary:
     spec, search, store = prep.spec, prep.spec.search, prep.store
     stored_df, _ = prep.read_stored(repair)
     store.fs.create_dir(store.root, recursive=True)
@@ -181,20 +184,19 @@ def _search_unlocked(prep: Prepared, journal: str, total: int, mode: str, repair
     ok = stored_df[(stored_df["status"] == "ok") & (stored_df["method"] == search.method)
                    & (stored_df["seed"] == search.seed)] if len(stored_df) else stored_df
     stored = {r["config_id"]: r for r in ok.to_dict("records")}
-    prep = prep.with_precision(stored_df)
+    prep = prep.with_precision(stored_df, capacity)
     for line in settings_lines(spec, prep.precision, [search.method]):
         logger.info(line)
     if done:
         prep.say(f"{done} complete trials already in {journal}")
     planner = GenerationPlanner(study, search, total, stored)
     epochs = prep.ctx.training(search.method)[0].epochs
-    progress = Progress(f"search {spec.name}", None, remaining, epochs=epochs, slots=1,
+    progress = Progress(f"search {spec.name}", None, remaining, epochs=epochs, slots=capacity.slots,
                         pending={search.method: remaining * epochs}, stream=prep.stream)
     interrupted = False
     if remaining:
         with contextlib.nullcontext() if connected else prep.executor.session(spec, lambda line: None):
-            progress.model.slots = prep.executor.slots(spec)
-            interrupted = prep.executor.run_search(prep.ctx, spec, planner, mode, progress, name, storage)
+            interrupted = prep.executor.run_search(prep.ctx, spec, capacity, planner, mode, progress, name, storage)
     if planner.exhausted:
         prep.say(f"every config the sampler proposed is already stored; the search space is exhausted at "
                  f"{planner.complete()} complete trials")

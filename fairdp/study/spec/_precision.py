@@ -55,6 +55,12 @@ def stored_precision(stored: pd.DataFrame, methods) -> str | None:
     return "bf16" if (have == "bf16").any() else "float32"
 
 
+def reads_workers(train: TrainSettings, on_gpu: bool) -> bool:
+    """Whether ``choose_precision`` may ask the workers' CPUs (rule 4): the study's settings and
+    devices leave its precision open."""
+    return train.precision is None and train.dtype != "float64" and not on_gpu
+
+
 def choose_precision(train: TrainSettings, stored: str | None, on_gpu: bool,
                      workers_bf16: Callable[[], bool | None]) -> PrecisionChoice:
     """The study's precision (see the module's docstring). ``stored`` is ``stored_precision``'s
