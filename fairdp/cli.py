@@ -39,7 +39,8 @@ def _options(pairs: list[str]) -> dict:
 
 
 def _cmd_data_list(args) -> int:
-    from fairdp.data import data_dir, dataset_names, get_entry
+    from fairdp.data import dataset_names
+    from fairdp.data._shared import data_dir, get_entry
 
     rows = []
     for name in dataset_names():
@@ -55,7 +56,7 @@ def _cmd_data_list(args) -> int:
 
 
 def _cmd_data_fetch(args) -> int:
-    from fairdp.data import fetch, get_entry
+    from fairdp.data._shared import fetch, get_entry
 
     entry = get_entry(args.name)
     if entry.kind != "fetched":
@@ -211,7 +212,7 @@ def _cmd_audit_training(args) -> int:
     if args.dual_samples < 1000:
         raise InputError(f"--dual-samples must be >= 1000, got {args.dual_samples}")
 
-    from fairdp.data import subsample  # after the cheap checks
+    from fairdp.data._shared import subsample  # after the cheap checks
     from fairdp.testing.training_audit import (
         BLIND_TO,
         DETECTS,
@@ -331,7 +332,8 @@ def _study_config(path: str, method: str | None, index: int | None):
     loaded and its modules checked as ``fairdp run`` checks them."""
     from dataclasses import replace
 
-    from fairdp.study import check_models, load_spec, load_study_data
+    from fairdp.study import load_spec
+    from fairdp.study._shared import check_models, load_study_data
 
     spec = load_spec(path)
     audited = [m for m in spec.methods if m.name in AUDIT_TRAINING_METHODS]
@@ -396,7 +398,8 @@ def _seed_list(text: str | None) -> list[int] | None:
 
 
 def _cmd_run(args) -> int:
-    from fairdp.study import DEFAULT_EXECUTOR, load_spec, run_study, selection_text, with_overrides
+    from fairdp.study import load_spec, run_study
+    from fairdp.study._shared import DEFAULT_EXECUTOR, selection_text, with_overrides
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
     summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor or DEFAULT_EXECUTOR,
@@ -422,7 +425,8 @@ def _cmd_run(args) -> int:
 def _cmd_search(args) -> int:
     import dataclasses
 
-    from fairdp.study import DEFAULT_EXECUTOR, load_spec, search_study, with_overrides
+    from fairdp.study import load_spec, search_study
+    from fairdp.study._shared import DEFAULT_EXECUTOR, with_overrides
 
     spec = with_overrides(load_spec(args.study), None, args.epochs)
     if spec.search is None:
@@ -441,7 +445,8 @@ def _cmd_search(args) -> int:
         else:
             _print_search(one, summary)
     if not args.dry_run:
-        from fairdp.study import StoredSelection, selection_text
+        from fairdp.study import StoredSelection
+        from fairdp.study._shared import selection_text
 
         stored = StoredSelection.of_spec(spec, searched=True)
         print("fairdp search: stored with the results: the study's selection ("
@@ -512,19 +517,21 @@ def _cmd_analyze(args) -> int:
 
     from fairdp.analysis import (
         aggregate_seeds,
-        check_level,
-        check_rt,
         format_table,
-        has_release_events,
         mark_constant_picks,
         released_guarantees,
-        render_table,
-        seed_advice_text,
         seed_intervals,
         select_by_rt,
         selected_configs,
-        selected_with_intervals,
         with_constant_picks,
+    )
+    from fairdp.analysis._shared import (
+        check_level,
+        check_rt,
+        has_release_events,
+        render_table,
+        seed_advice_text,
+        selected_with_intervals,
     )
 
     if args.rt is not None:
@@ -572,15 +579,17 @@ def _cmd_compare(args) -> int:
     import warnings
 
     from fairdp.analysis import (
+        compare_picks,
+        device_differences,
+        paired_tests,
+        protocol_differences,
+    )
+    from fairdp.analysis._shared import (
         CODE_SETTING,
         check_rt,
-        compare_picks,
         describe_devices,
-        device_differences,
         identical_configs,
-        paired_tests,
         precisions,
-        protocol_differences,
         render_table,
     )
 
@@ -731,7 +740,8 @@ def _cmd_report(args) -> int:
     import warnings
 
     from fairdp._atomic import output_dir
-    from fairdp.analysis import ReportOptions, check_level, check_rt, get_paper, write_report
+    from fairdp.analysis import ReportOptions, get_paper, write_report
+    from fairdp.analysis._shared import check_level, check_rt
     from fairdp.study import stored_predictions
 
     if args.rt is not None:
@@ -776,7 +786,7 @@ def _cmd_report(args) -> int:
 def _figure_options(args):
     """``--figure-format`` and ``--figure-style`` checked before anything is read: the formats,
     and a style file or name, or rcParams from KEY=VALUE pairs."""
-    from fairdp.analysis import check_figure_formats, figure_style_context
+    from fairdp.analysis._shared import check_figure_formats, figure_style_context
 
     try:
         formats = check_figure_formats(getattr(args, "figure_format", None) or "png")
@@ -801,14 +811,8 @@ def _yaml_value(text: str, flag: str):
 
 def _cmd_figure(args) -> int:
     """One figure of a report, with the study's selection, written as the output's suffix says."""
-    from fairdp.analysis import (
-        FIGURES,
-        ReportOptions,
-        check_rt,
-        figure_style_context,
-        report_figures,
-        save_figure,
-    )
+    from fairdp.analysis import ReportOptions, report_figures, save_figure
+    from fairdp.analysis._shared import FIGURES, check_rt, figure_style_context
 
     if args.kind not in FIGURES:
         raise InputError(f"KIND: one of {', '.join(FIGURES)}, got {args.kind!r}")
@@ -844,7 +848,7 @@ def _cmd_dashboard(args) -> int:
     from pathlib import Path
 
     # the dashboard's data and server (pandas; matplotlib's staircase of the fronts) load only when it runs
-    from fairdp.analysis import HOST, DashboardServer, check_rt, prepare_dashboard
+    from fairdp.analysis._shared import HOST, DashboardServer, check_rt, prepare_dashboard
     from fairdp.study import read_hypervolume_histories
 
     if args.rt is not None and not math.isfinite(check_rt(args.rt, "--rt")):
@@ -1019,7 +1023,8 @@ def _add_methods_parser(sub) -> None:
 def _cmd_methods(args) -> int:
     """Every registered method (after ``--plugin``): name, paper, guarantee kind, grid keys
     with their ranges and the paper's values, sweepable training settings, user modules."""
-    from fairdp.methods import describe_method, get_method, load_plugins, method_names
+    from fairdp.methods import get_method, load_plugins, method_names
+    from fairdp.methods._shared import describe_method
 
     load_plugins(args.plugin, key="--plugin")
     names = args.names or method_names()
@@ -1342,7 +1347,8 @@ def _cmd_check_model(args) -> int:
 def _check_study_models(path: str, role: str | None, report) -> int:
     """``check-model --spec``: each module of the user's that the study at ``path`` trains
     (``study_modules``; of ``role`` only when given), its checks under a line naming it."""
-    from fairdp.study import load_spec, load_study_data, study_modules
+    from fairdp.study import load_spec
+    from fairdp.study._shared import load_study_data, study_modules
     from fairdp.testing.model_check import run_model_checks
 
     spec = load_spec(path)

@@ -78,7 +78,7 @@ sys.meta_path.insert(0, _Refuse())
 
 
 def cpu_has_native_bf16() -> bool:
-    """Read here, apart from ``fairdp.engine.native_bf16``: whether the kernel lists a bf16 matmul
+    """Read here, apart from ``fairdp.engine._settings.native_bf16``: whether the kernel lists a bf16 matmul
     extension (x86 AVX512-BF16 or AMX-BF16, Arm BF16) among this CPU's flags."""
     try:
         text = Path("/proc/cpuinfo").read_text()

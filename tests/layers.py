@@ -38,7 +38,7 @@ STUDY_LAYERS = {
     "store": 1, "_context": 1,  # the results directory's files; a study's protocol and store (StudyContext)
     "run": 2, "executors": 2,  # a run prepared and planned, and where its packs run: each calls the other
     "ray": 3, "search": 3,  # Ray and Tune's driver and trainables; the Optuna search
-    "__init__": 4,
+    "__init__": 4, "_shared": 4,  # the public surface; what the study shares with the CLI
 }
 
 # imports inside fairdp.study that cross its layers upwards, as (importer, imported) named under
@@ -69,7 +69,7 @@ PUBLIC_SURFACES = (
 
 # The private modules a test may import, each for one reason: an internal rule or constant
 # pinned by value, or an internal replaced to inject a fault or spy on it. Anything else a
-# test imports comes from a public surface, or is a name a subpackage shares within fairdp.
+# test imports comes from a public surface, or a unit's ``_shared`` module (what it shares within fairdp).
 TEST_PRIVATE_IMPORTS = {
     "fairdp.methods._describe": "a hyperparameter's range in words, checked against its validation",
     "fairdp._imports": "the record of imported plugins and model files, reset per test",

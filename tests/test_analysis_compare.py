@@ -12,10 +12,10 @@ from fairdp.analysis import (
     compare_picks,
     detectable_difference,
     device_differences,
-    identical_configs,
     paired_tests,
     protocol_differences,
 )
+from fairdp.analysis._shared import identical_configs
 from tests.conftest import REPO, assert_input_error, run_cli, run_main
 from tests.test_analysis_report import synthetic_results
 
@@ -83,7 +83,7 @@ def test_the_cli_compares_two_result_directories(tmp_path):
 
 
 def test_runs_in_two_precisions_are_named_so_and_not_expected_bit_identical(tmp_path):
-    from fairdp.analysis import precisions
+    from fairdp.analysis._shared import precisions
 
     rows = pd.read_parquet(REPO / "results" / "demo-reference")
     assert precisions(rows.assign(precision="bf16")) == ("bf16",)
@@ -185,7 +185,7 @@ def test_verdicts_across_protocols_say_so(run_a):
 def test_device_differences_name_each_field_or_an_unrecorded_device(run_a):
     import json
 
-    from fairdp.engine import device_record
+    from fairdp.engine._shared import device_record
 
     here = device_record("cpu")
     assert {"cpu", "cpu_capability", "cpu_flags", "threads", "gpu", "torch", "blas", "onednn"} <= set(here)
@@ -202,7 +202,7 @@ def test_a_run_stores_the_device_its_packs_computed_on(tmp_path):
 
     import yaml
 
-    from fairdp.engine import device_record
+    from fairdp.engine._shared import device_record
 
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({
         "name": "dev", "dataset": {"name": "synthetic", "rows": 300, "features": 5}, "seeds": [0],

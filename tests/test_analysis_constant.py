@@ -15,7 +15,6 @@ from fairdp.analysis import (
     constant_models,
     format_table,
     mark_constant_picks,
-    render_table,
     rt_sweep,
     seed_intervals,
     select_by_rt,
@@ -27,6 +26,7 @@ from fairdp.analysis import (
 )
 from fairdp.analysis._intervals import not_distinguishable
 from fairdp.analysis._predictions import CONSTANT_RATE, selections_at
+from fairdp.analysis._shared import render_table
 from fairdp.analysis._tables import CONSTANT_MARK, CONSTANT_ROW
 from fairdp.fairness import confusion
 from tests.test_analysis_report import synthetic_results

@@ -22,18 +22,15 @@ from fairdp.analysis import whole_table_release
 from fairdp.analysis._intervals import not_distinguishable, supported_differences
 from fairdp.analysis._rows import COMPARED_IN, EPS_COMPARED, with_compared_eps
 from fairdp.analysis._tables import COMPARED_LABEL, format_table
-from fairdp.privacy import (
+from fairdp.privacy import comparison_groups, convert_guarantee, dpsgd_event, event_from_json
+from fairdp.privacy._release import event_to_json
+from fairdp.privacy._shared import (
     ADD_REMOVE_RECORD,
     LOCAL_ATTRIBUTE,
     LOCAL_REPRESENTATION,
     REPLACE_ATTRIBUTE,
     REPLACE_RECORD,
-    comparison_groups,
-    convert_guarantee,
-    dpsgd_event,
-    event_from_json,
 )
-from fairdp.privacy._release import event_to_json
 
 KINDS = (ADD_REMOVE_RECORD, REPLACE_RECORD, REPLACE_ATTRIBUTE, LOCAL_ATTRIBUTE, LOCAL_REPRESENTATION)
 DELTA = 1e-5
@@ -274,7 +271,7 @@ def test_group_privacy_at_the_edges_of_delta_and_eps():
 
 
 def test_each_conversion_step_says_why_it_is_sound():
-    from fairdp.privacy import conversion_reasons
+    from fairdp.privacy._shared import conversion_reasons
 
     why = conversion_reasons(ADD_REMOVE_RECORD, REPLACE_ATTRIBUTE)
     assert len(why) == 2 and why[0].startswith("group privacy") and "one replacement of that record" in why[1]

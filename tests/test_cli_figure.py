@@ -69,6 +69,6 @@ def test_bad_figure_options_are_one_line_and_write_nothing(tmp_path, args, names
 
 def test_the_clis_figure_kinds_are_the_reports():
     from fairdp import cli
-    from fairdp.analysis import FIGURES
+    from fairdp.analysis._shared import FIGURES
 
     assert cli.FIGURE_KINDS == tuple(FIGURES)

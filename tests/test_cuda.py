@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from fairdp.data import load_dataset
-from fairdp.engine import EVAL_CHUNK, TrainSettings, architecture_from
+from fairdp.engine import EVAL_CHUNK, TrainSettings
 from fairdp.engine._memory import bytes_per_config
+from fairdp.engine._shared import architecture_from
 from fairdp.methods import get_method, method_names
 from fairdp.metrics import ProbeSettings, leakage, mdl
 

@@ -40,10 +40,11 @@ from fairdp.data._tabular import (
     GERMAN_COLUMNS,
     GERMAN_FILES,
 )
-from fairdp.engine import published_data_fingerprint
 from fairdp.engine._checkpoint import data_fingerprint
+from fairdp.engine._shared import published_data_fingerprint
 from fairdp.errors import InputError
-from fairdp.privacy import dpsgd_event, event_to_json, pfld_event
+from fairdp.privacy import dpsgd_event, pfld_event
+from fairdp.privacy._shared import event_to_json
 
 from .test_data_encoded import CELEBA_ATTRS, celeba_values, write_celeba_csv
 

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fairdp.data import _fetch, data_dir, load_dataset, stratified_split
+from fairdp.data import _fetch, load_dataset, stratified_split
 from fairdp.data._cache import sha256_file
+from fairdp.data._shared import data_dir
 from fairdp.data._tabular import ADULT_COLUMNS, ADULT_FILES, COMPAS_FILES, GERMAN_FILES
 from fairdp.errors import InputError
 

@@ -229,9 +229,9 @@ def test_study_spec_lists_the_parsers_choices():
     """Where a key takes one of a fixed set of names, its row names every one of them."""
     from fairdp import schema
     from fairdp.data import dataset_names
-    from fairdp.engine import ROLES
     from fairdp.engine._settings import PRECISIONS
-    from fairdp.privacy import ACCOUNTANTS, COUNTS
+    from fairdp.engine._shared import ROLES
+    from fairdp.privacy._shared import ACCOUNTANTS, COUNTS
     from fairdp.study.spec import _spec
 
     documented, _ = _documented_keys()

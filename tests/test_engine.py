@@ -7,13 +7,7 @@ from torch import nn
 
 from fairdp import _rng
 from fairdp.data import load_dataset
-from fairdp.engine import (
-    PackedLinear,
-    TrainSettings,
-    architecture_from,
-    grad_reverse,
-    lambda_schedule,
-)
+from fairdp.engine import PackedLinear, TrainSettings, grad_reverse, lambda_schedule
 from fairdp.engine._memory import (
     ACTIVATION_COPIES,
     CUDA_MEMORY_SHARE,
@@ -23,6 +17,7 @@ from fairdp.engine._memory import (
     cuda_config_chunk,
 )
 from fairdp.engine._settings import autocast
+from fairdp.engine._shared import architecture_from
 from fairdp.engine.contract import VALID_CURVES
 from fairdp.errors import InputError
 from fairdp.methods import get_method

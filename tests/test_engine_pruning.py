@@ -11,12 +11,14 @@ import yaml
 
 import fairdp.engine._loop as loop
 from fairdp.data import load_dataset
-from fairdp.engine import ModelSpec, Pruning, TrainSettings, fit_pack, layer_shapes, preset_for
+from fairdp.engine import ModelSpec, Pruning, TrainSettings, fit_pack, layer_shapes
 from fairdp.engine._prune import configs_to_stop, dominators
+from fairdp.engine._shared import preset_for
 from fairdp.errors import InputError
 from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.methods import RepresentationStep, get_method, load_plugins, method_names
-from fairdp.study import ResultStore, parse_spec, read_results, with_overrides
+from fairdp.study import ResultStore, parse_spec, read_results
+from fairdp.study._shared import with_overrides
 from tests.conftest import REPO, assert_input_error, run_main
 
 from .conftest import whole_report

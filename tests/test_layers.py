@@ -1,7 +1,9 @@
 """The package's layers, checked on its source: who may import whom (between subpackages, and
-between ``fairdp.study``'s own parts), no private module imported across subpackages, no import
-cycle between subpackages, and every import inside a function saying why it is not at the top. And the public face: each public surface's ``__all__`` names
-only what exists and exactly what the docs/api pages document, and the tests import fairdp's
+between ``fairdp.study``'s own parts), no private module imported across subpackages but each
+one's ``_shared`` (the names it shares with the rest of fairdp), no import cycle between
+subpackages, and every import inside a function saying why it is not at the top. And the public
+face: each public surface's ``__all__`` names only what exists and exactly what the docs/api
+pages document, a public package holds no other public name, and the tests import fairdp's
 private modules only where tests/layers.py says why.
 
 The layers themselves (each unit's rank, the upward imports allowed) are defined once, in
@@ -91,15 +93,24 @@ def test_no_unit_imports_a_higher_layer():
     assert not wrong, "\n".join(wrong)
 
 
+SHARED = "_shared"  # a unit's one private module that the rest of fairdp may import
+
+
+def _shared_module(dotted: str) -> bool:
+    """``fairdp.<unit>._shared`` (or a name in it)."""
+    parts = dotted.split(".")
+    return len(parts) >= 3 and parts[2] == SHARED
+
+
 def test_no_private_module_is_imported_across_subpackages():
     """A subpackage's private modules are its own (those of its own subpackages too:
     ``fairdp.study.run`` may import ``fairdp.study.store._store``); others use what its
-    __init__ exports."""
+    __init__ exports, or what its ``_shared`` module shares within fairdp."""
     wrong = []
     for m, t, line, *_ in IMPORTS:
         parts = t.split(".")
         private = [i for i, p in enumerate(parts) if p.startswith("_") and i > 0]
-        if not private:
+        if not private or _shared_module(t):
             continue
         owner = ".".join(parts[:min(private[0], 2)])  # the unit the private module belongs to
         if owner != "fairdp" and not m.startswith(owner + ".") and m != owner:
@@ -292,6 +303,19 @@ def test_each_all_names_only_what_exists(surface):
     assert not twice, f"{surface}.__all__ names {twice} twice"
 
 
+@pytest.mark.parametrize("surface", [s for s in PUBLIC_SURFACES
+                                     if s != "fairdp" and hasattr(importlib.import_module(s), "__path__")])
+def test_a_public_package_holds_no_public_name_outside_its_all(surface):
+    """A name a package holds is public (in ``__all__``, documented) or private by its name:
+    never "not public" by a comment only. What a unit shares with the rest of fairdp lives in its
+    ``_shared`` module. (Submodules and ``from __future__``'s ``annotations`` aside.)"""
+    module = importlib.import_module(surface)
+    stray = sorted(name for name, value in vars(module).items()
+                   if not name.startswith("_") and name not in module.__all__ and not inspect.ismodule(value)
+                   and name != "annotations")
+    assert not stray, f"{surface} holds {stray} outside its __all__: make them public or move them to its {SHARED}"
+
+
 def test_a_public_name_has_one_home():
     """Each class or function is public in one surface (``fairdp`` re-exports the subpackages')."""
     homes = defaultdict(list)
@@ -348,10 +372,11 @@ TEST_IMPORTS = _test_imports()
 
 
 def test_tests_import_private_modules_only_where_layers_says_why():
-    """A test uses fairdp as its users and authors do, through the public surfaces; a private
-    module only for a reason tests/layers.py states (TEST_PRIVATE_IMPORTS)."""
+    """A test uses fairdp as its users and authors do, through the public surfaces (or a name a
+    unit's ``_shared`` module shares within fairdp); a private module only for a reason
+    tests/layers.py states (TEST_PRIVATE_IMPORTS)."""
     wrong = [f"{path}:{line} imports {module}" for path, line, module in TEST_IMPORTS
-             if module not in TEST_PRIVATE_IMPORTS]
+             if module not in TEST_PRIVATE_IMPORTS and not _shared_module(module)]
     assert not wrong, ("import it from its public surface, or add the module to tests/layers.py's "
                        "TEST_PRIVATE_IMPORTS with the reason:\n" + "\n".join(wrong))
 

@@ -13,7 +13,8 @@ import pytest
 
 import fairdp.engine._loop as loop
 from fairdp.data import load_dataset
-from fairdp.engine import Pruning, TrainSettings, architecture_from
+from fairdp.engine import Pruning, TrainSettings
+from fairdp.engine._shared import architecture_from
 from fairdp.methods import get_method
 from fairdp.testing.method_contract import check_pack_and_alone, check_resume, configs_of
 from tests.conftest import REPO

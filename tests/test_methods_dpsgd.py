@@ -10,7 +10,8 @@ from fairdp.engine import ModelSpec, PackedModel, TrainSettings
 from fairdp.methods import dpsgd, get_method
 from fairdp.methods._lagrangian import ARCHITECTURE
 from fairdp.methods.dpsgd import dpsgd_gradients
-from fairdp.privacy import PFLD_DELTA, calibrate_dpsgd_sigma, gaussian_epsilon
+from fairdp.privacy import calibrate_dpsgd_sigma, gaussian_epsilon
+from fairdp.privacy._shared import PFLD_DELTA
 
 
 def _model(k=2, d=6, dtype=torch.float64):

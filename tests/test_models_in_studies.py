@@ -165,7 +165,8 @@ def test_configs_that_sweep_a_module_keyword_train_their_own_networks_apart():
     import numpy as np
 
     from fairdp.data import load_dataset
-    from fairdp.engine import TrainSettings, architecture_from
+    from fairdp.engine import TrainSettings
+    from fairdp.engine._shared import architecture_from
     from fairdp.methods import get_method
 
     BUILT_WIDTHS.clear()
@@ -188,7 +189,7 @@ def test_configs_that_sweep_a_module_keyword_train_their_own_networks_apart():
 def test_module_keywords_are_read_from_a_config_by_role():
     """The one definition of a module keyword that the spec, the planner, the rows and the
     methods share: a dotted key is ``role.keyword``; hyperparameters and settings are not."""
-    from fairdp.engine import is_model_keyword, model_keywords
+    from fairdp.engine._shared import is_model_keyword, model_keywords
     from fairdp.study.run._plan import setting_key
 
     config = {"eps": 1.0, "lr": 0.01, "encoder.width": 32, "encoder.depth": 2, "adversary.act": "relu"}
@@ -396,7 +397,7 @@ def test_the_settings_line_says_which_networks_take_the_architectures_dropout(tm
     """architecture.dropout applies to the built-in MLPs only, after the encoder's layers and
     between hidden layers (a linear classifier has none); the line said "dropout 0.1" for a
     study whose only dropout-taking part was the user's encoder."""
-    from fairdp.engine import architecture_from, describe_architecture
+    from fairdp.engine._shared import architecture_from, describe_architecture
 
     shutil.copy(EXAMPLE, tmp_path / "models.py")
     mine = {"encoder": {"factory": "models.py:residual_mlp", "width": 8, "blocks": 1}}

@@ -18,7 +18,6 @@ from dp_accounting.rdp import RdpAccountant
 
 from fairdp.errors import InputError
 from fairdp.privacy import (
-    PFLD_DELTA,
     calibrate_dpsgd_sigma,
     calibrate_pfld_sigmas,
     dpsgd_epsilon,
@@ -28,6 +27,7 @@ from fairdp.privacy import (
     pfld_event,
 )
 from fairdp.privacy._accounting import PFLD_CLIP_DUAL, PFLD_CLIP_PRIMAL, PFLD_EPSILON
+from fairdp.privacy._shared import PFLD_DELTA
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,8 @@ from dp_accounting.rdp import RdpAccountant
 
 from fairdp.analysis import released_guarantees
 from fairdp.data import load_dataset
-from fairdp.engine import PackContext, TrainSettings
+from fairdp.engine import TrainSettings
+from fairdp.engine.contract import PackContext
 from fairdp.errors import InputError
 from fairdp.methods import RunInfo, get_method
 from fairdp.metrics import ProbeSettings
@@ -26,12 +27,13 @@ from fairdp.privacy import (
     calibrate_pfld_sigmas,
     composed_epsilon,
     dpsgd_epsilon,
-    event_to_json,
     gaussian_epsilon,
     pfld_epsilon,
 )
 from fairdp.privacy._accounting import PLD_DISCRETIZATION
-from fairdp.study import Pack, ResultStore, StudyContext, parse_spec, run_pack, study_columns
+from fairdp.privacy._shared import event_to_json
+from fairdp.study import ResultStore, parse_spec, study_columns
+from fairdp.study.executors import Pack, StudyContext, run_pack
 from fairdp.study.run._resume_checks import check_same_training
 
 DELTA = 1e-5

@@ -21,15 +21,14 @@ from fairdp.analysis import ReportOptions, released_guarantees
 from fairdp.analysis._release import MEAN_OVER_SEEDS, PER_SEED, release_summary
 from fairdp.errors import InputError
 from fairdp.privacy import (
-    TrialCount,
     composed_epsilon,
     dpsgd_event,
     event_from_json,
-    event_to_json,
     pfld_event,
     repeat_and_select_epsilon,
 )
 from fairdp.privacy._release import rdp_curve, truncated_negative_binomial_gamma
+from fairdp.privacy._shared import TrialCount, event_to_json
 from fairdp.study import parse_spec
 from fairdp.study.run._plan import run_configs, tuning_draws
 from tests.conftest import assert_input_error, run_main
@@ -490,7 +489,7 @@ def test_each_method_states_the_kind_of_its_guarantee():
     """DP-SGD protects a whole record, PF-LD the attribute only, FEDERATE's family each record's
     released representation, private reductions each record's attribute (both local)."""
     from fairdp.methods import get_method, method_names
-    from fairdp.privacy import guarantee_kind
+    from fairdp.privacy._shared import guarantee_kind
 
     want = {"dpsgd": "central, add/remove one record", "pfld": "central, replace one record's attribute",
             "private_reductions": "local, replace one record's attribute",
@@ -655,7 +654,7 @@ def test_seeded_draws_by_inversion_are_the_exact_quantiles_of_their_uniforms(mea
 # -- the trial count as stored and shown ---------------------------------------------------------------
 
 def test_trial_counts_are_stored_as_strict_json_and_shown_by_name():
-    from fairdp.privacy import trial_count_from_dict
+    from fairdp.privacy._shared import trial_count_from_dict
 
     poisson = TrialCount("poisson", 12.0)
     tnb = TrialCount("truncated_negative_binomial", 12.0, 0.5)

@@ -15,7 +15,8 @@ import torch
 import yaml
 
 from fairdp import _rng
-from fairdp.engine import FunctionalPack, build_instances, row_mixing
+from fairdp.engine import FunctionalPack
+from fairdp.engine._shared import build_instances, row_mixing
 from fairdp.errors import InputError
 from fairdp.methods.dpsgd import cross_entropy_grad
 from fairdp.study import parse_spec

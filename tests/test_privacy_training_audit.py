@@ -327,7 +327,8 @@ def _audit(data, method, eps=1.0, notion="dp", **kwargs):
 def _step(data, method, batch_size=100, notion="dp", model="built-in"):
     """The method's own step for one config on ``data``, as fit_pack builds it; ``model``
     "user": the study's module of the user's (``_user_study``), through a functional pack."""
-    from fairdp.engine import PackContext, TrainSettings
+    from fairdp.engine import TrainSettings
+    from fairdp.engine.contract import PackContext
     from fairdp.methods import get_method
 
     impl = get_method(method)
@@ -500,7 +501,7 @@ def test_the_reference_is_the_steps_own_update_when_nothing_is_random(data, meth
     canary's push stands out of it alone (on the built-in network and on a module of the user's)."""
     import torch
 
-    from fairdp.engine import Batch
+    from fairdp.engine.contract import Batch
     from fairdp.testing.training_audit import (
         _AuditChain,
         _WhiteBoxGame,

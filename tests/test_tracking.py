@@ -12,8 +12,8 @@ import yaml
 
 from fairdp.errors import InputError
 from fairdp.study import ResultStore, parse_spec, read_history, run_study
-from fairdp.tracking import parse_tracking
 from fairdp.tracking._base import Tracker, register_tracker
+from fairdp.tracking._shared import parse_tracking
 from tests.conftest import assert_input_error, run_cli, run_main
 
 # skipped without MLflow, which is imported where used: importing it costs each xdist worker's

@@ -64,14 +64,6 @@ __all__ = [
     "write_report", "report_figures", "ReportOptions",
 ]
 
-# Shared within fairdp, not public: what the CLI and fairdp.study import.
-from fairdp.analysis._compare import CODE_SETTING, describe_devices, identical_configs, precisions  # noqa: F401
-from fairdp.analysis._dashboard import HOST, DashboardServer, prepare_dashboard  # noqa: F401
-from fairdp.analysis._intervals import check_level, seed_advice_text  # noqa: F401
-from fairdp.analysis._release import has_release_events  # noqa: F401
-from fairdp.analysis._rows import check_rt  # noqa: F401
-from fairdp.analysis._search_progress import hypervolume_history  # noqa: F401
-from fairdp.analysis._tables import render_table, selected_with_intervals  # noqa: F401
 
 # Figures are matplotlib's: imported on first use, so that selecting and aggregating rows
 # loads without it.
@@ -83,7 +75,7 @@ def __getattr__(name: str):
         from fairdp.analysis import _plots  # matplotlib: only when a figure is drawn
 
         return getattr(_plots, name)
-    if name in ("write_report", "report_figures", "ReportOptions", "FIGURES", "check_figure_formats", "figure_style_context"):
+    if name in ("write_report", "report_figures", "ReportOptions"):
         from fairdp.analysis import _report  # draws figures: matplotlib
 
         return getattr(_report, name)

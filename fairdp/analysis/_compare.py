@@ -114,7 +114,7 @@ def devices(rows: pd.DataFrame) -> list[dict]:
 
 def device_differences(a: pd.DataFrame, b: pd.DataFrame) -> list[tuple[str, str, str]]:
     """(field, A's values, B's values) for each device field that differs between the runs'
-    rows (``fairdp.engine.device_record``: CPU model and kernel features, threads, GPU and
+    rows (``fairdp.engine._settings.device_record``: CPU model and kernel features, threads, GPU and
     builds), or ("device", ...) with ``NOT_RECORDED`` when a run does not record its device.
     Empty when both record the same single device: only then can rows be bit-identical."""
     da, db = devices(a), devices(b)

@@ -30,7 +30,6 @@ import math
 import re
 import socketserver
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -123,14 +122,12 @@ def rt_picks(rows: pd.DataFrame, points: pd.DataFrame, fairness: str, by: Sequen
     (``dashboard_points(rows, fairness)``)."""
     keys = list(POINT_KEYS) + (["fairness_notion"] if fairness == NOTION_GAP else [])
     index = _point_index(points, keys)
-    out = []
-    with warnings.catch_warnings(record=True) as caught:  # the same warning at every RT: said once
-        warnings.simplefilter("always")
-        for rt in rts:
-            picked = select_by_rt(rows, rt=rt, fairness=fairness, by=list(by))
-            out.append(sorted({index[k] for k in (_key(t) for t in picked[keys].itertuples(index=False, name=None))
-                               if k in index}))
-    for message in dict.fromkeys(str(w.message) for w in caught):
+    out, notes = [], []  # the same note at every RT: said once
+    for rt in rts:
+        picked = select_by_rt(rows, rt=rt, fairness=fairness, by=list(by), notes=notes)
+        out.append(sorted({index[k] for k in (_key(t) for t in picked[keys].itertuples(index=False, name=None))
+                           if k in index}))
+    for message in notes:
         logger.warning("fairdp dashboard: %s", message)
     return out
 

@@ -16,7 +16,6 @@ alone and stacks the results, so the per-seed values are exactly what the mean a
 from __future__ import annotations
 
 import math
-import warnings
 import zlib
 from collections.abc import Callable, Sequence
 
@@ -24,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from fairdp.analysis._intervals import check_level, t_halfwidth
+from fairdp.analysis._rows import note
 from fairdp.errors import InputError
 
 ERROR_BARS = ("t", "std", "bootstrap", "none")
@@ -67,16 +67,16 @@ def error_bars_text(error_bars: str, level: float = 95.0, n_seeds: Sequence[int]
     }[error_bars]
 
 
-def warn_few_seeds(error_bars: str, n_seeds: Sequence[int]) -> None:
-    """A warning when an interval over seeds is drawn from fewer than
-    ``MIN_SEEDS_FOR_INTERVAL`` seeds (the same text whatever the figure, so a report lists it
-    once)."""
+def note_few_seeds(error_bars: str, n_seeds: Sequence[int], notes: list[str] | None = None) -> None:
+    """A note (``note``: a warning unless ``notes`` collects it) when an interval over seeds is
+    drawn from fewer than ``MIN_SEEDS_FOR_INTERVAL`` seeds (the same text whatever the figure,
+    so a report lists it once)."""
     counts = [int(n) for n in n_seeds if n == n and n >= 2]
     if error_bars in ("t", "bootstrap") and counts and min(counts) < MIN_SEEDS_FOR_INTERVAL:
         what = "t-intervals" if error_bars == "t" else "bootstrap intervals"
-        warnings.warn(f"error bars: {what} over {min(counts)} seeds say little about the mean (fewer than "
-                      f"{MIN_SEEDS_FOR_INTERVAL}); run more seeds, or draw ± 1 std (error_bars='std', "
-                      "fairdp report --error-bars std)", UserWarning, stacklevel=3)
+        note(f"error bars: {what} over {min(counts)} seeds say little about the mean (fewer than "
+             f"{MIN_SEEDS_FOR_INTERVAL}); run more seeds, or draw ± 1 std (error_bars='std', "
+             "fairdp report --error-bars std)", notes)
 
 
 def metric_top(metric: str) -> float:

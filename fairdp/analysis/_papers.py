@@ -37,7 +37,8 @@ from fairdp.analysis._rows import (
 )
 from fairdp.analysis._select import aggregate_seeds, select_by_rt
 from fairdp.errors import InputError
-from fairdp.privacy import ADD_REMOVE_RECORD, convert_guarantee
+from fairdp.privacy import convert_guarantee
+from fairdp.privacy._shared import ADD_REMOVE_RECORD
 from fairdp.schema import PRIVACY_EVENT
 
 

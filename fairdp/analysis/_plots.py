@@ -57,7 +57,7 @@ from fairdp.analysis._error_bars import (
     bar_extents,
     check_error_bars,
     error_bars_text,
-    warn_few_seeds,
+    note_few_seeds,
 )
 from fairdp.analysis._pareto import pareto_front
 from fairdp.analysis._predictions import majority_group_share
@@ -66,6 +66,7 @@ from fairdp.analysis._rows import (
     EPS_COMPARED,
     as_frame,
     check_fairness,
+    config_keys,
     eps_labels,
     guarantees_by_method,
     kind_labels,
@@ -508,10 +509,10 @@ def _bar_mode(table: pd.DataFrame, error_bars: str) -> str:
     return "std" if error_bars == "t" and "n_seeds" not in table.columns else error_bars
 
 
-def _bars_title(table: pd.DataFrame, mode: str, level: float) -> str:
+def _bars_title(table: pd.DataFrame, mode: str, level: float, notes: list[str] | None = None) -> str:
     counts = table["n_seeds"].dropna().astype(int).tolist() if "n_seeds" in table.columns else []
     ran = table["seeds_run"].dropna().astype(int).tolist() if "seeds_run" in table.columns else []
-    warn_few_seeds(mode, counts)
+    note_few_seeds(mode, counts, notes)
     return error_bars_text(mode, level, counts, ran)
 
 
@@ -521,16 +522,17 @@ def _bars_title(table: pd.DataFrame, mode: str, level: float) -> str:
 def _curves(table: pd.DataFrame, x: str, metrics: Sequence[tuple[str, str]], xlabel: str | Mapping, title: str,
             names: Mapping[str, str] | None = None, by: Sequence[str] = (), error_bars: str = FIGURE_ERROR_BARS,
             level: float = 95.0, dodge: bool = False, eps: bool = False, gaps: bool = False,
-            edge_baselines: bool = False) -> Figure:
+            edge_baselines: bool = False, notes: list[str] | None = None) -> Figure:
     """Panels (``_plan``) x ``metrics`` ((column stem, y label)): each series'
     ``<metric>_mean`` against ``x`` with its error bars. ``dodge``: series with equal values
     at one x drawn side by side; ``eps``: x is ε (``_eps_axis``), a series without one a
     dashed level across the figure's ε range, panels apart per relation (the table's
     ``COMPARED_IN``; ``xlabel`` then maps each relation to its axis label); ``gaps``: x is an
     integer interval, missing ones break the line; ``edge_baselines``: baselines as markers at
-    the axis edge (an x that is itself a result), else as levels."""
+    the axis edge (an x that is itself a result), else as levels. A note on the bars goes to
+    ``notes`` (``note``)."""
     mode = _bar_mode(table, error_bars)
-    bars = _bars_title(table, mode, level)
+    bars = _bars_title(table, mode, level, notes)
     plan = _plan(table, by, apart=COMPARED_IN if eps else None)
     names = dict(names or _names(table))
     fig, axes = _grid(plan, len(metrics))
@@ -595,11 +597,13 @@ def _in_one_relation(table: pd.DataFrame, kinds: dict | None) -> pd.DataFrame:
 
 
 def figure_rt_sweep(sweep: pd.DataFrame, fairness: str = "tpr_gap", by: Sequence[str] = (),
-                    error_bars: str = FIGURE_ERROR_BARS, level: float = 95.0) -> Figure | None:
+                    error_bars: str = FIGURE_ERROR_BARS, level: float = 95.0, *,
+                    notes: list[str] | None = None) -> Figure | None:
     """FEDERATE Figure 2: valid accuracy, valid fairness and leakage against RT, the
     validation metrics the selection reads (the report's tables under it give the test
     metrics). ``by``: the sweep's report-by columns (a panel per value of the first, a
-    marker per value of the rest)."""
+    marker per value of the rest). Intervals over fewer than 3 seeds are warned about
+    (appended to ``notes`` instead, when a list is given), as in every figure with error bars."""
     sweep = as_frame(sweep, "sweep")
     fairness = check_fairness(fairness)
     require_columns(sweep, ["dataset", "method", "rt"], "sweep")
@@ -608,11 +612,12 @@ def figure_rt_sweep(sweep: pd.DataFrame, fairness: str = "tpr_gap", by: Sequence
         return None
     return _curves(sweep, "rt", [(m, _label(m)) for m in metrics], "relaxation threshold (points)",
                    "Selection by relaxation threshold: validation metrics", by=by, error_bars=error_bars,
-                   level=level, dodge=True)
+                   level=level, dodge=True, notes=notes)
 
 
 def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap",
-                                  error_bars: str = FIGURE_ERROR_BARS, level: float = 95.0) -> Figure | None:
+                                  error_bars: str = FIGURE_ERROR_BARS, level: float = 95.0, *,
+                                  notes: list[str] | None = None) -> Figure | None:
     """FEDERATE Figure 3: best valid fairness per 1-point valid-accuracy interval.
 
     Intervals that no config reached are gaps in the line (no point), not zeros. A baseline
@@ -626,11 +631,11 @@ def figure_fairness_accuracy_bins(bins: pd.DataFrame, fairness: str = "tpr_gap",
         return None
     return _curves(bins, "accuracy_bin", [(col, f"best {_label(col)}")], "valid accuracy interval (%)",
                    "Fairness-accuracy trade-off", error_bars=error_bars, level=level, dodge=True, gaps=True,
-                   edge_baselines=True)
+                   edge_baselines=True, notes=notes)
 
 
 def figure_privacy_accuracy(by_eps: pd.DataFrame, error_bars: str = FIGURE_ERROR_BARS,
-                            level: float = 95.0) -> Figure | None:
+                            level: float = 95.0, *, notes: list[str] | None = None) -> Figure | None:
     """FEDERATE Figure 4: test accuracy and leakage of the best-accuracy config per eps."""
     by_eps = as_frame(by_eps, "by_eps")
     require_columns(by_eps, ["dataset", "method", "eps"], "by_eps")
@@ -641,11 +646,11 @@ def figure_privacy_accuracy(by_eps: pd.DataFrame, error_bars: str = FIGURE_ERROR
     xlabel, names = eps_labels(sorted({base_method(m) for m in by_eps["method"].astype(str)}), kinds)
     return _curves(_in_one_relation(by_eps, kinds), "eps", [(m, _label(m)) for m in metrics], xlabel,
                    "Privacy-accuracy trade-off (best valid accuracy per ε)", names, error_bars=error_bars,
-                   level=level, eps=True)
+                   level=level, eps=True, notes=notes)
 
 
 def figure_violation_accuracy_by_eps(table: pd.DataFrame, error_bars: str = FIGURE_ERROR_BARS,
-                                     level: float = 95.0) -> Figure | None:
+                                     level: float = 95.0, *, notes: list[str] | None = None) -> Figure | None:
     """Tran et al. Figures 1-2: for each dataset and fairness notion (a row of panels), the
     test violation of that notion and the test accuracy against eps, from
     ``violation_accuracy_by_eps``. Methods without eps are dashed levels."""
@@ -660,7 +665,7 @@ def figure_violation_accuracy_by_eps(table: pd.DataFrame, error_bars: str = FIGU
     return _curves(_in_one_relation(table, kinds), "eps", [("test_notion_gap", "test violation of the notion (%) ↓"),
                                   ("test_accuracy", "test accuracy (%) ↑")], xlabel,
                    "Violation and accuracy against ε per fairness notion", names, by=["fairness_notion"],
-                   error_bars=error_bars, level=level, eps=True)
+                   error_bars=error_bars, level=level, eps=True, notes=notes)
 
 
 # --- points: every config ------------------------------------------------------------------
@@ -782,17 +787,14 @@ def _focus_keys(focus: pd.DataFrame | None) -> set[tuple] | None:
     if focus is None or not len(focus):
         return None
     require_columns(focus, ["dataset", "method", "seed", "config_id"], "focus")
-    return set(zip(focus["dataset"].astype(str), focus["method"].astype(str), focus["seed"].astype(int),
-                   focus["config_id"]))
+    return set(config_keys(focus))
 
 
 def _focused(rows: pd.DataFrame, pts: pd.DataFrame, keys: set[tuple] | None) -> pd.DataFrame:
     """The points of ``pts`` (indexed as ``rows``) whose config is a focus config."""
     if keys is None or not {"seed", "config_id"} <= set(rows.columns):
         return pts.iloc[0:0]
-    r = rows.loc[pts.index]
-    hit = [k in keys for k in zip(r["dataset"].astype(str), r["method"].astype(str), r["seed"].astype(int),
-                                  r["config_id"])]
+    hit = [k in keys for k in config_keys(rows.loc[pts.index])]
     return pts[np.asarray(hit, dtype=bool)]
 
 

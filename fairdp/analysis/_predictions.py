@@ -13,7 +13,6 @@ is class 1); constancy holds for any number of classes.
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -143,9 +142,7 @@ def selections_at(df: pd.DataFrame, rts: Iterable[float], fairness: str = "tpr_g
     """``select_by_rt`` at every RT of ``rts``, stacked (each pick has its ``rt``): what
     ``with_constant_picks`` needs beside an ``rt_sweep``, with "rt" among its keys. Warnings
     about excluded rows are ``rt_sweep``'s to give, and are not repeated."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        parts = [select_by_rt(df, rt, fairness, by) for rt in rts]
+    parts = [select_by_rt(df, rt, fairness, by, notes=[]) for rt in rts]  # notes dropped: rt_sweep's
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 

@@ -57,12 +57,10 @@ from fairdp.analysis._rows import (
     guarantees_by_method,
     require_columns,
 )
-from fairdp.privacy import (
+from fairdp.privacy import composed_epsilon, event_from_json, repeat_and_select_epsilon
+from fairdp.privacy._shared import (
     PFLD_DELTA,
-    composed_epsilon,
     epsilon_of_rdp,
-    event_from_json,
-    repeat_and_select_epsilon,
     repeat_and_select_rdp,
     trial_count_from_dict,
 )

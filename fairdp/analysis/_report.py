@@ -89,6 +89,7 @@ from fairdp.analysis._rows import (
     check_by,
     check_fairness,
     check_rt,
+    config_keys,
     converted_methods,
     guarantee_text,
     guarantees_by_method,
@@ -420,12 +421,11 @@ def _seed_bounds(table: pd.DataFrame | None, rows: pd.DataFrame, compute, keys: 
                  level: float) -> pd.DataFrame | None:
     """``table`` (``compute(rows)``, means over seeds) with the bounds of a bootstrap over
     seeds where ``error_bars`` is ``bootstrap``: ``compute`` on each seed's rows gives the
-    values the means average. Their warnings repeat the full table's and are dropped."""
+    values the means average; ``compute(rows, notes)`` is handed a list to note into, since its
+    notes repeat the full table's and are dropped."""
     if table is None or error_bars != "bootstrap" or table.empty:
         return table
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        seeds = per_seed(compute, rows)
+    seeds = per_seed(lambda part: compute(part, []), rows)
     metrics = [c[: -len("_mean")] for c in table.columns if c.endswith("_mean")]
     return bootstrap_over_seeds(table, seeds, keys, metrics, level) if len(seeds) else table
 
@@ -469,9 +469,9 @@ def report_figures(df: pd.DataFrame, options: ReportOptions | None = None,
     (``fairdp.testing.figures.assert_readable``) without files. ``only``: just these figures
     (the others are not drawn)."""
     o, df = _checked(df, options)
+    notes: list[str] = []
     with figure_style_context(o.figure_style):
-        t, notes = _report_tables(df, o)
-        drawn = _draw_figures(df, t, o, only)
+        drawn = _draw_figures(df, _tables_of(df, o, notes), o, notes, only)
     _warn(notes)
     return drawn
 
@@ -487,10 +487,14 @@ def _checked(df: pd.DataFrame, options: ReportOptions | None) -> tuple[ReportOpt
         rt=check_rt(o.rt), rts=tuple(check_rt(r, "rts") for r in o.rts),
         ci=check_level(o.ci, "ci") if o.ci is not None else None, figure_formats=check_figure_formats(o.figure_formats),
         compare=tuple(o.compare), search_constraints=tuple(o.search_constraints), predictions=tuple(o.predictions))
-    ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
-    if ok.empty:
+    if _ok(df).empty:
         raise InputError("df: no result rows with status 'ok' to report")
     return o, df
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows with status ok (all of them in a table without a status)."""
+    return df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
 
 
 def _warn(notes: Sequence[str]) -> None:
@@ -503,6 +507,7 @@ def _warn(notes: Sequence[str]) -> None:
 class _Tables:
     """What a report shows, computed from its rows before anything is drawn or written."""
 
+    ok: pd.DataFrame                 # the rows with status ok
     selected: pd.DataFrame           # the RT = rt picks
     agg: pd.DataFrame                # their means over seeds: the main table
     sweep: pd.DataFrame | None       # the same selection at each of rts
@@ -531,37 +536,25 @@ def _pareto_rows(ok: pd.DataFrame, view: pd.DataFrame, fairness: str, keep_const
     return front_rows, pareto_rows
 
 
-def _noted(compute):
-    """``compute()`` and the notes it raised as warnings (each once, in order), returned rather
-    than left to the process's warning filters."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = compute()
-    return result, list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)))
-
-
-def _report_tables(df: pd.DataFrame, o: ReportOptions) -> tuple[_Tables, list[str]]:
-    """The selection, its aggregates and every other table the report shows, and their notes."""
-    return _noted(lambda: _tables_of(df, o))
-
-
-def _tables_of(df: pd.DataFrame, o: ReportOptions) -> _Tables:
-    ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
+def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str]) -> _Tables:
+    """The selection, its aggregates and every other table the report shows; their notes (rows
+    left out) appended to ``notes``."""
+    ok = _ok(df)
     rt, fairness, rts, by, keep_constant = o.rt, o.fairness, list(o.rts), list(o.by), o.keep_constant
     search_objectives, history = o.search_objectives, o.history
     kinds = guarantees_by_method(df)
-    selected = select_by_rt(df, rt, fairness, by)
+    selected = select_by_rt(df, rt, fairness, by, notes=notes)
     # each table counts the seeds whose pick is a constant model (marked, footnoted)
     agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
-    sweep = (with_constant_picks(rt_sweep(df, rts, fairness, by=by), selections_at(df, rts, fairness, by),
+    sweep = (with_constant_picks(rt_sweep(df, rts, fairness, by=by, notes=notes), selections_at(df, rts, fairness, by),
                                  [*by, "rt"]) if rts else None)
     # the per-run views (bins, fronts) read each notion's own violation; a method's
     # notions are drawn apart ("pfld [dp]")
     view = _per_notion_view(df) if fairness == NOTION_GAP else df
-    bins = fairness_accuracy_bins(view, fairness)
-    by_eps = privacy_accuracy_by_eps(df, fairness if fairness != NOTION_GAP else "dp_gap") \
+    bins = fairness_accuracy_bins(view, fairness, notes=notes)
+    by_eps = privacy_accuracy_by_eps(df, fairness if fairness != NOTION_GAP else "dp_gap", notes=notes) \
         if "eps" in df.columns else None
-    notions = (violation_accuracy_by_eps(df, rt)
+    notions = (violation_accuracy_by_eps(df, rt, notes=notes)
                if {"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
                and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
     front_rows, pareto_rows = _pareto_rows(ok, view, fairness, keep_constant, search_objectives, o.search_constraints)
@@ -569,7 +562,7 @@ def _tables_of(df: pd.DataFrame, o: ReportOptions) -> _Tables:
     pareto = _pareto_summary(pareto_rows, fairness, kinds, search_objectives)
     progress = search_progress(o.search_history, o.grid) if o.search_history is not None else None
     curves = selected_curves(history, selected, fairness) if history is not None and len(history) else None
-    return _Tables(selected, agg, sweep, view, bins, by_eps, notions, front_rows, constant_off, pareto, progress,
+    return _Tables(ok, selected, agg, sweep, view, bins, by_eps, notions, front_rows, constant_off, pareto, progress,
                    curves)
 
 
@@ -578,15 +571,12 @@ def _picked_rows(rows: pd.DataFrame, selected: pd.DataFrame) -> pd.DataFrame:
     selection picked, under the notion it was picked for where there is one: the Pareto
     figure's limits are set around them."""
     notions = "fairness_notion" in rows.columns and "fairness_notion" in selected.columns
-    picked = {(str(r.dataset), str(r.method), int(r.seed), r.config_id):
-              (r.fairness_notion if notions and pd.notna(r.fairness_notion) else None)
-              for r in selected.itertuples(index=False)}
+    wanted = selected["fairness_notion"] if notions else pd.Series(None, index=selected.index, dtype=object)
+    picked = {key: (n if pd.notna(n) else None) for key, n in zip(config_keys(selected), wanted)}
     base = rows["method"].astype(str).str.replace(r" \[[^\]]*\]$", "", regex=True)
     row_notion = rows["fairness_notion"] if notions else pd.Series(None, index=rows.index, dtype=object)
-    hit = []
-    for d, m, s_, c, n in zip(rows["dataset"].astype(str), base, rows["seed"], rows["config_id"], row_notion):
-        key = (d, m, int(s_), c)
-        hit.append(key in picked and (picked[key] is None or picked[key] == n))
+    hit = [key in picked and (picked[key] is None or picked[key] == n)
+           for key, n in zip(config_keys(rows, base), row_notion)]
     return rows[np.asarray(hit, dtype=bool)]
 
 
@@ -598,25 +588,28 @@ def _figure_pairs(fairness: str, search_objectives: dict[str, str] | None) -> li
     return [("valid_accuracy", f"valid_{fairness}"), ("valid_accuracy", "leakage"), (f"valid_{fairness}", "leakage")]
 
 
-def _draw_figures(df: pd.DataFrame, t: _Tables, o: ReportOptions, only: Collection[str] | None = None) -> dict:
-    """Every figure of the report by name (None where it draws none), not yet saved; ``only``:
-    just these (the others are not drawn)."""
+def _draw_figures(df: pd.DataFrame, t: _Tables, o: ReportOptions, notes: list[str],
+                  only: Collection[str] | None = None) -> dict:
+    """Every figure of the report by name (None where it draws none), not yet saved, their notes
+    (intervals over few seeds) appended to ``notes``; ``only``: just these (the others are not
+    drawn)."""
     rt, fairness, rts, by, search_objectives = o.rt, o.fairness, list(o.rts), list(o.by), o.search_objectives
     bars = {"error_bars": o.error_bars, "level": o.ci if o.ci is not None else 95.0}
+    drawn = {**bars, "notes": notes}
     eps_fairness = fairness if fairness != NOTION_GAP else "dp_gap"
     drawers = {
-        "rt_sweep": lambda: (figure_rt_sweep(_seed_bounds(t.sweep, df, lambda rows: rt_sweep(rows, rts, fairness, by=by),
-                                                  ["dataset", "method", *by, "rt"], **bars), fairness, by, **bars)
-                     if t.sweep is not None else None),
+        "rt_sweep": lambda: (figure_rt_sweep(_seed_bounds(
+            t.sweep, df, lambda rows, seen: rt_sweep(rows, rts, fairness, by=by, notes=seen),
+            ["dataset", "method", *by, "rt"], **bars), fairness, by, **drawn) if t.sweep is not None else None),
         "violation_accuracy_eps": lambda: (figure_violation_accuracy_by_eps(_seed_bounds(
-            t.notions, df, lambda rows: violation_accuracy_by_eps(rows, rt),
-            ["dataset", "method", "fairness_notion", "eps"], **bars), **bars) if t.notions is not None else None),
+            t.notions, df, lambda rows, seen: violation_accuracy_by_eps(rows, rt, notes=seen),
+            ["dataset", "method", "fairness_notion", "eps"], **bars), **drawn) if t.notions is not None else None),
         "fairness_accuracy_bins": lambda: figure_fairness_accuracy_bins(_seed_bounds(
-            t.bins, t.view, lambda rows: fairness_accuracy_bins(rows, fairness), ["dataset", "method", "accuracy_bin"],
-            **bars), fairness, **bars),
+            t.bins, t.view, lambda rows, seen: fairness_accuracy_bins(rows, fairness, notes=seen),
+            ["dataset", "method", "accuracy_bin"], **bars), fairness, **drawn),
         "privacy_accuracy": lambda: (figure_privacy_accuracy(_seed_bounds(
-            t.by_eps, df, lambda rows: privacy_accuracy_by_eps(rows, eps_fairness), ["dataset", "method", "eps"],
-            **bars), **bars) if t.by_eps is not None else None),
+            t.by_eps, df, lambda rows, seen: privacy_accuracy_by_eps(rows, eps_fairness, notes=seen),
+            ["dataset", "method", "eps"], **bars), **drawn) if t.by_eps is not None else None),
         "leakage_vs_eps": lambda: figure_leakage_vs_eps(df) if {"eps", "leakage"} <= set(df.columns) else None,
         "pareto_fronts": lambda: figure_pareto_fronts(t.front_rows, _figure_pairs(fairness, search_objectives),
                                               search_objectives,  # a search's directions
@@ -1207,15 +1200,15 @@ def write_report(df: pd.DataFrame, out_dir: str | os.PathLike, options: ReportOp
     """
     out = output_dir(out_dir, "out_dir")  # before anything is drawn: a folder refused at the end would waste it all
     o, df = _checked(df, options)
-    ok = df[df["status"].astype("object") == "ok"] if "status" in df.columns else df
     kinds = guarantees_by_method(df)  # what each method's ε protects: the rows' own, else the registry's
     rt, fairness, by, ci, keep_constant = o.rt, o.fairness, list(o.by), o.ci, o.keep_constant
+    notes: list[str] = []  # what computing and drawing noted (rows left out, few seeds): a page, and warnings
     with figure_style_context(o.figure_style):
-        t, notes = _report_tables(df, o)
-        drawn, drawing_notes = _noted(lambda: _draw_figures(df, t, o))
+        t = _tables_of(df, o, notes)
+        drawn = _draw_figures(df, t, o, notes)
         figures = _save_figures(drawn, out / "figures", o.figure_formats)
-    notes = list(dict.fromkeys([*notes, *drawing_notes]))
     _warn(notes)
+    ok = t.ok
 
     agg, marks = _main_table(t.agg, by, ci, keep_constant, method_deltas(df))
     whole = whole_table_release(df) if has_release_events(df) else None  # every config, released at once

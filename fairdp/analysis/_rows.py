@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from fairdp.errors import InputError
-from fairdp.privacy import ADD_REMOVE_RECORD, KIND_CAVEATS, comparison_groups, convert_guarantee
+from fairdp.privacy import comparison_groups, convert_guarantee
+from fairdp.privacy._shared import ADD_REMOVE_RECORD, KIND_CAVEATS
 from fairdp.schema import (
     FAIRNESS_METRICS,
     FIXED_COLUMNS,
@@ -103,16 +104,29 @@ def describe_rows(rows: pd.DataFrame, limit: int = 10) -> str:
     return ", ".join(parts) + (f" and {more} more" if more > 0 else "")
 
 
-def drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str) -> pd.DataFrame:
-    """Drop rows with NaN in ``columns``, warning with the identity of each dropped row."""
+def config_keys(rows: pd.DataFrame, method: pd.Series | None = None) -> list[tuple]:
+    """The (dataset, method, seed, config_id) of each row, the key a config is matched by across
+    tables (``method``: another label per row, e.g. a method's name without its variant)."""
+    method = rows["method"] if method is None else method
+    return list(zip(rows["dataset"].astype(str), method.astype(str), rows["seed"].astype(int), rows["config_id"]))
+
+
+def note(message: str, notes: list[str] | None, stacklevel: int = 3) -> None:
+    """Say ``message``, a note about a result (rows left out, an interval over few seeds):
+    appended to ``notes`` (once) when the caller collects them, as the report does, else a
+    UserWarning of the call ``stacklevel`` frames up."""
+    if notes is None:
+        warnings.warn(message, UserWarning, stacklevel=stacklevel + 1)
+    elif message not in notes:
+        notes.append(message)
+
+
+def drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str, notes: list[str] | None = None) -> pd.DataFrame:
+    """Drop rows with NaN in ``columns``, noting (``note``) the identity of each dropped row."""
     bad = df[list(columns)].isna().any(axis=1)
     if bad.any():
-        warnings.warn(
-            f"{caller}: excluding {int(bad.sum())} row(s) with NaN {' or '.join(columns)}: "
-            f"{describe_rows(df[bad])}",
-            UserWarning,
-            stacklevel=3,
-        )
+        note(f"{caller}: excluding {int(bad.sum())} row(s) with NaN {' or '.join(columns)}: {describe_rows(df[bad])}",
+             notes)
         df = df[~bad]
     return df
 

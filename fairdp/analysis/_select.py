@@ -76,7 +76,8 @@ def per_notion(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _run_rows(df: object, fairness: str, caller: str, by: Sequence[str] = ()) -> pd.DataFrame:
+def _run_rows(df: object, fairness: str, caller: str, by: Sequence[str] = (),
+              notes: list[str] | None = None) -> pd.DataFrame:
     """Validated ok rows with numeric, non-NaN valid accuracy and valid fairness."""
     fairness = check_fairness(fairness)
     fcol = f"valid_{fairness}"
@@ -88,7 +89,7 @@ def _run_rows(df: object, fairness: str, caller: str, by: Sequence[str] = ()) ->
         df = per_notion(df)
     require_columns(df, [*RUN_KEYS, "config_id", "valid_accuracy", fcol])
     df = numeric_columns(df, ["valid_accuracy", fcol])
-    return drop_nan(df, ["valid_accuracy", fcol], caller)
+    return drop_nan(df, ["valid_accuracy", fcol], caller, notes)
 
 
 def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.DataFrame:
@@ -114,15 +115,16 @@ def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.Dat
 
 
 def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap",
-                 by: Sequence[str] = ()) -> pd.DataFrame:
+                 by: Sequence[str] = (), *, notes: list[str] | None = None) -> pd.DataFrame:
     """One config per (dataset, method, seed, *by) by the relaxation-threshold rule (FEDERATE 5.1).
 
     alpha* = the run's best ``valid_accuracy``; candidates have valid_accuracy >= alpha* - rt
     (in accuracy points); the lowest ``valid_<fairness>`` wins, ties to the higher valid
     accuracy and then the smaller ``config_id``. ``rt=0`` is best-accuracy selection.
-    Rows with NaN valid accuracy or fairness are excluded with a warning naming them.
-    Returns the chosen rows with all their columns (test metrics, leakage, mdl, ...) and an
-    added ``rt`` column, sorted by dataset, method, seed.
+    Rows with NaN valid accuracy or fairness are excluded with a warning naming them
+    (appended to ``notes`` instead, when a list is given). Returns the chosen rows with all
+    their columns (test metrics, leakage, mdl, ...) and an added ``rt`` column, sorted by
+    dataset, method, seed.
 
     ``by`` (e.g. ["fairness_notion", "eps"]) selects separately for every value of those
     columns: Tran et al. report each notion at each eps. A method without such a column
@@ -131,7 +133,7 @@ def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap",
     """
     rt = check_rt(rt)
     fairness = check_fairness(fairness)
-    rows = _run_rows(df, fairness, "select_by_rt", by)
+    rows = _run_rows(df, fairness, "select_by_rt", by, notes)
     return _select_clean(rows, rt, fairness, by)
 
 
@@ -204,6 +206,8 @@ def rt_sweep(
     fairness: str = "tpr_gap",
     metrics: Sequence[str] | None = None,
     by: Sequence[str] = (),
+    *,
+    notes: list[str] | None = None,
 ) -> pd.DataFrame:
     """``select_by_rt`` + ``aggregate_seeds`` for each RT, stacked (FEDERATE Fig. 2, Tables 4-6).
 
@@ -221,7 +225,7 @@ def rt_sweep(
         metrics = ["valid_accuracy", f"valid_{fairness}", *_default_metrics(fairness)]
     if isinstance(metrics, str) or not (metrics := list(metrics)):
         raise InputError("metrics: expected a non-empty list of column names")
-    rows = _run_rows(df, fairness, "rt_sweep", by)
+    rows = _run_rows(df, fairness, "rt_sweep", by, notes)
     by = check_by(by)
     require_columns(rows, metrics)
     rows = numeric_columns(rows, metrics)
@@ -234,7 +238,8 @@ def rt_sweep(
     return out.sort_values(["dataset", "method", *by, "rt"], kind="mergesort").reset_index(drop=True)
 
 
-def fairness_accuracy_bins(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.DataFrame:
+def fairness_accuracy_bins(df: pd.DataFrame, fairness: str = "tpr_gap", *,
+                           notes: list[str] | None = None) -> pd.DataFrame:
     """Best validation fairness per 1-point validation-accuracy interval (FEDERATE Fig. 3).
 
     The interval of accuracy a is floor(a + 0.5): [71.5, 72.5) is bin 72, so 71.5 -> 72 and
@@ -246,7 +251,7 @@ def fairness_accuracy_bins(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     """
     fairness = check_fairness(fairness)
     fcol = f"valid_{fairness}"
-    rows = _run_rows(df, fairness, "fairness_accuracy_bins")
+    rows = _run_rows(df, fairness, "fairness_accuracy_bins", notes=notes)
     rows["accuracy_bin"] = np.floor(rows["valid_accuracy"].to_numpy(float) + 0.5).astype(np.int64)
     best = rows.groupby([*RUN_KEYS, "accuracy_bin"], sort=False)[fcol].min().reset_index()
     out = _aggregate(best, ["dataset", "method", "accuracy_bin"], [fcol])
@@ -255,7 +260,8 @@ def fairness_accuracy_bins(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     return out.merge(ran, on=["dataset", "method"], how="left")
 
 
-def privacy_accuracy_by_eps(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.DataFrame:
+def privacy_accuracy_by_eps(df: pd.DataFrame, fairness: str = "tpr_gap", *,
+                            notes: list[str] | None = None) -> pd.DataFrame:
     """Accuracy and leakage against eps for the methods that have one (FEDERATE Fig. 4, Table 7).
 
     Per (dataset, method, eps, seed) the config with the best valid accuracy at that eps is
@@ -272,7 +278,7 @@ def privacy_accuracy_by_eps(df: pd.DataFrame, fairness: str = "tpr_gap") -> pd.D
     numeric += [c for c in (fcol, "eps_formal") if c in rows.columns]
     rows = numeric_columns(rows, numeric)
     rows = rows[rows["eps"].notna()]
-    rows = drop_nan(rows, ["valid_accuracy"], "privacy_accuracy_by_eps")
+    rows = drop_nan(rows, ["valid_accuracy"], "privacy_accuracy_by_eps", notes)
     if fcol not in rows.columns:
         rows[fcol] = np.nan
     keys = ["dataset", "method", "eps", "seed"]
@@ -309,7 +315,7 @@ def selected_configs(selected: pd.DataFrame, fairness: str = "tpr_gap") -> pd.Da
     return rows[columns].sort_values(list(RUN_KEYS), kind="mergesort").reset_index(drop=True)
 
 
-def violation_accuracy_by_eps(df: pd.DataFrame, rt: float = 1.0) -> pd.DataFrame:
+def violation_accuracy_by_eps(df: pd.DataFrame, rt: float = 1.0, *, notes: list[str] | None = None) -> pd.DataFrame:
     """Tran et al.'s Figures 1-2 as a table: per (dataset, method, fairness notion, eps), RT
     selection on the notion's own violation, then test violation and accuracy, mean and std
     over seeds. Methods without eps (non-private ones) have one row per notion with eps NaN
@@ -320,5 +326,5 @@ def violation_accuracy_by_eps(df: pd.DataFrame, rt: float = 1.0) -> pd.DataFrame
     require_columns(rows, ["fairness_notion", "eps"])
     by = ["fairness_notion", "eps"]
     rows = numeric_columns(rows, ["eps"])
-    selected = select_by_rt(rows, rt, NOTION_GAP, by)
+    selected = select_by_rt(rows, rt, NOTION_GAP, by, notes=notes)
     return aggregate_seeds(selected, [f"test_{NOTION_GAP}", "test_accuracy"], NOTION_GAP, by)

@@ -12,9 +12,3 @@ __all__ = [
     # method-author API: what ``Dataset.split`` gives a method's ``fit``
     "Split",
 ]
-
-# Shared within fairdp, not public: the CLI's and fairdp.study's imports.
-from fairdp.data._cache import data_dir  # noqa: F401
-from fairdp.data._dataset import check_fits_memory, subsample  # noqa: F401
-from fairdp.data._fetch import fetch  # noqa: F401
-from fairdp.data._registry import get_entry  # noqa: F401

@@ -31,30 +31,3 @@ __all__ = [
     "fit_pack", "forward_traced", "grad_reverse", "lambda_schedule", "layer_shapes", "model_names",
     "packing_problems", "pairwise_difference_loss", "per_config_cross_entropy", "register_model", "stream_seed",
 ]
-
-# Shared within fairdp, not public: what fairdp's methods, metrics, study and testing import
-# (the contract's types are public in fairdp.engine.contract).
-from fairdp.engine._arch import (  # noqa: F401
-    PRESETS,
-    ROLES,
-    architecture_from,
-    describe_architecture,
-    is_model_keyword,
-    model_keywords,
-    preset_for,
-    with_model_keywords,
-)
-from fairdp.engine._checkpoint import CheckpointFile, published_data_fingerprint  # noqa: F401
-from fairdp.engine._functional import build_instances, row_mixing, trial_step  # noqa: F401
-from fairdp.engine._loop import merge_results  # noqa: F401
-from fairdp.engine._prune import DEFAULT_KEEP, DEFAULT_MARGIN  # noqa: F401
-from fairdp.engine._seeds import config_id  # noqa: F401
-from fairdp.engine._settings import check_device_here, device_record, native_bf16, resolve_device  # noqa: F401
-from fairdp.engine.contract import (  # noqa: F401
-    VALID_CURVES,
-    Batch,
-    EpochReport,
-    PackContext,
-    PackResult,
-    PackStep,
-)

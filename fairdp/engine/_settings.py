@@ -11,7 +11,7 @@ import torch
 
 from fairdp.engine._prune import Pruning
 from fairdp.errors import InputError
-from fairdp.privacy import ACCOUNTANTS
+from fairdp.privacy._shared import ACCOUNTANTS
 
 # float32: IEEE fp32 everywhere. tf32: fp32 tensors, matmuls on CUDA tensor cores in TF32
 # (10-bit mantissa); a CPU has no TF32, so there it is float32. bf16: matmuls under
@@ -146,7 +146,7 @@ class TrainSettings:
     precision: str | None = field(default=None, metadata={"protocol": "column"})
     # dp-accounting's accountant that DP-SGD and PF-LD calibrate their noise with and report the
     # eps of: "rdp" (RdpAccountant) or "pld" (PLDAccountant, tighter: less noise for one eps);
-    # compared by the rows' accountant column (fairdp.privacy.ACCOUNTANTS)
+    # compared by the rows' accountant column (fairdp.privacy._accounting.ACCOUNTANTS)
     accountant: str = field(default="rdp", metadata={"protocol": "column"})
     # Configs computed together inside a pack; None picks by device (see engine.config_chunk).
     config_chunk: int | None = field(default=None, metadata={"protocol": False})

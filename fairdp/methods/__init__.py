@@ -27,7 +27,3 @@ __all__ = [
     # method-author API (docs/api/methods.md; the step contract is fairdp.engine.contract)
     "HyperParam", "Method", "NeuralMethod", "RepresentationStep", "RunInfo", "register_method",
 ]
-
-# Shared within fairdp, not public: fairdp.study's and the CLI's imports.
-from fairdp.methods._base import arange_grid, range_count  # noqa: F401
-from fairdp.methods._describe import describe_method  # noqa: F401

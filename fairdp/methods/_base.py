@@ -15,32 +15,24 @@ from fairdp.data import Dataset
 from fairdp.engine import (
     Architecture,
     Checkpointing,
-    EpochReport,
     ModelSpec,
-    PackContext,
-    PackResult,
-    PackStep,
     TrainSettings,
-    config_id,
     fit_pack,
-    is_model_keyword,
     layer_shapes,
+)
+from fairdp.engine._shared import (
+    config_id,
+    is_model_keyword,
     merge_results,
     model_keywords,
     preset_for,
     with_model_keywords,
 )
+from fairdp.engine.contract import EpochReport, PackContext, PackResult, PackStep
 from fairdp.errors import InputError
 from fairdp.methods._representation import RepresentationStep
-from fairdp.privacy import (
-    LARGEST_L1_EPS,
-    LARGEST_SCALE_EPS,
-    NOT_PRIVATE,
-    Guarantee,
-    event_to_json,
-    guarantee_kind,
-    minmax_true_epsilon,
-)
+from fairdp.privacy import NOT_PRIVATE, Guarantee, minmax_true_epsilon
+from fairdp.privacy._shared import LARGEST_L1_EPS, LARGEST_SCALE_EPS, event_to_json, guarantee_kind
 
 
 @dataclass(frozen=True)

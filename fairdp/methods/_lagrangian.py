@@ -74,14 +74,8 @@ import numpy as np
 import torch
 
 from fairdp import _rng
-from fairdp.engine import (
-    Architecture,
-    Batch,
-    ModelSpec,
-    PackContext,
-    PackedModel,
-    PackStep,
-)
+from fairdp.engine import Architecture, ModelSpec, PackedModel
+from fairdp.engine.contract import Batch, PackContext, PackStep
 from fairdp.errors import InputError
 from fairdp.methods._base import NeuralMethod
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 import torch
 
 from fairdp.engine import (
-    Batch,
     ModelSpec,
-    PackContext,
     PackedModel,
-    PackStep,
     grad_reverse,
     lambda_schedule,
     pairwise_difference_loss,
     per_config_cross_entropy,
 )
+from fairdp.engine.contract import Batch, PackContext, PackStep
 from fairdp.privacy import check_eps
 
 

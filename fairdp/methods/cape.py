@@ -3,7 +3,8 @@ two dense layers, laplace_privatize (L1 + Laplace(2/eps), CAPE Algorithm 1), an 
 with a constant lambda behind a gradient reversal layer. Architecture from CAPE Table 2
 (256 hidden units, dropout 0.4, learning rate 1e-4); grid from Table 4."""
 
-from fairdp.engine import PRESETS, ModelSpec
+from fairdp.engine import ModelSpec
+from fairdp.engine._shared import PRESETS
 from fairdp.methods._base import EPS, LAM, NeuralMethod
 from fairdp.methods._registry import register_method
 

@@ -34,7 +34,8 @@ import torch
 from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
 from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, poisson_sample
 from fairdp.methods._registry import register_method
-from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon, dpsgd_event
+from fairdp.privacy import Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon, dpsgd_event
+from fairdp.privacy._shared import PFLD_DELTA
 
 CLIP = HyperParam("clip_primal", low=0.0, low_open=True, doc="C, per-row gradient clip")
 

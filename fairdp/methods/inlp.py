@@ -11,15 +11,8 @@ heads train in the engine's loop.
 import numpy as np
 import torch
 
-from fairdp.engine import (
-    ModelSpec,
-    PackContext,
-    PackedLinear,
-    PackStep,
-    fit_pack,
-    layer_shapes,
-    per_config_cross_entropy,
-)
+from fairdp.engine import ModelSpec, PackedLinear, fit_pack, layer_shapes, per_config_cross_entropy
+from fairdp.engine.contract import PackContext, PackStep
 from fairdp.methods._base import HyperParam, NeuralMethod
 from fairdp.methods._nullspace import inlp as nullspace_iterations
 from fairdp.methods._registry import register_method

@@ -15,7 +15,8 @@ from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
 from fairdp.methods._lagrangian import PrivateLagrangianStep, TranMethod, check_binary_attribute
 from fairdp.methods._registry import register_method
 from fairdp.methods.fld import NOTION
-from fairdp.privacy import PFLD_DELTA, Guarantee, calibrate_pfld_sigmas, pfld_epsilon, pfld_event
+from fairdp.privacy import Guarantee, calibrate_pfld_sigmas, pfld_epsilon, pfld_event
+from fairdp.privacy._shared import PFLD_DELTA
 
 CLIP_PRIMAL = HyperParam("clip_primal", low=0.0, low_open=True, doc="C_p, per-sample gradient clip")
 CLIP_DUAL = HyperParam("clip_dual", low=0.0, low_open=True, doc="C_d, per-sample h(z) clip")

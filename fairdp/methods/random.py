@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from fairdp import _rng
-from fairdp.engine import PackResult, stream_seed
+from fairdp.engine import stream_seed
+from fairdp.engine.contract import PackResult
 from fairdp.methods._base import Method
 from fairdp.methods._registry import register_method
 

@@ -27,7 +27,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from fairdp.data import Dataset
-from fairdp.engine import PackResult, stream_seed
+from fairdp.engine import stream_seed
+from fairdp.engine.contract import PackResult
 from fairdp.methods._base import HyperParam, Method
 from fairdp.methods._registry import register_method
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from fairdp import schema
 from fairdp.data import Dataset
-from fairdp.engine import PackResult
+from fairdp.engine.contract import PackResult
 from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.metrics._probes import ProbeSettings, leakage, mdl, uniform_codelength
 

@@ -36,7 +36,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from fairdp.engine import per_config_cross_entropy, resolve_device
+from fairdp.engine import per_config_cross_entropy
+from fairdp.engine._shared import resolve_device
 from fairdp.errors import InputError
 
 MDL_BLOCKS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.25, 12.5, 25.0, 50.0, 100.0)  # percent of the probing set

@@ -35,27 +35,6 @@ __all__ = [
     "pfld_epsilon", "pfld_event",
 ]
 
-# Shared within fairdp, not public: what fairdp's methods, analysis and study import.
-from fairdp.privacy._accounting import ACCOUNTANTS, PFLD_DELTA  # noqa: F401
-from fairdp.privacy._discrete import LARGEST_L1_EPS, LARGEST_SCALE_EPS  # noqa: F401
-from fairdp.privacy._guarantee import (  # noqa: F401
-    ADD_REMOVE_RECORD,
-    KIND_CAVEATS,
-    LOCAL_ATTRIBUTE,
-    LOCAL_REPRESENTATION,
-    REPLACE_ATTRIBUTE,
-    REPLACE_RECORD,
-    conversion_reasons,
-    guarantee_kind,
-)
-from fairdp.privacy._release import (  # noqa: F401
-    COUNTS,
-    TrialCount,
-    epsilon_of_rdp,
-    event_to_json,
-    repeat_and_select_rdp,
-    trial_count_from_dict,
-)
 
 # The mechanisms are torch code: imported on first use, so that accounting (what the analysis
 # of stored rows needs) loads without torch.

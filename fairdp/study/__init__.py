@@ -22,13 +22,3 @@ __all__ = [
     "ResultStore", "study_columns", "StoredSelection", "choose_selection", "read_selection", "read_selections",
     "read_predictions", "stored_predictions",
 ]
-
-# Shared within fairdp, not public: the CLI's and fairdp.testing's imports (Pack, StudyContext
-# and run_pack are public in fairdp.study.executors).
-from fairdp.study._context import StudyContext, load_study_data  # noqa: F401
-from fairdp.study.executors._executors import DEFAULT_EXECUTOR  # noqa: F401
-from fairdp.study.executors._worker import run_pack  # noqa: F401
-from fairdp.study.run._plan import Pack  # noqa: F401
-from fairdp.study.run._runner import with_overrides  # noqa: F401
-from fairdp.study.spec._spec import check_models, study_modules  # noqa: F401
-from fairdp.study.store._selection import selection_text  # noqa: F401

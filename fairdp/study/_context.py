@@ -12,7 +12,8 @@ import json
 from dataclasses import dataclass
 
 from fairdp.data import load_dataset
-from fairdp.engine import Architecture, TrainSettings, published_data_fingerprint
+from fairdp.engine import Architecture, TrainSettings
+from fairdp.engine._shared import published_data_fingerprint
 from fairdp.methods import Method, get_method
 from fairdp.metrics import ProbeSettings
 from fairdp.study.spec._spec import StudySpec

@@ -28,12 +28,15 @@ import pytest
 import torch
 
 from fairdp.data import load_dataset
-from fairdp.engine import VALID_CURVES, CheckpointFile, Checkpointing, PackContext, TrainSettings
+from fairdp.engine import Checkpointing, TrainSettings
+from fairdp.engine._shared import CheckpointFile
+from fairdp.engine.contract import VALID_CURVES, PackContext
 from fairdp.errors import InputError
 from fairdp.fairness import confusion, scores_from_confusion
 from fairdp.methods import NeuralMethod, RunInfo, get_method, load_plugins, method_names
 from fairdp.metrics import ProbeSettings
-from fairdp.study import Pack, ResultStore, StudyContext, run_pack, study_columns
+from fairdp.study import ResultStore, study_columns
+from fairdp.study.executors import Pack, StudyContext, run_pack
 
 PLUGINS_ENV = "FAIRDP_CHECK_PLUGINS"
 ONLY_PLUGINS_ENV = "FAIRDP_CHECK_ONLY_PLUGINS"

@@ -19,14 +19,8 @@ import torch
 from torch import nn
 
 from fairdp import _rng
-from fairdp.engine import (
-    FunctionalPack,
-    ModelRef,
-    build_instances,
-    packing_problems,
-    row_mixing,
-    trial_step,
-)
+from fairdp.engine import FunctionalPack, ModelRef, packing_problems
+from fairdp.engine._shared import build_instances, row_mixing, trial_step
 
 ROWS, CONFIGS = 6, 3
 

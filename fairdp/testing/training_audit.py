@@ -99,15 +99,13 @@ import torch
 from fairdp.data import Dataset
 from fairdp.engine import (
     Architecture,
-    EpochReport,
     FunctionalPack,
-    PackContext,
-    PackStep,
     TrainSettings,
     add_clipped_gradients,
     backprop_errors,
     fit_pack,
 )
+from fairdp.engine.contract import EpochReport, PackContext, PackStep
 from fairdp.errors import InputError
 from fairdp.methods import NeuralMethod, RunInfo, get_method
 from fairdp.privacy.audit import audit as audit_mechanism

@@ -12,7 +12,3 @@ from fairdp.tracking import _mlflow, _wandb  # noqa: F401  (registers the tracke
 # No public Python names: a study's ``tracking:`` block chooses and configures the tracker
 # (docs/study-spec.md#tracking).
 __all__: list[str] = []
-
-# Shared within fairdp, not public: fairdp.study's imports.
-from fairdp.tracking._base import TrackingSpec, parse_tracking  # noqa: F401
-from fairdp.tracking._sync import TrackingSync  # noqa: F401

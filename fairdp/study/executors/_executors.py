@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fairdp.engine import check_device_here, native_bf16, resolve_device
+from fairdp.engine._shared import check_device_here, native_bf16, resolve_device
 from fairdp.errors import InputError
 from fairdp.study._context import StudyContext
 from fairdp.study.executors._local import run_packs_locally, run_search_locally

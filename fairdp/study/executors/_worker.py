@@ -18,7 +18,8 @@ import torch
 
 from fairdp import schema
 from fairdp.data import Dataset
-from fairdp.engine import Checkpointing, EpochReport, PackResult
+from fairdp.engine import Checkpointing
+from fairdp.engine.contract import EpochReport, PackResult
 from fairdp.methods import get_method, load_plugins
 from fairdp.metrics import evaluate_pack
 from fairdp.study._context import StudyContext, load_study_data

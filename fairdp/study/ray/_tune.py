@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 
-from fairdp.engine import native_bf16
+from fairdp.engine._shared import native_bf16
 from fairdp.errors import InputError, RunAborted, last_line
 from fairdp.study._context import StudyContext
 from fairdp.study.ray._ray import quiet_loggers

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from fairdp.engine import is_model_keyword
+from fairdp.engine._shared import is_model_keyword
 from fairdp.methods import get_method
-from fairdp.privacy import TrialCount
+from fairdp.privacy._shared import TrialCount
 from fairdp.study.spec._spec import DEFAULT_PACK_CAP, GPU_PACK_CAP, MethodPlan, StudySpec
 from fairdp.study.store._store import (
     CorruptSideTable,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fairdp.engine import describe_architecture, is_model_keyword
+from fairdp.engine._shared import describe_architecture, is_model_keyword
 from fairdp.errors import InputError
 from fairdp.methods import Method, get_method
 from fairdp.study._context import StudyContext, load_study_data, study_store
@@ -28,7 +28,7 @@ from fairdp.study.spec._spec import StudySpec, check_models, check_sizes_fit
 from fairdp.study.store._lease import object_store_lease
 from fairdp.study.store._lock import results_lock
 from fairdp.study.store._store import ResultStore, corrupt_error
-from fairdp.tracking import TrackingSync
+from fairdp.tracking._shared import TrackingSync
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fairdp.engine import resolve_device
+from fairdp.engine._shared import resolve_device
 from fairdp.errors import InputError
 from fairdp.study._context import load_study_data
 from fairdp.study.executors._executors import DEFAULT_EXECUTOR, Capacity, make_executor

@@ -9,7 +9,8 @@ import time
 
 import torch
 
-from fairdp.data import Dataset, subsample
+from fairdp.data import Dataset
+from fairdp.data._shared import subsample
 from fairdp.methods import get_method
 from fairdp.study._context import StudyContext
 

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from fairdp.analysis import hypervolume_history, pareto_front
+from fairdp.analysis import pareto_front
+from fairdp.analysis._shared import hypervolume_history
 from fairdp.constraints import feasible
 from fairdp.errors import InputError
 from fairdp.study.executors._executors import DEFAULT_EXECUTOR, Capacity, make_executor

@@ -19,35 +19,25 @@ import torch
 import yaml
 
 from fairdp.constraints import Constraint, parse_constraints
-from fairdp.data import Dataset, check_fits_memory, dataset_names, get_entry
-from fairdp.engine import (
+from fairdp.data import Dataset, dataset_names
+from fairdp.data._shared import check_fits_memory, get_entry
+from fairdp.engine import Architecture, ModelRef, Pruning, TrainSettings, packing_problems
+from fairdp.engine._shared import (
     DEFAULT_KEEP,
     DEFAULT_MARGIN,
-    Architecture,
-    ModelRef,
-    Pruning,
-    TrainSettings,
     architecture_from,
     is_model_keyword,
     model_keywords,
-    packing_problems,
     row_mixing,
     trial_step,
 )
 from fairdp.errors import InputError
-from fairdp.methods import (
-    HyperParam,
-    Method,
-    arange_grid,
-    get_method,
-    load_plugins,
-    method_names,
-    range_count,
-)
+from fairdp.methods import HyperParam, Method, get_method, load_plugins, method_names
+from fairdp.methods._shared import arange_grid, range_count
 from fairdp.metrics import ProbeSettings
-from fairdp.privacy import COUNTS, TrialCount
+from fairdp.privacy._shared import COUNTS, TrialCount
 from fairdp.schema import NOTION_GAP, OBJECTIVES, SELECTION_FAIRNESS
-from fairdp.tracking import TrackingSpec, parse_tracking
+from fairdp.tracking._shared import TrackingSpec, parse_tracking
 
 SAMPLERS = ("nsga2", "tpe")
 PREDICTIONS = ("selected", "none")

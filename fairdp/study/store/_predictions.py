@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -135,9 +134,8 @@ def _picks(rows: pd.DataFrame, selection: StoredSelection, location: str) -> pd.
         return None
     by = list(selection.by)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # rows left out for NaN metrics: the report says so
-            picks = select_by_rt(rows, rt=selection.rt, fairness=selection.fairness, by=by)
+        # rows left out for NaN metrics: the report says so, so the notes are dropped here
+        picks = select_by_rt(rows, rt=selection.rt, fairness=selection.fairness, by=by, notes=[])
     except InputError as e:
         logger.warning("fairdp: %s: no predictions of the selected configs stored: %s", location, e)
         return None

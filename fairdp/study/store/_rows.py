@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from fairdp import __version__, schema
-from fairdp.engine import VALID_CURVES, PackResult, device_record, is_model_keyword, resolve_device
+from fairdp.engine._shared import device_record, is_model_keyword, resolve_device
+from fairdp.engine.contract import VALID_CURVES, PackResult
 from fairdp.methods import get_method, load_plugins
-from fairdp.privacy import trial_count_from_dict
+from fairdp.privacy._shared import trial_count_from_dict
 from fairdp.study._context import StudyContext, training_provenance
 from fairdp.study.run._plan import Pack, tuning_draws
 from fairdp.study.store._store import ResultStore

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from fairdp import schema
 from fairdp._atomic import atomic_path, unwritable_reason
-from fairdp.engine import CheckpointFile
+from fairdp.engine._shared import CheckpointFile
 from fairdp.errors import DiskFull, InputError, StoreUnavailable, is_disk_full, last_line
 from fairdp.methods import builtin_method_names, get_method
 

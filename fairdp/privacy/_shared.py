@@ -1,0 +1,31 @@
+"""The names fairdp.privacy shares with the rest of fairdp: not public API (that is
+``fairdp.privacy.__all__``). fairdp's methods, analysis and study import them from here, the one
+private module of fairdp.privacy that other parts of fairdp may import (tests/test_layers.py)."""
+
+from fairdp.privacy._accounting import ACCOUNTANTS, PFLD_DELTA
+from fairdp.privacy._discrete import LARGEST_L1_EPS, LARGEST_SCALE_EPS
+from fairdp.privacy._guarantee import (
+    ADD_REMOVE_RECORD,
+    KIND_CAVEATS,
+    LOCAL_ATTRIBUTE,
+    LOCAL_REPRESENTATION,
+    REPLACE_ATTRIBUTE,
+    REPLACE_RECORD,
+    conversion_reasons,
+    guarantee_kind,
+)
+from fairdp.privacy._release import (
+    COUNTS,
+    TrialCount,
+    epsilon_of_rdp,
+    event_to_json,
+    repeat_and_select_rdp,
+    trial_count_from_dict,
+)
+
+__all__ = [
+    "ACCOUNTANTS", "ADD_REMOVE_RECORD", "conversion_reasons", "COUNTS", "epsilon_of_rdp", "event_to_json",
+    "guarantee_kind", "KIND_CAVEATS", "LARGEST_L1_EPS", "LARGEST_SCALE_EPS", "LOCAL_ATTRIBUTE",
+    "LOCAL_REPRESENTATION", "PFLD_DELTA", "repeat_and_select_rdp", "REPLACE_ATTRIBUTE", "REPLACE_RECORD",
+    "trial_count_from_dict", "TrialCount",
+]
