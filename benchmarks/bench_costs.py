@@ -38,7 +38,8 @@ import time
 import torch
 
 from fairdp.data import load_dataset
-from fairdp.engine import TrainSettings, native_bf16
+from fairdp.engine import TrainSettings
+from fairdp.engine._shared import native_bf16
 from fairdp.methods import RunInfo, get_method, method_names
 from fairdp.metrics import ProbeSettings, evaluate_pack
 from fairdp.study.run._estimate import REFERENCE_PATH

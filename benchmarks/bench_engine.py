@@ -33,7 +33,8 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from fairdp.data import load_dataset
-from fairdp.engine import TrainSettings, native_bf16
+from fairdp.engine import TrainSettings
+from fairdp.engine._shared import native_bf16
 from fairdp.methods import get_method
 from fairdp.study.spec._precision import choose_precision
 

@@ -35,7 +35,8 @@ from fairdp.engine import TrainSettings
 from fairdp.engine.contract import Batch, PackContext
 from fairdp.methods import get_method
 from fairdp.methods._lagrangian import ARCHITECTURE
-from fairdp.privacy import PFLD_DELTA, calibrate_dpsgd_sigma
+from fairdp.privacy import calibrate_dpsgd_sigma
+from fairdp.privacy._shared import PFLD_DELTA
 
 EPS, CLIP, LR, EPOCHS = 1.0, 1.0, 0.1, 30
 
