@@ -153,10 +153,32 @@ def test_an_unreadable_results_file_is_not_called_corrupt(tmp_path, monkeypatch,
     def denied(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(store_module.pq, "read_table", denied)
+    monkeypatch.setattr(store_module.pq, "read_schema", denied)  # the footer: what a read opens first
     with pytest.raises(InputError, match="permission denied") as info:
         store.read(on_corrupt="collect")
     assert "--repair" not in str(info.value) and os.path.exists(path)
+
+
+def test_a_file_whose_footer_reads_but_whose_data_does_not_is_left_out_and_named(tmp_path):
+    """The store reads footers first and then every file in one columnar scan; a file whose
+    footer is whole but whose pages are not fails that scan, so it is found file by file: the
+    other files' rows are read, and it alone is named corrupt."""
+    store = ResultStore(tmp_path / "r")
+    rows = [{"study": "s", "dataset": "d", "method": "unconstrained", "seed": 0, "config_id": c, "status": "ok"}
+            for c in ("a", "b")]
+    kept = store.write_pack(rows[:1], "d", "unconstrained", 0, "pa")
+    broken = store.write_pack(rows[1:], "d", "unconstrained", 0, "pb")
+    with open(broken, "rb") as f:
+        data = bytearray(f.read())
+    footer = int.from_bytes(data[-8:-4], "little")
+    data[4:len(data) - footer - 8] = b"\xff" * (len(data) - footer - 12)  # the pages, not the footer
+    with open(broken, "wb") as f:
+        f.write(bytes(data))
+    df, corrupt = store.read(on_corrupt="collect")
+    assert list(df["config_id"]) == ["a"] and [c.path for c in corrupt] == [broken] and os.path.exists(kept)
+    assert corrupt[0].kind == "corrupt"
+    with pytest.raises(InputError, match="part-s0-pb.parquet"):
+        store.read()
 
 
 def test_tune_directories_of_killed_runs_are_removed_and_live_ones_kept(tmp_path, monkeypatch):

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -392,35 +394,72 @@ class ResultStore:
         others: list[str] = []
         paths = self._part_files(self.root, others)
         corrupt = [CorruptFile(path, MISPLACED, "foreign") for path in others]
-        tables: dict[str, pa.Table] = {}
+        # each file's footer first (its schema, no data): what is not fairdp's is left out unread
+        schemas: dict[str, pa.Schema] = {}
         for path in paths:
             try:
-                table = pq.read_table(path, filesystem=self.fs)
+                file_schema = pq.read_schema(path, filesystem=self.fs)
             except (pa.ArrowException, OSError) as e:
-                # healthy but unreadable to this user (pyarrow words EACCES its own way): not
-                # corrupt, and --repair would move a good file aside
-                if isinstance(e, PermissionError) or "permission denied" in str(e).lower():
-                    raise InputError(f"{path}: cannot be read (permission denied); ask its owner, or pass "
-                                     f"another --results") from None
-                corrupt.append(CorruptFile(path, _first_line(e), "corrupt"))
+                corrupt.append(self._unreadable(path, e))
                 continue
-            foreign = foreign_reason(table.schema) or self._retyped(table.schema)
+            foreign = foreign_reason(file_schema) or self._retyped(file_schema)
             if foreign:
                 corrupt.append(CorruptFile(path, foreign, "foreign"))
                 continue
-            tables[path] = table
-        for bad in [*_odd_types(tables, set(self.schema.names)), *_duplicated_packs(tables)]:
+            schemas[path] = file_schema
+        for bad in _odd_types(schemas, set(self.schema.names)):
             corrupt.append(bad)
-            del tables[bad.path]
+            del schemas[bad.path]
+        table, unreadable = self._scan(schemas)
+        corrupt += unreadable
+        bad = _duplicated_packs(table) if table is not None else []
+        if bad:
+            corrupt += bad
+            table = table.filter(pc.invert(pc.is_in(table.column(FILE), pa.array([b.path for b in bad]))))
         if corrupt and on_corrupt == "raise":
             raise corrupt_error(corrupt)
-        if not tables:
+        if table is None or not table.num_rows:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in self.schema.names}), corrupt
+        return table.drop_columns([FILE]).to_pandas(), corrupt
+
+    def _unreadable(self, path: str, e: BaseException) -> CorruptFile:
+        """The corrupt file ``path`` that could not be read (``e``); a file this user may not
+        read is an InputError instead: it is healthy, and ``--repair`` would move it aside."""
+        # pyarrow words EACCES its own way
+        if isinstance(e, PermissionError) or "permission denied" in str(e).lower():
+            raise InputError(f"{path}: cannot be read (permission denied); ask its owner, or pass "
+                             f"another --results") from None
+        return CorruptFile(path, _first_line(e), "corrupt")
+
+    def _scan(self, schemas: dict[str, pa.Schema]) -> tuple[pa.Table | None, list[CorruptFile]]:
+        """The rows of the files of ``schemas`` as one table, read in one columnar scan (their
+        schemas unified, a column a file lacks null there) with the file of each row (``FILE``),
+        and the files whose data could not be read although their footer could (a truncated
+        page): those are found file by file, and left out."""
+        if not schemas:
+            return None, []
         try:
-            return pa.concat_tables(list(tables.values()), promote_options="permissive").to_pandas(), corrupt
+            unified = pa.unify_schemas(list(schemas.values()), promote_options="permissive")
         except (pa.ArrowException, ValueError) as e:  # checked file by file above: a case those checks miss
             raise InputError(f"{self.location}: its pack files do not combine into one table "
                              f"({_first_line(e)})") from None
+        try:
+            return self._scan_files(list(schemas), unified), []
+        except (pa.ArrowException, OSError):
+            pass
+        readable, unreadable = [], []
+        for path in schemas:  # the scan failed on a file's data: find which, read the others
+            try:
+                pq.read_table(path, filesystem=self.fs)
+                readable.append(path)
+            except (pa.ArrowException, OSError) as e:
+                unreadable.append(self._unreadable(path, e))
+        return (self._scan_files(readable, unified) if readable else None), unreadable
+
+    def _scan_files(self, paths: list[str], unified: pa.Schema) -> pa.Table:
+        dataset = ds.dataset(paths, schema=unified, format="parquet", filesystem=self.fs)
+        table = dataset.to_table(columns=[*unified.names, "__filename"])
+        return table.rename_columns([*unified.names, FILE])
 
     def _retyped(self, file_schema: pa.Schema) -> str | None:
         """Why a pack file's column is not of the type fairdp writes it in (the store's
@@ -541,13 +580,13 @@ def _first_line(e: BaseException) -> str:
     return lines[0][:300] if lines else type(e).__name__
 
 
-def _odd_types(tables: dict[str, pa.Table], known: set[str]) -> list[CorruptFile]:
+def _odd_types(schemas: dict[str, pa.Schema], known: set[str]) -> list[CorruptFile]:
     """The files whose column fairdp does not know (a plugin's hyperparameter, not among
     ``known``) holds another kind of value than most files' (the first file's, on a tie):
     one column, one type, or the files could not be read as one table."""
     kinds: dict[str, dict[str, list[str]]] = {}  # column -> kind -> files
-    for path, table in tables.items():
-        for f in table.schema:
+    for path, file_schema in schemas.items():
+        for f in file_schema:
             if f.name not in known and not pa.types.is_null(f.type):
                 kinds.setdefault(f.name, {}).setdefault(_kind(f.type), []).append(path)
     odd: dict[str, CorruptFile] = {}
@@ -556,11 +595,11 @@ def _odd_types(tables: dict[str, pa.Table], known: set[str]) -> list[CorruptFile
             continue
         usual = max(by_kind, key=lambda k: len(by_kind[k]))  # dicts keep order: the first on a tie
         example = by_kind[usual][0]
-        want = tables[example].schema.field(column).type
+        want = schemas[example].field(column).type
         for kind, paths in by_kind.items():
             for path in paths:
                 if kind != usual and path not in odd:
-                    have = tables[path].schema.field(column).type
+                    have = schemas[path].field(column).type
                     odd[path] = CorruptFile(path, f"not a fairdp file: column '{column}' holds {have}, {example} "
                                                   f"holds {want}", "foreign")
     return list(odd.values())
@@ -570,44 +609,45 @@ MISPLACED = "not a fairdp file: not named or placed as a pack file (<dataset>/<m
 ROW_KEYS = ["dataset", "method", "seed", "config_id"]  # a config's row, once in a study's results
 
 
-def _duplicated_packs(tables: dict[str, pa.Table]) -> list[CorruptFile]:
+FILE = "_file"  # the column of a scanned row's file (``ResultStore._scan``)
+
+
+def _duplicated_packs(table: pa.Table) -> list[CorruptFile]:
     """The pack files holding an ok row of a config that another file (or a row before it in
     the same file) holds too: a copy of a pack file under another name would count its configs
     twice. The file named as its rows' pack (``part-s<seed>-<pack_id>.parquet``) is kept, then
     the first in order; each other file sharing a config with a kept one is named, with the
     kept file. Error rows are left alone: a config may fail in one pack and succeed in another
-    (its error pack retried without a config the grid no longer has), and only ok rows count."""
-    if not tables:
-        return []
-    paths = list(tables)
-    keys = pd.concat([tables[p].select([*ROW_KEYS, "status"]).to_pandas().assign(_file=i)
-                      for i, p in enumerate(paths)], ignore_index=True)
+    (its error pack retried without a config the grid no longer has), and only ok rows count.
+    ``table``: the scanned rows with their files (``FILE``); only its key columns are read."""
+    keys = table.select([*ROW_KEYS, "status", FILE]).to_pandas()
     keys = keys[keys["status"].astype(object) == schema.STATUS_OK]
-    if not keys.duplicated(ROW_KEYS).any():
+    if not keys.duplicated(ROW_KEYS).any():  # the common case: one vectorised check
         return []
+    paths = list(dict.fromkeys(table.column(FILE).to_pylist()))
+    packs = table.select(["seed", "pack_id", FILE]).to_pandas() if "pack_id" in table.column_names else None
 
-    def named_as_its_pack(i: int) -> bool:
-        ids = tables[paths[i]].column("pack_id").unique().to_pylist() if "pack_id" in tables[paths[i]].column_names \
-            else []
-        seeds = tables[paths[i]].column("seed").unique().to_pylist()
-        name = paths[i].rsplit("/", 1)[1]
-        return len(ids) == 1 and len(seeds) == 1 and name == f"part-s{seeds[0]}-{ids[0]}.parquet"
+    def named_as_its_pack(path: str) -> bool:
+        if packs is None:
+            return False
+        mine = packs[packs[FILE] == path]
+        ids, seeds = mine["pack_id"].dropna().unique(), mine["seed"].unique()
+        return len(ids) == 1 and len(seeds) == 1 and path.rsplit("/", 1)[1] == f"part-s{seeds[0]}-{ids[0]}.parquet"
 
-    owner: dict[tuple, int] = {}
+    owner: dict[tuple, str] = {}
     out = []
-    for i in sorted(range(len(paths)), key=lambda i: (not named_as_its_pack(i), paths[i])):
-        mine = keys.loc[keys["_file"] == i, ROW_KEYS]
-        rows = list(mine.itertuples(index=False, name=None))
+    for path in sorted(paths, key=lambda p: (not named_as_its_pack(p), p)):
+        rows = list(keys.loc[keys[FILE] == path, ROW_KEYS].itertuples(index=False, name=None))
         clash = next((k for k in rows if k in owner), None)
         if clash is None and len(set(rows)) < len(rows):
             clash = next(k for k in rows if rows.count(k) > 1)
-            out.append(CorruptFile(paths[i], f"holds config {_describe_key(clash)} twice", "duplicate"))
+            out.append(CorruptFile(path, f"holds config {_describe_key(clash)} twice", "duplicate"))
             continue
         if clash is not None:
-            out.append(CorruptFile(paths[i], f"configs also stored in {paths[owner[clash]]}, e.g. "
-                                             f"{_describe_key(clash)}: their rows would count twice", "duplicate"))
+            out.append(CorruptFile(path, f"configs also stored in {owner[clash]}, e.g. "
+                                         f"{_describe_key(clash)}: their rows would count twice", "duplicate"))
             continue
-        owner.update((k, i) for k in rows)
+        owner.update((k, path) for k in rows)
     return out
 
 
