@@ -1263,6 +1263,23 @@ def _add_compare_parser(sub) -> None:
     cmp_.set_defaults(func=_cmd_compare)
 
 
+def _add_compact_parser(sub) -> None:
+    """``fairdp compact``: a finished seed's pack files merged into one."""
+    cmp_ = sub.add_parser("compact", help="merge each finished seed's pack files into one file (reading many small "
+                                          "files is what a large store's analysis costs); safe to kill and rerun")
+    cmp_.add_argument("results", metavar="DIR", help="a results directory or URI")
+    cmp_.add_argument("--seeds", metavar="S,...", help="only these seeds (default: every finished one)")
+    cmp_.set_defaults(func=_cmd_compact)
+
+
+def _cmd_compact(args) -> int:
+    from fairdp.study.store._compact import compact_results
+
+    done = compact_results(args.results, _seed_list(args.seeds))
+    print(f"fairdp compact {args.results}: {done.describe()}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="fairdp", description="Hyperparameter studies for fair and private learning.")
     p.add_argument("--version", action="version", version=f"fairdp {__version__}")
@@ -1270,7 +1287,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_data_parser, _add_methods_parser, _add_audit_parser, _add_audit_training_parser,
                 _add_check_method_parser, _add_check_model_parser,
                 _add_run_parser, _add_search_parser, _add_analyze_parser, _add_report_parser, _add_figure_parser,
-                _add_dashboard_parser, _add_compare_parser):
+                _add_dashboard_parser, _add_compare_parser, _add_compact_parser):
         add(sub)
     return p
 

@@ -11,6 +11,7 @@ rows with no other edit. Plain data, no imports from the rest of the package.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 SPLITS = ("valid", "test")
 FAIRNESS_METRICS = ("tpr_gap", "grms", "dp_gap", "eo_gap", "ap_gap")
@@ -105,6 +106,22 @@ ROW_KEY = ("method", "seed", "config_id")
 """What identifies a row within a study's results."""
 
 STATUS_OK = "ok"
+
+
+class Hyperparameter(NamedTuple):
+    """A hyperparameter's column: what ``hyperparameter_columns`` reads of a ``HyperParam``."""
+
+    name: str
+    column_type: str
+
+
+BUILTIN_HYPERPARAMETERS = {
+    "bound": "float64", "clip_dual": "float64", "clip_primal": "float64", "eps": "float64",
+    "fairness_notion": "string", "iterations": "float64", "lam": "float64", "lam_ort": "float64",
+}
+"""The column type of every hyperparameter of fairdp's own methods: what reading stored rows
+needs to know of them without loading the methods (torch). A test holds it equal to the
+registry's."""
 
 
 def hyperparameter_columns(hyperparams: Iterable) -> list[tuple[str, str]]:

@@ -45,10 +45,6 @@ STUDY_LAYERS = {
 # fairdp.study -> the reason
 STUDY_ALLOWED_UP = {
     ("store._rows", "run._plan"): "a pack's rows are built from its Pack and its tuning draws",
-    ("store._predictions", "run._plan"): "a selected config is retrained as a Pack",
-    ("store._predictions", "executors._worker"): "a selected config is retrained by the worker's train_pack; "
-                                                 "its prediction files are the worker's",
-    ("store._predictions", "run._prepare"): "a type annotation only (Prepared), under TYPE_CHECKING",
     ("store._selection", "run._prepare"): "a type annotation only (Prepared), under TYPE_CHECKING",
     ("executors", "search._generations"): "Generation and GenerationPlanner are part of the executor author's API",
     ("executors._executors", "search._generations"): "an executor's run_search is handed a GenerationPlanner",

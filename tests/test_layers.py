@@ -384,3 +384,21 @@ def test_tests_import_private_modules_only_where_layers_says_why():
 def test_the_private_import_allowlist_holds_only_what_tests_import():
     unused = sorted(set(TEST_PRIVATE_IMPORTS) - {module for *_, module in TEST_IMPORTS})
     assert not unused, f"tests/layers.py allows private modules no test imports: {unused}"
+
+
+def test_every_module_imports_first_with_no_cycle():
+    """Each fairdp module imported first, in a process where no other fairdp module is loaded
+    (as a Ray worker imports a trainable's module when it unpickles it): an import cycle that
+    one import order hides (the packages' lazy names no longer fix an order) fails here."""
+    code = ("import importlib, pkgutil, sys\nimport fairdp, torch, pandas, pyarrow\n"
+            "names = sorted(m.name for m in pkgutil.walk_packages(fairdp.__path__, 'fairdp.') "
+            "if '__main__' not in m.name)\nbad = []\n"
+            "for name in names:\n"
+            "    for k in [k for k in sys.modules if k == 'fairdp' or k.startswith('fairdp.')]:\n"
+            "        del sys.modules[k]\n"
+            "    try:\n        importlib.import_module(name)\n"
+            "    except ImportError as e:\n        bad.append(f'{name}: {e}')\n"
+            "print(len(names), bad)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    count, bad = out.split(" ", 1)
+    assert int(count) > 100 and bad == "[]", bad

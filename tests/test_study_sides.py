@@ -12,9 +12,10 @@ STUDY = Path(__file__).resolve().parents[1] / "fairdp" / "study"
 # what a worker runs, and the plain values and files it shares with the driver (modules named
 # under fairdp.study)
 WORKER_SIDE = {"executors._worker", "store._rows", "_context", "ray._ray_trainables"}
-# specs, the store, packs, the results' lock; and ``search_config`` (a per-config search trial's
-# parameters as the method's config)
-SHARED = {"spec._spec", "store._store", "run._plan", "store._lock", "search._optuna"}
+# specs, the store (its checkpoint files and the plan beside it), packs, the results' lock; and
+# ``search_config`` (a per-config search trial's parameters as the method's config)
+SHARED = {"spec._spec", "store._store", "store._checkpoint", "store._plans", "run._plan", "store._lock",
+          "search._optuna"}
 
 
 def _file(module: str) -> Path:

@@ -16,7 +16,13 @@ import pandas as pd
 
 from fairdp.errors import InputError
 from fairdp.privacy import comparison_groups, convert_guarantee
-from fairdp.privacy._shared import ADD_REMOVE_RECORD, KIND_CAVEATS
+from fairdp.privacy._shared import (
+    ADD_REMOVE_RECORD,
+    KIND_CAVEATS,
+    LOCAL_ATTRIBUTE,
+    LOCAL_REPRESENTATION,
+    REPLACE_ATTRIBUTE,
+)
 from fairdp.schema import (
     FAIRNESS_METRICS,
     FIXED_COLUMNS,
@@ -177,14 +183,28 @@ UNKNOWN_GUARANTEE = "unknown (method not loaded)"
 DIFFERENT_GUARANTEES = "different guarantees: not comparable on ε"
 
 
+BUILTIN_GUARANTEES = {
+    "adversarial": None, "cape": LOCAL_REPRESENTATION, "dpnr": LOCAL_REPRESENTATION, "dpsgd": ADD_REMOVE_RECORD,
+    "federate": LOCAL_REPRESENTATION, "fld": None, "inlp": None, "multi_adversarial": None,
+    "noise": LOCAL_REPRESENTATION, "pfld": REPLACE_ATTRIBUTE, "private_reductions": LOCAL_ATTRIBUTE,
+    "random": None, "reductions": None, "unconstrained": None,
+}
+"""The kind of each of fairdp's own methods' guarantee (None: not private), so that labelling a
+table or figure needs no method registry (torch); a test holds it equal to the registry's."""
+
+
 def method_guarantee(method: str) -> str | None:
-    """The kind of ``method``'s guarantee from the registry (``Method.guarantee_kind``; a label
-    like "pfld [dp]" is looked up by its method name): None for a method without privacy,
-    ``UNKNOWN_GUARANTEE`` for a plugin this process has not loaded."""
-    from fairdp.methods import get_method  # the registry loads torch: only when a label needs it
+    """The kind of ``method``'s guarantee (``Method.guarantee_kind``; a label like "pfld [dp]"
+    is looked up by its method name): fairdp's own methods' from ``BUILTIN_GUARANTEES``, a
+    plugin's from the registry; None for a method without privacy, ``UNKNOWN_GUARANTEE`` for a
+    plugin this process has not loaded."""
+    name = str(method).split(" [", 1)[0]
+    if name in BUILTIN_GUARANTEES:
+        return BUILTIN_GUARANTEES[name]
+    from fairdp.methods import get_method  # the registry loads torch: only for a plugin's label
 
     try:
-        return get_method(str(method).split(" [", 1)[0]).guarantee_kind
+        return get_method(name).guarantee_kind
     except (InputError, KeyError, ValueError):
         return UNKNOWN_GUARANTEE
 
@@ -195,10 +215,12 @@ def row_guarantees(df: pd.DataFrame) -> pd.Series:
     kind (``method_guarantee``) otherwise."""
     require_columns(df, ["method"])
     methods = df["method"].astype(str)
-    known = {m: method_guarantee(m) for m in methods.unique()}
     private = (~np.isinf(pd.to_numeric(df["eps_formal"], errors="coerce").to_numpy(float))
                if "eps_formal" in df.columns else np.ones(len(df), dtype=bool))
     stored = df[GUARANTEE] if GUARANTEE in df.columns else pd.Series([None] * len(df), index=df.index)
+    # the registry only for the methods of private rows that store no kind (it loads torch)
+    unstored = ~stored.map(lambda s: isinstance(s, str)).to_numpy(bool) & private
+    known = {m: method_guarantee(m) for m in methods[unstored].unique()}
     out = [kind_of(s) if isinstance(s, str) else (known[m] if p else None) for s, m, p in zip(stored, methods, private)]
     return pd.Series(out, index=df.index, dtype=object)
 

@@ -1,5 +1,7 @@
 """Metrics: fairness gaps (percent), Leakage and MDL probes, and a pack's result columns."""
 
+import typing
+
 from fairdp.fairness import (
     accuracy,
     ap_gap,
@@ -10,11 +12,26 @@ from fairdp.fairness import (
     macro_f1,
     tpr_gap,
 )
-from fairdp.metrics._evaluate import evaluate_pack
-from fairdp.metrics._probes import FEDERATE_PROBE, ProbeSettings, leakage, mdl
+from fairdp.metrics._probe_settings import FEDERATE_PROBE, ProbeSettings
+
+if typing.TYPE_CHECKING:  # what the lazy names are, for type checkers and the API pages' generator
+    from fairdp.metrics._evaluate import evaluate_pack
+    from fairdp.metrics._probes import leakage, mdl
 
 __all__ = [
     # user API (docs/api/metrics.md)
     "accuracy", "ap_gap", "dp_gap", "eo_gap", "grms", "group_rates", "macro_f1", "tpr_gap",
     "FEDERATE_PROBE", "ProbeSettings", "leakage", "mdl", "evaluate_pack",
 ]
+
+# The probes and a pack's evaluation are torch code: imported on first use, so that describing
+# stored rows' probes (``ProbeSettings``) loads without torch.
+_TORCH = {"evaluate_pack": "fairdp.metrics._evaluate", "leakage": "fairdp.metrics._probes", "mdl": "fairdp.metrics._probes"}
+
+
+def __getattr__(name: str):
+    if name in _TORCH:
+        import importlib
+
+        return getattr(importlib.import_module(_TORCH[name]), name)
+    raise AttributeError(f"module 'fairdp.metrics' has no attribute {name!r}")

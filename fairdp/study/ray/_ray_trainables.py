@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 from fairdp.errors import StoreFault
 from fairdp.methods import get_method
 from fairdp.study._context import StudyContext
-from fairdp.study.executors._worker import run_pack
 from fairdp.study.run._plan import Pack
 from fairdp.study.search._optuna import search_config
 from fairdp.study.spec._spec import SearchSpec
@@ -122,7 +121,7 @@ def pack_trainable(config: dict, ctx: StudyContext, log_level: int = logging.WAR
 
     with worker_logging(log_level) as records:
         try:
-            rows = run_pack(ctx, Pack.from_dict(config["pack"]), units_reporter(records))
+            rows = _run_pack()(ctx, Pack.from_dict(config["pack"]), units_reporter(records))
         except StoreFault as e:  # reported, not raised: the driver stops the run with this one line
             tune.report({STORE_FAULT: str(e), **records.drain()})
             return
@@ -142,7 +141,7 @@ def config_trainable(config: dict, ctx: StudyContext, search: SearchSpec, log_le
         rows = _stored_single(ctx, search, cid)
         if rows is None:
             try:
-                rows = run_pack(ctx, Pack(search.method, search.seed, (cfg,), (cid,)), units_reporter(records))
+                rows = _run_pack()(ctx, Pack(search.method, search.seed, (cfg,), (cid,)), units_reporter(records))
             except StoreFault as e:  # reported, not raised: the driver stops the search with this one line
                 tune.report({STORE_FAULT: str(e), **records.drain()})
                 return
@@ -167,3 +166,11 @@ def _stored_single(ctx: StudyContext, search: SearchSpec, cid: str) -> list[dict
 
 def _finite_or_none(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) else None
+
+
+def _run_pack():
+    """The worker's ``run_pack``, imported when a trial runs: the executors package imports
+    the Tune driver, which imports this module, so importing it here at the top is a cycle."""
+    from fairdp.study.executors._worker import run_pack  # a cycle at import time (above)
+
+    return run_pack

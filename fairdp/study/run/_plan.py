@@ -6,23 +6,16 @@ import hashlib
 import itertools
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
 from fairdp.engine._shared import is_model_keyword
 from fairdp.methods import get_method
 from fairdp.privacy._shared import TrialCount
 from fairdp.study.spec._spec import DEFAULT_PACK_CAP, GPU_PACK_CAP, MethodPlan, StudySpec
-from fairdp.study.store._store import (
-    CorruptSideTable,
-    ResultStore,
-    foreign_reason,
-    pack_id,
-    read_or_move_aside,
-)
+from fairdp.study.store._plans import PLAN_COLUMNS, PLAN_TABLE, read_plan
+from fairdp.study.store._store import ResultStore, pack_id, read_or_move_aside
 
 
 @dataclass(frozen=True)
@@ -187,10 +180,6 @@ def hand_out_order(packs: list[Pack]) -> list[Pack]:
     return [p for rank in itertools.zip_longest(*ranked) for p in rank if p is not None]
 
 
-PLAN_TABLE = "plan.parquet"
-PLAN_COLUMNS = ["study", "dataset", "method", "seed", "config_id", "epochs"]
-
-
 def plan_table(spec: StudySpec) -> pd.DataFrame:
     """Every config ``spec`` trains, one row per (method, seed, config_id), stored or not."""
     return Backlog.from_stored(spec, pd.DataFrame()).plan()
@@ -213,31 +202,3 @@ def record_plan(store: ResultStore, spec: StudySpec, repair: bool = False,
     store.write_side_table(plan, PLAN_TABLE)
     return plan
 
-
-PLAN_TYPES = {"study": pa.string(), "dataset": pa.string(), "method": pa.string(), "seed": pa.int64(),
-              "config_id": pa.string(), "epochs": pa.int64()}
-
-
-def read_plan(store: ResultStore) -> pd.DataFrame | None:
-    """The plan beside ``store``'s results, or None when no run wrote one; ``CorruptSideTable``
-    (an InputError naming it) when it is unreadable or not a plan."""
-    plan = store.read_side_table(PLAN_TABLE)
-    if plan is None:
-        return None
-    reason = foreign_reason(pa.Schema.from_pandas(plan, preserve_index=False), PLAN_TYPES)
-    if reason:
-        raise CorruptSideTable(store.side_table_path(PLAN_TABLE), reason)
-    return plan
-
-
-def read_plans(*locations) -> pd.DataFrame | None:
-    """The plans beside several results locations, stacked; None when none has one. A
-    location that is a Parquet file of rows has no plan."""
-    frames = []
-    for loc in locations:
-        if Path(str(loc)).is_file():
-            continue
-        plan = read_plan(ResultStore(loc))
-        if plan is not None:
-            frames.append(plan)
-    return pd.concat(frames, ignore_index=True) if frames else None

@@ -25,6 +25,7 @@ from fairdp.study.run._estimate import (
     study_unit_costs,
 )
 from fairdp.study.run._plan import Backlog, Pack, record_plan
+from fairdp.study.run._predictions import store_predictions
 from fairdp.study.run._prepare import (
     Prepared,
     default_results,
@@ -37,7 +38,6 @@ from fairdp.study.run._signals import sigterm_as_ctrl_c
 from fairdp.study.run._timing import time_user_modules
 from fairdp.study.spec._precision import PrecisionChoice
 from fairdp.study.spec._spec import GPU_PACK_CAP, MAX_EPOCHS, MAX_SEED, StudySpec, checked_int
-from fairdp.study.store._predictions import store_predictions
 from fairdp.study.store._selection import store_selection
 from fairdp.study.store._store import CHECKPOINTS, ResultStore
 

@@ -269,15 +269,3 @@ def write_hypervolume_history(store: ResultStore, spec: StudySpec, study, rows: 
     store.write_side_table(history, f"hypervolume-{spec.search.method}-seed{spec.search.seed}.parquet")
     return history
 
-
-def read_hypervolume_histories(*locations: str) -> pd.DataFrame | None:
-    """Every ``<results>.hypervolume-<method>-seed<s>.parquet`` beside the given results locations,
-    stacked; None when there is none."""
-    import glob
-
-    frames = []
-    for loc in locations:
-        store = ResultStore(loc)
-        if store.is_local:
-            frames += [pd.read_parquet(p) for p in sorted(glob.glob(f"{glob.escape(store.root)}.hypervolume-*.parquet"))]
-    return pd.concat(frames, ignore_index=True) if frames else None

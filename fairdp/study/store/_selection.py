@@ -25,7 +25,6 @@ import pyarrow as pa
 
 from fairdp.errors import InputError
 from fairdp.schema import SELECTION_FAIRNESS
-from fairdp.study.spec._spec import StudySpec
 from fairdp.study.store._store import (
     CorruptSideTable,
     ResultStore,
@@ -35,6 +34,7 @@ from fairdp.study.store._store import (
 
 if TYPE_CHECKING:
     from fairdp.study.run._prepare import Prepared
+    from fairdp.study.spec._spec import StudySpec
 
 SELECTION_TABLE = "selection.parquet"
 

@@ -12,6 +12,7 @@ checkpoint) is retried with bounded back-off while the store does not answer.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -23,6 +24,7 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
@@ -33,9 +35,10 @@ import pyarrow.parquet as pq
 
 from fairdp import schema
 from fairdp._atomic import atomic_path, unwritable_reason
-from fairdp.engine._shared import CheckpointFile
 from fairdp.errors import DiskFull, InputError, StoreUnavailable, is_disk_full, last_line
-from fairdp.methods import builtin_method_names, get_method
+
+if TYPE_CHECKING:
+    from fairdp.study.store._checkpoint import StoredCheckpoint
 
 logger = logging.getLogger(__name__)
 
@@ -87,10 +90,17 @@ def _s3_with_timeouts(location: str, fs: pafs.S3FileSystem) -> pafs.S3FileSystem
 
 def study_columns(methods=()) -> list[tuple[str, str]]:
     """(name, type) of every column of a study's rows: the fixed columns of ``fairdp.schema``
-    and one column per hyperparameter of fairdp's own methods and of ``methods`` (the
-    study's, plugins included). Every file of a study has exactly these columns."""
-    names = dict.fromkeys([*builtin_method_names(), *methods])
-    return schema.result_columns(h for n in names for h in get_method(n).hyperparams)
+    and one column per hyperparameter of fairdp's own methods (``schema.BUILTIN_HYPERPARAMETERS``)
+    and of ``methods`` (the study's, plugins included). Every file of a study has exactly these
+    columns."""
+    hyperparams = [schema.Hyperparameter(name, kind) for name, kind in schema.BUILTIN_HYPERPARAMETERS.items()]
+    if methods:
+        # the registry (its methods import torch): only for a study's methods, never to read rows
+        from fairdp.methods import builtin_method_names, get_method
+
+        builtin = set(builtin_method_names())
+        hyperparams += [h for n in dict.fromkeys(methods) if n not in builtin for h in get_method(n).hyperparams]
+    return schema.result_columns(hyperparams)
 
 
 def arrow_schema(columns) -> pa.Schema:
@@ -407,12 +417,15 @@ class ResultStore:
                 corrupt.append(CorruptFile(path, foreign, "foreign"))
                 continue
             schemas[path] = file_schema
+        for path in superseded(schemas):  # merged into a file beside it by a killed compaction
+            del schemas[path]
         for bad in _odd_types(schemas, set(self.schema.names)):
             corrupt.append(bad)
             del schemas[bad.path]
         table, unreadable = self._scan(schemas)
         corrupt += unreadable
-        bad = _duplicated_packs(table) if table is not None else []
+        merged = {path for path, file_schema in schemas.items() if merged_names(file_schema)}
+        bad = _duplicated_packs(table, merged) if table is not None else []
         if bad:
             corrupt += bad
             table = table.filter(pc.invert(pc.is_in(table.column(FILE), pa.array([b.path for b in bad]))))
@@ -481,6 +494,9 @@ class ResultStore:
     # -- checkpoints of packs in training -------------------------------------------------
     def checkpoint(self, pid: str) -> StoredCheckpoint:
         """Where pack ``pid`` keeps its training checkpoint (hidden: readers skip it)."""
+        # the engine's checkpoint type: torch, which a reader of rows never loads
+        from fairdp.study.store._checkpoint import StoredCheckpoint
+
         return StoredCheckpoint(self, f"{self.root}/{CHECKPOINTS}/{pid}.ckpt")
 
     def checkpoint_ids(self) -> list[str]:
@@ -506,37 +522,6 @@ class ResultStore:
 
 
 CHECKPOINTS = ".checkpoints"  # under the root; its name starts with '.', so readers skip it
-
-
-class StoredCheckpoint(CheckpointFile):
-    """A pack's training checkpoint as a file of the results store, replaced all at once."""
-
-    def __init__(self, store: ResultStore, path: str):
-        self.store, self.path, self.name = store, path, path
-
-    def read(self) -> bytes | None:
-        def read() -> bytes | None:
-            if self.store.fs.get_file_info(self.path).type != pafs.FileType.File:
-                return None
-            with self.store.fs.open_input_stream(self.path) as f:
-                return f.read()
-
-        return self.store.retrying(self.path, read)
-
-    def write(self, blob: bytes) -> None:
-        def write(path: str) -> None:
-            with self.store.fs.open_output_stream(path) as f:
-                f.write(blob)
-
-        self.store.retrying(self.path, lambda: self.store.fs.create_dir(self.path.rsplit("/", 1)[0], recursive=True))
-        self.store.put(self.path, write, size=len(blob))
-
-    def drop(self) -> None:
-        def drop() -> None:
-            if self.store.fs.get_file_info(self.path).type == pafs.FileType.File:
-                self.store.fs.delete_file(self.path)
-
-        self.store.retrying(self.path, drop)
 
 
 # What makes a Parquet file a pack file of fairdp's: its identity columns, with these types.
@@ -609,14 +594,34 @@ MISPLACED = "not a fairdp file: not named or placed as a pack file (<dataset>/<m
 ROW_KEYS = ["dataset", "method", "seed", "config_id"]  # a config's row, once in a study's results
 
 
+COMPACTED_FROM = b"fairdp.compacted_from"  # a merged file's footer key: the names of the files it merged
+
+
+def merged_names(file_schema: pa.Schema) -> list[str]:
+    """The names of the files a merged file merged (its footer's ``COMPACTED_FROM``); [] for a
+    pack file."""
+    metadata = file_schema.metadata or {}
+    return json.loads(metadata[COMPACTED_FROM]) if COMPACTED_FROM in metadata else []
+
+
+def superseded(schemas: dict[str, pa.Schema]) -> set[str]:
+    """Among ``schemas`` (path -> footer schema), the files a merged file beside them lists: a
+    compaction killed before it deleted them. Their rows are the merged file's too."""
+    out: set[str] = set()
+    for path, file_schema in schemas.items():
+        directory = path.rsplit("/", 1)[0]
+        out.update(f"{directory}/{name}" for name in merged_names(file_schema))
+    return out & set(schemas)
+
+
 FILE = "_file"  # the column of a scanned row's file (``ResultStore._scan``)
 
 
-def _duplicated_packs(table: pa.Table) -> list[CorruptFile]:
+def _duplicated_packs(table: pa.Table, merged: set[str] = frozenset()) -> list[CorruptFile]:
     """The pack files holding an ok row of a config that another file (or a row before it in
     the same file) holds too: a copy of a pack file under another name would count its configs
-    twice. The file named as its rows' pack (``part-s<seed>-<pack_id>.parquet``) is kept, then
-    the first in order; each other file sharing a config with a kept one is named, with the
+    twice. A merged file (``merged``: a compaction's) is kept, then the file named as its rows'
+    pack (``part-s<seed>-<pack_id>.parquet``), then the first in order; each other file sharing a config with a kept one is named, with the
     kept file. Error rows are left alone: a config may fail in one pack and succeed in another
     (its error pack retried without a config the grid no longer has), and only ok rows count.
     ``table``: the scanned rows with their files (``FILE``); only its key columns are read."""
@@ -636,7 +641,7 @@ def _duplicated_packs(table: pa.Table) -> list[CorruptFile]:
 
     owner: dict[tuple, str] = {}
     out = []
-    for path in sorted(paths, key=lambda p: (not named_as_its_pack(p), p)):
+    for path in sorted(paths, key=lambda p: (p not in merged, not named_as_its_pack(p), p)):
         rows = list(keys.loc[keys[FILE] == path, ROW_KEYS].itertuples(index=False, name=None))
         clash = next((k for k in rows if k in owner), None)
         if clash is None and len(set(rows)) < len(rows):
@@ -679,7 +684,7 @@ def read_results(*locations) -> pd.DataFrame:
         if Path(str(loc)).is_file():
             frames.append(_read_rows_file(Path(str(loc))))
             continue
-        store = _existing(loc)
+        store = existing_store(loc)
         df, _ = store.read()
         if len(df):
             frames.append(df)
@@ -714,7 +719,7 @@ def with_module_keywords(df: pd.DataFrame) -> pd.DataFrame:
 HISTORY_KEYS = ["dataset", "method", "seed", "config_id"]
 
 
-def _existing(location) -> ResultStore:
+def existing_store(location) -> ResultStore:
     """The store of a results location that exists; InputError naming it otherwise."""
     if not str(location).strip():
         raise InputError("results location: empty; give a results directory")
@@ -734,7 +739,7 @@ def read_history(*locations, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     (``read_results``), so that they are not read again."""
     frames = []
     for loc in locations:
-        store = _existing(loc)
+        store = existing_store(loc)
         curves = store.read_history()
         if not len(curves):
             continue
@@ -744,6 +749,17 @@ def read_history(*locations, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=["study", *HISTORY_KEYS, "epoch", "kept"])
     return pd.concat(frames, ignore_index=True).sort_values([*HISTORY_KEYS, "epoch"], ignore_index=True)
+
+
+def read_hypervolume_histories(*locations: str) -> pd.DataFrame | None:
+    """Every ``<results>.hypervolume-<method>-seed<s>.parquet`` beside the given results locations,
+    stacked; None when there is none."""
+    frames = []
+    for loc in locations:
+        store = ResultStore(loc)
+        if store.is_local:
+            frames += [pd.read_parquet(p) for p in sorted(glob.glob(f"{glob.escape(store.root)}.hypervolume-*.parquet"))]
+    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def _read_rows_file(path: Path) -> pd.DataFrame:

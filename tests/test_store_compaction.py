@@ -1,0 +1,158 @@
+"""Compaction (``fairdp compact``): a finished seed's pack files merged into one file. Reading a
+compacted store gives the rows the uncompacted one gave; a seed still being written is left as
+it is; and a compaction killed at any of its steps loses and duplicates nothing. Each step is
+interrupted in turn here (a ``BaseException`` stands for the kill, which no ``except Exception``
+catches). After each interruption the rows read are the rows before, a resume sees exactly
+what is stored, and a rerun finishes the merge."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from fairdp.study import ResultStore
+from fairdp.study.store import _compact as compaction
+from fairdp.study.store._compact import compact, compact_results
+from fairdp.study.store._store import merged_names
+
+from .conftest import run_main
+
+KEYS = ["dataset", "method", "seed", "config_id"]
+
+
+def _rows(method: str, seed: int, ids, status: str = "ok") -> list[dict]:
+    return [{"study": "s", "dataset": "d", "method": method, "seed": seed, "config_id": c, "status": status,
+             "pack_id": f"{method}{seed}{ids[0]}", "test_accuracy": float(len(c) + seed)} for c in ids]
+
+
+@pytest.fixture
+def store(tmp_path) -> ResultStore:
+    """Two finished methods x two seeds of three packs each, and a seed with an error row."""
+    s = ResultStore(tmp_path / "r")
+    for method in ("noise", "federate"):
+        for seed in (0, 1):
+            for p in range(3):
+                ids = [f"{method[0]}{seed}{p}{i}" for i in range(2)]
+                s.write_pack(_rows(method, seed, ids), "d", method, seed, f"{method}{seed}{p}".ljust(16, "0"))
+    s.write_pack(_rows("noise", 2, ["a", "b"]), "d", "noise", 2, "noise2a".ljust(16, "0"))
+    s.write_pack(_rows("noise", 2, ["c"], status="error"), "d", "noise", 2, "noise2c".ljust(16, "0"))
+    return s
+
+
+def _read(store: ResultStore) -> pd.DataFrame:
+    df, corrupt = store.read()
+    assert corrupt == []
+    return df.sort_values(KEYS).reset_index(drop=True)
+
+
+def test_compaction_merges_each_finished_seed_and_the_rows_read_are_the_same(store):
+    before = _read(store)
+    done = compact(store)
+    assert (done.groups, done.files, done.rows, done.unfinished) == (4, 12, 24, 1)
+    after = _read(store)
+    assert after.equals(before)
+    files = store.pack_files()
+    assert len(files) == 4 + 2  # one per finished seed; the seed with an error row keeps its two
+    merged = [f for f in files if merged_names(pq.read_schema(f))]
+    assert len(merged) == 4 and all(len(merged_names(pq.read_schema(f))) == 3 for f in merged)
+    assert compact(store).groups == 0  # nothing more to merge: a rerun changes nothing
+    assert _read(store).equals(before)
+
+
+def test_a_seed_whose_plan_lists_a_config_not_stored_is_left_as_it_is(store):
+    plan = _read(store)[["study", "dataset", "method", "seed", "config_id"]].assign(epochs=1)
+    missing = pd.DataFrame([{"study": "s", "dataset": "d", "method": "federate", "seed": 1, "config_id": "new",
+                             "epochs": 1}])
+    store.write_side_table(pd.concat([plan, missing], ignore_index=True), "plan.parquet")
+    done = compact(store)
+    assert (done.groups, done.unfinished) == (3, 2)
+    assert len([f for f in store.pack_files() if "/federate/part-s1-" in f]) == 3
+
+
+class Killed(BaseException):
+    """Stands for a SIGKILL: nothing below ``compact`` catches it."""
+
+
+def _operations(store: ResultStore, kill_at: int, monkeypatch) -> list[str]:
+    """Make the ``kill_at``-th step of a compaction raise ``Killed``: each merged file's write
+    (killed before its rename: its hidden temporary is left, as a SIGKILL leaves it) and each
+    delete of a merged source. Returns the steps taken, in order."""
+    steps: list[str] = []
+    write, delete = store._write_in_dir, compaction._delete
+
+    def step(name: str) -> None:
+        steps.append(name)
+        if len(steps) == kill_at:
+            raise Killed(name)
+
+    def write_in_dir(table, final):
+        directory, name = final.rsplit("/", 1)
+        if len(steps) + 1 == kill_at:  # killed mid-write: the temporary stays, nothing is renamed
+            pq.write_table(table, f"{directory}/.tmp-{name}.killed")
+        step(f"write {name}")
+        return write(table, final)
+
+    def delete_one(of, path):
+        step(f"delete {path.rsplit('/', 1)[1]}")
+        return delete(of, path)
+
+    monkeypatch.setattr(store, "_write_in_dir", write_in_dir)
+    monkeypatch.setattr(compaction, "_delete", delete_one)
+    return steps
+
+
+def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(store, tmp_path, monkeypatch):
+    before = _read(store)
+    steps = _operations(store, 0, monkeypatch)
+    compact(store)
+    monkeypatch.undo()
+    total = len(steps)
+    assert total == 4 * (1 + 3)  # per finished seed: one write and three deletes
+    shutil.rmtree(store.root)
+    for kill_at in range(1, total + 1):
+        copy = ResultStore(tmp_path / f"k{kill_at}")
+        for name in ("noise", "federate"):
+            for seed in (0, 1):
+                for p in range(3):
+                    ids = [f"{name[0]}{seed}{p}{i}" for i in range(2)]
+                    copy.write_pack(_rows(name, seed, ids), "d", name, seed, f"{name}{seed}{p}".ljust(16, "0"))
+        copy.write_pack(_rows("noise", 2, ["a", "b"]), "d", "noise", 2, "noise2a".ljust(16, "0"))
+        copy.write_pack(_rows("noise", 2, ["c"], status="error"), "d", "noise", 2, "noise2c".ljust(16, "0"))
+        with monkeypatch.context() as patch:
+            taken = _operations(copy, kill_at, patch)
+            with pytest.raises(Killed):
+                compact(copy)
+        assert len(taken) == kill_at
+        interrupted = _read(copy)
+        assert interrupted.equals(before), f"killed at {taken[-1]}: the rows read changed"
+        assert not interrupted.duplicated(KEYS).any()
+        done = compact_results(copy.root)  # the rerun (under the lock): finishes what was left
+        assert _read(copy).equals(before), f"after a kill at {taken[-1]} and a rerun"
+        assert len(copy.pack_files()) == 6 and done.unfinished == 1
+        assert not list((tmp_path / f"k{kill_at}").rglob(".tmp-*")), "a killed write's temporary was left"
+
+
+def test_a_compacted_study_resumes_with_nothing_to_train_and_the_same_rows(tmp_path):
+    """The store a run reads to resume (its backlog) is the same after a compaction, and after
+    one killed half-way: a rerun of the study trains nothing and reads the same rows."""
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "compact", "dataset": {"name": "synthetic", "rows": 300, "features": 4}, "seeds": [0, 1],
+        "train": {"epochs": 1, "batch_size": 100}, "evaluate": {"leakage": False, "mdl": False},
+        "methods": {"unconstrained": {}, "noise": {"grid": {"eps": [4.0, 8.0]}}}, "pack_size": 1}))
+    results = tmp_path / "r"
+    first = run_main("run", str(study), "--results", str(results), "--executor", "local")
+    assert first.returncode == 0, first.stderr[-2000:]
+    store = ResultStore(results)
+    before = _read(store)
+    files = len(store.pack_files())
+    done = run_main("compact", str(results))
+    assert done.returncode == 0 and "merged" in done.stderr, done.stderr[-2000:]
+    assert len(store.pack_files()) < files and _read(store).equals(before)
+    again = run_main("run", str(study), "--results", str(results), "--executor", "local")
+    assert again.returncode == 0 and "all 6 configs already stored" in again.stderr, again.stderr[-2000:]
+    assert _read(store).equals(before)
