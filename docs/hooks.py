@@ -325,6 +325,7 @@ LAYER_ROLES = {
     "constraints": "search constraints (`valid_accuracy >= 80`): parsing, and a row's violations",
     "_atomic": "writes that never leave half a file: a hidden temporary, then a rename",
     "_imports": "user code a study names (method plugins, model files), imported once per process",
+    "_lazy": "a package's names imported on first use (PEP 562), so that importing it stays light",
     "_rng": "per-config random streams for packed training",
     "_philox": "Philox4x64-10, the counter-based generator behind those streams",
 }

@@ -17,8 +17,9 @@ method implements), ``fairdp.privacy`` (mechanisms and accounting), ``fairdp.dat
 
 from __future__ import annotations
 
-import importlib
 import logging
+
+from fairdp._lazy import lazy_names as _lazy_names
 
 __version__ = "0.3.0"
 
@@ -47,13 +48,4 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value  # once: later lookups skip this function
-        return value
-    raise AttributeError(f"module 'fairdp' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = _lazy_names(__name__, _EXPORTS)

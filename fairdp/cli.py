@@ -1273,9 +1273,9 @@ def _add_compact_parser(sub) -> None:
 
 
 def _cmd_compact(args) -> int:
-    from fairdp.study.store._compact import compact_results
+    from fairdp.study import compact
 
-    done = compact_results(args.results, _seed_list(args.seeds))
+    done = compact(args.results, _seed_list(args.seeds))
     print(f"fairdp compact {args.results}: {done.describe()}", file=sys.stderr)
     return 0
 

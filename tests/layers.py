@@ -12,7 +12,7 @@ of it, and share its private modules. Inside ``fairdp.study`` its parts have lay
 
 # unit -> rank: a unit imports only units of lower or equal rank
 LAYERS = {
-    "errors": 0, "schema": 0, "fairness": 0, "_atomic": 0, "_imports": 0, "_rng": 0, "_philox": 0, "constraints": 0,
+    "errors": 0, "schema": 0, "fairness": 0, "_atomic": 0, "_imports": 0, "_lazy": 0, "_rng": 0, "_philox": 0, "constraints": 0,
     "data": 1,
     "privacy": 2,
     "engine": 3,
@@ -67,6 +67,7 @@ PUBLIC_SURFACES = (
 # pinned by value, or an internal replaced to inject a fault or spy on it. Anything else a
 # test imports comes from a public surface, or a unit's ``_shared`` module (what it shares within fairdp).
 TEST_PRIVATE_IMPORTS = {
+    "fairdp.study.store._compact": "compaction's steps interrupted one by one (fault injection), and its store-level call",
     "fairdp.methods._describe": "a hyperparameter's range in words, checked against its validation",
     "fairdp._imports": "the record of imported plugins and model files, reset per test",
     "fairdp._atomic": "atomic writes and the unwritable-path check, called directly",

@@ -132,7 +132,7 @@ def test_a_workers_records_go_with_its_results_to_the_drivers_loggers(monkeypatc
     from ray import tune
 
     from fairdp.engine.contract import EpochReport
-    from fairdp.study.executors import Pack
+    from fairdp.study.executors import Pack, _worker
     from fairdp.study.ray import _ray_trainables, _tune
 
     sent = []
@@ -144,7 +144,7 @@ def test_a_workers_records_go_with_its_results_to_the_drivers_loggers(monkeypatc
         logging.getLogger("fairdp.study.store._store").warning("fairdp: pack: the object store did not answer")
         return [{"pack_duration_s": 1.0, "valid_accuracy": 0.5}]
 
-    monkeypatch.setattr(_ray_trainables, "run_pack", run_pack)
+    monkeypatch.setattr(_worker, "run_pack", run_pack)  # the trial imports it when it runs
     pack = Pack("unconstrained", 0, ({},), ("c0",)).to_dict()
     fairdp = logging.getLogger("fairdp")
     caplog.set_level(logging.WARNING, logger="fairdp")  # this process's level; the driver's is info

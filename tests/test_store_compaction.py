@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from fairdp.study import ResultStore
+from fairdp.study import ResultStore, compact
 from fairdp.study.store import _compact as compaction
-from fairdp.study.store._compact import compact, compact_results
+from fairdp.study.store._compact import compact_store
 from fairdp.study.store._store import merged_names
 
 from .conftest import run_main
@@ -29,10 +29,8 @@ def _rows(method: str, seed: int, ids, status: str = "ok") -> list[dict]:
              "pack_id": f"{method}{seed}{ids[0]}", "test_accuracy": float(len(c) + seed)} for c in ids]
 
 
-@pytest.fixture
-def store(tmp_path) -> ResultStore:
+def _filled(s: ResultStore) -> ResultStore:
     """Two finished methods x two seeds of three packs each, and a seed with an error row."""
-    s = ResultStore(tmp_path / "r")
     for method in ("noise", "federate"):
         for seed in (0, 1):
             for p in range(3):
@@ -43,6 +41,11 @@ def store(tmp_path) -> ResultStore:
     return s
 
 
+@pytest.fixture
+def store(tmp_path) -> ResultStore:
+    return _filled(ResultStore(tmp_path / "r"))
+
+
 def _read(store: ResultStore) -> pd.DataFrame:
     df, corrupt = store.read()
     assert corrupt == []
@@ -51,7 +54,7 @@ def _read(store: ResultStore) -> pd.DataFrame:
 
 def test_compaction_merges_each_finished_seed_and_the_rows_read_are_the_same(store):
     before = _read(store)
-    done = compact(store)
+    done = compact_store(store)
     assert (done.groups, done.files, done.rows, done.unfinished) == (4, 12, 24, 1)
     after = _read(store)
     assert after.equals(before)
@@ -59,7 +62,7 @@ def test_compaction_merges_each_finished_seed_and_the_rows_read_are_the_same(sto
     assert len(files) == 4 + 2  # one per finished seed; the seed with an error row keeps its two
     merged = [f for f in files if merged_names(pq.read_schema(f))]
     assert len(merged) == 4 and all(len(merged_names(pq.read_schema(f))) == 3 for f in merged)
-    assert compact(store).groups == 0  # nothing more to merge: a rerun changes nothing
+    assert compact_store(store).groups == 0  # nothing more to merge: a rerun changes nothing
     assert _read(store).equals(before)
 
 
@@ -68,13 +71,13 @@ def test_a_seed_whose_plan_lists_a_config_not_stored_is_left_as_it_is(store):
     missing = pd.DataFrame([{"study": "s", "dataset": "d", "method": "federate", "seed": 1, "config_id": "new",
                              "epochs": 1}])
     store.write_side_table(pd.concat([plan, missing], ignore_index=True), "plan.parquet")
-    done = compact(store)
+    done = compact_store(store)
     assert (done.groups, done.unfinished) == (3, 2)
     assert len([f for f in store.pack_files() if "/federate/part-s1-" in f]) == 3
 
 
 class Killed(BaseException):
-    """Stands for a SIGKILL: nothing below ``compact`` catches it."""
+    """Stands for a SIGKILL: nothing below ``compact_store`` catches it."""
 
 
 def _operations(store: ResultStore, kill_at: int, monkeypatch) -> list[str]:
@@ -108,29 +111,22 @@ def _operations(store: ResultStore, kill_at: int, monkeypatch) -> list[str]:
 def test_a_compaction_killed_at_any_step_loses_and_duplicates_nothing(store, tmp_path, monkeypatch):
     before = _read(store)
     steps = _operations(store, 0, monkeypatch)
-    compact(store)
+    compact_store(store)
     monkeypatch.undo()
     total = len(steps)
     assert total == 4 * (1 + 3)  # per finished seed: one write and three deletes
     shutil.rmtree(store.root)
     for kill_at in range(1, total + 1):
-        copy = ResultStore(tmp_path / f"k{kill_at}")
-        for name in ("noise", "federate"):
-            for seed in (0, 1):
-                for p in range(3):
-                    ids = [f"{name[0]}{seed}{p}{i}" for i in range(2)]
-                    copy.write_pack(_rows(name, seed, ids), "d", name, seed, f"{name}{seed}{p}".ljust(16, "0"))
-        copy.write_pack(_rows("noise", 2, ["a", "b"]), "d", "noise", 2, "noise2a".ljust(16, "0"))
-        copy.write_pack(_rows("noise", 2, ["c"], status="error"), "d", "noise", 2, "noise2c".ljust(16, "0"))
+        copy = _filled(ResultStore(tmp_path / f"k{kill_at}"))
         with monkeypatch.context() as patch:
             taken = _operations(copy, kill_at, patch)
             with pytest.raises(Killed):
-                compact(copy)
+                compact_store(copy)
         assert len(taken) == kill_at
         interrupted = _read(copy)
         assert interrupted.equals(before), f"killed at {taken[-1]}: the rows read changed"
         assert not interrupted.duplicated(KEYS).any()
-        done = compact_results(copy.root)  # the rerun (under the lock): finishes what was left
+        done = compact(copy.root)  # the rerun (under the lock): finishes what was left
         assert _read(copy).equals(before), f"after a kill at {taken[-1]} and a rerun"
         assert len(copy.pack_files()) == 6 and done.unfinished == 1
         assert not list((tmp_path / f"k{kill_at}").rglob(".tmp-*")), "a killed write's temporary was left"

@@ -2,6 +2,7 @@
 
 import typing
 
+from fairdp._lazy import lazy_names as _lazy_names
 from fairdp.fairness import (
     accuracy,
     ap_gap,
@@ -27,11 +28,4 @@ __all__ = [
 # The probes and a pack's evaluation are torch code: imported on first use, so that describing
 # stored rows' probes (``ProbeSettings``) loads without torch.
 _TORCH = {"evaluate_pack": "fairdp.metrics._evaluate", "leakage": "fairdp.metrics._probes", "mdl": "fairdp.metrics._probes"}
-
-
-def __getattr__(name: str):
-    if name in _TORCH:
-        import importlib
-
-        return getattr(importlib.import_module(_TORCH[name]), name)
-    raise AttributeError(f"module 'fairdp.metrics' has no attribute {name!r}")
+__getattr__, __dir__ = _lazy_names(__name__, _TORCH)

@@ -7,14 +7,16 @@ analysis commands do) loads neither torch nor Ray.
 
 from __future__ import annotations
 
-import importlib
 import typing
+
+from fairdp._lazy import lazy_names as _lazy_names
 
 if typing.TYPE_CHECKING:  # what the lazy names are, for type checkers and the API pages' generator
     from fairdp.study.run._plan import plan_table
     from fairdp.study.run._runner import RunSummary, run_study
     from fairdp.study.search._search import SearchSummary, search_study
     from fairdp.study.spec._spec import StudySpec, load_spec, parse_spec
+    from fairdp.study.store._compact import Compaction, compact
     from fairdp.study.store._plans import read_plans
     from fairdp.study.store._predictions import read_predictions, stored_predictions
     from fairdp.study.store._selection import (
@@ -44,6 +46,7 @@ _EXPORTS = {
     "read_selection": "fairdp.study.store._selection", "read_selections": "fairdp.study.store._selection",
     "ResultStore": "fairdp.study.store._store", "read_history": "fairdp.study.store._store",
     "read_results": "fairdp.study.store._store", "study_columns": "fairdp.study.store._store",
+    "Compaction": "fairdp.study.store._compact", "compact": "fairdp.study.store._compact",
 }
 
 __all__ = [
@@ -52,17 +55,8 @@ __all__ = [
     "load_spec", "parse_spec", "StudySpec", "run_study", "RunSummary", "search_study", "SearchSummary",
     "read_results", "read_history", "read_plans", "plan_table", "read_hypervolume_histories",
     "ResultStore", "study_columns", "StoredSelection", "choose_selection", "read_selection", "read_selections",
-    "read_predictions", "stored_predictions",
+    "read_predictions", "stored_predictions", "compact", "Compaction",
 ]
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value  # once: later lookups skip this function
-        return value
-    raise AttributeError(f"module 'fairdp.study' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = _lazy_names(__name__, _EXPORTS)

@@ -72,7 +72,7 @@ class Compaction:
         return said
 
 
-def compact(store: ResultStore, seeds=None) -> Compaction:
+def compact_store(store: ResultStore, seeds=None) -> Compaction:
     """Merge the pack files of each finished (dataset, method, seed) of ``store`` (of ``seeds``
     only, when given) into one file, as the module says. The caller holds the results' lock.
     InputError naming a corrupt or foreign file (``fairdp run --repair`` first)."""
@@ -149,11 +149,16 @@ def _delete(store: ResultStore, path: str) -> None:
     store.retrying(path, lambda: store.fs.delete_file(path))
 
 
-def compact_results(location, seeds=None) -> Compaction:
-    """``compact`` the results at ``location`` under their lock (a run into them waits or is
-    refused, as a second run is); InputError naming a location that holds no results."""
-    store = existing_store(location)
+def compact(results, seeds=None) -> Compaction:
+    """Merge each finished seed's pack files of the results at ``results`` (a directory or URI)
+    into one file, under the results' lock (a run into them waits or is refused, as a second
+    run is): what ``fairdp compact`` does. A seed is finished when all its rows are ok and it
+    holds every config its plan lists; ``seeds``: only these. Reading the results gives the same
+    rows before and after, and a compaction killed at any step loses and duplicates nothing
+    (its rerun finishes it). InputError naming a location that holds no results, or a corrupt
+    or foreign file in them (``fairdp run --repair`` first)."""
+    store = existing_store(results)
     held = results_lock(store.root, "compact") if store.is_local else object_store_lease(store, "compact")
     with held:
         store.remove_temporaries()  # step 1 of a killed compaction (or a killed writer's file)
-        return compact(store, seeds)
+        return compact_store(store, seeds)
