@@ -90,7 +90,7 @@ def compact_store(store: ResultStore, seeds=None) -> Compaction:
         raise corrupt_error(corrupt)
     gone = superseded(schemas)
     finished = _finished(store, rows)
-    done, leftovers, unfinished = Compaction(), 0, 0
+    merged = files = rows_merged = leftovers = unfinished = 0
     for key in sorted(groups):
         if seeds is not None and key[2] not in seeds:
             continue
@@ -100,13 +100,10 @@ def compact_store(store: ResultStore, seeds=None) -> Compaction:
         sources = sorted(set(groups[key]) - gone)
         if key not in finished:
             unfinished += 1
-            continue
-        if len(sources) < 2:
-            continue
-        n = _merge(store, key, sources, schemas)
-        done = Compaction(done.groups + 1, done.files + len(sources), done.rows + n)
-    result = Compaction(done.groups, done.files, done.rows, leftovers, unfinished)
-    return result
+        elif len(sources) > 1:
+            rows_merged += _merge(store, key, sources, schemas)
+            merged, files = merged + 1, files + len(sources)
+    return Compaction(merged, files, rows_merged, leftovers, unfinished)
 
 
 def _finished(store: ResultStore, rows) -> set[tuple]:
@@ -141,7 +138,6 @@ def _merge(store: ResultStore, key: tuple, sources: list[str], schemas: dict[str
     for path in sources:
         _delete(store, path)
     return table.num_rows
-
 
 
 def _delete(store: ResultStore, path: str) -> None:
