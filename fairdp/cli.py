@@ -403,7 +403,8 @@ def _cmd_run(args) -> int:
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
     summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor or DEFAULT_EXECUTOR,
-                        dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every, progress_stream=sys.stderr)
+                        dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every, progress_stream=sys.stderr,
+                        compact=args.compact)
     if args.dry_run:
         print("\n".join(summary.plan_lines), file=sys.stderr)
         return 0
@@ -1109,6 +1110,9 @@ def _add_run_parser(sub) -> None:
         seeds="comma-separated seeds instead of the spec's, e.g. 0,1",
         dry_run="print the plan (configs, packs, slots) and exit: no training, no Ray, nothing written")
     run = sub.add_parser("run", parents=[common], help="run every (method, config, seed) of a study on Ray Tune")
+    run.add_argument("--no-compact", dest="compact", action="store_false",
+                     help="keep one file per pack: do not merge the pack files of the seeds the run finishes "
+                          "(fairdp compact does it later)")
     run.set_defaults(func=_cmd_run)
 
 

@@ -1,9 +1,13 @@
 """Whether result rows are the whole study: the plan a run stores, and the analysis that
 sets rows against it (a multi-sitting protocol analysed half-way must say so)."""
 
+import math
+
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairdp.analysis import Completeness, ReportOptions, completeness, summarise, write_report
 from fairdp.study import ResultStore, parse_spec, plan_table, read_plans
@@ -25,6 +29,50 @@ def _rows(entries, dataset="adult"):
 
 
 FULL_A = [("a", s, c, "ok") for s in (0, 1) for c in ("c0", "c1", "c2")]
+
+
+def _completeness_by_sets(rows: pd.DataFrame, plan: pd.DataFrame | None) -> list[tuple]:
+    """The definition, config by config: a config is finished with an ok row, failed with rows
+    but none ok, missing with none; only planned configs count where a group has a plan."""
+    ok = {(d, m, int(s), c) for d, m, s, c, st in rows.itertuples(index=False) if st == "ok"}
+    tried = {(d, m, int(s), c) for d, m, s, c, _ in rows.itertuples(index=False)}
+    planned: dict[tuple, set] = {}
+    for d, m, s, c in (plan.itertuples(index=False) if plan is not None else []):
+        planned.setdefault((d, m, int(s)), set()).add(c)
+    out = []
+    for g in sorted(planned.keys() | {k[:3] for k in tried}):
+        done = {k[3] for k in ok if k[:3] == g}
+        failed = {k[3] for k in tried if k[:3] == g} - done
+        if g in planned:
+            ids = planned[g]
+            out.append((*g, len(ids), len(done & ids), len(failed & ids), len(ids - done - failed)))
+        else:
+            out.append((*g, math.nan, len(done), len(failed), math.nan))
+    return out
+
+
+_ENTRY = st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2), st.sampled_from(["c0", "c1", "c2", "c3"]),
+                   st.sampled_from(["ok", "error"]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(entries=st.lists(_ENTRY, max_size=25),
+       planned=st.none() | st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 2),
+                                              st.sampled_from(["c0", "c1", "c2", "c3"])), max_size=15))
+def test_completeness_counts_every_config_as_the_definition_does(entries, planned):
+    """The vectorised counts equal the config-by-config definition, for any rows (repeated
+    configs, retried failures) and any plan (none, partial, covering groups without rows)."""
+    rows = _rows(entries)
+    plan = None if planned is None else pd.DataFrame([("adult", *p) for p in planned],
+                                                    columns=["dataset", "method", "seed", "config_id"])
+    got = completeness(rows, plan)
+    assert list(got.columns) == ["dataset", "method", "seed", "planned", "finished", "failed", "missing"]
+    want = _completeness_by_sets(rows, plan)
+    assert len(got) == len(want)
+    for have, expect in zip(got.itertuples(index=False), want):
+        assert have[:3] == expect[:3]
+        for h, e in zip(have[3:], expect[3:]):
+            assert (math.isnan(h) and math.isnan(e)) if isinstance(e, float) and math.isnan(e) else h == e
 
 
 def test_every_planned_config_is_finished_failed_or_missing():

@@ -5,8 +5,15 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from fairdp.analysis._predictions import positive_rate, positive_rates
+from fairdp.analysis._predictions import (
+    majority_share,
+    majority_shares,
+    positive_rate,
+    positive_rates,
+)
 from fairdp.fairness import confusion
 
 
@@ -37,3 +44,43 @@ def test_positive_rates_counts_constant_models_per_group_of_seeds():
 def test_a_task_of_more_than_two_classes_has_no_positive_rate():
     conf = np.ones((2, 3, 3), dtype=int).tolist()
     assert all(np.isnan(positive_rate(json.dumps(conf))))
+
+
+def _confusion_text(draw) -> str | None:
+    """A stored ``test_confusion`` as fairdp writes it, or as a hand-edited file might hold it:
+    (G, C, C) counts (zeros included, ints or floats, spaced or not), another shape, text that
+    is not numbers, or nothing."""
+    kind = draw(st.sampled_from(["gcc", "gcc", "gcc", "2d", "ragged", "words", "none", "none", "nan"]))
+    if kind == "none":
+        return None
+    if kind == "words":
+        return draw(st.sampled_from(["", "[]", "[[[a,b],[c,d]]]", "[[[1,],[2,3]]]", "[[[]]]"]))
+    g, c = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    counts = np.array(draw(st.lists(st.integers(0, 50), min_size=g * c * c, max_size=g * c * c)), dtype=float)
+    counts = counts.reshape(g, c, c)
+    if kind == "nan":
+        counts[0, 0, 0] = np.nan
+    value = counts.tolist() if draw(st.booleans()) else counts.astype(int).tolist() if kind != "nan" else counts.tolist()
+    if kind == "2d":
+        value = value[0]
+    if kind == "ragged":
+        value[0][0] = value[0][0] + [1]
+    return json.dumps(value, separators=(",", ":") if draw(st.booleans()) else (", ", ": "))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_majority_shares_all_at_once_equal_each_texts_majority_share(data):
+    """The shortcut that parses every text at once gives, text by text, what the one-text
+    definition gives (NaN where it gives NaN), whatever the texts hold."""
+    texts = [_confusion_text(data.draw) for _ in range(data.draw(st.integers(0, 12)))]
+    texts += texts[: data.draw(st.integers(0, len(texts)))]  # repeated texts
+    try:
+        wants = [majority_share(text) for text in texts]
+    except ValueError:  # not JSON, or ragged: the definition refuses the texts, so must the shortcut
+        with pytest.raises(ValueError):
+            majority_shares(pd.Series(texts, dtype=object))
+        return
+    got = majority_shares(pd.Series(texts, dtype=object))
+    for text, want, share in zip(texts, wants, got):
+        assert (np.isnan(want) and np.isnan(share)) or share == pytest.approx(want, abs=1e-12), text

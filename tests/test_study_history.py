@@ -28,7 +28,8 @@ def _spec(**over):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     results = tmp_path_factory.mktemp("curves") / "r"
-    run_study(_spec(), str(results), executor="local", checkpoint_every_s=0)
+    # one file per pack, so that one pack can be taken away (compaction's curves: test_store_compaction.py)
+    run_study(_spec(), str(results), executor="local", checkpoint_every_s=0, compact=False)
     return results
 
 

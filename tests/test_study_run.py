@@ -161,7 +161,7 @@ def test_the_local_executor_runs_without_ray_and_stores_what_ray_stores(tiny_run
     first = run_main("run", str(study), "--results", str(results), "--executor", "local", "--seeds", "1")
     assert first.returncode == 0, first.stderr[-2000:]
     assert "packs 3/3 done" in first.stderr
-    whole = run_cli("run", str(study), "--results", str(results), "--executor", "local", env=env)
+    whole = run_cli("run", str(study), "--results", str(results), "--executor", "local", "--no-compact", env=env)
     assert whole.returncode == 0, whole.stderr[-2000:]
     assert "7 configs already stored" in whole.stderr and "packs 3/3 done" in whole.stderr
     local, corrupt = ResultStore(results).read()

@@ -25,30 +25,25 @@ def completeness(df: pd.DataFrame, plan: pd.DataFrame | None = None) -> pd.DataF
     every planned (dataset, method, seed) appears, rows or not; a group with rows but no plan
     has ``planned``/``missing`` NaN. Without a plan those two are NaN throughout.
     """
-    rows = df[KEYS + ["config_id", "status"]].copy()
-    rows["seed"] = rows["seed"].astype(int)
-    ok = set(map(tuple, rows.loc[rows["status"] == "ok", KEYS + ["config_id"]].itertuples(index=False)))
-    tried = set(map(tuple, rows[KEYS + ["config_id"]].itertuples(index=False)))
+    ids = KEYS + ["config_id"]
+    rows = df[ids].astype({"seed": "int64"}).assign(_ok=(df["status"] == "ok").fillna(False).to_numpy(bool))
+    # one row per config tried: finished if any of its rows is ok (a failed pack retried), else failed
+    tried = rows.groupby(ids, sort=False, dropna=False)["_ok"].any().reset_index()
+    seen = tried.groupby(KEYS, sort=False, dropna=False)["_ok"].agg(["sum", "size"])
+    seen = pd.DataFrame({"finished": seen["sum"], "failed": seen["size"] - seen["sum"]})
     if plan is None or plan.empty:
-        planned_ids: dict[tuple, set] = {}
+        out = seen.assign(planned=float("nan"), missing=float("nan"))
     else:
-        p = plan[KEYS + ["config_id"]].drop_duplicates().copy()
-        p["seed"] = p["seed"].astype(int)
-        planned_ids = {k: set(g["config_id"]) for k, g in p.groupby(KEYS, sort=False)}
-    seen: dict[tuple, tuple[set, set]] = {}
-    for key in tried:
-        done, failed = seen.setdefault(key[:3], (set(), set()))
-        (done if key in ok else failed).add(key[3])
-    out = []
-    for group in sorted(set(planned_ids) | set(seen)):
-        done, failed = seen.get(group, (set(), set()))
-        if group in planned_ids:
-            ids = planned_ids[group]
-            n_done, n_failed = len(done & ids), len(failed & ids)
-            out.append((*group, len(ids), n_done, n_failed, len(ids) - n_done - n_failed))
-        else:
-            out.append((*group, float("nan"), len(done), len(failed), float("nan")))
-    return pd.DataFrame(out, columns=KEYS + ["planned", "finished", "failed", "missing"])
+        p = plan[ids].drop_duplicates().astype({"seed": "int64"})
+        both = p.merge(tried, on=ids, how="left")
+        done, failed = both["_ok"].eq(True), both["_ok"].eq(False)
+        planned = both.assign(_done=done, _failed=failed).groupby(KEYS, sort=False, dropna=False).agg(
+            planned=("config_id", "size"), finished=("_done", "sum"), failed=("_failed", "sum"))
+        planned["missing"] = planned["planned"] - planned["finished"] - planned["failed"]
+        unplanned = seen.loc[~seen.index.isin(planned.index)].assign(planned=float("nan"), missing=float("nan"))
+        out = pd.concat([planned, unplanned]) if len(unplanned) else planned
+    out = out.reset_index().sort_values(KEYS, kind="mergesort", ignore_index=True)
+    return out[KEYS + ["planned", "finished", "failed", "missing"]]
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,10 @@ from fairdp.schema import (
     STATUS_OK,
 )
 
+# whether a frame must be copied deeply to be changed apart from the one it came from: not under
+# copy-on-write (always on from pandas 3)
+_DEEP_COPIES = int(pd.__version__.split(".")[0]) < 3 and not pd.get_option("mode.copy_on_write")
+
 __all__ = ["FAIRNESS_METRICS", "RUN_KEYS", "as_frame", "check_by", "check_fairness", "check_rt", "describe_rows", "drop_nan",
            "hyperparameter_columns", "numeric_columns", "ok_rows", "require_columns"]
 
@@ -53,8 +57,12 @@ def ok_rows(df: object, name: str = "df") -> pd.DataFrame:
     """The rows that count: status == "ok" (every row when there is no status column)."""
     df = as_frame(df, name)
     if "status" in df.columns:
-        df = df[df["status"].astype("object") == STATUS_OK]
-    return df.copy()
+        ok = (df["status"] == STATUS_OK).fillna(False).to_numpy(bool)
+        if not ok.all():  # a filter copies every column, even when it keeps every row
+            df = df[ok]
+    # a frame the caller may change without changing ``df``: under copy-on-write (pandas 3) a
+    # shallow copy is one, and a deep copy of a million rows costs a second each time
+    return df.copy(deep=_DEEP_COPIES)
 
 
 def check_fairness(fairness: object) -> str:

@@ -63,16 +63,23 @@ def per_notion(df: pd.DataFrame) -> pd.DataFrame:
     notions = [n for n in NOTION_METRICS if (rows["fairness_notion"] == n).any()]
     if not notions:
         raise InputError("fairness notion_gap: no row has a fairness_notion (dp, eo or ap)")
-    bare = rows["fairness_notion"].isna()
-    parts = [rows[~bare]] + [rows[bare].assign(fairness_notion=n) for n in notions]
-    out = pd.concat(parts, ignore_index=True)
+    bare = rows["fairness_notion"].isna().to_numpy()
+    # the rows with a notion, then the bare rows once per notion: taken in one go (a concat of
+    # copies costs seconds at a million rows)
+    kept, repeated = np.flatnonzero(~bare), np.flatnonzero(bare)
+    out = rows.iloc[np.concatenate([kept, np.tile(repeated, len(notions))])].reset_index(drop=True)
+    notion = np.concatenate([rows["fairness_notion"].to_numpy(object)[kept], np.repeat(np.array(notions, object),
+                                                                                        len(repeated))])
+    if len(repeated):
+        out["fairness_notion"] = pd.Series(notion, dtype=rows["fairness_notion"].dtype if not bare.all() else object)
     for split in ("valid", "test"):
         cols = {n: f"{split}_{m}" for n, m in NOTION_METRICS.items()}
         require_columns(out, [c for n, c in cols.items() if n in notions])
-        out[f"{split}_{NOTION_GAP}"] = np.nan
+        gap = np.full(len(out), np.nan)
         for n in notions:
-            mine = out["fairness_notion"] == n
-            out.loc[mine, f"{split}_{NOTION_GAP}"] = pd.to_numeric(out.loc[mine, cols[n]], errors="coerce")
+            mine = notion == n
+            gap[mine] = pd.to_numeric(out[cols[n]], errors="coerce").to_numpy(float)[mine]
+        out[f"{split}_{NOTION_GAP}"] = gap
     return out
 
 
@@ -101,17 +108,19 @@ def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.Dat
     keys = list(keys)
     if df.empty:
         return df.iloc[0:0].reset_index(drop=True)
-    alpha = df.groupby(keys, sort=False, dropna=False)["valid_accuracy"].transform("max")
-    cand = df[df["valid_accuracy"] >= alpha - rt - _RT_TOL].copy()
-    cand["_cid"] = cand["config_id"].astype(str)
-    cand = cand.sort_values(
+    # chosen on the columns the rule reads, then the winners' whole rows taken once: filtering
+    # and sorting every column of a million rows (strings among them) would cost seconds
+    rule = df[list(dict.fromkeys([*keys, fcol, "valid_accuracy", "config_id"]))].assign(_row=np.arange(len(df)))
+    alpha = rule.groupby(keys, sort=False, dropna=False)["valid_accuracy"].transform("max")
+    cand = rule[rule["valid_accuracy"] >= alpha - rt - _RT_TOL]
+    cand = cand.assign(_cid=cand["config_id"].astype(str)).sort_values(
         [*keys, fcol, "valid_accuracy", "_cid"],
         ascending=[True] * len(keys) + [True, False, True],
         na_position="last",
         kind="mergesort",
     )
-    chosen = cand.drop_duplicates(keys, keep="first").drop(columns="_cid")
-    return chosen.reset_index(drop=True)
+    chosen = cand.drop_duplicates(keys, keep="first")["_row"].to_numpy()
+    return df.iloc[chosen].reset_index(drop=True)
 
 
 def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap",

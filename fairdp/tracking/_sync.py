@@ -33,7 +33,9 @@ def records_of_pack(rows: pd.DataFrame, curves: pd.DataFrame | None) -> list[Con
                   if c not in FIXED_COLUMNS and pd.notna(row[c])}
         params.update({c: row[c] for c in SETTINGS if c in rows.columns and pd.notna(row[c])})
         metrics = {c: row[c] for c in (*METRIC_COLUMNS, *EXTRA_METRICS) if c in rows.columns and pd.notna(row[c])}
-        mine = curves[curves["config_id"] == row["config_id"]] if curves is not None and len(curves) else None
+        # a merged file's curves hold many seeds (and methods) of one config id: match all three
+        mine = curves[(curves["config_id"] == row["config_id"]) & (curves["seed"] == row["seed"])
+                      & (curves["method"] == row["method"])] if curves is not None and len(curves) else None
         out.append(ConfigRecord(
             study=str(row["study"]), dataset=str(row["dataset"]), method=str(row["method"]), seed=int(row["seed"]),
             config_id=str(row["config_id"]), params=params, metrics=metrics,

@@ -38,6 +38,7 @@ from fairdp.study.run._signals import sigterm_as_ctrl_c
 from fairdp.study.run._timing import time_user_modules
 from fairdp.study.spec._precision import PrecisionChoice
 from fairdp.study.spec._spec import GPU_PACK_CAP, MAX_EPOCHS, MAX_SEED, StudySpec, checked_int
+from fairdp.study.store._compact import compact_store
 from fairdp.study.store._selection import store_selection
 from fairdp.study.store._store import CHECKPOINTS, ResultStore
 
@@ -61,7 +62,7 @@ class RunSummary:
 
 def run_study(spec: StudySpec, results: str | None = None, address: str | None = None, *, repair: bool = False,
               progress_stream=None, num_cpus: int | None = None, executor: str = DEFAULT_EXECUTOR,
-              dry_run: bool = False, checkpoint_every_s: float = 600.0) -> RunSummary:
+              dry_run: bool = False, checkpoint_every_s: float = 600.0, compact: bool = True) -> RunSummary:
     """Run every (method, config, seed) of ``spec`` not already stored under ``results``.
 
     ``executor`` "ray" (the default, and the only one for clusters) runs packs as Ray Tune
@@ -69,6 +70,8 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
     store with the same resume semantics. Everything that can be checked is checked before
     Ray starts or a file is written (``prepare``). Each pack in training saves a checkpoint
     every ``checkpoint_every_s`` seconds (0: never); a rerun after a kill resumes from there.
+    ``compact``: at the end, the pack files of the seeds the run finished are merged
+    (``fairdp.study.compact``); False keeps one file per pack.
 
     What it does is said through the ``fairdp`` logger (status lines: info; a file moved aside,
     a lock taken over: warning). The progress bar is drawn on ``progress_stream`` only (None,
@@ -91,6 +94,8 @@ def run_study(spec: StudySpec, results: str | None = None, address: str | None =
         outcome = _execute(plan)
         if prep.spec.predictions == "selected" and not outcome.unfinished:  # a Ctrl-C: the next run gathers
             store_predictions(plan.prep, plan.backlog.configs, complete=not outcome.failed)
+        if compact and outcome.packs and not outcome.unfinished:
+            _compact_finished(prep)
     return RunSummary(plan.prep.results, outcome.packs, outcome.configs, plan.backlog.done, outcome.failed,
                       time.monotonic() - t0, repaired, outcome.unfinished)
 
@@ -275,6 +280,15 @@ def estimate_line(spec: StudySpec, packs, slots: int, train_rows: int, remote: b
                 f"divided among the cluster's slots{lacking}")
     return (f"  estimate: about {total(slots)} of {trained} and probes on {slots} slot(s) at the reference speed "
             f"({where}; Ray start-up not included){lacking}")
+
+
+def _compact_finished(prep: Prepared) -> None:
+    """Merge the pack files of the seeds this run finished (``compact_store``, under the run's
+    lock), so that a store stays a few files however many packs wrote it."""
+    t = time.monotonic()
+    done = compact_store(prep.store, seeds={int(s) for s in prep.spec.seeds})
+    if done.merged:
+        prep.say(f"compacted the finished seeds' rows: {done.describe()} in {time.monotonic() - t:.1f} s")
 
 
 def _drop_finished_checkpoints(store: ResultStore, stored) -> None:

@@ -1,31 +1,37 @@
-"""Compaction: a finished seed's pack files merged into one file.
+"""Compaction: the pack files of finished seeds merged into a few large files.
 
 A study stores one file per pack (tens of rows each). A cluster sweep leaves tens of thousands,
-and opening them is most of what reading the results costs (about 2 ms a file here). Once every
+and opening them is most of what reading the results costs (1-2 ms a file here). Once every
 config a (dataset, method, seed) planned is stored with status ok, nothing will write to it
-again, so ``compact`` merges its files into one, ``part-s<seed>-c<digest>.parquet`` (the digest
-of the merged files' names). The merged file's footer lists the files it merged
-(``COMPACTED_FROM``). A kill at any step loses and duplicates nothing:
+again, so ``compact`` merges the pack files of a method's finished seeds, and the merged files
+still small, into files of up to ``MERGE_ROWS`` rows, each ``part-c<digest>.parquet`` (the
+digest of the names of the files it merges). A merged file's footer lists the files it merged
+(``COMPACTED_FROM``). The per-epoch curves under ``<results>.history`` are merged the same
+way, under the same name. A kill at any step loses and duplicates nothing:
 
-1. the merged file is written under a hidden temporary name, which readers skip and
-   ``remove_temporaries`` deletes;
-2. it is renamed into place. From then on a reader skips every file it lists
-   (``superseded``), so each row counts once;
-3. the listed files are deleted, one by one.
+1. the merged curves, then the merged rows, are written under a hidden temporary name, which
+   readers skip and ``remove_temporaries`` deletes;
+2. each is renamed into place. From then on a reader skips every file it lists
+   (``superseded``), so each row, and each curve, counts once;
+3. the listed files are deleted, one by one, rows first.
 
-A rerun of ``compact`` finishes what a killed one left: it deletes the listed files that remain.
-A seed with error rows, or with configs its plan lists that are not stored, is left as it is:
-the next run writes to it.
+A rerun of ``compact`` finishes what a killed one left: it deletes the listed files that remain,
+and keeps merged curves already in place. A seed with error rows, or with configs its plan lists
+that are not stored, is left as it is: the next run writes to it. A run compacts the seeds it
+finished (``fairdp run``), so a store is compacted as it grows; ``fairdp compact`` does it for
+stores written before, or by a run that stopped early.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from fairdp import schema
@@ -34,6 +40,7 @@ from fairdp.study.store._lock import results_lock
 from fairdp.study.store._plans import read_plan
 from fairdp.study.store._store import (
     COMPACTED_FROM,
+    HISTORY,
     ResultStore,
     corrupt_error,
     existing_store,
@@ -41,30 +48,39 @@ from fairdp.study.store._store import (
     superseded,
 )
 
-_FILE_NAME = re.compile(r"part-s(\d+)-.+\.parquet")
+logger = logging.getLogger("fairdp")
+
+# A merged file holds up to about this many rows (~100 MB in memory at fairdp's row width): large
+# enough that a million rows are a few dozen files, small enough that merging stays cheap, and a
+# merged file is merged again only while it is smaller (each row is rewritten a bounded number
+# of times however long a study grows).
+MERGE_ROWS = 2 ** 18
+_PACK_NAME = re.compile(r"part-s(\d+)-.+\.parquet")
+_KEY_COLUMNS = ["dataset", "method", "seed", "config_id", "status"]
 
 
-def compacted_name(seed: int, sources) -> str:
-    """The merged file's name: its seed and the digest of the names of the files it merges."""
+def compacted_name(sources) -> str:
+    """The merged file's name: the digest of the names of the files it merges."""
     digest = hashlib.sha256("\n".join(sorted(sources)).encode()).hexdigest()[:16]
-    return f"part-s{seed}-c{digest}.parquet"
+    return f"part-c{digest}.parquet"
 
 
 @dataclass(frozen=True)
 class Compaction:
-    """What ``compact`` did: the (dataset, method, seed) groups merged, the files they were
-    and the rows they hold; leftovers of a killed compaction deleted; groups left as they are
-    (error rows, or configs still to train)."""
+    """What ``compact`` did: the finished (dataset, method, seed) whose pack files it merged,
+    the files merged, the merged files written and the rows they hold; leftovers of a killed
+    compaction deleted; seeds left as they are (error rows, or configs still to train)."""
 
-    groups: int = 0
+    seeds: int = 0
     files: int = 0
+    merged: int = 0
     rows: int = 0
     leftovers: int = 0
     unfinished: int = 0
 
     def describe(self) -> str:
-        said = (f"merged {self.files} pack files of {self.groups} finished seeds into {self.groups} "
-                f"({self.rows:,} rows)" if self.groups else "no finished seed has more than one file to merge")
+        said = (f"merged {self.files:,} files ({self.seeds} finished seeds) into {self.merged} "
+                f"({self.rows:,} rows)" if self.merged else "nothing to merge")
         if self.leftovers:
             said += f"; deleted {self.leftovers} files a killed compaction had merged"
         if self.unfinished:
@@ -72,38 +88,77 @@ class Compaction:
         return said
 
 
-def compact_store(store: ResultStore, seeds=None) -> Compaction:
-    """Merge the pack files of each finished (dataset, method, seed) of ``store`` (of ``seeds``
-    only, when given) into one file, as the module says. The caller holds the results' lock.
-    InputError naming a corrupt or foreign file (``fairdp run --repair`` first)."""
-    paths = store.pack_files()
-    schemas, groups = {}, {}
-    for path in paths:
-        schemas[path] = pq.read_schema(path, filesystem=store.fs)
-        dataset, method, name = path[len(store.root) + 1:].split("/")
-        match = _FILE_NAME.fullmatch(name)
-        if match is None:  # a foreign name: the read below refuses it
-            continue
-        groups.setdefault((dataset, method, int(match[1])), []).append(path)
-    rows, corrupt = store.read(on_corrupt="collect")
+@dataclass(frozen=True)
+class _File:
+    path: str
+    rows: int
+    merged: tuple[str, ...]  # the names it merged (its footer's COMPACTED_FROM); () for a pack file
+    seed: int | None  # a pack file's seed (from its name); None for a merged file
+
+
+def compact_store(store: ResultStore, seeds=None, max_rows: int = MERGE_ROWS) -> Compaction:
+    """Merge the pack files of the finished seeds of ``store`` (of ``seeds`` only, when given),
+    with its merged files under ``max_rows`` rows, as the module says. The caller holds the
+    results' lock. InputError naming a corrupt or foreign file (``fairdp run --repair`` first)."""
+    rows, corrupt = store.read(on_corrupt="collect", columns=_KEY_COLUMNS)
     if corrupt:
         raise corrupt_error(corrupt)
-    gone = superseded(schemas)
+    files = _footers(store, store.pack_files())
+    gone = superseded({f.path: f.merged for f in files.values()})
+    history = _history_files(store)
+    gone_curves = superseded(history)
+    for path in sorted(gone) + sorted(gone_curves):  # step 3 of a killed compaction, finished
+        _delete(store, path)
+    leftovers = len(gone) + len(gone_curves)
+    history = {p: names for p, names in history.items() if p not in gone_curves}
     finished = _finished(store, rows)
-    merged = files = rows_merged = leftovers = unfinished = 0
-    for key in sorted(groups):
-        if seeds is not None and key[2] not in seeds:
-            continue
-        for path in sorted(set(groups[key]) & gone):  # step 3 of a killed compaction, finished
-            _delete(store, path)
-            leftovers += 1
-        sources = sorted(set(groups[key]) - gone)
-        if key not in finished:
-            unfinished += 1
-        elif len(sources) > 1:
-            rows_merged += _merge(store, key, sources, schemas)
-            merged, files = merged + 1, files + len(sources)
-    return Compaction(merged, files, rows_merged, leftovers, unfinished)
+    in_dir: dict[tuple[str, str], list[_File]] = {}
+    for f in files.values():
+        if f.path not in gone:
+            in_dir.setdefault(tuple(f.path[len(store.root) + 1:].split("/")[:2]), []).append(f)
+    unfinished = {(d, m, f.seed) for (d, m), fs in in_dir.items() for f in fs
+                  if f.seed is not None and (d, m, f.seed) not in finished}
+    seeds_merged: set[tuple] = set()
+    n_files = n_merged = n_rows = 0
+    for (dataset, method), dir_files in sorted(in_dir.items()):
+        candidates = [f for f in dir_files
+                      if (f.seed is None and f.rows < max_rows)
+                      or (f.seed is not None and (dataset, method, f.seed) in finished
+                          and (seeds is None or f.seed in seeds))]
+        for chunk in _chunks(sorted(candidates, key=lambda f: f.path), max_rows):
+            n_rows += _merge(store, chunk, history)
+            n_files, n_merged = n_files + len(chunk), n_merged + 1
+            seeds_merged.update((dataset, method, f.seed) for f in chunk if f.seed is not None)
+    if seeds is not None:
+        unfinished = {k for k in unfinished if k[2] in seeds}
+    return Compaction(len(seeds_merged), n_files, n_merged, n_rows, leftovers, len(unfinished))
+
+
+def _footers(store: ResultStore, paths) -> dict[str, _File]:
+    """Each file's row count and the names it merged, from its footer alone."""
+    out = {}
+    for path in paths:
+        metadata = pq.read_metadata(path, filesystem=store.fs)
+        name = path.rsplit("/", 1)[1]
+        match = _PACK_NAME.fullmatch(name)
+        merged = tuple(merged_names(metadata.schema.to_arrow_schema()))
+        out[path] = _File(path, metadata.num_rows, merged, int(match[1]) if match and not merged else None)
+    return out
+
+
+def _chunks(files: list[_File], max_rows: int):
+    """``files`` cut, in order, into runs of at least two files holding up to about
+    ``max_rows`` rows (a run closes at the file that reaches it)."""
+    run, rows = [], 0
+    for f in files:
+        run.append(f)
+        rows += f.rows
+        if rows >= max_rows:
+            if len(run) > 1:
+                yield run
+            run, rows = [], 0
+    if len(run) > 1:
+        yield run
 
 
 def _finished(store: ResultStore, rows) -> set[tuple]:
@@ -112,31 +167,48 @@ def _finished(store: ResultStore, rows) -> set[tuple]:
     if not len(rows):
         return set()
     keys = ["dataset", "method", "seed"]
-    status = rows.groupby(keys)["status"].agg(lambda s: bool((s.astype(object) == schema.STATUS_OK).all()))
-    finished = {tuple(k) for k, ok in status.items() if ok}
+    ok = rows["status"].astype(object) == schema.STATUS_OK
+    status = ok.groupby([rows[k] for k in keys]).all()
+    finished = {(d, m, int(s)) for (d, m, s), all_ok in status.items() if all_ok}
     plan = read_plan(store)
     if plan is not None:
-        stored = set(map(tuple, rows[[*keys, "config_id"]].astype({"seed": "int64"}).itertuples(index=False)))
-        for r in plan.itertuples(index=False):
-            if (r.dataset, r.method, int(r.seed), r.config_id) not in stored:
-                finished.discard((r.dataset, r.method, int(r.seed)))
-    return {(d, m, int(s)) for d, m, s in finished}
+        stored = rows[[*keys, "config_id"]].astype({"seed": "int64"})
+        missing = plan[[*keys, "config_id"]].astype({"seed": "int64"}).merge(
+            stored.drop_duplicates(), how="left", indicator=True)
+        missing = missing[missing["_merge"] == "left_only"]
+        finished -= {(d, m, int(s)) for d, m, s in missing[keys].drop_duplicates().itertuples(index=False)}
+    return finished
 
 
-def _merge(store: ResultStore, key: tuple, sources: list[str], schemas: dict[str, pa.Schema]) -> int:
-    """Steps 1-3 for one group: the merged file written and renamed into place, then its
-    sources deleted. Returns its row count."""
-    dataset, method, seed = key
-    table = pa.concat_tables([pq.read_table(p, filesystem=store.fs) for p in sources], promote_options="permissive")
+def _history_files(store: ResultStore) -> dict[str, tuple[str, ...]]:
+    """The per-epoch curve files under ``<results>.history`` and the names each merged."""
+    paths = store._part_files(store.side_table_path(HISTORY))
+    return {p: tuple(merged_names(pq.read_schema(p, filesystem=store.fs))) for p in paths}
+
+
+def _merge(store: ResultStore, chunk: list[_File], history: dict[str, tuple[str, ...]]) -> int:
+    """Steps 1-3 for one merged file: its curves, then its rows written and renamed into place,
+    then its sources deleted, rows first. Returns its row count."""
+    sources = [f.path for f in chunk]
     names = [p.rsplit("/", 1)[1] for p in sources]
+    final = f"{sources[0].rsplit('/', 1)[0]}/{compacted_name(names)}"
+    curves = [store.history_of(p) for p in sources if store.history_of(p) in history]
+    merged_curves = store.history_of(final)
+    if curves and store.fs.get_file_info(merged_curves).type != pafs.FileType.File:  # a rerun keeps its own
+        _write_merged(store, curves, merged_curves, {n for p in curves for n in history[p]})
     # a merged file that is merged again hands on the names it merged: a killed compaction's
     # leftovers of either stay recognisable
-    listed = sorted({*names, *(n for p in sources for n in merged_names(schemas[p]))})
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), COMPACTED_FROM: json.dumps(listed).encode()})
-    final = f"{store.root}/{dataset}/{method}/{compacted_name(seed, names)}"
-    store._write_in_dir(table, final)
-    for path in sources:
+    rows = _write_merged(store, sources, final, {n for f in chunk for n in f.merged})
+    for path in sources + curves:
         _delete(store, path)
+    return rows
+
+
+def _write_merged(store: ResultStore, sources: list[str], final: str, merged_before: set[str]) -> int:
+    table = pa.concat_tables([pq.read_table(p, filesystem=store.fs) for p in sources], promote_options="permissive")
+    listed = sorted({*(p.rsplit("/", 1)[1] for p in sources), *merged_before})
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), COMPACTED_FROM: json.dumps(listed).encode()})
+    store._write_in_dir(table, final)
     return table.num_rows
 
 
@@ -146,13 +218,13 @@ def _delete(store: ResultStore, path: str) -> None:
 
 
 def compact(results, seeds=None) -> Compaction:
-    """Merge each finished seed's pack files of the results at ``results`` (a directory or URI)
-    into one file, under the results' lock (a run into them waits or is refused, as a second
-    run is): what ``fairdp compact`` does. A seed is finished when all its rows are ok and it
-    holds every config its plan lists; ``seeds``: only these. Reading the results gives the same
-    rows before and after, and a compaction killed at any step loses and duplicates nothing
-    (its rerun finishes it). InputError naming a location that holds no results, or a corrupt
-    or foreign file in them (``fairdp run --repair`` first)."""
+    """Merge the pack files of the finished seeds of the results at ``results`` (a directory or
+    URI) into a few large files, under the results' lock (a run into them waits or is refused,
+    as a second run is): what ``fairdp compact`` does. A seed is finished when all its rows are
+    ok and it holds every config its plan lists; ``seeds``: only these. Reading the results
+    gives the same rows (and curves) before and after, and a compaction killed at any step
+    loses and duplicates nothing (its rerun finishes it). InputError naming a location that
+    holds no results, or a corrupt or foreign file in them (``fairdp run --repair`` first)."""
     store = existing_store(results)
     held = results_lock(store.root, "compact") if store.is_local else object_store_lease(store, "compact")
     with held:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -250,13 +251,16 @@ class ResultStore:
     def read_history(self) -> pd.DataFrame:
         """Every pack's per-epoch valid curves as one DataFrame (empty when none were written);
         InputError naming a file that cannot be read."""
-        tables = []
+        tables = {}
         for path in self._part_files(self.side_table_path(HISTORY)):
             try:
-                tables.append(pq.read_table(path, filesystem=self.fs))
+                tables[path] = pq.read_table(path, filesystem=self.fs)
             except (pa.ArrowException, OSError) as e:
                 raise InputError(f"{path}: corrupt per-epoch curves ({str(e).splitlines()[0]}); delete it (the "
                                  f"pack's rows do not depend on it)") from None
+        for path in superseded({p: merged_names(t.schema) for p, t in tables.items()}):  # a killed compaction's
+            del tables[path]
+        tables = list(tables.values())
         if not tables:
             return pd.DataFrame(columns=["study", "dataset", "method", "seed", "config_id", "epoch", "kept"])
         return pa.concat_tables(tables, promote_options="permissive").to_pandas()
@@ -391,7 +395,7 @@ class ResultStore:
             others.sort()
         return sorted(out)
 
-    def read(self, *, on_corrupt: str = "raise") -> tuple[pd.DataFrame, list[CorruptFile]]:
+    def read(self, *, on_corrupt: str = "raise", columns=None) -> tuple[pd.DataFrame, list[CorruptFile]]:
         """All rows as one DataFrame (schemas unified) and the files left out of it
         (``CorruptFile``): unreadable or truncated ones, files that are not fairdp's (named or
         placed otherwise, a key column missing, a column of another type than fairdp writes, or
@@ -399,41 +403,58 @@ class ResultStore:
         another file holds too (each config counts once; the file named as its rows' pack is kept).
 
         ``on_corrupt="raise"`` makes any of them an ``InputError`` naming it; "collect" leaves
-        them out of the rows (``--repair`` then moves them aside).
+        them out of the rows (``--repair`` then moves them aside). ``columns``: only these are
+        read and returned (those the files hold), beside what the checks read (the keys, the
+        status, the pack id); all by default.
         """
         others: list[str] = []
         paths = self._part_files(self.root, others)
         corrupt = [CorruptFile(path, MISPLACED, "foreign") for path in others]
         # each file's footer first (its schema, no data): what is not fairdp's is left out unread
         schemas: dict[str, pa.Schema] = {}
+        reasons: dict[pa.Schema, str | None] = {}  # per distinct schema: files share a handful
         for path in paths:
             try:
                 file_schema = pq.read_schema(path, filesystem=self.fs)
             except (pa.ArrowException, OSError) as e:
                 corrupt.append(self._unreadable(path, e))
                 continue
-            foreign = foreign_reason(file_schema) or self._retyped(file_schema)
+            bare = file_schema.remove_metadata()
+            if bare not in reasons:
+                reasons[bare] = foreign_reason(bare) or self._retyped(bare)
+            foreign = reasons[bare]
             if foreign:
                 corrupt.append(CorruptFile(path, foreign, "foreign"))
                 continue
             schemas[path] = file_schema
-        for path in superseded(schemas):  # merged into a file beside it by a killed compaction
+        for path in superseded({p: merged_names(s) for p, s in schemas.items()}):  # merged by a killed compaction
             del schemas[path]
         for bad in _odd_types(schemas, set(self.schema.names)):
             corrupt.append(bad)
             del schemas[bad.path]
-        table, unreadable = self._scan(schemas)
+        table, unreadable = self._scan(schemas, columns)
         corrupt += unreadable
         merged = {path for path, file_schema in schemas.items() if merged_names(file_schema)}
-        bad = _duplicated_packs(table, merged) if table is not None else []
+        files = list(schemas)  # a row's FILE is its file's place here
+        bad = _duplicated_packs(table, files, merged) if table is not None else []
         if bad:
             corrupt += bad
-            table = table.filter(pc.invert(pc.is_in(table.column(FILE), pa.array([b.path for b in bad]))))
+            gone = pa.array([files.index(b.path) for b in bad], pa.int32())
+            table = table.filter(pc.invert(pc.is_in(table.column(FILE), gone)))
         if corrupt and on_corrupt == "raise":
             raise corrupt_error(corrupt)
+        wanted = list(self.schema.names if columns is None else columns)
         if table is None or not table.num_rows:
-            return pd.DataFrame({c: pd.Series(dtype=object) for c in self.schema.names}), corrupt
-        return table.drop_columns([FILE]).to_pandas(), corrupt
+            return pd.DataFrame({c: pd.Series(dtype=object) for c in wanted}), corrupt
+        if columns is not None:
+            table = table.select([c for c in table.column_names if c in set(columns)])
+        else:
+            table = table.drop_columns([FILE])
+        df = table.to_pandas()
+        for name, field in zip(table.column_names, table.schema):
+            if pa.types.is_dictionary(field.type):  # read as a dictionary (``_scan_files``)
+                df[name] = df[name].astype(object)
+        return df, corrupt
 
     def _unreadable(self, path: str, e: BaseException) -> CorruptFile:
         """The corrupt file ``path`` that could not be read (``e``); a file this user may not
@@ -444,11 +465,12 @@ class ResultStore:
                              f"another --results") from None
         return CorruptFile(path, _first_line(e), "corrupt")
 
-    def _scan(self, schemas: dict[str, pa.Schema]) -> tuple[pa.Table | None, list[CorruptFile]]:
+    def _scan(self, schemas: dict[str, pa.Schema], columns=None) -> tuple[pa.Table | None, list[CorruptFile]]:
         """The rows of the files of ``schemas`` as one table, read in one columnar scan (their
-        schemas unified, a column a file lacks null there) with the file of each row (``FILE``),
-        and the files whose data could not be read although their footer could (a truncated
-        page): those are found file by file, and left out."""
+        schemas unified, a column a file lacks null there; of ``columns`` and the checks' own,
+        when given) with the file of each row (``FILE``), and the files whose data could not be
+        read although their footer could (a truncated page): those are found file by file, and
+        left out."""
         if not schemas:
             return None, []
         try:
@@ -456,6 +478,9 @@ class ResultStore:
         except (pa.ArrowException, ValueError) as e:  # checked file by file above: a case those checks miss
             raise InputError(f"{self.location}: its pack files do not combine into one table "
                              f"({_first_line(e)})") from None
+        if columns is not None:
+            keep = {*columns, *_CHECKED}
+            unified = pa.schema([f for f in unified if f.name in keep], metadata=unified.metadata)
         try:
             return self._scan_files(list(schemas), unified), []
         except (pa.ArrowException, OSError):
@@ -470,9 +495,23 @@ class ResultStore:
         return (self._scan_files(readable, unified) if readable else None), unreadable
 
     def _scan_files(self, paths: list[str], unified: pa.Schema) -> pa.Table:
-        dataset = ds.dataset(paths, schema=unified, format="parquet", filesystem=self.fs)
-        table = dataset.to_table(columns=[*unified.names, "__filename"])
-        return table.rename_columns([*unified.names, FILE])
+        """The rows of ``paths`` in one scan, with each row's file as its place in ``paths``
+        (``FILE``). Text columns that repeat from row to row (every one but ``PER_ROW_TEXT``)
+        are read as Parquet stores them, as dictionaries: a million rows of a study's protocol
+        text are then one text and a million indices, not a million copies (``read`` hands
+        them to pandas as one Python object per distinct text)."""
+        repeated = [f.name for f in unified if f.type == pa.string() and f.name not in PER_ROW_TEXT]
+        unified = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string())) if f.name in repeated else f
+                             for f in unified], metadata=unified.metadata)
+        parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=repeated))
+        dataset = ds.dataset(paths, schema=unified, format=parquet, filesystem=self.fs)
+        place = {path: i for i, path in enumerate(paths)}
+        batches, files = [], []
+        for tagged in dataset.scanner().scan_batches():
+            batches.append(tagged.record_batch)
+            files.append(pa.array(np.full(tagged.record_batch.num_rows, place[tagged.fragment.path], np.int32)))
+        table = pa.Table.from_batches(batches, schema=unified)
+        return table.append_column(FILE, pa.chunked_array(files, pa.int32()))
 
     def _retyped(self, file_schema: pa.Schema) -> str | None:
         """Why a pack file's column is not of the type fairdp writes it in (the store's
@@ -510,14 +549,16 @@ class ResultStore:
                       and not i.base_name.startswith("."))
 
     def remove_temporaries(self) -> int:
-        """Delete ``.tmp-*`` files left by writers that were killed mid-write."""
-        if not self.exists():
-            return 0
+        """Delete ``.tmp-*`` files left by writers that were killed mid-write, among the rows and
+        the per-epoch curves."""
         n = 0
-        for info in self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True)):
-            if info.type == pafs.FileType.File and info.base_name.startswith(".tmp-"):
-                self.fs.delete_file(info.path)
-                n += 1
+        for root in (self.root, self.side_table_path(HISTORY)):
+            if self.fs.get_file_info(root).type != pafs.FileType.Directory:
+                continue
+            for info in self.fs.get_file_info(pafs.FileSelector(root, recursive=True)):
+                if info.type == pafs.FileType.File and info.base_name.startswith(".tmp-"):
+                    self.fs.delete_file(info.path)
+                    n += 1
         return n
 
 
@@ -570,10 +611,14 @@ def _odd_types(schemas: dict[str, pa.Schema], known: set[str]) -> list[CorruptFi
     ``known``) holds another kind of value than most files' (the first file's, on a tie):
     one column, one type, or the files could not be read as one table."""
     kinds: dict[str, dict[str, list[str]]] = {}  # column -> kind -> files
+    unknown: dict[pa.Schema, list[tuple[str, str]]] = {}  # per distinct schema: its (column, kind) fairdp does not know
     for path, file_schema in schemas.items():
-        for f in file_schema:
-            if f.name not in known and not pa.types.is_null(f.type):
-                kinds.setdefault(f.name, {}).setdefault(_kind(f.type), []).append(path)
+        bare = file_schema.remove_metadata()
+        if bare not in unknown:
+            unknown[bare] = [(f.name, _kind(f.type)) for f in bare
+                             if f.name not in known and not pa.types.is_null(f.type)]
+        for name, kind in unknown[bare]:
+            kinds.setdefault(name, {}).setdefault(kind, []).append(path)
     odd: dict[str, CorruptFile] = {}
     for column, by_kind in kinds.items():
         if len(by_kind) < 2:
@@ -592,6 +637,9 @@ def _odd_types(schemas: dict[str, pa.Schema], known: set[str]) -> list[CorruptFi
 
 MISPLACED = "not a fairdp file: not named or placed as a pack file (<dataset>/<method>/part-*.parquet)"
 ROW_KEYS = ["dataset", "method", "seed", "config_id"]  # a config's row, once in a study's results
+# text columns whose every row differs (ids, counts): read as plain text, not as dictionaries
+PER_ROW_TEXT = {"config_id", "pack_id", schema.TEST_CONFUSION, schema.VALID_CONFUSION}
+_CHECKED = {*ROW_KEYS, "status", "pack_id"}  # what the duplicate check reads, whatever a caller asks
 
 
 COMPACTED_FROM = b"fairdp.compacted_from"  # a merged file's footer key: the names of the files it merged
@@ -604,33 +652,38 @@ def merged_names(file_schema: pa.Schema) -> list[str]:
     return json.loads(metadata[COMPACTED_FROM]) if COMPACTED_FROM in metadata else []
 
 
-def superseded(schemas: dict[str, pa.Schema]) -> set[str]:
-    """Among ``schemas`` (path -> footer schema), the files a merged file beside them lists: a
-    compaction killed before it deleted them. Their rows are the merged file's too."""
+def superseded(merged: dict[str, list[str]]) -> set[str]:
+    """Among the files of ``merged`` (path -> the names that file merged, ``merged_names``),
+    those a merged file beside them lists: a compaction killed before it deleted them. Their
+    rows are the merged file's too."""
     out: set[str] = set()
-    for path, file_schema in schemas.items():
+    for path, names in merged.items():
         directory = path.rsplit("/", 1)[0]
-        out.update(f"{directory}/{name}" for name in merged_names(file_schema))
-    return out & set(schemas)
+        out.update(f"{directory}/{name}" for name in names)
+    return out & set(merged)
 
 
 FILE = "_file"  # the column of a scanned row's file (``ResultStore._scan``)
 
 
-def _duplicated_packs(table: pa.Table, merged: set[str] = frozenset()) -> list[CorruptFile]:
+def _duplicated_packs(table: pa.Table, files: list[str], merged: set[str] = frozenset()) -> list[CorruptFile]:
     """The pack files holding an ok row of a config that another file (or a row before it in
     the same file) holds too: a copy of a pack file under another name would count its configs
     twice. A merged file (``merged``: a compaction's) is kept, then the file named as its rows'
     pack (``part-s<seed>-<pack_id>.parquet``), then the first in order; each other file sharing a config with a kept one is named, with the
     kept file. Error rows are left alone: a config may fail in one pack and succeed in another
     (its error pack retried without a config the grid no longer has), and only ok rows count.
-    ``table``: the scanned rows with their files (``FILE``); only its key columns are read."""
+    ``table``: the scanned rows with their files (``FILE``: a place in ``files``); only its key
+    columns are read."""
     keys = table.select([*ROW_KEYS, "status", FILE]).to_pandas()
     keys = keys[keys["status"].astype(object) == schema.STATUS_OK]
     if not keys.duplicated(ROW_KEYS).any():  # the common case: one vectorised check
         return []
-    paths = list(dict.fromkeys(table.column(FILE).to_pylist()))
+    keys[FILE] = np.asarray(files, dtype=object)[keys[FILE].to_numpy()]
+    paths = list(dict.fromkeys(keys[FILE]))
     packs = table.select(["seed", "pack_id", FILE]).to_pandas() if "pack_id" in table.column_names else None
+    if packs is not None:
+        packs[FILE] = np.asarray(files, dtype=object)[packs[FILE].to_numpy()]
 
     def named_as_its_pack(path: str) -> bool:
         if packs is None:
@@ -690,7 +743,7 @@ def read_results(*locations) -> pd.DataFrame:
             frames.append(df)
     if not frames:
         raise InputError(f"{', '.join(map(str, locations))}: no result rows found")
-    return with_module_keywords(pd.concat(frames, ignore_index=True))
+    return with_module_keywords(frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True))
 
 
 def with_module_keywords(df: pd.DataFrame) -> pd.DataFrame:
