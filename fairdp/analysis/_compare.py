@@ -67,17 +67,18 @@ def _protocol_items(text) -> dict[str, str]:
 
 def _setting_values(rows: pd.DataFrame) -> dict[str, set[str]]:
     """Every protocol setting's values over ``rows`` (as text), NOT_RECORDED where a column is absent."""
+    # each distinct value once: a million rows hold a few protocols
     out: dict[str, set[str]] = {}
     for column, name in PROTOCOL_SETTINGS.items():
         if column in rows.columns:
             out[name] = {NOT_RECORDED if pd.isna(v) else (f"{v:g}" if isinstance(v, float) else str(v))
-                         for v in rows[column]}
-    items = [_protocol_items(t) for t in (rows["protocol"] if "protocol" in rows.columns else [])]
+                         for v in pd.unique(rows[column])}
+    items = [_protocol_items(t) for t in (pd.unique(rows["protocol"]) if "protocol" in rows.columns else [])]
     for key in sorted({k for it in items for k in it}):
         name = _PROTOCOL_NAMES.get(key, key)
         out[name] = {it.get(key, NOT_RECORDED) for it in items}
     if "fairdp_version" in rows.columns:
-        out[CODE_SETTING] = {NOT_RECORDED if pd.isna(v) else str(v) for v in rows["fairdp_version"]}
+        out[CODE_SETTING] = {NOT_RECORDED if pd.isna(v) else str(v) for v in pd.unique(rows["fairdp_version"])}
     return out
 
 
@@ -88,13 +89,12 @@ def protocol_differences(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     ``protocol`` JSON (the data's fingerprint, its split included, the dataset's options, the
     training settings without a column of their own, ...) and the fairdp version
     (``CODE_SETTING``). A setting one side does not record reads ``NOT_RECORDED``."""
-    ra, rb = ok_rows(a), ok_rows(b)
+    read = ["dataset", "method", *PROTOCOL_SETTINGS, "protocol", "fairdp_version"]
+    ra, rb = (ok_rows(df)[[c for c in read if c in df.columns]] for df in (a, b))
     out = []
-    common = sorted(set(map(tuple, ra[["dataset", "method"]].drop_duplicates().to_numpy()))
-                    & set(map(tuple, rb[["dataset", "method"]].drop_duplicates().to_numpy())))
-    for ds, method in common:
-        va = _setting_values(ra[(ra["dataset"] == ds) & (ra["method"] == method)])
-        vb = _setting_values(rb[(rb["dataset"] == ds) & (rb["method"] == method)])
+    ga, gb = (dict(tuple(r.groupby(["dataset", "method"], sort=False))) for r in (ra, rb))
+    for ds, method in sorted(set(ga) & set(gb)):
+        va, vb = _setting_values(ga[(ds, method)]), _setting_values(gb[(ds, method)])
         for name in [*va, *(n for n in vb if n not in va)]:
             left, right = va.get(name, {NOT_RECORDED}), vb.get(name, {NOT_RECORDED})
             if left != right:

@@ -87,12 +87,14 @@ class Backlog:
                 configs[(plan.name, seed)] = dict(zip(ids, grid))
                 todo = [cid for cid in ids if (plan.name, seed, cid) not in ok]
                 done += len(ids) - len(todo)
+                waiting = set(todo)
                 for (m, s, _pid), cids in errored.items():  # error packs first, with their exact composition
                     if m == plan.name and s == seed:
-                        retry = [c for c in ids if c in cids and c in todo]
+                        retry = [c for c in ids if c in cids and c in waiting]
                         if retry:
                             retries.append((m, s, tuple(retry)))
-                            todo = [c for c in todo if c not in set(retry)]
+                            waiting -= set(retry)
+                todo = [c for c in todo if c in waiting]
                 left[(plan.name, seed)] = todo
         return cls(spec, configs, left, retries, done)
 

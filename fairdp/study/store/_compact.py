@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -41,6 +42,7 @@ from fairdp.study.store._plans import read_plan
 from fairdp.study.store._store import (
     COMPACTED_FROM,
     HISTORY,
+    SCAN_FILES,
     ResultStore,
     corrupt_error,
     existing_store,
@@ -205,7 +207,16 @@ def _merge(store: ResultStore, chunk: list[_File], history: dict[str, tuple[str,
 
 
 def _write_merged(store: ResultStore, sources: list[str], final: str, merged_before: set[str]) -> int:
-    table = pa.concat_tables([pq.read_table(p, filesystem=store.fs) for p in sources], promote_options="permissive")
+    # one scan of the sources, their schemas unified (a table per file would cost its own buffers
+    # and overhead ten thousand times over), then one chunk per column for the writer
+    schemas = {}
+    for p in sources:
+        file_schema = pq.read_schema(p, filesystem=store.fs).remove_metadata()
+        schemas.setdefault(file_schema, None)
+    unified = pa.unify_schemas(list(schemas), promote_options="permissive")
+    table = pa.concat_tables([ds.dataset(sources[i:i + SCAN_FILES], schema=unified, format="parquet",
+                                         filesystem=store.fs).to_table() for i in range(0, len(sources), SCAN_FILES)])
+    table = table.combine_chunks()
     listed = sorted({*(p.rsplit("/", 1)[1] for p in sources), *merged_before})
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), COMPACTED_FROM: json.dumps(listed).encode()})
     store._write_in_dir(table, final)

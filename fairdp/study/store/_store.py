@@ -412,27 +412,28 @@ class ResultStore:
         corrupt = [CorruptFile(path, MISPLACED, "foreign") for path in others]
         # each file's footer first (its schema, no data): what is not fairdp's is left out unread
         schemas: dict[str, pa.Schema] = {}
-        reasons: dict[pa.Schema, str | None] = {}  # per distinct schema: files share a handful
+        kinds = _DistinctSchemas()  # files share a handful of schemas: each is checked once
+        reasons: dict[int, str | None] = {}
         for path in paths:
             try:
                 file_schema = pq.read_schema(path, filesystem=self.fs)
             except (pa.ArrowException, OSError) as e:
                 corrupt.append(self._unreadable(path, e))
                 continue
-            bare = file_schema.remove_metadata()
-            if bare not in reasons:
-                reasons[bare] = foreign_reason(bare) or self._retyped(bare)
-            foreign = reasons[bare]
+            kind = kinds.of(file_schema)
+            if kind not in reasons:
+                reasons[kind] = foreign_reason(kinds[kind]) or self._retyped(kinds[kind])
+            foreign = reasons[kind]
             if foreign:
                 corrupt.append(CorruptFile(path, foreign, "foreign"))
                 continue
             schemas[path] = file_schema
         for path in superseded({p: merged_names(s) for p, s in schemas.items()}):  # merged by a killed compaction
             del schemas[path]
-        for bad in _odd_types(schemas, set(self.schema.names)):
+        for bad in _odd_types(schemas, set(self.schema.names), kinds):
             corrupt.append(bad)
             del schemas[bad.path]
-        table, unreadable = self._scan(schemas, columns)
+        table, unreadable = self._scan(schemas, columns, kinds)
         corrupt += unreadable
         merged = {path for path, file_schema in schemas.items() if merged_names(file_schema)}
         files = list(schemas)  # a row's FILE is its file's place here
@@ -465,7 +466,8 @@ class ResultStore:
                              f"another --results") from None
         return CorruptFile(path, _first_line(e), "corrupt")
 
-    def _scan(self, schemas: dict[str, pa.Schema], columns=None) -> tuple[pa.Table | None, list[CorruptFile]]:
+    def _scan(self, schemas: dict[str, pa.Schema], columns=None,
+              kinds: _DistinctSchemas | None = None) -> tuple[pa.Table | None, list[CorruptFile]]:
         """The rows of the files of ``schemas`` as one table, read in one columnar scan (their
         schemas unified, a column a file lacks null there; of ``columns`` and the checks' own,
         when given) with the file of each row (``FILE``), and the files whose data could not be
@@ -473,8 +475,11 @@ class ResultStore:
         left out."""
         if not schemas:
             return None, []
+        if kinds is None:
+            kinds = _DistinctSchemas()
+        distinct = [kinds[i] for i in dict.fromkeys(kinds.of(s) for s in schemas.values())]
         try:
-            unified = pa.unify_schemas(list(schemas.values()), promote_options="permissive")
+            unified = pa.unify_schemas(distinct, promote_options="permissive")
         except (pa.ArrowException, ValueError) as e:  # checked file by file above: a case those checks miss
             raise InputError(f"{self.location}: its pack files do not combine into one table "
                              f"({_first_line(e)})") from None
@@ -504,12 +509,15 @@ class ResultStore:
         unified = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string())) if f.name in repeated else f
                              for f in unified], metadata=unified.metadata)
         parquet = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(dictionary_columns=repeated))
-        dataset = ds.dataset(paths, schema=unified, format=parquet, filesystem=self.fs)
         place = {path: i for i, path in enumerate(paths)}
         batches, files = [], []
-        for tagged in dataset.scanner().scan_batches():
-            batches.append(tagged.record_batch)
-            files.append(pa.array(np.full(tagged.record_batch.num_rows, place[tagged.fragment.path], np.int32)))
+        # a dataset keeps each file's footer once it has read it (~100 KB at fairdp's width):
+        # scanned a thousand files at a time, 50,000 files take a fifth of the memory
+        for start in range(0, len(paths), SCAN_FILES):
+            dataset = ds.dataset(paths[start:start + SCAN_FILES], schema=unified, format=parquet, filesystem=self.fs)
+            for tagged in dataset.scanner().scan_batches():
+                batches.append(tagged.record_batch)
+                files.append(pa.array(np.full(tagged.record_batch.num_rows, place[tagged.fragment.path], np.int32)))
         table = pa.Table.from_batches(batches, schema=unified)
         return table.append_column(FILE, pa.chunked_array(files, pa.int32()))
 
@@ -606,18 +614,43 @@ def _first_line(e: BaseException) -> str:
     return lines[0][:300] if lines else type(e).__name__
 
 
-def _odd_types(schemas: dict[str, pa.Schema], known: set[str]) -> list[CorruptFile]:
+class _DistinctSchemas:
+    """The few distinct schemas (metadata aside) of many files, each a number: a file's is
+    found by comparing it with the one found last (most files share one: a comparison is a
+    third of hashing a schema), else by its hash."""
+
+    def __init__(self):
+        self._schemas: list[pa.Schema] = []
+        self._numbers: dict[pa.Schema, int] = {}
+        self._last = -1
+
+    def of(self, file_schema: pa.Schema) -> int:
+        if self._last >= 0 and file_schema.equals(self._schemas[self._last]):  # metadata is not compared
+            return self._last
+        bare = file_schema.remove_metadata()
+        if bare not in self._numbers:
+            self._numbers[bare] = len(self._schemas)
+            self._schemas.append(bare)
+        self._last = self._numbers[bare]
+        return self._last
+
+    def __getitem__(self, i: int) -> pa.Schema:
+        return self._schemas[i]
+
+
+def _odd_types(schemas: dict[str, pa.Schema], known: set[str], distinct: _DistinctSchemas) -> list[CorruptFile]:
     """The files whose column fairdp does not know (a plugin's hyperparameter, not among
     ``known``) holds another kind of value than most files' (the first file's, on a tie):
-    one column, one type, or the files could not be read as one table."""
+    one column, one type, or the files could not be read as one table. ``distinct``: the
+    files' schemas, as ``read`` numbered them."""
     kinds: dict[str, dict[str, list[str]]] = {}  # column -> kind -> files
-    unknown: dict[pa.Schema, list[tuple[str, str]]] = {}  # per distinct schema: its (column, kind) fairdp does not know
+    unknown: dict[int, list[tuple[str, str]]] = {}  # per distinct schema: its (column, kind) fairdp does not know
     for path, file_schema in schemas.items():
-        bare = file_schema.remove_metadata()
-        if bare not in unknown:
-            unknown[bare] = [(f.name, _kind(f.type)) for f in bare
-                             if f.name not in known and not pa.types.is_null(f.type)]
-        for name, kind in unknown[bare]:
+        i = distinct.of(file_schema)
+        if i not in unknown:
+            unknown[i] = [(f.name, _kind(f.type)) for f in distinct[i]
+                          if f.name not in known and not pa.types.is_null(f.type)]
+        for name, kind in unknown[i]:
             kinds.setdefault(name, {}).setdefault(kind, []).append(path)
     odd: dict[str, CorruptFile] = {}
     for column, by_kind in kinds.items():
@@ -637,6 +670,7 @@ def _odd_types(schemas: dict[str, pa.Schema], known: set[str]) -> list[CorruptFi
 
 MISPLACED = "not a fairdp file: not named or placed as a pack file (<dataset>/<method>/part-*.parquet)"
 ROW_KEYS = ["dataset", "method", "seed", "config_id"]  # a config's row, once in a study's results
+SCAN_FILES = 1000  # files per dataset in one scan (``ResultStore._scan_files``)
 # text columns whose every row differs (ids, counts): read as plain text, not as dictionaries
 PER_ROW_TEXT = {"config_id", "pack_id", schema.TEST_CONFUSION, schema.VALID_CONFUSION}
 _CHECKED = {*ROW_KEYS, "status", "pack_id"}  # what the duplicate check reads, whatever a caller asks
