@@ -9,7 +9,7 @@
 In the style of Ray Tune's release test (10,000 trials of 1 s each, measured at 14% over the
 ideal): a study of N packs whose packs only sleep, so that whatever the run takes beyond the
 sleeps is the cost of the machinery around them. The packs are trained by ``bench_sleep``, a
-benchmark-only plugin method (``benchmarks/sleep_method.py``): each pack sleeps ``--sleep``
+benchmark-only plugin method (``benchmarks/plugins/sleep_method.py``): each pack sleeps ``--sleep``
 seconds once (the sleep is per pack, not per config: ``fit`` gets the whole pack and sleeps
 its configs' ``bench_sleep_s``, all equal), then returns label 0 for every row and a zero
 representation without training anything. Everything else is fairdp's real path, as
@@ -98,7 +98,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PLUGIN = Path(__file__).resolve().parent / "sleep_method.py"
+PLUGIN = Path(__file__).resolve().parent / "plugins" / "sleep_method.py"  # beside, not among, the benchmarks
 METHOD = "bench_sleep"
 STUDY = "bench-driver"
 PLAN_TARGET_S = 5.0
