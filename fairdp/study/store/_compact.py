@@ -43,6 +43,7 @@ from fairdp.study.store._store import (
     COMPACTED_FROM,
     HISTORY,
     SCAN_FILES,
+    DistinctSchemas,
     ResultStore,
     corrupt_error,
     existing_store,
@@ -96,6 +97,7 @@ class _File:
     rows: int
     merged: tuple[str, ...]  # the names it merged (its footer's COMPACTED_FROM); () for a pack file
     seed: int | None  # a pack file's seed (from its name); None for a merged file
+    schema: pa.Schema  # its columns (metadata aside), shared with the files of the same columns
 
 
 def compact_store(store: ResultStore, seeds=None, max_rows: int = MERGE_ROWS) -> Compaction:
@@ -105,14 +107,15 @@ def compact_store(store: ResultStore, seeds=None, max_rows: int = MERGE_ROWS) ->
     rows, corrupt = store.read(on_corrupt="collect", columns=_KEY_COLUMNS)
     if corrupt:
         raise corrupt_error(corrupt)
-    files = _footers(store, store.pack_files())
+    distinct = DistinctSchemas()
+    files = _footers(store, store.pack_files(), distinct)
     gone = superseded({f.path: f.merged for f in files.values()})
-    history = _history_files(store)
-    gone_curves = superseded(history)
+    history = _footers(store, store._part_files(store.side_table_path(HISTORY)), distinct)
+    gone_curves = superseded({f.path: f.merged for f in history.values()})
     for path in sorted(gone) + sorted(gone_curves):  # step 3 of a killed compaction, finished
         _delete(store, path)
     leftovers = len(gone) + len(gone_curves)
-    history = {p: names for p, names in history.items() if p not in gone_curves}
+    history = {p: f for p, f in history.items() if p not in gone_curves}
     finished = _finished(store, rows)
     in_dir: dict[tuple[str, str], list[_File]] = {}
     for f in files.values():
@@ -136,15 +139,17 @@ def compact_store(store: ResultStore, seeds=None, max_rows: int = MERGE_ROWS) ->
     return Compaction(len(seeds_merged), n_files, n_merged, n_rows, leftovers, len(unfinished))
 
 
-def _footers(store: ResultStore, paths) -> dict[str, _File]:
-    """Each file's row count and the names it merged, from its footer alone."""
+def _footers(store: ResultStore, paths, distinct: DistinctSchemas) -> dict[str, _File]:
+    """Each file's row count, the names it merged and its columns, from its footer alone (read
+    once: the merge unifies the columns it was told here)."""
     out = {}
     for path in paths:
         metadata = pq.read_metadata(path, filesystem=store.fs)
-        name = path.rsplit("/", 1)[1]
-        match = _PACK_NAME.fullmatch(name)
-        merged = tuple(merged_names(metadata.schema.to_arrow_schema()))
-        out[path] = _File(path, metadata.num_rows, merged, int(match[1]) if match and not merged else None)
+        file_schema = metadata.schema.to_arrow_schema()
+        match = _PACK_NAME.fullmatch(path.rsplit("/", 1)[1])
+        merged = tuple(merged_names(file_schema))
+        out[path] = _File(path, metadata.num_rows, merged, int(match[1]) if match and not merged else None,
+                          distinct[distinct.of(file_schema)])
     return out
 
 
@@ -182,42 +187,33 @@ def _finished(store: ResultStore, rows) -> set[tuple]:
     return finished
 
 
-def _history_files(store: ResultStore) -> dict[str, tuple[str, ...]]:
-    """The per-epoch curve files under ``<results>.history`` and the names each merged."""
-    paths = store._part_files(store.side_table_path(HISTORY))
-    return {p: tuple(merged_names(pq.read_schema(p, filesystem=store.fs))) for p in paths}
-
-
-def _merge(store: ResultStore, chunk: list[_File], history: dict[str, tuple[str, ...]]) -> int:
+def _merge(store: ResultStore, chunk: list[_File], history: dict[str, _File]) -> int:
     """Steps 1-3 for one merged file: its curves, then its rows written and renamed into place,
     then its sources deleted, rows first. Returns its row count."""
-    sources = [f.path for f in chunk]
-    names = [p.rsplit("/", 1)[1] for p in sources]
-    final = f"{sources[0].rsplit('/', 1)[0]}/{compacted_name(names)}"
-    curves = [store.history_of(p) for p in sources if store.history_of(p) in history]
+    names = [f.path.rsplit("/", 1)[1] for f in chunk]
+    final = f"{chunk[0].path.rsplit('/', 1)[0]}/{compacted_name(names)}"
+    curves = [history[c] for c in (store.history_of(f.path) for f in chunk) if c in history]
     merged_curves = store.history_of(final)
     if curves and store.fs.get_file_info(merged_curves).type != pafs.FileType.File:  # a rerun keeps its own
-        _write_merged(store, curves, merged_curves, {n for p in curves for n in history[p]})
-    # a merged file that is merged again hands on the names it merged: a killed compaction's
-    # leftovers of either stay recognisable
-    rows = _write_merged(store, sources, final, {n for f in chunk for n in f.merged})
-    for path in sources + curves:
+        _write_merged(store, curves, merged_curves)
+    rows = _write_merged(store, chunk, final)
+    for path in [f.path for f in chunk + curves]:
         _delete(store, path)
     return rows
 
 
-def _write_merged(store: ResultStore, sources: list[str], final: str, merged_before: set[str]) -> int:
+def _write_merged(store: ResultStore, sources: list[_File], final: str) -> int:
     # one scan of the sources, their schemas unified (a table per file would cost its own buffers
     # and overhead ten thousand times over), then one chunk per column for the writer
-    schemas = {}
-    for p in sources:
-        file_schema = pq.read_schema(p, filesystem=store.fs).remove_metadata()
-        schemas.setdefault(file_schema, None)
-    unified = pa.unify_schemas(list(schemas), promote_options="permissive")
-    table = pa.concat_tables([ds.dataset(sources[i:i + SCAN_FILES], schema=unified, format="parquet",
-                                         filesystem=store.fs).to_table() for i in range(0, len(sources), SCAN_FILES)])
+    paths = [f.path for f in sources]
+    distinct = {id(f.schema): f.schema for f in sources}  # shared objects (``_footers``): no hashing
+    unified = pa.unify_schemas(list(distinct.values()), promote_options="permissive")
+    table = pa.concat_tables([ds.dataset(paths[i:i + SCAN_FILES], schema=unified, format="parquet",
+                                         filesystem=store.fs).to_table() for i in range(0, len(paths), SCAN_FILES)])
     table = table.combine_chunks()
-    listed = sorted({*(p.rsplit("/", 1)[1] for p in sources), *merged_before})
+    # a merged file that is merged again hands on the names it merged: a killed compaction's
+    # leftovers of either stay recognisable
+    listed = sorted({*(p.rsplit("/", 1)[1] for p in paths), *(n for f in sources for n in f.merged)})
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), COMPACTED_FROM: json.dumps(listed).encode()})
     store._write_in_dir(table, final)
     return table.num_rows

@@ -412,7 +412,8 @@ class ResultStore:
         corrupt = [CorruptFile(path, MISPLACED, "foreign") for path in others]
         # each file's footer first (its schema, no data): what is not fairdp's is left out unread
         schemas: dict[str, pa.Schema] = {}
-        kinds = _DistinctSchemas()  # files share a handful of schemas: each is checked once
+        kinds = DistinctSchemas()  # files share a handful of schemas: each is checked once
+        kind_of: dict[str, int] = {}  # a file's schema, as a number of ``kinds``
         reasons: dict[int, str | None] = {}
         for path in paths:
             try:
@@ -427,15 +428,16 @@ class ResultStore:
             if foreign:
                 corrupt.append(CorruptFile(path, foreign, "foreign"))
                 continue
-            schemas[path] = file_schema
-        for path in superseded({p: merged_names(s) for p, s in schemas.items()}):  # merged by a killed compaction
+            schemas[path], kind_of[path] = file_schema, kind
+        names = {p: merged_names(s) for p, s in schemas.items()}
+        for path in superseded(names):  # merged by a killed compaction
             del schemas[path]
-        for bad in _odd_types(schemas, set(self.schema.names), kinds):
+        for bad in _odd_types(schemas, set(self.schema.names), kinds, kind_of):
             corrupt.append(bad)
             del schemas[bad.path]
-        table, unreadable = self._scan(schemas, columns, kinds)
+        table, unreadable = self._scan(schemas, columns, [kinds[i] for i in dict.fromkeys(kind_of[p] for p in schemas)])
         corrupt += unreadable
-        merged = {path for path, file_schema in schemas.items() if merged_names(file_schema)}
+        merged = {path for path in schemas if names[path]}
         files = list(schemas)  # a row's FILE is its file's place here
         bad = _duplicated_packs(table, files, merged) if table is not None else []
         if bad:
@@ -466,18 +468,15 @@ class ResultStore:
                              f"another --results") from None
         return CorruptFile(path, _first_line(e), "corrupt")
 
-    def _scan(self, schemas: dict[str, pa.Schema], columns=None,
-              kinds: _DistinctSchemas | None = None) -> tuple[pa.Table | None, list[CorruptFile]]:
+    def _scan(self, schemas: dict[str, pa.Schema], columns,
+              distinct: list[pa.Schema]) -> tuple[pa.Table | None, list[CorruptFile]]:
         """The rows of the files of ``schemas`` as one table, read in one columnar scan (their
-        schemas unified, a column a file lacks null there; of ``columns`` and the checks' own,
-        when given) with the file of each row (``FILE``), and the files whose data could not be
-        read although their footer could (a truncated page): those are found file by file, and
-        left out."""
+        schemas, ``distinct`` the different ones, unified, a column a file lacks null there; of
+        ``columns`` and the checks' own, when given) with the file of each row (``FILE``), and
+        the files whose data could not be read although their footer could (a truncated page):
+        those are found file by file, and left out."""
         if not schemas:
             return None, []
-        if kinds is None:
-            kinds = _DistinctSchemas()
-        distinct = [kinds[i] for i in dict.fromkeys(kinds.of(s) for s in schemas.values())]
         try:
             unified = pa.unify_schemas(distinct, promote_options="permissive")
         except (pa.ArrowException, ValueError) as e:  # checked file by file above: a case those checks miss
@@ -614,7 +613,7 @@ def _first_line(e: BaseException) -> str:
     return lines[0][:300] if lines else type(e).__name__
 
 
-class _DistinctSchemas:
+class DistinctSchemas:
     """The few distinct schemas (metadata aside) of many files, each a number: a file's is
     found by comparing it with the one found last (most files share one: a comparison is a
     third of hashing a schema), else by its hash."""
@@ -638,15 +637,16 @@ class _DistinctSchemas:
         return self._schemas[i]
 
 
-def _odd_types(schemas: dict[str, pa.Schema], known: set[str], distinct: _DistinctSchemas) -> list[CorruptFile]:
+def _odd_types(schemas: dict[str, pa.Schema], known: set[str], distinct: DistinctSchemas,
+               kind_of: dict[str, int]) -> list[CorruptFile]:
     """The files whose column fairdp does not know (a plugin's hyperparameter, not among
     ``known``) holds another kind of value than most files' (the first file's, on a tie):
-    one column, one type, or the files could not be read as one table. ``distinct``: the
-    files' schemas, as ``read`` numbered them."""
+    one column, one type, or the files could not be read as one table. ``distinct`` and
+    ``kind_of``: the files' schemas, as ``read`` numbered them."""
     kinds: dict[str, dict[str, list[str]]] = {}  # column -> kind -> files
     unknown: dict[int, list[tuple[str, str]]] = {}  # per distinct schema: its (column, kind) fairdp does not know
-    for path, file_schema in schemas.items():
-        i = distinct.of(file_schema)
+    for path in schemas:
+        i = kind_of[path]
         if i not in unknown:
             unknown[i] = [(f.name, _kind(f.type)) for f in distinct[i]
                           if f.name not in known and not pa.types.is_null(f.type)]
