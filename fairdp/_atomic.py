@@ -6,7 +6,7 @@ import contextlib
 import os
 import tempfile
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from fairdp.errors import InputError
@@ -99,13 +99,16 @@ def current_umask() -> int:
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike, prefix: str | None = None, private: bool = False) -> Iterator[Path]:
+def atomic_path(target: str | os.PathLike, prefix: str | None = None, private: bool = False,
+                before_replace: Callable[[], None] | None = None) -> Iterator[Path]:
     """Yield a hidden temporary path beside ``target``; on success it replaces ``target``.
 
     Readers never see a partial file: the temporary name starts with a dot (``prefix``,
     default ``.<name>.``) and is synced to disk and moved into place with ``os.replace``
     only after the block completes; on error it is removed. A ``private`` file is readable
     by its owner only (0600), whatever the umask; others get the umask's mode.
+    ``before_replace`` runs once the file is on disk, just before the rename (a worker's last
+    check that its driver lives: nothing it stores can then appear after the driver's kill).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -119,6 +122,8 @@ def atomic_path(target: str | os.PathLike, prefix: str | None = None, private: b
         # mkstemp creates 0600; another file gets the mode any new file would get
         if not private:
             os.chmod(tmp_path, 0o666 & ~current_umask())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():

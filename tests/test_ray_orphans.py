@@ -175,8 +175,9 @@ def test_nothing_a_sigkilled_drivers_embedded_ray_started_outlives_it_or_stores_
         tmp_path):
     """SIGKILL to the driver alone while a worker trains: every process the run started is gone
     within seconds (the workers watch the driver; the embedded Ray's reaper kills the rest), no
-    pack file appears after the kill (a worker checks its driver just before storing; without
-    the watch, two were stored 0.2 and 0.6 s after it), and the rerun completes the study with
+    pack file appears after the kill (a worker checks its driver between its rows' sync and their
+    rename; without the watch, two were stored 0.2 and 0.6 s after it, and with one check before
+    the pack's writes, one 0.195 s after it), and the rerun completes the study with
     the rows of a run never killed, bit for bit."""
     from fairdp.study.store._lock import WORKERS_DIR
 

@@ -138,6 +138,29 @@ def test_written_files_honour_the_umask_and_results_files_are_private(tmp_path, 
         assert os.stat(path).st_mode & 0o777 == 0o600, path
 
 
+def test_a_packs_last_check_runs_after_its_rows_are_on_disk_and_can_stop_them_appearing(tmp_path):
+    """A worker's last check that its driver lives (``before_commit``) runs once the rows are
+    written, just before they appear: a driver killed while the rows were written stores
+    nothing, and the check is not made before time the write itself takes."""
+    store = ResultStore(tmp_path / "r")
+    rows = [{"study": "s", "dataset": "d", "method": "unconstrained", "seed": 0, "config_id": "c", "status": "ok"}]
+    final = store.pack_path("d", "unconstrained", 0, "p")
+    seen = []
+
+    def check() -> None:
+        hidden = [p for p in os.listdir(os.path.dirname(final)) if p.startswith(".tmp-")]
+        seen.append((os.path.exists(final), [pd.read_parquet(os.path.join(os.path.dirname(final), p))["config_id"]
+                                             .tolist() for p in hidden]))
+        raise SystemExit(70)  # as a worker whose driver is gone ends
+
+    with pytest.raises(SystemExit):
+        store.write_pack(rows, "d", "unconstrained", 0, "p", before_commit=check)
+    assert seen == [(False, [["c"]])]  # the whole file written, not yet in place
+    assert store.pack_files() == [] and not [p for p in os.listdir(os.path.dirname(final)) if p.startswith(".tmp-")]
+    assert store.write_pack(rows, "d", "unconstrained", 0, "p", before_commit=lambda: None) == final
+    assert store.pack_files() == [final]
+
+
 @pytest.mark.parametrize("error", [PermissionError(13, "Permission denied"),
                                    OSError("Failed to open local file 'x'. Detail: [errno 13] Permission denied")])
 def test_an_unreadable_results_file_is_not_called_corrupt(tmp_path, monkeypatch, error):

@@ -24,7 +24,7 @@ from fairdp.methods import get_method, load_plugins
 from fairdp.metrics import evaluate_pack
 from fairdp.study._context import StudyContext, load_study_data
 from fairdp.study.run._plan import Pack
-from fairdp.study.store._lock import exits_with_driver, registered_worker
+from fairdp.study.store._lock import exit_if_driver_gone, exits_with_driver, registered_worker
 from fairdp.study.store._rows import base_row, history_frame, tuning_record
 from fairdp.study.store._store import ResultStore
 
@@ -110,6 +110,9 @@ def run_pack(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport], No
             store.write_history(history, ctx.dataset, pack.method, pack.seed, pack.id)
         if keeps_predictions(ctx):  # before the rows too: a pack whose rows are stored has its predictions
             write_predictions_part(store, pack, test_predictions)
-        store.write_pack(rows, ctx.dataset, pack.method, pack.seed, pack.id)
+        # the driver checked once more between the rows' sync and their rename: a check before
+        # the writes left their time (0.2 s on a loaded machine) for a kill to fall in
+        store.write_pack(rows, ctx.dataset, pack.method, pack.seed, pack.id, before_commit=None if ctx.driver is None
+                         else lambda: exit_if_driver_gone(*ctx.driver))
         file.drop()
     return rows

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -223,13 +224,15 @@ class ResultStore:
     def pack_path(self, dataset: str, method: str, seed: int, pid: str) -> str:
         return f"{self.root}/{dataset}/{method}/part-s{seed}-{pid}.parquet"
 
-    def write_pack(self, rows: list[dict], dataset: str, method: str, seed: int, pid: str) -> str:
-        """Write a pack's rows as one file, atomically; returns its path."""
+    def write_pack(self, rows: list[dict], dataset: str, method: str, seed: int, pid: str,
+                   before_commit: Callable[[], None] | None = None) -> str:
+        """Write a pack's rows as one file, atomically; returns its path. ``before_commit`` runs
+        just before the file appears (``put``)."""
         unknown = sorted({k for r in rows for k in r} - set(self.schema.names))
         if unknown:  # a column the store does not know would be silently dropped
             raise ValueError(f"write_pack: columns {unknown} are not in the study's columns")
         table = pa.Table.from_pylist([{c: r.get(c) for c in self.schema.names} for r in rows], schema=self.schema)
-        return self._write_in_dir(table, self.pack_path(dataset, method, seed, pid))
+        return self._write_in_dir(table, self.pack_path(dataset, method, seed, pid), before_commit)
 
     def history_of(self, pack_path: str) -> str:
         """Where the pack whose rows are at ``pack_path`` keeps its per-epoch valid curves: the
@@ -243,10 +246,10 @@ class ResultStore:
         return self._write_in_dir(pa.Table.from_pandas(frame, preserve_index=False),
                                   self.history_of(self.pack_path(dataset, method, seed, pid)))
 
-    def _write_in_dir(self, table: pa.Table, final: str) -> str:
+    def _write_in_dir(self, table: pa.Table, final: str, before_commit: Callable[[], None] | None = None) -> str:
         """``table`` written atomically at ``final``, its folder made first."""
         self.retrying(final, lambda: self.fs.create_dir(final.rsplit("/", 1)[0], recursive=True))
-        return self._write(table, final)
+        return self._write(table, final, before_commit)
 
     def read_history(self) -> pd.DataFrame:
         """Every pack's per-epoch valid curves as one DataFrame (empty when none were written);
@@ -287,21 +290,26 @@ class ResultStore:
         except (pa.ArrowException, OSError) as e:
             raise CorruptSideTable(path, str(e).splitlines()[0]) from None
 
-    def _write(self, table: pa.Table, final: str) -> str:
-        return self.put(final, lambda path: pq.write_table(table, path, filesystem=self.fs), size=table.nbytes)
+    def _write(self, table: pa.Table, final: str, before_commit: Callable[[], None] | None = None) -> str:
+        return self.put(final, lambda path: pq.write_table(table, path, filesystem=self.fs), size=table.nbytes,
+                        before_commit=before_commit)
 
-    def put(self, final: str, write, size: int | None = None) -> str:
+    def put(self, final: str, write, size: int | None = None, before_commit: Callable[[], None] | None = None) -> str:
         """``write(path)`` a file that appears at ``final`` all at once: on an object store its
         single PUT already is; locally it is written under a hidden ``.tmp-`` name (which
         ``remove_temporaries`` deletes if the writer is killed) and renamed. A full disk is
         ``DiskFull``, naming the file, about the space it needs (``size``, its expected bytes,
-        else twice what was written) and the space free."""
+        else twice what was written) and the space free. ``before_commit`` runs once the file is
+        written and synced, just before its rename; on an object store, before the PUT."""
         if not self.is_local:
+            if before_commit is not None:
+                before_commit()
             self.retrying(final, lambda: write(final))
             return final
         try:
             # private: rows and checkpoints hold the seed, from which every noise draw follows
-            with atomic_path(final, prefix=f".tmp-{final.rsplit('/', 1)[1]}.", private=True) as tmp:
+            with atomic_path(final, prefix=f".tmp-{final.rsplit('/', 1)[1]}.", private=True,
+                             before_replace=before_commit) as tmp:
                 try:
                     write(str(tmp))
                 finally:
