@@ -94,6 +94,9 @@ DESCRIPTIONS = {
                   "(`train.accountant`; DP-SGD's and PF-LD's noise is calibrated, and their `eps_formal` "
                   "reported, by it); null for a method without an accountant's guarantee. Absent from result "
                   "sets written before it existed (all `rdp`)",
+    "sampler": "how DP-SGD and PF-LD drew each step's Poisson sample of the training rows, `gaps` or `coins` "
+               "(`train.sampler`; the same exact rate and law, other samples); null for other methods. Absent "
+               "from result sets written before it existed (all `coins`)",
     "architecture": "JSON: the effective architecture (encoder, classifier, adversary sizes, dropout); null "
                     "for a method without a network",
     "packing": "how the pack's network packed its configs: `hand-packed` (fairdp's packed layers), "

@@ -545,3 +545,128 @@ def normal(
     for k, gen in enumerate(generators):
         out[k].normal_(generator=gen)
     return out
+
+
+# -- Poisson samples by geometric gaps ----------------------------------------------------------
+
+POISSON_SAMPLERS = ("gaps", "coins")
+"""How DP-SGD and PF-LD draw a Poisson sample of the training rows (``train.sampler``): the gaps
+between sampled rows (``gap_sample``, the default since it exists) or a coin per row (``coins``,
+what rows without a ``sampler`` column were drawn by). The same law, other samples."""
+
+GAP_TOLERANCE = 1e-12
+"""Relative error the float64 part of ``gap_sample`` allows its logarithms (their bound is
+about 2^-50): a gap whose floor the error could move is decided in exact integers instead."""
+
+
+def exact_threshold(prob: float) -> int:
+    """T = floor(prob * 2^64): ``coins``' threshold, the numerator of the exact rate T / 2^64."""
+    return math.floor(Fraction(float(prob)) * (1 << 64))
+
+
+def _log_rate(skip: int) -> float:
+    """ln r for r = skip / 2^64 in (0, 1), to about 2^-51 relative: through log1p near r = 1,
+    where log(r) would lose digits."""
+    p = 1.0 - skip * 2.0**-64
+    return math.log1p(-((1 << 64) - skip) * 2.0**-64) if p < 0.5 else math.log(skip * 2.0**-64)
+
+
+def _below_power(u: int, tail: list[int], skip: int, g: int, more) -> bool:
+    """Whether V < r^g exactly, for V = (u + W) / 2^64 with W in [0, 1) the uniform whose 64-bit
+    words are ``tail`` and, as the comparison needs them (at most g in all), ``more()``'s, which
+    are appended to ``tail``: V is one number for every comparison of its gap. r = skip / 2^64,
+    and r^g = skip^g / 2^(64 g) has 64 g bits, so V's first 64 (g + 1) bits decide; V = r^g
+    exactly has probability 0 and counts as not below."""
+    if g == 0:
+        return True  # V < 1
+    power, bits = skip ** g, 64 * g
+    v, m, used = u, 64, 0
+    while True:
+        if m >= bits:  # r^g is a multiple of 2^-m: V's m-bit prefix decides
+            return v + 1 <= power << (m - bits)
+        head = power >> (bits - m)
+        if v + 1 <= head:
+            return True
+        if v > head or (v == head and power & ((1 << (bits - m)) - 1) == 0):
+            return False
+        if used == len(tail):
+            tail.append(more())
+        v, m, used = (v << 64) | tail[used], m + 64, used + 1
+
+
+def _exact_gap(u: int, skip: int, low: int, high: int, more) -> int:
+    """The gap G = max{g : V < r^g} (``_below_power``), known to lie in [low, high]: ``high`` a
+    cap (a gap of the training set's size or more ends the sample whatever it is)."""
+    g, tail = low, []
+    while g < high and _below_power(u, tail, skip, g + 1, more):
+        g += 1
+    return g
+
+
+def gap_sample(n: int, prob: float, stream: PackStream, *, tolerance: float = GAP_TOLERANCE) -> list[np.ndarray]:
+    """Each config's Poisson sample of rows 0..n-1 (sorted int64 indices), every row included
+    independently with probability exactly T / 2^64, T = floor(prob * 2^64) (``coins``' rate),
+    drawn as the gaps between included rows: O(prob n) words, where ``coins`` takes n bytes.
+
+    The gaps are i.i.d. geometric, P(G >= g) = r^g with r = 1 - T / 2^64, so that rows are
+    included independently at the rate: G = max{g : V < r^g} for V uniform on (0, 1), whose
+    first 64 bits are a word u of config k's first draw (one word a gap, in order). Where
+    float64 logarithms put the floor of ln(V) / ln(r) over all V of u's cell beyond doubt (their
+    error is bounded by ``tolerance`` relative, a margin about 10^4 times the bound), that is G;
+    elsewhere (about one gap in 10^11, and the cells that straddle an r^g) G is decided
+    exactly, in integers, with V's further bits from words of the second draw, in the order
+    such gaps occur. Two draws a call whatever is needed (counter-based streams: each config's
+    words are its own, and its sample does not depend on its pack)."""
+    if not 0 <= prob <= 1:
+        raise ValueError(f"gap_sample: prob must be in [0, 1], got {prob}")
+    first, second = stream._next(), stream._next()
+    threshold = exact_threshold(prob)
+    k = len(stream)
+    if threshold == 0 or n == 0:
+        return [np.empty(0, dtype=np.int64) for _ in range(k)]
+    if threshold >= 1 << 64:
+        return [np.arange(n, dtype=np.int64) for _ in range(k)]
+    skip = (1 << 64) - threshold
+    log_r = _log_rate(skip)
+    expected = n * threshold * 2.0**-64
+    batch = int(expected + 6 * math.sqrt(expected) + 16)  # words a round: the sample's size, rarely short
+    words_of = [stream._bits(c, 0, first) for c in range(k)]
+    extra_of: dict[int, np.random.Philox] = {}  # made when a gap first needs it: rarely
+
+    def more(c: int) -> int:
+        if c not in extra_of:
+            extra_of[c] = stream._bits(c, 0, second)
+        return int(extra_of[c].random_raw())
+
+    picked: list[list[np.ndarray]] = [[] for _ in range(k)]
+    at = np.zeros(k, dtype=np.int64)  # each config's first row not yet passed
+    live = np.arange(k)
+    while len(live):
+        u = np.stack([words_of[c].random_raw(batch) for c in live])  # one word a gap, in order
+        gaps = _gaps(u, skip, log_r, n, tolerance, live, more)
+        rows = at[live, None] + np.cumsum(gaps + 1, axis=1) - 1
+        for row, c in enumerate(live):
+            picked[c].append(rows[row][rows[row] < n])
+        at[live] = np.where(rows[:, -1] < n, rows[:, -1] + 1, n)
+        live = live[at[live] < n]
+    return [np.concatenate(p) for p in picked]
+
+
+def _gaps(u: np.ndarray, skip: int, log_r: float, n: int, tolerance: float, configs: np.ndarray,
+          more) -> np.ndarray:
+    """The gaps (capped at n) of the words ``u`` (R, m), row r config ``configs[r]``'s words in
+    order: ``gap_sample``'s float64 decision, and the exact one where it is in doubt, with further
+    words from ``more(config)``."""
+    # V in [u, u + 1) / 2^64: ln(V) / ln(r) in (x_low, x_high]
+    with np.errstate(divide="ignore"):
+        x_high = np.log(u.astype(np.float64) * 2.0**-64) / log_r  # inf for u = 0
+    x_low = np.maximum(np.log((u.astype(np.float64) + 1.0) * 2.0**-64) / log_r, 0.0)
+    scale = 1.0 / -log_r + 1.0
+    g_low = np.floor(x_low - tolerance * (x_low + scale))
+    g_high = np.floor(x_high + tolerance * (x_high + scale))
+    gaps = np.clip(g_low, 0, n).astype(np.int64)
+    for row, i in zip(*np.nonzero((g_low != g_high) & (g_low < n))):  # row-major: each row's gap order
+        high = int(min(g_high[row, i], n)) if np.isfinite(g_high[row, i]) else n
+        gaps[row, i] = _exact_gap(int(u[row, i]), skip, max(int(g_low[row, i]), 0), high,
+                                  lambda c=int(configs[row]): more(c))
+    return gaps

@@ -11,7 +11,7 @@ import sys
 
 import yaml
 
-from fairdp import __version__
+from fairdp import __version__, schema
 from fairdp.errors import InputError, RunAborted
 from fairdp.schema import SELECTION_FAIRNESS
 
@@ -486,12 +486,13 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _load_rows(dirs: list[str], pool: bool = False):
-    """The rows of ``dirs``; rows of several studies only with ``pool`` (a selection would
-    otherwise mix, say, a grid's and a search's configs into one run without notice)."""
+def _load_rows(dirs: list[str], pool: bool = False, without=()):
+    """The rows of ``dirs`` (``without`` those columns); rows of several studies only with
+    ``pool`` (a selection would otherwise mix, say, a grid's and a search's configs into one run
+    without notice)."""
     from fairdp.study import read_results
 
-    df = read_results(*dirs)
+    df = read_results(*dirs, without=without)
     studies = sorted(df["study"].dropna().astype(str).unique()) if "study" in df.columns else []
     if len(studies) > 1:
         if not pool:
@@ -576,6 +577,10 @@ def _cmd_analyze(args) -> int:
     return 0
 
 
+PICKS_LISTED = 200
+"""``fairdp compare`` lists every RT pick up to this many, else the picks that differ (``--all-picks``: all)."""
+
+
 def _cmd_compare(args) -> int:
     import warnings
 
@@ -598,7 +603,8 @@ def _cmd_compare(args) -> int:
         check_rt(args.rt, "--rt")
     if not (math.isfinite(args.resolution) and args.resolution > 0):
         raise InputError(f"--resolution must be a finite number of points > 0, got {args.resolution}")
-    a, b = _load_rows([args.a]), _load_rows([args.b])
+    # compare reads no confusion counts: their text is most of a large store's memory
+    a, b = (_load_rows([d], without=tuple(schema.CONFUSION_COLUMNS.values())) for d in (args.a, args.b))
     chosen = _chosen_selection("compare", args, [args.a, args.b])
     fairness, rt, by = chosen.values["fairness"], chosen.values["rt"], list(chosen.values["by"])
     protocol = protocol_differences(a, b)
@@ -646,7 +652,12 @@ def _cmd_compare(args) -> int:
         sys.stdout.write(render_table(_protocol_display(protocol, picks), "md"))
     per = f", per {', '.join(by)}" if by else ""
     print(f"\n## RT picks (rt {rt:g}, {fairness}{per}): A = {args.a}, B = {args.b}\n")
-    sys.stdout.write(render_table(_compare_display(picks), "md"))
+    listed = picks if args.all_picks or len(picks) <= PICKS_LISTED else picks[~picks["same_pick"].astype(bool)]
+    if len(listed) < len(picks):  # a million rows hold a hundred thousand picks: the differing ones say it
+        print(f"{len(picks) - len(listed)} of {len(picks)} picks are the same config in both runs and are not listed "
+              f"(--all-picks lists every pick){':' if len(listed) else '.'}\n")
+    if len(listed):
+        sys.stdout.write(render_table(_compare_display(listed), "md"))
     print("\n## Paired differences A - B over seeds (mean, 95% t-interval, two-sided p, smallest difference the "
           f"test detects: alpha 0.05, 80% power; 'within seed noise' needs it at most {args.resolution:g} "
           f"point{'' if args.resolution == 1 else 's'})\n")
@@ -1264,6 +1275,8 @@ def _add_compare_parser(sub) -> None:
                            "0.05, 80%% power); else 'not resolved with N seeds' (default 1 point)")
     cmp_.add_argument("--format", choices=("md", "csv"), default="md",
                       help="md: a summary line and both tables; csv: the paired tests")
+    cmp_.add_argument("--all-picks", action="store_true",
+                      help=f"list every RT pick (default: every pick up to {PICKS_LISTED}, else the picks that differ)")
     cmp_.set_defaults(func=_cmd_compare)
 
 

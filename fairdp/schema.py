@@ -50,6 +50,9 @@ OBJECTIVES = (
 # ``train.accountant``; DP-SGD's and PF-LD's noise is calibrated and their eps_formal reported by
 # it), null for a method without an accountant's guarantee, and absent from result sets written
 # before it existed (all rdp's);
+# sampler is how DP-SGD and PF-LD drew each step's Poisson sample (gaps or coins,
+# ``train.sampler``), null for other methods, and absent from result sets written before it
+# existed (all coins');
 # packing how its network packed the configs (hand-packed, functional or mixed; null without
 # fairdp's packed layers, and absent from result sets written before it existed);
 # device is what decides a row's float results beyond fairdp's code (JSON, engine.device_record:
@@ -89,7 +92,7 @@ RELEASE_COLUMNS = ((GUARANTEE, "string"), (PRIVACY_EVENT, "string"), (TUNING, "s
 PROVENANCE_COLUMNS = (
     ("best_epoch", "int64"), ("pruned_at", "int64"), ("epochs", "int64"), ("optimizer", "string"),
     ("lr", "float64"), ("batch_size", "int64"), ("precision", "string"), ("accountant", "string"),
-    ("architecture", "string"), ("packing", "string"), ("probe", "string"), ("protocol", "string"), ("duration_s", "float64"),
+    ("sampler", "string"), ("architecture", "string"), ("packing", "string"), ("probe", "string"), ("protocol", "string"), ("duration_s", "float64"),
     ("pack_id", "string"),
     ("pack_size", "int64"), ("pack_duration_s", "float64"), ("status", "string"), ("error", "string"),
     ("fairdp_version", "string"), ("node", "string"), ("device", "string"), ("finished_at", "timestamp[ms, UTC]"),
@@ -118,6 +121,7 @@ class Hyperparameter(NamedTuple):
 BUILTIN_HYPERPARAMETERS = {
     "bound": "float64", "clip_dual": "float64", "clip_primal": "float64", "eps": "float64",
     "fairness_notion": "string", "iterations": "float64", "lam": "float64", "lam_ort": "float64",
+    "private_group": "float64",
 }
 """The column type of every hyperparameter of fairdp's own methods: what reading stored rows
 needs to know of them without loading the methods (torch). A test holds it equal to the

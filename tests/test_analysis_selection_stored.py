@@ -229,6 +229,27 @@ def test_compare_without_flags_picks_by_the_stored_selection(results, tmp_path, 
     assert main(["compare", results_dir, str(copy), "--rt", "2"]) == 0
 
 
+def test_compare_lists_only_differing_picks_past_its_limit_unless_asked(results, tmp_path, capsys, monkeypatch):
+    """A store of a hundred thousand picks is not printed pick by pick: past ``PICKS_LISTED``
+    the table holds only the picks that differ (none, against a copy) and says how many it
+    leaves out; ``--all-picks`` lists them all."""
+    import fairdp.cli as cli
+
+    results_dir, df = results
+    copy = tmp_path / "copy"
+    shutil.copytree(results_dir, copy)
+    want = _picks(df, 1.0, "tpr_gap", [])
+    flags = ["--fairness", "tpr_gap", "--rt", "1", "--by", ""]
+    monkeypatch.setattr(cli, "PICKS_LISTED", 0)
+    assert main(["compare", results_dir, str(copy), *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(want)} of {len(want)} picks are the same config in both runs and are not listed" in out
+    assert not any(c in out for c in want)
+    assert main(["compare", results_dir, str(copy), *flags, "--all-picks"]) == 0
+    out = capsys.readouterr().out
+    assert all(c in out for c in want) and "are not listed" not in out
+
+
 def test_a_run_keeps_the_search_it_finds_and_a_changed_selection_is_reported():
     spec = _spec(**STUDY_SELECTION)
     searched = parse_spec({**spec.raw, "search": {

@@ -277,7 +277,8 @@ def test_rows_per_config_and_a_buffer_are_clipped_as_each_configs_module_row_by_
 def test_rows_are_clipped_in_chunks_that_fit_the_per_sample_budget_with_the_same_sum(monkeypatch, rows_per_chunk):
     """K x rows x parameters per-sample gradients at most PER_SAMPLE_BYTES, counted in the larger
     of the clipped sums' and the cotangent's bytes (here float32 sums of float64 gradients: 8): as
-    many rows a chunk as fit, the last what is left, and the sum of one chunk."""
+    many rows a chunk as fit, the last what is left, and the sum of one chunk. The materialised
+    path (``ghost=False``); the ghost path's chunks: tests/test_engine_ghost.py."""
     from fairdp.engine import _functional
 
     instances, pack = _shifted_pack()
@@ -290,7 +291,7 @@ def test_rows_are_clipped_in_chunks_that_fit_the_per_sample_budget_with_the_same
     def clipped_sum():
         for p in pack.parameters():
             p.grad = None
-        counts = pack.add_clipped(x, unit, None, weight, clip, None, None)
+        counts = pack.add_clipped(x, unit, None, weight, clip, None, None, ghost=False)
         return torch.cat([p.grad.flatten() for p in pack.parameters()]), counts
 
     whole, whole_counts = clipped_sum()

@@ -357,23 +357,31 @@ def test_h_and_the_slopes_read_shared_or_per_config_labels():
     torch.testing.assert_close(slope_h, torch.stack([slope_ce[0], d_p1[1, :, 1]]))
 
 
-def test_the_poisson_sample_is_each_configs_coins_in_row_order_padded_and_marked():
-    """Config k's sample is exactly the rows (among those marked) whose coin from its stream came
-    up, in row order; shorter samples are padded with row 0 marked invalid, up to the longest;
-    with nothing sampled, one invalid column."""
+@pytest.mark.parametrize("sampler", ["coins", "gaps"])
+def test_the_poisson_sample_is_each_configs_draw_in_row_order_padded_and_marked(sampler):
+    """Config k's sample is exactly the rows (among those marked) its sampler drew from its
+    stream (the rows whose coin came up, or those ``gap_sample`` gives), in row order; shorter
+    samples are padded with row 0 marked invalid, up to the longest; with nothing sampled, one
+    invalid column."""
     from fairdp import _rng as rng
 
     names = [f"ps/{i}/sample" for i in range(3)]
     among = torch.rand(1, 60, generator=torch.Generator().manual_seed(2)) < 0.7
-    index, valid = poisson_sample(60, 0.3, rng.PackStream.from_names(names), "cpu", among=among)
-    coins = rng.coins((60,), 0.3, rng.PackStream.from_names(names)) & among
+    index, valid = poisson_sample(60, 0.3, rng.PackStream.from_names(names), "cpu", among=among, sampler=sampler)
+    if sampler == "coins":
+        coins = rng.coins((60,), 0.3, rng.PackStream.from_names(names)) & among
+    else:
+        coins = torch.zeros(3, 60, dtype=torch.bool)
+        for k, rows in enumerate(rng.gap_sample(60, 0.3, rng.PackStream.from_names(names))):
+            coins[k, torch.from_numpy(rows)] = True
+        coins &= among
     sizes = coins.sum(1).tolist()
     assert len(set(sizes)) > 1 and index.shape == (3, max(sizes))
     for k in range(3):
         assert index[k][valid[k]].tolist() == coins[k].nonzero().flatten().tolist()
         assert valid[k].tolist() == [True] * sizes[k] + [False] * (max(sizes) - sizes[k])
         assert not index[k][~valid[k]].any()
-    index, valid = poisson_sample(60, 0.0, rng.PackStream.from_names(names), "cpu")
+    index, valid = poisson_sample(60, 0.0, rng.PackStream.from_names(names), "cpu", sampler=sampler)
     assert index.shape == (3, 1) and not valid.any()
 
 

@@ -705,6 +705,16 @@ def test_a_config_missing_a_hyperparameter_is_refused(data):
         audit_training("dpsgd", {"eps": 1.0}, data)
 
 
+def test_a_pfld_config_whose_private_part_is_group_0_is_refused_naming_the_key(data):
+    """The audit's canaries enter group 1's sum: a config whose private part is group 0's would
+    be scored on canaries its mechanism never sees, and pass for the wrong reason."""
+    from fairdp.testing.training_audit import audit_training
+
+    config = {**_config("pfld"), "private_group": 0}
+    with pytest.raises(InputError, match=r"^config\.private_group: the training audit places PF-LD's canaries"):
+        audit_training("pfld", config, data)
+
+
 # -- a module of the user's: Dirac canaries in a functional pack --------------------------------
 
 

@@ -107,6 +107,19 @@ def test_every_row_is_read_back_once_in_the_studys_columns(location):
     assert len(store.pack_files()) == len(packs)
 
 
+def test_columns_left_unread_are_absent_and_the_rest_equal_a_whole_read(location):
+    """``read(without=...)``: those columns neither read nor returned, even a key column the
+    checks read; every other column as a whole read gives it."""
+    store = location.store
+    packs, _ = plan_packs(SPEC, pd.DataFrame())
+    _store_all(store, packs)
+    whole, _ = store.read()
+    without = ["valid_accuracy", "test_confusion", "pack_id"]
+    part, corrupt = store.read(without=without)
+    assert corrupt == [] and list(part.columns) == [c for c in whole.columns if c not in without]
+    pd.testing.assert_frame_equal(part, whole.drop(columns=without))
+
+
 def test_a_rewritten_pack_replaces_its_file_and_leaves_no_temporary(location):
     store = location.store
     packs, _ = plan_packs(SPEC, pd.DataFrame())

@@ -31,7 +31,8 @@ RUN = ["dataset", "method", "seed"]
 
 PROTOCOL_SETTINGS = {
     "epochs": "epochs", "lr": "learning rate", "batch_size": "batch size", "optimizer": "optimizer",
-    "precision": "precision", "accountant": "accountant", "architecture": "architecture", "probe": "probes",
+    "precision": "precision", "accountant": "accountant", "sampler": "Poisson sampler", "architecture": "architecture",
+    "probe": "probes",
 }
 """Row columns that are part of a run's protocol, and their names in ``compare``'s words; the
 ``protocol`` column's JSON adds the rest (``_protocol_items``)."""
@@ -200,14 +201,25 @@ def compare_picks(a: pd.DataFrame, b: pd.DataFrame, rt: float = 1.0, fairness: s
     test_<fairness> of each."""
     metrics = ["test_accuracy", f"test_{fairness}"]
     keys = [*RUN, *by]
-    pa = select_by_rt(a, rt=rt, fairness=fairness, by=by)[[*keys, "config_id", *metrics]]
-    pb = select_by_rt(b, rt=rt, fairness=fairness, by=by)[[*keys, "config_id", *metrics]]
+    pa = select_by_rt(_rule_columns(a, fairness, by), rt=rt, fairness=fairness, by=by)[[*keys, "config_id", *metrics]]
+    pb = select_by_rt(_rule_columns(b, fairness, by), rt=rt, fairness=fairness, by=by)[[*keys, "config_id", *metrics]]
     picks = pa.merge(pb, on=keys, suffixes=("_a", "_b"))  # a by-value NaN in both (a method without eps) pairs
     if picks.empty:
         raise InputError("the two runs have no (dataset, method, seed) in common: they are not runs of one study")
     picks["same_pick"] = picks["config_id_a"] == picks["config_id_b"]
     order = [*keys, "config_id_a", "config_id_b", "same_pick"] + [f"{m}_{s}" for m in metrics for s in "ab"]
     return picks[order].sort_values(keys).reset_index(drop=True)
+
+
+def _rule_columns(rows: pd.DataFrame, fairness: str, by: Sequence[str]) -> pd.DataFrame:
+    """``rows`` with only the columns a pick reads and ``compare_picks`` returns, those it has: the
+    selection copies what it is given (a million rows' every column, per side)."""
+    splits = ("valid", "test")
+    notions = [f"{s}_{m}" for s in splits for m in schema.NOTION_METRICS.values()] \
+        if fairness == schema.NOTION_GAP else []
+    wanted = [*RUN, "config_id", "status", "fairness_notion", *by, *(f"{s}_accuracy" for s in splits),
+              *(f"{s}_{fairness}" for s in splits), *notions]
+    return rows[[c for c in dict.fromkeys(wanted) if c in rows.columns]]
 
 
 RESOLUTION = 1.0

@@ -17,8 +17,10 @@ independent of its pack, as the hand-packed layers (``_packed``) do:
   own and per-sample clipping bounds nothing; running statistics are state the functional
   call cannot update.
 
-Per-sample gradients (DP-SGD, PF-LD) are ``vmap(vjp)`` over rows inside the vmap over
-configs, a chunk of rows at a time (``FunctionalPack.add_clipped``).
+Per-sample clipping (DP-SGD, PF-LD) is ``vmap(vjp)`` over rows inside the vmap over configs,
+a chunk of rows at a time (``FunctionalPack.add_clipped``): ghost clipping (``_ghost``) for the
+parameters of the layers it covers (nn.Linear, Conv1d, Conv2d, LayerNorm, GroupNorm,
+Embedding), each row's gradients materialised for the others.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from torch._C import _functorch
 from torch.func import functional_call, stack_module_state, vjp, vmap
 
 from fairdp import _rng
+from fairdp.engine import _ghost
 from fairdp.engine._packed import PackedLinear, PackedMLP
 from fairdp.engine._settings import full_precision
 
@@ -239,8 +242,14 @@ def packing_of(module: nn.Module) -> str | None:
 
 def _with_pack_dropout(module: nn.Module) -> tuple[nn.Module, list[PackDropout]]:
     """A copy of ``module`` on the meta device (it only names the computation; the weights are
-    the pack's) with every ``nn.Dropout`` replaced by a ``PackDropout`` of the same rate."""
-    base = copy.deepcopy(module).to("meta")
+    the pack's) with every ``nn.Dropout`` replaced by a ``PackDropout`` of the same rate. A
+    parameter two modules share (a tied weight) stays one parameter, which ``functional_call``
+    then replaces in both: ``.to("meta")`` would give each module a meta copy of its own, and the
+    second module would read uninitialised memory instead of the pack's weight."""
+    memo = {id(t): nn.Parameter(torch.empty_like(t, device="meta"), requires_grad=t.requires_grad)
+            for t in module.parameters()}
+    memo.update({id(t): torch.empty_like(t, device="meta") for t in module.buffers()})
+    base = copy.deepcopy(module, memo)
     drops = []
     for sub in list(base.modules()):
         for child_name, child in list(sub.named_children()):
@@ -278,6 +287,12 @@ class FunctionalPack(nn.Module):
         self._linear_weights = {f"{name}.weight".lstrip(".") for name, m in base.named_modules()
                                 if isinstance(m, nn.Linear)}
         self.params = nn.ParameterDict({_key(n): nn.Parameter(p.detach()) for n, p in params.items()})
+        # ghost clipping's copy of the module: its covered layers record while the recorder records
+        ghost_base, _ = _with_pack_dropout(instances[0])
+        object.__setattr__(self, "_ghost_base", ghost_base)
+        self._recorder = _ghost.Recorder()
+        self._ghost_layers = _ghost.install(ghost_base, set(self.names), self._recorder)
+        self._ghost_plans: dict[tuple, _ghost.Plan] = {}
         for n, b in buffers.items():
             self.register_buffer("buffer__" + _key(n), b)
         # an input of this many dimensions is one batch shared by every config; one more: a batch per config
@@ -388,6 +403,67 @@ class FunctionalPack(nn.Module):
 
         return vmap(one, in_dims=(0, 0, None if self._shared(x) else 0, 0))(params, buffers, x, cotangent)
 
+    # -- ghost clipping (``_ghost``) --------------------------------------------------------
+
+    def ghost_plan(self, x: torch.Tensor) -> _ghost.Plan:
+        """Which parameters ghost clipping covers for rows shaped as ``x``'s, and the calls of its
+        layers a row makes: found once per input shape from one row of config 0, in the grad mode
+        autograd needs. A covered layer's parameter that still receives a gradient when every
+        covered layer detaches its parameters is read outside its layer too (weight tying, a
+        module reading ``self.fc.weight``): it goes to the materialised path, whose autograd
+        through the parameter sees every use."""
+        row = x[:1] if self._shared(x) else x[0, :1]
+        key = (tuple(row.shape), row.dtype, row.device.type, torch.is_autocast_enabled(row.device.type))
+        if key in self._ghost_plans:
+            return self._ghost_plans[key]
+        params, buffers = self._state(detach=True)
+        candidates = [n for layer in self._ghost_layers.values() for n in layer.names.values()]
+        with torch.enable_grad():
+            leaves = {n: p[0].clone().requires_grad_(n in candidates) for n, p in params.items()}
+            self._recorder.start(candidates, None)
+            try:
+                out = functional_call(self._ghost_base, (leaves, {n: b[0] for n, b in buffers.items()}), (row,))
+            finally:
+                calls, inputs, outputs = self._recorder.stop()
+            outside = set()
+            if candidates and isinstance(out, torch.Tensor) and out.requires_grad:
+                grads = torch.autograd.grad(out, [leaves[n] for n in candidates], torch.ones_like(out),
+                                            allow_unused=True)
+                outside = {n for n, g in zip(candidates, grads) if g is not None}
+        plan = _ghost.plan_of(self._ghost_layers, self.names, calls, inputs, outputs, outside)
+        self._ghost_plans[key] = plan
+        return plan
+
+    def _ghost_rows(self, plan: _ghost.Plan, x: torch.Tensor, cotangent: torch.Tensor):
+        """One chunk's records: every covered layer call's input and output-gradient and the
+        uncovered parameters' per-sample gradients, (K, R, ...) each, row z's from row z alone
+        (a batch of one, as ``per_sample_grads`` evaluates it), without dropout."""
+        params, buffers = self._state(detach=True)
+        covered = {n: params[n] for n in plan.covered}
+        uncovered = {n: params[n] for n in plan.uncovered}
+        recorder, detach = self._recorder, plan.covered
+
+        def row(pc, pu, b, xz, vz):
+            def f(probes, q):
+                recorder.start(detach, probes)
+                try:
+                    out = functional_call(self._ghost_base, ({**pc, **q}, b), (xz.unsqueeze(0),)).squeeze(0)
+                finally:
+                    calls, inputs, _ = recorder.stop()
+                if calls != plan.calls:
+                    raise RuntimeError("the module called its layers differently for another row: ghost "
+                                       "clipping needs the same layers called in the same order for every row")
+                return out, inputs  # the inputs leave vmap as outputs, never kept as batched tensors
+
+            probes = [torch.zeros(shape, dtype=dtype, device=vz.device) for shape, dtype in plan.shapes]
+            _, pull, inputs = vjp(f, probes, pu, has_aux=True)
+            outgrads, grads = pull(vz)
+            return inputs, outgrads, grads
+
+        over_rows = vmap(row, in_dims=(None, None, None, 0, 0))
+        return vmap(over_rows, in_dims=(0, 0, 0, None if self._shared(x) else 0, 0))(
+            covered, uncovered, buffers, x, cotangent)
+
     # -- per-sample clipping: the interface HandPackedChain (``_per_sample``) shares ----------
 
     @torch.no_grad()
@@ -404,7 +480,8 @@ class FunctionalPack(nn.Module):
     def add_clipped(self, trace: torch.Tensor, unit: torch.Tensor, row_scale: torch.Tensor | None,
                     weight: torch.Tensor, clip: torch.Tensor, noise_std: torch.Tensor | None, generators,
                     plain_scale: torch.Tensor | None = None, per_layer: bool = False,
-                    extra_rows: tuple[dict[str, torch.Tensor], torch.Tensor] | None = None) -> np.ndarray:
+                    extra_rows: tuple[dict[str, torch.Tensor], torch.Tensor] | None = None,
+                    ghost: bool = True) -> np.ndarray:
         """Add -sum_z weight[k, z] clip(g_z, clip[k]) + N(0, noise_std[k]^2) to every ``.grad``
         (no noise, and no draw, when ``noise_std`` is None), where g_z is row z's gradient of
         <unit[k, z] row_scale[k, z], f_k(x_z)> (``row_scale`` None: 1), and with ``plain_scale``
@@ -416,26 +493,34 @@ class FunctionalPack(nn.Module):
         *parameter shape) per parameter name and (K, r) weights, clipped, weighted and counted as
         the rows are, before the one noise draw (the training audit's gradient canaries enter
         here). Returns (rows whose gradient norm exceeded clip, rows weighted) per config,
-        (2, K), as ``add_clipped_gradients`` does."""
+        (2, K), as ``add_clipped_gradients`` does.
+
+        ``ghost`` (the default): the parameters of the layers ghost clipping covers get their
+        norms and clipped sum from their layers' inputs and output-gradients (``_ghost``), the
+        others from materialised per-sample gradients; False: every parameter materialised
+        (``per_sample_grads``), the reference the tests and benchmarks compare with. The two
+        give the same sums to rounding."""
         x = trace
         shared = self._shared(x)
         k, rows = weight.shape
         params, _ = self._state()
-        per_row_bytes = sum(p[0].numel() for p in params.values()) * max(clip.element_size(), unit.element_size())
-        chunk = max(1, PER_SAMPLE_BYTES // (k * per_row_bytes))
+        item_bytes = max(clip.element_size(), unit.element_size())
         groups = self.layer_groups()
         total = {n: torch.zeros(p.shape, device=p.device, dtype=clip.dtype) for n, p in params.items()}
+        shapes = {n: tuple(p.shape[1:]) for n, p in params.items()}
         exceeded = torch.zeros(k, dtype=torch.long, device=weight.device)
         weighted = torch.zeros(k, dtype=torch.long, device=weight.device)
-        def accumulate(g: dict[str, torch.Tensor], w: torch.Tensor) -> None:
-            g = {n: t.to(clip.dtype) for n, t in g.items()}
-            sq = {n: t.flatten(2).pow(2).sum(-1) for n, t in g.items()}  # (K, r) per parameter
+
+        def accumulate(parts: dict, w: torch.Tensor) -> None:
+            # parts: one ``_ghost`` part per parameter (its per-row gradients in some form)
+            sq = {n: parts[n].sq() for n in self.names}  # (K, r) per parameter
             norms = sum(sq.values()).sqrt()
             w = w.to(clip.dtype)
             # a row whose gradient is not finite adds nothing (``_per_sample._add_clipped``)
             finite = torch.isfinite(norms)
             if norms.device.type != "cpu" or not finite.all():
-                g = {n: torch.where(_trailing(finite, t.dim()), t, 0) for n, t in g.items()}
+                for part in parts.values():
+                    part.mask(finite)
                 sq = {n: torch.where(finite, t, 0) for n, t in sq.items()}
                 w = torch.where(finite, w, 0)
                 norms = torch.where(finite, norms, 0)
@@ -444,24 +529,40 @@ class FunctionalPack(nn.Module):
                 for names in groups:
                     factor = torch.clamp(bound / sum(sq[n] for n in names).sqrt().clamp_min(1e-12), max=1.0)
                     for n in names:
-                        total[n] += torch.einsum("kr,kr...->k...", w * factor, g[n])
+                        total[n] += parts[n].total(w * factor)
             else:
                 factor = torch.clamp(clip.unsqueeze(1) / norms.clamp_min(1e-12), max=1.0)
                 for n in self.names:
-                    total[n] += torch.einsum("kr,kr...->k...", w * factor, g[n])
+                    total[n] += parts[n].total(w * factor)
             exceeded.add_(((norms > clip.unsqueeze(1)) & (w != 0)).sum(1))
             weighted.add_((w != 0).sum(1))
+
+        def materialised(g: dict[str, torch.Tensor]) -> dict:
+            return {n: _ghost.Rowwise(t.to(clip.dtype)) for n, t in g.items()}
 
         # clipping, sums and noise in the parameters' precision, never autocast's bf16: the
         # sensitivity and the noise scale the accountant is told are exact only then
         with full_precision(weight.device):
+            plan = self.ghost_plan(x) if ghost else None
+            if plan is None:
+                per_row_bytes = sum(p[0].numel() for p in params.values()) * item_bytes
+            else:  # the records and the uncovered parameters' per-sample gradients
+                per_row_bytes = (plan.row_floats + sum(params[n][0].numel() for n in plan.uncovered)) * item_bytes
+            chunk = max(1, PER_SAMPLE_BYTES // (k * per_row_bytes))
             for lo in range(0, rows, chunk):
                 part = slice(lo, min(lo + chunk, rows))
                 cot = unit[:, part] if row_scale is None else \
                     unit[:, part] * _trailing(row_scale[:, part], unit.dim()).to(unit.dtype)
-                accumulate(self.per_sample_grads(x[part] if shared else x[:, part], cot), weight[:, part])
+                xs = x[part] if shared else x[:, part]
+                if plan is None:
+                    accumulate(materialised(self.per_sample_grads(xs, cot)), weight[:, part])
+                    continue
+                inputs, outgrads, grads = self._ghost_rows(plan, xs, cot)
+                found = _ghost.parts(self._ghost_layers, plan, inputs, outgrads, shapes, clip.dtype, k,
+                                     cot.shape[1], clip.device)
+                accumulate({**found, **materialised(grads)}, weight[:, part])
             if extra_rows is not None:
-                accumulate(*extra_rows)
+                accumulate(materialised(extra_rows[0]), extra_rows[1])
             step = {n: -t for n, t in total.items()}
             if plain_scale is not None:
                 p_rows = plain_scale.shape[1]

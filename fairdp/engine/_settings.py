@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fairdp import _rng
 from fairdp.engine._prune import Pruning
 from fairdp.errors import InputError
 from fairdp.privacy._shared import ACCOUNTANTS
@@ -164,6 +165,15 @@ class TrainSettings:
     # the built-in MLPs through torch.func too, from the same initial weights (engine
     # ``PACKINGS``). Equal to rounding, so not part of what a row means; rows say which it took.
     packing: str = field(default="auto", metadata={"protocol": False})
+    # How DP-SGD and PF-LD draw each step's Poisson sample (``fairdp._rng.POISSON_SAMPLERS``):
+    # "gaps" or "coins", the same law, other samples. None: a study follows its stored rows
+    # (coins where they predate the choice), else gaps; stored as the rows' sampler column.
+    sampler: str | None = field(default=None, metadata={"protocol": "column"})
+
+    @property
+    def poisson_sampler(self) -> str:
+        """The sampler DP-SGD and PF-LD draw with: ``sampler``, gaps when it is left open."""
+        return self.sampler or _rng.POISSON_SAMPLERS[0]
 
     def __post_init__(self):
         for key in ("epochs", "batch_size"):
@@ -188,6 +198,9 @@ class TrainSettings:
         if self.clipping not in (None, "per_layer"):
             raise InputError(f"train.clipping: must be per_layer (or left out: each row's whole gradient), "
                              f"got {self.clipping!r}")
+        if self.sampler is not None and self.sampler not in _rng.POISSON_SAMPLERS:
+            raise InputError(f"train.sampler: must be one of {', '.join(_rng.POISSON_SAMPLERS)} (or left out: "
+                             f"the stored rows', else gaps), got {self.sampler!r}")
         if self.packing not in ("auto", "functional"):
             raise InputError(f"train.packing: must be auto or functional, got {self.packing!r}")
         if self.prune is not None and self.prune.rungs[-1] >= self.epochs:

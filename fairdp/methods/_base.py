@@ -39,7 +39,11 @@ from fairdp.privacy._shared import LARGEST_L1_EPS, LARGEST_SCALE_EPS, event_to_j
 class HyperParam:
     """A hyperparameter's valid range: (low, high] when ``low_open``, else [low, high].
 
-    Its ``name`` is also the name of its column in the result rows.
+    Its ``name`` is also the name of its column in the result rows. One with a ``default``
+    (not None) is optional: a config that leaves it out trains at the default
+    (``Method.validate_config`` fills it in), and a config that names the default is the
+    config that leaves it out, with the same id (``Method.config_id`` leaves it out). A
+    method can so gain a hyperparameter without changing its stored configs' ids or rows.
     """
 
     name: str
@@ -49,6 +53,7 @@ class HyperParam:
     integer: bool = False
     choices: tuple | None = None
     doc: str = ""
+    default: object = None
 
     @property
     def column_type(self) -> str:
@@ -150,6 +155,9 @@ class Method(ABC):
     privacy_unit: ClassVar[str | None] = None
     # Whether it clips each row's gradient (DP-SGD, PF-LD): ``train.clipping`` applies to it.
     clips_per_sample: ClassVar[bool] = False
+    # Whether each step draws a Poisson sample of the training rows (DP-SGD, PF-LD):
+    # ``train.sampler`` applies to it, and its rows record the sampler.
+    poisson_sampled: ClassVar[bool] = False
 
     def check_dataset(self, data: Dataset, path: str | None = None) -> None:
         """Refuse, before any training, a dataset this method cannot train on."""
@@ -307,7 +315,8 @@ class Method(ABC):
                                  f"it has: {', '.join([*known, *settings]) or 'none'}")
             else:
                 out[key] = (known.get(key) or settings[key]).validate(value, f"{path}.{key}")
-        missing = [k for k in known if k not in config]
+        out.update({k: h.default for k, h in known.items() if k not in config and h.default is not None})
+        missing = [k for k in known if k not in out]
         if missing:
             raise InputError(f"{path}.{missing[0]}: '{self.name}' needs a value for '{missing[0]}'")
         return out
@@ -332,14 +341,18 @@ class Method(ABC):
         return with_model_keywords(arch, model_keywords(config), path)
 
     def expand(self, grid: dict[str, list]) -> list[dict]:
-        """The product of ``grid``'s lists: every hyperparameter, the training settings and the
-        module keywords (``role.keyword``) it names."""
-        keys = [h.name for h in self.hyperparams] + [h.name for h in self.setting_params if h.name in grid] + \
+        """The product of ``grid``'s lists: every hyperparameter (an optional one where ``grid``
+        names it), the training settings and the module keywords (``role.keyword``) it names."""
+        keys = [h.name for h in self.hyperparams if h.default is None or h.name in grid] + \
+            [h.name for h in self.setting_params if h.name in grid] + \
             [k for k in grid if is_model_keyword(k)]
         return [dict(zip(keys, values)) for values in itertools.product(*(grid[k] for k in keys))]
 
     def config_id(self, config: dict) -> str:
-        return config_id(self.name, config)
+        """The stable hash of ``config``; an optional hyperparameter at its default is left out
+        (``HyperParam.default``), so naming it or not is one config."""
+        optional = {h.name: h.default for h in self.hyperparams if h.default is not None}
+        return config_id(self.name, {k: v for k, v in config.items() if not (k in optional and v == optional[k])})
 
 
 class NeuralMethod(Method):

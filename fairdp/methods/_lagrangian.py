@@ -29,28 +29,34 @@ which changes the released update by more than the sensitivity the accountant is
    another: two group means change at once, not one (Theorem 1 bounds one).
 
 fairdp's PF-LD therefore computes the same Lagrangian gradient from released quantities
-only, for a binary attribute (groups 0 and 1; refused otherwise, see ``check_dataset``):
+only, for a binary attribute (groups 0 and 1; refused otherwise, see ``check_dataset``). Each
+config names the private group g (``private_group``, 0 or 1, default 1), a public setting of
+the study, never read from the data; o = 1 - g is the other group:
 
 * Dual step (once per epoch but the last; eq. 10): per population set P (all rows for dp and
-  ap, each label's rows for eo) the clipped sum S_1 = sum over P of group 1's clip(h, C_d) is
+  ap, each label's rows for eo) the clipped sum S_g = sum over P of group g's clip(h, C_d) is
   released with N(0, (sigma_d H)^2) noise, H = min(C_d, 1) for dp and eo (h is a probability,
   so clipping at C_d > 1 would only add noise) and C_d for ap; the first dual step also
-  releases each P's group-1 count with N(0, sigma_d^2). One record's attribute moves one S_1
-  by at most H and one count by 1: Gaussian mechanisms of multiplier sigma_d. Group 0's
-  sum and count are P's (public) minus group 1's, so each signed violation
+  releases each P's group-g count with N(0, sigma_d^2). One record's attribute moves one S_g
+  by at most H and one count by 1: Gaussian mechanisms of multiplier sigma_d. Group o's
+  sum and count are P's (public) minus group g's, so each signed violation
   v_a = mu(D_P) - S_a / n_a is post-processing; lambda_a += s |v_a| and the sign of v_a are
   what the primal steps use (point 1).
-* Primal step: the group term -sum_a lambda_a sign_a (1 / n_a) sum_{z in G_a} clip(grad h(z), C_p)
-  is split into a public part over all of P, -lambda_0 sign_0 / n_0 * sum_{z in P} clip(grad h),
-  estimated on the minibatch (n / |B| times its sum), and a private part over group 1,
-  -kappa sum_{z in G_1} clip(grad h(z)) with kappa = (lambda_1 sign_1 / n_1 - lambda_0 sign_0 / n_0) / q,
-  summed over a Poisson sample of the training rows at rate q = |B| / n, drawn afresh for every
-  step from the config's own stream and independently of the minibatch (so the public terms,
-  which depend on which rows the minibatch holds, reveal nothing about who was sampled). The
-  normalisers n_a are the released counts (point 2). A record contributes kappa clip(grad h)
-  to the private part if its attribute is 1 and nothing if it is 0: changing it is adding or
-  removing one clipped vector of norm <= Delta_p = C_p max_P |kappa| (point 3), computed from
-  released values only. Gaussian noise N(0, (sigma_p Delta_p)^2) on every parameter makes the
+* Primal step: with w_a = lambda_a sign_a / n_a and P the disjoint union of G_0 and G_1, the
+  group term -sum_a w_a sum_{z in G_a} clip(grad h(z), C_p) equals, since
+  sum_{G_o} = sum_P - sum_{G_g},
+      -w_o sum_{z in P} clip(grad h(z))  -  (w_g - w_o) sum_{z in G_g} clip(grad h(z)):
+  a public part over all of P (weight rho = w_o), estimated on the minibatch (n / |B| times
+  its sum), and a private part over group g, -kappa sum_{z in G_g} clip(grad h(z)) with
+  kappa = (w_g - w_o) / q (for g = 1: rho = lambda_0 sign_0 / n_0 and
+  kappa = (lambda_1 sign_1 / n_1 - lambda_0 sign_0 / n_0) / q; g = 0 swaps the groups' roles),
+  summed over a Poisson sample of group g's training rows at rate q = |B| / n, drawn afresh
+  for every step from the config's own stream and independently of the minibatch (so the
+  public terms, which depend on which rows the minibatch holds, reveal nothing about who was
+  sampled). The normalisers n_a are the released counts (point 2). A record contributes
+  kappa clip(grad h) to the private part if its attribute is g and nothing otherwise: changing
+  it is adding or removing one clipped vector of norm <= Delta_p = C_p max_P |kappa| (point 3),
+  computed from released values only, for either g. Gaussian noise N(0, (sigma_p Delta_p)^2) on every parameter makes the
   step the Poisson-sampled Gaussian mechanism of eq. 11 (Lemma 1), with no assumption on how
   the minibatches are drawn; the noise is floating-point Gaussian (Box-Muller in float64), so
   the analysis is that of the ideal mechanism, without a floating-point proof.
@@ -64,6 +70,14 @@ private sample together: with two logits every row's gradient, of its loss or of
 multiple of one direction (``binary_slopes``; see ``PrivateLagrangianStep.update``). All K configs of a
 pack train together: stacked parameters, per-config multipliers, clipping bounds, noise
 scales and Poisson samples, each from the config's own streams.
+
+Either private group gives the same guarantee: the adjacency, the mechanisms (one Poisson
+sampled Gaussian per primal step of multiplier sigma_p on Delta_p, Gaussian dual releases of
+multiplier sigma_d), their sensitivities and so the accountant's events are the same, and g is
+fixed before training from public knowledge. What g changes is the private sample's size,
+q |G_g|, hence a step's cost: the smaller group is the cheaper choice. A g chosen from the
+data (the smaller group as counted) would be a function of the attribute released outside
+the accounting, so fairdp never chooses it.
 """
 
 from __future__ import annotations
@@ -185,12 +199,29 @@ def binary_slopes(logits: torch.Tensor, y: torch.Tensor, is_ap: torch.Tensor) ->
     return slope_ce, torch.where(is_ap.view(-1, 1), slope_ce, p1 * (1 - p1))
 
 
-def poisson_sample(n: int, q: float, generators, device, among: torch.Tensor | None = None):
+def poisson_sample(n: int, q: float, generators, device, among: torch.Tensor | None = None, sampler: str = "gaps"):
     """(index (K, M), valid (K, M)): each config's Poisson sample of the n training rows at rate
     q (of those ``among`` marks, (1, n) bool, if given), row indices in row order, padded to the
-    longest with row 0 (``valid`` False). Every row draws its coin, whether ``among`` holds it or
-    not, so which rows are drawn for does not depend on ``among``; the coins are exact integer
-    comparisons (``_rng.coins``): the rate is never above the q the accountant charges for."""
+    longest with row 0 (``valid`` False). The rate is exact, never above the q the accountant
+    charges for, whichever ``sampler`` draws it (``_rng.POISSON_SAMPLERS``): "gaps", the gaps between sampled
+    rows (``_rng.gap_sample``, O(qn) words a step), or "coins", a coin per row (``_rng.coins``,
+    n bytes a step; fairdp's sampler before "gaps"). The two give different samples of the same
+    law. Every row is drawn for, whether ``among`` holds it or not, so what is drawn does not
+    depend on ``among``."""
+    if sampler not in _rng.POISSON_SAMPLERS:
+        raise ValueError(f"poisson_sample: sampler must be one of {', '.join(_rng.POISSON_SAMPLERS)}, got {sampler!r}")
+    if sampler == "gaps":
+        picked = _rng.gap_sample(n, q, generators)
+        if among is not None:
+            marked = among.reshape(-1).cpu().numpy()
+            picked = [rows[marked[rows]] for rows in picked]
+        m = max(max(len(rows) for rows in picked), 1)
+        index = np.zeros((len(picked), m), dtype=np.int64)
+        for k, rows in enumerate(picked):
+            index[k, :len(rows)] = rows
+        sizes = torch.tensor([len(rows) for rows in picked])
+        valid = torch.arange(m).unsqueeze(0) < sizes.unsqueeze(1)
+        return torch.from_numpy(index).to(device), valid.to(device)
     keep = _rng.coins((n,), q, generators, device=device)
     if among is not None:
         keep = keep & among
@@ -260,7 +291,8 @@ def check_binary_attribute(data, method: str, path: str | None = None) -> None:
     """PF-LD's attribute-level guarantee is proven for two groups (see the module docstring)."""
     if data.n_groups != 2:
         raise InputError(f"{path or 'methods.' + method}: '{method}' protects a binary sensitive attribute "
-                         f"(its privacy proof splits the group term into a public part and group 1's); "
+                         f"(its privacy proof splits the group term into a public part and one group's, "
+                         f"private_group's); "
                          f"'{data.name}' has {data.n_groups} groups: choose a binary attribute, or use "
                          f"dpsgd or private_reductions")
 
@@ -268,16 +300,21 @@ def check_binary_attribute(data, method: str, path: str | None = None) -> None:
 class PrivateLagrangianStep(ClassifierSGDStep):
     """PF-LD for a chunk of configs (see the module docstring for the mechanism and its proof).
 
-    Each config has ``fairness_notion``, ``clip_primal`` (C_p) and ``clip_dual`` (C_d); ``sigmas``
-    holds each config's noise multipliers (sigma_p, sigma_d). State per config, over two
-    population slots (eo: label 0 and label 1; dp and ap: slot 0 is every row, slot 1 is empty)
-    and two groups: the multipliers ``lam`` and signs ``sign`` (K, 2, 2), the released group-1
-    counts ``count1`` (K, 2), NaN until the first dual step. ``released`` is the last dual step's
-    output (noisy group-1 sums, then counts, per slot: (K, 4)).
+    Each config has ``fairness_notion``, ``clip_primal`` (C_p), ``clip_dual`` (C_d) and
+    ``private_group`` (g, 0 or 1; ``PRIVATE_GROUP`` where it names none); ``sigmas`` holds each
+    config's noise multipliers (sigma_p, sigma_d). State per config, over two population slots
+    (eo: label 0 and label 1; dp and ap: slot 0 is every row, slot 1 is empty) and two groups
+    (indexed by group, 0 and 1, whichever is private): the multipliers ``lam`` and signs
+    ``sign`` (K, 2, 2), the released counts of the private group ``count1`` (K, 2; group 1's at
+    the default g = 1, whence the name), NaN until the first dual step. ``released`` is the last
+    dual step's output (the private group's noisy sums, then counts, per slot: (K, 4)).
+    ``private_rows`` (K, n) marks each config's group-g training rows: read only by the
+    private part (its sample and its dual release).
     """
 
+    PRIVATE_GROUP = 1  # the private group of a config that names none: fairdp's PF-LD as first written
     per_config_attributes = ("is_ap", "is_eo", "c_p", "h_bound", "sig_p", "sig_d", "lam", "sign", "count1",
-                             "released", "population_sizes")
+                             "released", "population_sizes", "private_group", "private_rows")
 
     def __init__(self, ctx: PackContext, sigmas: list[tuple[float, float]]):
         super().__init__(ctx)
@@ -296,11 +333,16 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         self.lam = torch.zeros(ctx.k, 2, 2, device=device, dtype=dtype)
         self.sign = torch.zeros(ctx.k, 2, 2, device=device, dtype=dtype)
         self.count1 = torch.full((ctx.k, 2), math.nan, device=device, dtype=dtype)
-        self.released = torch.zeros(ctx.k, 4, device=device, dtype=dtype)  # (S_1 per slot, count per slot)
+        self.released = torch.zeros(ctx.k, 4, device=device, dtype=dtype)  # (S_g per slot, count per slot)
+        groups = [c.get("private_group", self.PRIVATE_GROUP) for c in ctx.configs]
+        if any(isinstance(g, bool) or g not in (0, 1) for g in groups):
+            raise ValueError(f"PF-LD's private_group is 0 or 1, got {groups}")
+        self.private_group = torch.tensor([int(g) for g in groups], device=device)
         train = ctx.split("train")
         self.n = len(train.y)
         self.q = min(ctx.settings.batch_size, self.n) / self.n
-        self.group1 = (train.s == 1).unsqueeze(0)  # read only by the private part's sample
+        # read only by the private part (its sample and its dual release)
+        self.private_rows = train.s.unsqueeze(0) == self.private_group.unsqueeze(1)
         self.population_sizes = self._count_population()
 
     def _slots(self, y: torch.Tensor) -> torch.Tensor:
@@ -316,28 +358,51 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         other = torch.tensor([float(self.n), 0.0], device=self.lam.device, dtype=self.lam.dtype)
         return torch.where(self.is_eo.unsqueeze(1), eo, other)
 
+    def _by_group(self, private: torch.Tensor, other: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(group 0's, group 1's) of per-config values given as the private group's and the
+        other's (K, ...): a swap where g = 0."""
+        g1 = (self.private_group == 1).view(-1, *([1] * (private.dim() - 1)))
+        return torch.where(g1, other, private), torch.where(g1, private, other)
+
     def _normalisers(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(n_0, n_1) per config and slot from the released counts (1 where none yet)."""
+        """(n_0, n_1) per config and slot from the released counts of the private group (1
+        where none yet); the other group's is the slot's size minus it."""
         sizes = self.population_sizes
-        n1 = torch.nan_to_num(self.count1, nan=1.0)
-        n1 = torch.minimum(n1.clamp(min=1.0), (sizes - 1).clamp(min=1.0))
-        return (sizes - n1).clamp(min=1.0), n1
+        n_private = torch.nan_to_num(self.count1, nan=1.0)
+        n_private = torch.minimum(n_private.clamp(min=1.0), (sizes - 1).clamp(min=1.0))
+        return self._by_group(n_private, (sizes - n_private).clamp(min=1.0))
 
     def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(rho, kappa), (K, 2) each: the public part's weight of a minibatch row of each slot
-        (before the n / |B| estimate) and the private part's weight of a sampled group-1 row."""
+        (before the n / |B| estimate), w_o, and the private part's weight of a sampled row of
+        the private group g, (w_g - w_o) / q, with w_a = lambda_a sign_a / n_a and o = 1 - g."""
         n0, n1 = self._normalisers()
         w0 = self.lam[..., 0] * self.sign[..., 0] / n0
         w1 = self.lam[..., 1] * self.sign[..., 1] / n1
-        return w0, (w1 - w0) / self.q
+        g1 = (self.private_group == 1).unsqueeze(1)
+        w_private, w_other = torch.where(g1, w1, w0), torch.where(g1, w0, w1)
+        return w_other, (w_private - w_other) / self.q
 
     def primal_sensitivity(self) -> torch.Tensor:
         """Delta_p per config: the largest norm one record's private contribution can have."""
         return self.c_p * self.coefficients()[1].abs().amax(dim=1)
 
     def poisson_sample(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each config's Poisson sample of group-1 training rows at rate q (``poisson_sample``)."""
-        return poisson_sample(self.n, self.q, self.ctx.generators("sample"), self.lam.device, among=self.group1)
+        """Each config's Poisson sample of its private group's training rows at rate q
+        (``poisson_sample``, whose ``among`` is one (1, n) mask for every config). A pack whose
+        configs name different groups draws among all rows and keeps each config's own group's:
+        the same sample, since every row is drawn for whether ``among`` holds it or not."""
+        generators, device = self.ctx.generators("sample"), self.lam.device
+        sampler = self.ctx.settings.poisson_sampler
+        if bool((self.private_group == self.private_group[0]).all()):
+            return poisson_sample(self.n, self.q, generators, device, among=self.private_rows[:1], sampler=sampler)
+        index, valid = poisson_sample(self.n, self.q, generators, device, sampler=sampler)
+        keep = valid & self.private_rows.gather(1, index)
+        # each config's kept rows first, in row order (a stable sort), then padding with row 0
+        order = torch.sort((~keep).to(torch.uint8), dim=1, stable=True).indices
+        index, keep = index.gather(1, order), keep.gather(1, order)
+        m = max(int(keep.sum(dim=1).max()), 1)
+        return torch.where(keep[:, :m], index[:, :m], torch.zeros_like(index[:, :m])), keep[:, :m]
 
     def update(self, batch: Batch, optimizer) -> None:
         # One pass over the minibatch's B rows and the private sample's M rows together (the
@@ -361,7 +426,7 @@ class PrivateLagrangianStep(ClassifierSGDStep):
         slope_loss = slope_ce[:, :b] / b + pop_weight.squeeze(2) * slope_h[:, :b]
         direction = torch.tensor([-1.0, 1.0], device=logits.device, dtype=logits.dtype)
         # the group term: the public part's weight on every minibatch row (n / |B| times the
-        # minibatch's sum estimates P's), the private part's on the sample's group-1 rows
+        # minibatch's sum estimates P's), the private part's on the sample's group-g rows
         rho, kappa = self.coefficients()
         onehot = onehot.to(rho.dtype)
         weight = torch.cat([(onehot[:, :b] @ rho.unsqueeze(2)).squeeze(2) * (self.n / b),
@@ -379,26 +444,29 @@ class PrivateLagrangianStep(ClassifierSGDStep):
     @torch.no_grad()
     def end_epoch(self, epoch: int) -> None:
         """The private dual step (eq. 10), after every epoch but the last (whose multipliers
-        no step would use): release each slot's clipped group-1 sum (and, the first time, its
-        group-1 count), then update the multipliers and signs from the released values."""
+        no step would use): release each slot's clipped sum over the private group g (and, the
+        first time, its count), then update the multipliers and signs from the released values."""
         if epoch + 1 >= self.ctx.settings.epochs:
             return
         train = self.ctx.split("train")
         h = h_all(self.model(train.X), train.y, self.is_ap)  # (K, n), >= 0
         h_clip = torch.minimum(h, self.h_bound.unsqueeze(1))
         slots = torch.nn.functional.one_hot(self._slots(train.y), 2).to(h.dtype)  # (K, n, 2)
-        group1 = (train.s == 1).to(h.dtype).view(1, -1, 1)
+        private = self.private_rows.to(h.dtype).unsqueeze(2)     # (K, n, 1): rows of group g
         sums_p = (h_clip.unsqueeze(2) * slots).sum(1)            # (K, 2) public: sum over P of clip(h)
         means_p = (h.unsqueeze(2) * slots).sum(1) / slots.sum(1).clamp(min=1.0)  # mu(D_P), unclipped
-        sums_1 = (h_clip.unsqueeze(2) * slots * group1).sum(1)   # private
+        sums_g = (h_clip.unsqueeze(2) * slots * private).sum(1)  # private
         noise = _rng.normal((4,), self.ctx.generators("noise"), device=h.device, dtype=h.dtype)
-        released_sums = sums_1 + noise[:, :2] * (self.sig_d * self.h_bound).unsqueeze(1)
+        released_sums = sums_g + noise[:, :2] * (self.sig_d * self.h_bound).unsqueeze(1)
         if torch.isnan(self.count1).all():  # the first dual step also releases the counts
-            counts_1 = (slots * group1).sum(1)
-            self.count1 = counts_1 + noise[:, 2:] * self.sig_d.unsqueeze(1)
+            counts_g = (slots * private).sum(1)
+            self.count1 = counts_g + noise[:, 2:] * self.sig_d.unsqueeze(1)
         self.released = torch.cat([released_sums, self.count1], dim=1)
         n0, n1 = self._normalisers()
-        violation = torch.stack([means_p - (sums_p - released_sums) / n0, means_p - released_sums / n1], dim=2)
+        n_private, n_other = self._by_group(n0, n1)  # the swap is its own inverse
+        # v_g from the released sum; v_o from P's public sum minus it (post-processing)
+        violation = torch.stack(self._by_group(means_p - released_sums / n_private,
+                                               means_p - (sums_p - released_sums) / n_other), dim=2)
         live = (self.population_sizes > 0).to(h.dtype).unsqueeze(2)  # slot 1 of dp and ap holds no rows
         self.lam = ((self.lam + DUAL_STEP * violation.abs()).clamp(0.0, LAMBDA_MAX)) * live
         self.sign = torch.sign(violation) * live

@@ -5,7 +5,8 @@ and plain SGD steps as ``fld``/``pfld``, but every row's gradient of its own los
 to ``clip_primal`` (C) and Gaussian noise N(0, sigma^2 C^2) is added to the clipped sum
 before dividing by the batch size B. It protects whole training rows (features, label and
 sensitive attribute), not only the attribute as PF-LD does. Each step's rows are a Poisson
-sample of the training set at rate q = B / n with exact-rate coins (as Opacus's default
+sample of the training set at rate q = B / n, drawn at that exact rate by the study's sampler
+(``train.sampler``: geometric gaps, or a coin per row; as Opacus's default
 ``poisson_sampling``), not the loop's shuffled minibatch, and the sum is divided by the
 expected size B: epochs * ceil(n / B) steps are then the sampled Gaussian mechanism the RDP
 accountant composes, up to the noise, a floating-point (float64 Box-Muller) Gaussian (fairdp
@@ -44,6 +45,7 @@ CLIP = HyperParam("clip_primal", low=0.0, low_open=True, doc="C, per-row gradien
 class DPSGD(TranMethod):
     name = "dpsgd"
     clips_per_sample = True
+    poisson_sampled = True
     privacy_scope = "central"
     hyperparams = (TARGET_EPS, CLIP)
 
@@ -86,7 +88,8 @@ class DPSGDStep(ClassifierSGDStep):
         self.q = min(ctx.settings.batch_size, self.n) / self.n
 
     def update(self, batch, optimizer):
-        index, valid = poisson_sample(self.n, self.q, self.ctx.generators("sample"), self.clip.device)
+        index, valid = poisson_sample(self.n, self.q, self.ctx.generators("sample"), self.clip.device,
+                                      sampler=self.ctx.settings.poisson_sampler)
         train = self.ctx.split("train")
         optimizer.zero_grad(set_to_none=True)
         self.clip_counts += dpsgd_gradients(self.model.per_sample_chain(), train.X[index], train.y[index],

@@ -132,8 +132,9 @@ def protocol_json(spec: StudySpec, data=None) -> str:
 def training_provenance(ctx: StudyContext, method_name: str) -> dict:
     """How the rows of ``method_name`` are trained and probed: optimizer, lr, architecture
     (JSON), probe protocol (JSON) and the accountant that composes its privacy events (and,
-    for DP-SGD and PF-LD, calibrates their noise: ``train.accountant``); None where it does not
-    apply (the accountant: a method without a ``dp_event``)."""
+    for DP-SGD and PF-LD, calibrates their noise: ``train.accountant``) and the sampler of their
+    Poisson samples (``train.sampler``); None where it does not apply (the accountant: a method
+    without a ``dp_event``; the sampler: one that draws no Poisson sample)."""
     method = get_method(method_name)
     train, arch = ctx.training(method_name)
     arch = arch or (method.default_architecture(ctx.dataset) if method.uses_architecture else None)
@@ -141,4 +142,5 @@ def training_provenance(ctx: StudyContext, method_name: str) -> dict:
             "batch_size": train.batch_size if method.optimizer is not None else None,
             "architecture": json.dumps(arch.to_dict()) if arch is not None else None,
             "probe": json.dumps(ctx.probe.protocol()) if (ctx.leakage or ctx.mdl) else None,
-            "accountant": train.accountant if type(method).dp_event is not Method.dp_event else None}
+            "accountant": train.accountant if type(method).dp_event is not Method.dp_event else None,
+            "sampler": train.poisson_sampler if method.poisson_sampled else None}

@@ -889,6 +889,12 @@ def audit_training(
     if not dual_noise and method != "pfld":
         raise InputError(f"dual_noise: only pfld releases dual values, got method {method!r}")
     config = impl.validate_config(config)
+    if method == "pfld" and config.get("private_group", 1) != 1:
+        # its canaries enter group 1's sum (the private part at the default): an audit of the other
+        # group's part would score canaries the mechanism never sees
+        raise InputError(f"config.private_group: the training audit places PF-LD's canaries in group 1, the "
+                         f"private part at the default; this config's private part is group "
+                         f"{config['private_group']}: audit it at private_group 1 (the mechanism is the same)")
     impl.check_dataset(data)
     if data.n_classes != 2:
         raise InputError(f"the training audit scores binary tasks; '{data.name}' has {data.n_classes} classes")

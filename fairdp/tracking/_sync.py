@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 POLL_ENV = "FAIRDP_TRACKING_POLL_S"
 POLL_S = 5.0
 # how each config trained, logged as params beside its hyperparameters
-SETTINGS = ("epochs", "optimizer", "lr", "batch_size", "precision", "accountant", "packing", "architecture",
+SETTINGS = ("epochs", "optimizer", "lr", "batch_size", "precision", "accountant", "sampler", "packing", "architecture",
             "pack_size", "fairdp_version")
 EXTRA_METRICS = ("best_epoch", "pruned_at", "duration_s")
 

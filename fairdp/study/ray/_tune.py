@@ -18,7 +18,13 @@ from fairdp.engine._shared import native_bf16
 from fairdp.errors import InputError, RunAborted, last_line
 from fairdp.study._context import StudyContext
 from fairdp.study.ray._ray import quiet_loggers
-from fairdp.study.ray._ray_trainables import LOG_RECORDS, STORE_FAULT, pack_trainable
+from fairdp.study.ray._ray_trainables import (
+    LOG_RECORDS,
+    PACK_INDEX,
+    STORE_FAULT,
+    pack_trainable,
+    trial_pack,
+)
 from fairdp.study.run._plan import Pack
 from fairdp.study.run._progress import Progress
 from fairdp.study.spec._spec import StudySpec
@@ -82,9 +88,9 @@ def _store_fault_stopper():
     return StoreFaultStopper()
 
 
-def _tune_callback(progress: Progress, method: str | None):
-    """Tune events to ``progress``: a trial is a pack (or, for a per-config search, one
-    config of ``method``)."""
+def _tune_callback(progress: Progress, method: str | None, packs: tuple[dict, ...] = ()):
+    """Tune events to ``progress``: a trial is a pack (its number among ``packs``, or the pack a
+    searcher handed it) or, for a per-config search, one config of ``method``."""
     from ray import tune
 
     class _ProgressCallback(tune.Callback):
@@ -94,7 +100,7 @@ def _tune_callback(progress: Progress, method: str | None):
             self.failed_configs: dict[str, dict] = {}
 
         def on_trial_start(self, iteration, trials, trial, **info):
-            pack = trial.config.get("pack")
+            pack = trial_pack(trial.config, packs) if {PACK_INDEX, "pack"} & set(trial.config) else None
             if pack is not None:
                 progress.start_pack(trial.trial_id, pack["method"], len(pack["configs"]))
             else:
@@ -250,10 +256,12 @@ TUNE_NOISE = {
 
 
 @contextlib.contextmanager
-def tune_run_config(name: str, spec: StudySpec, progress: Progress, method: str | None = None):
-    """Tune's RunConfig for a study: the spec's retries, progress lines, and the JSON logger
-    that result grids read back; its storage is a temporary directory removed afterwards
-    (rows live in the results store, so Tune keeps nothing worth resuming from)."""
+def tune_run_config(name: str, spec: StudySpec, progress: Progress, method: str | None = None,
+                    packs: tuple[dict, ...] = ()):
+    """Tune's RunConfig for a study: the spec's retries, progress lines (a run's trials being
+    numbers among ``packs``), and the JSON logger that result grids read back; its storage is a
+    temporary directory removed afterwards (rows live in the results store, so Tune keeps
+    nothing worth resuming from)."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
 
@@ -263,7 +271,7 @@ def tune_run_config(name: str, spec: StudySpec, progress: Progress, method: str 
         with quiet_loggers(TUNE_NOISE):
             yield tune.RunConfig(name=name, storage_path=storage, verbose=0, stop=_store_fault_stopper(),
                                  failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
-                                 callbacks=[_tune_callback(progress, method), JsonLoggerCallback()])
+                                 callbacks=[_tune_callback(progress, method, packs), JsonLoggerCallback()])
     finally:
         shutil.rmtree(storage, ignore_errors=True)
 
@@ -305,13 +313,15 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
     """
     from ray import tune
 
-    trainable = tune.with_resources(tune.with_parameters(pack_trainable, ctx=ctx, log_level=driver_log_level()),
-                                    trial_resources(spec))
-    with tune_run_config(spec.name, spec, progress) as run_config:
+    # the packs handed to every trial once, each trial's config its pack's number (``PACK_INDEX``)
+    as_dicts = tuple(p.to_dict() for p in packs)
+    trainable = tune.with_resources(tune.with_parameters(pack_trainable, ctx=ctx, log_level=driver_log_level(),
+                                                         packs=as_dicts), trial_resources(spec))
+    with tune_run_config(spec.name, spec, progress, packs=as_dicts) as run_config:
         with aborted_by_ray(ctx.results), watching_slots(spec, progress, len(packs)):
             grid = tune.Tuner(
                 trainable,
-                param_space={"pack": tune.grid_search([p.to_dict() for p in packs])},
+                param_space={PACK_INDEX: tune.grid_search(list(range(len(packs))))},
                 tune_config=tune.TuneConfig(reuse_actors=True, trial_dirname_creator=lambda t: t.trial_id,
                                             trial_name_creator=lambda t: f"pack_{t.trial_id}"),
                 run_config=run_config,
@@ -330,7 +340,7 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
                 config = res.config or failed_configs.get(os.path.basename(str(res.path or "")))
                 if config is None:  # no pack to name: its configs have no rows, so the next run trains them
                     continue
-                pack = Pack.from_dict(config["pack"])
+                pack = Pack.from_dict(trial_pack(config, as_dicts))
                 write_error_rows(store, ctx, pack, ray_error_line(res.error))
     return failed, unfinished
 

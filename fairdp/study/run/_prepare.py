@@ -22,7 +22,7 @@ from fairdp.errors import InputError
 from fairdp.methods import Method, get_method
 from fairdp.study._context import StudyContext, load_study_data, study_store
 from fairdp.study.executors._executors import Capacity, Executor
-from fairdp.study.run._resume_checks import check_compatible, check_same_training
+from fairdp.study.run._resume_checks import check_compatible, check_same_training, choose_sampler
 from fairdp.study.spec._precision import PrecisionChoice, choose_precision, stored_precision
 from fairdp.study.spec._spec import StudySpec, check_models, check_sizes_fit
 from fairdp.study.store._lease import object_store_lease
@@ -49,15 +49,16 @@ class Prepared:
     train_rows: int
     stream: object               # the progress bar's (``progress_stream``); None: no bar
     precision: PrecisionChoice | None = None  # the study's precision, once ``with_precision`` chose it
+    sampler: str | None = None  # the Poisson sampler, chosen with the precision (``choose_sampler``)
 
     @property
     def ctx(self) -> StudyContext:
-        """The packs' context, training in the chosen ``precision`` (once it is): the precision is
-        held once, in ``precision``, and the context derived from it."""
+        """The packs' context, training in the chosen ``precision`` and drawing with the chosen
+        ``sampler`` (once they are): each is held once, here, and the context derived from it."""
         if self.precision is None:
             return self.context
-        return dataclasses.replace(self.context, train=dataclasses.replace(self.context.train,
-                                                                           precision=self.precision.precision))
+        return dataclasses.replace(self.context, train=dataclasses.replace(
+            self.context.train, precision=self.precision.precision, sampler=self.sampler))
 
     @property
     def results(self) -> str:
@@ -86,11 +87,13 @@ class Prepared:
     def with_precision(self, stored: pd.DataFrame, capacity: Capacity) -> Prepared:
         """This study set to train in its precision (``choose_precision``), chosen once from its
         settings, the ``stored`` rows and the executor's ``capacity`` (its GPUs, its workers'
-        CPUs). A run asks a cluster's capacity once connected, so the nodes answer; only a dry
-        run of a cluster study leaves it undecided."""
+        CPUs), and to draw with its Poisson sampler (``choose_sampler``: the setting, else the
+        stored rows'). A run asks a cluster's capacity once connected, so the nodes answer; only
+        a dry run of a cluster study leaves the precision undecided."""
         choice = choose_precision(self.spec.train, stored_precision(stored, self.methods), capacity.on_gpu,
                                   lambda: capacity.native_bf16)
-        return dataclasses.replace(self, precision=choice)
+        return dataclasses.replace(self, precision=choice,
+                                   sampler=choose_sampler(self.spec.train, stored, self.results))
 
     def stored_rows(self, repair: bool) -> tuple[pd.DataFrame, list]:
         """The stored rows and the corrupt files beside them, after every refusal a run makes
@@ -162,9 +165,10 @@ def said_if_slow(text: str, after_s: float = SLOW_S):
         timer.cancel()
 
 
-def settings_lines(spec: StudySpec, precision: PrecisionChoice, methods=None) -> list[str]:
+def settings_lines(spec: StudySpec, precision: PrecisionChoice, methods=None, sampler: str | None = None) -> list[str]:
     """What each method of the study trains with, printed once when a run starts, with the
-    study's ``precision`` (``Prepared.with_precision``) and why it is that one."""
+    study's ``precision`` (``Prepared.with_precision``) and why it is that one, and the
+    ``sampler`` of its Poisson samples."""
     names = list(methods or (m.name for m in spec.methods))
     probes = [k for k, on in (("leakage", spec.leakage), ("MDL", spec.mdl)) if on]
     lines = [f"fairdp {spec.name}: {spec.train.epochs} epochs, batch {spec.train.batch_size}, dtype "
@@ -190,6 +194,8 @@ def settings_lines(spec: StudySpec, precision: PrecisionChoice, methods=None) ->
             arch += f"; {spec.train.accountant.upper()} accountant"
         if method.clips_per_sample and spec.train.clipping == "per_layer":
             arch += "; per-layer clipping"
+        if method.poisson_sampled and sampler is not None:
+            arch += f"; Poisson samples by {sampler}"
         lines.append(f"  {name.ljust(width)}  {how}; {arch}")
     prune = spec.train.prune
     if prune is not None:

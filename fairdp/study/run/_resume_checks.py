@@ -4,13 +4,18 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from fairdp.errors import InputError
+from fairdp.methods import get_method
 from fairdp.metrics import ProbeSettings
 from fairdp.study._context import StudyContext, training_provenance
 from fairdp.study.spec._spec import StudySpec
+
+if TYPE_CHECKING:
+    from fairdp.engine import TrainSettings
 
 # protocol keys as a study file spells them
 _SETTING_NAMES = {"dataset_options": "dataset", "leakage": "evaluate.leakage", "mdl": "evaluate.mdl",
@@ -74,6 +79,8 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
         swept = ms.swept if ms is not None else ()
         for key, want in training_provenance(ctx, name).items():
             if key not in rows.columns or key in swept:  # a swept setting is part of each config
+                continue
+            if key == "sampler":  # followed when left open, else compared: ``choose_sampler``
                 continue
             have = rows[key].dropna()
             if key == "architecture" and want is not None and ms is not None and ms.swept_keywords:
@@ -148,3 +155,40 @@ def check_compatible(spec: StudySpec, stored: pd.DataFrame, location: str) -> No
     if epochs and epochs != [spec.train.epochs]:
         raise InputError(f"{location}: holds runs of {epochs[0]} epochs, this run asks for "
                          f"{spec.train.epochs} (train.epochs / --epochs); pass another --results")
+
+
+def stored_samplers(stored: pd.DataFrame) -> set[str]:
+    """The Poisson samplers the stored rows of methods that draw one were drawn with: the rows'
+    ``sampler``, "coins" where they predate the column (fairdp's only sampler then)."""
+    if not len(stored):
+        return set()
+    sampling = [name for name in stored["method"].dropna().unique()
+                if _method_or_none(name) is not None and _method_or_none(name).poisson_sampled]
+    rows = stored[(stored["status"] == "ok") & stored["method"].isin(sampling)]
+    if "sampler" not in rows.columns:
+        return {"coins"} if len(rows) else set()
+    return set(rows["sampler"].fillna("coins").unique())
+
+
+def _method_or_none(name: str):
+    try:
+        return get_method(name)
+    except InputError:  # a plugin's method not loaded here: it cannot be a built-in sampler's
+        return None
+
+
+def choose_sampler(train: TrainSettings, stored: pd.DataFrame, location: str) -> str:
+    """The Poisson sampler a run draws with: ``train.sampler`` if set, else the stored rows'
+    (a study resumes with the sampler its rows were drawn by), else gaps. InputError when the
+    setting differs from the stored rows', naming both: one table would mix two samplers."""
+    have = stored_samplers(stored)
+    if train.sampler is not None and have - {train.sampler}:
+        raise InputError(f"{location}: holds rows whose Poisson samples were drawn by {', '.join(sorted(have))}, "
+                         f"this run's train.sampler is {train.sampler}; leave train.sampler out to resume with "
+                         f"theirs, or pass another --results")
+    if train.sampler is not None:
+        return train.sampler
+    if len(have) > 1:
+        raise InputError(f"{location}: holds rows drawn by two Poisson samplers ({', '.join(sorted(have))}); "
+                         f"set train.sampler to the one to go on with, or pass another --results")
+    return have.pop() if have else train.poisson_sampler

@@ -146,7 +146,7 @@ def _record(plan: RunPlan, repair: bool) -> None:
     _drop_finished_checkpoints(prep.store, plan.stored)
     record_plan(prep.store, prep.spec, repair, plan=plan.backlog.plan())
     store_selection(prep, repair)
-    for line in settings_lines(prep.spec, prep.precision):
+    for line in settings_lines(prep.spec, prep.precision, sampler=prep.sampler):
         logger.info(line)
 
 
@@ -210,7 +210,7 @@ def _dry_run(plan: RunPlan, t0: float) -> RunSummary:
     spec, executor, slots = prep.spec, prep.executor, plan.capacity.slots
     lines = [f"fairdp run {spec.name} --dry-run: --repair would move aside {c.path} ({c.reason})" for c in plan.corrupt]
     configs = sum(len(p.configs) for p in packs)
-    lines += settings_lines(spec, prep.precision)
+    lines += settings_lines(spec, prep.precision, sampler=prep.sampler)
     resuming = len(_resuming(prep.store, packs))
     resuming = f", {resuming} of the packs from their checkpoints" if resuming else ""
     lines.append(f"fairdp run {spec.name} --dry-run: {configs} configs to train in {len(packs)} packs{resuming}, "

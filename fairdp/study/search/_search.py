@@ -160,7 +160,7 @@ def _dry_run(prep: Prepared, capacity: Capacity, journal: str, total: int, mode:
     slots = capacity.slots
     per = search.population if mode == "packed" else 1
     prep = prep.with_precision(stored, capacity)
-    lines = settings_lines(spec, prep.precision, [search.method])
+    lines = settings_lines(spec, prep.precision, [search.method], prep.sampler)
     lines.append(f"fairdp search {spec.name} --dry-run: {remaining} of {total} trials to run ({done} complete in "
                  f"{journal}), {search.sampler} ({mode}): {math.ceil(remaining / per) if remaining else 0} generations "
                  f"of up to {per} configs, {min(slots, per)} pack(s) at a time {prep.executor.describe(spec)}; seed "
@@ -186,7 +186,7 @@ def _search_unlocked(prep: Prepared, capacity: Capacity, journal: str, total: in
                    & (stored_df["seed"] == search.seed)] if len(stored_df) else stored_df
     stored = {r["config_id"]: r for r in ok.to_dict("records")}
     prep = prep.with_precision(stored_df, capacity)
-    for line in settings_lines(spec, prep.precision, [search.method]):
+    for line in settings_lines(spec, prep.precision, [search.method], prep.sampler):
         logger.info(line)
     if done:
         prep.say(f"{done} complete trials already in {journal}")

@@ -281,10 +281,10 @@ def _seeds(value) -> tuple[int, ...]:
 
 def _train(value) -> TrainSettings:
     d = _mapping(value, "train", optional=("epochs", "batch_size", "lr", "gamma", "device", "dtype", "precision",
-                                           "accountant", "clipping", "packing", "config_chunk"))
-    # TrainSettings checks dtype, precision, accountant, clipping and packing itself (naming
-    # train.<key>); the numbers are checked here, each against the range it can hold.
-    kw = {k: d[k] for k in ("dtype", "precision", "accountant", "clipping", "packing") if k in d}
+                                           "accountant", "clipping", "packing", "sampler", "config_chunk"))
+    # TrainSettings checks dtype, precision, accountant, clipping, packing and sampler itself
+    # (naming train.<key>); the numbers are checked here, each against the range it can hold.
+    kw = {k: d[k] for k in ("dtype", "precision", "accountant", "clipping", "packing", "sampler") if k in d}
     if "epochs" in d:
         kw["epochs"] = checked_int(d["epochs"], "train.epochs", low=1, high=MAX_EPOCHS)
     for key in ("batch_size", "config_chunk"):
@@ -426,6 +426,9 @@ def _check_applies(settings: dict[str, MethodSettings], train: TrainSettings, st
     if train.accountant != "rdp" and not any(type(m).dp_event is not Method.dp_event for m in methods):
         raise InputError(f"train.accountant: no method of the study is accounted by one ({', '.join(settings)}); "
                          f"DP-SGD and PF-LD are")
+    if train.sampler is not None and not any(m.poisson_sampled for m in methods):
+        raise InputError(f"train.sampler: no method of the study draws a Poisson sample ({', '.join(settings)}); "
+                         f"DP-SGD and PF-LD do")
     if train.clipping is not None and not any(m.clips_per_sample for m in methods):
         raise InputError(f"train.clipping: no method of the study clips per sample ({', '.join(settings)}); "
                          f"DP-SGD and PF-LD do")
@@ -626,8 +629,8 @@ def _search(value, leakage: bool, mdl: bool, seeds: tuple[int, ...]) -> SearchSp
             raise InputError(f"search.fixed.{key}: also in search.space")
         fixed[key] = method.model_keyword_value(key, v, f"search.fixed.{key}") if is_model_keyword(key) else \
             _value(params[key], v, f"search.fixed.{key}")
-    for key in params:
-        if key not in space and key not in fixed:
+    for key in params:  # an optional one (``HyperParam.default``) left out trains at its default
+        if key not in space and key not in fixed and params[key].default is None:
             raise InputError(f"search.space.{key}: '{name}' needs '{key}' searched (space) or set (fixed)")
     seed = checked_int(d.get("seed", seeds[0]), "search.seed", low=0)
     constraints_raw = d.get("constraints") or []

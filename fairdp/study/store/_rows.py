@@ -46,7 +46,8 @@ def base_row(ctx: StudyContext, pack: Pack, i: int) -> dict:
     method = get_method(pack.method)
     row[schema.GUARANTEE] = method.guarantee_kind  # what its eps protects, from the method itself
     for h in method.hyperparams:
-        row[h.name] = h.to_column(config[h.name])
+        # an optional hyperparameter a config leaves out (``HyperParam.default``) trained at its default
+        row[h.name] = h.to_column(config[h.name] if h.name in config or h.default is None else h.default)
     row.update(training_provenance(ctx, pack.method))
     if any(is_model_keyword(k) for k in config):  # module keywords the grid sweeps: this config's own network
         row["architecture"] = json.dumps(method.config_architecture(config, ctx.training(pack.method)[1]).to_dict())

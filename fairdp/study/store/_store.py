@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -403,7 +403,8 @@ class ResultStore:
             others.sort()
         return sorted(out)
 
-    def read(self, *, on_corrupt: str = "raise", columns=None) -> tuple[pd.DataFrame, list[CorruptFile]]:
+    def read(self, *, on_corrupt: str = "raise", columns=None,
+             without: Sequence[str] = ()) -> tuple[pd.DataFrame, list[CorruptFile]]:
         """All rows as one DataFrame (schemas unified) and the files left out of it
         (``CorruptFile``): unreadable or truncated ones, files that are not fairdp's (named or
         placed otherwise, a key column missing, a column of another type than fairdp writes, or
@@ -413,7 +414,8 @@ class ResultStore:
         ``on_corrupt="raise"`` makes any of them an ``InputError`` naming it; "collect" leaves
         them out of the rows (``--repair`` then moves them aside). ``columns``: only these are
         read and returned (those the files hold), beside what the checks read (the keys, the
-        status, the pack id); all by default.
+        status, the pack id); all by default. ``without``: columns neither read nor returned
+        (a command that needs neither split's confusion counts leaves out their text).
         """
         others: list[str] = []
         paths = self._part_files(self.root, others)
@@ -443,7 +445,8 @@ class ResultStore:
         for bad in _odd_types(schemas, set(self.schema.names), kinds, kind_of):
             corrupt.append(bad)
             del schemas[bad.path]
-        table, unreadable = self._scan(schemas, columns, [kinds[i] for i in dict.fromkeys(kind_of[p] for p in schemas)])
+        table, unreadable = self._scan(schemas, columns, [kinds[i] for i in dict.fromkeys(kind_of[p] for p in schemas)],
+                                       without)
         corrupt += unreadable
         merged = {path for path in schemas if names[path]}
         files = list(schemas)  # a row's FILE is its file's place here
@@ -454,17 +457,19 @@ class ResultStore:
             table = table.filter(pc.invert(pc.is_in(table.column(FILE), gone)))
         if corrupt and on_corrupt == "raise":
             raise corrupt_error(corrupt)
-        wanted = list(self.schema.names if columns is None else columns)
+        wanted = [c for c in (self.schema.names if columns is None else columns) if c not in set(without)]
         if table is None or not table.num_rows:
             return pd.DataFrame({c: pd.Series(dtype=object) for c in wanted}), corrupt
         if columns is not None:
-            table = table.select([c for c in table.column_names if c in set(columns)])
+            table = table.select([c for c in table.column_names if c in set(columns) and c not in set(without)])
         else:
-            table = table.drop_columns([FILE])
-        df = table.to_pandas()
-        for name, field in zip(table.column_names, table.schema):
-            if pa.types.is_dictionary(field.type):  # read as a dictionary (``_scan_files``)
-                df[name] = df[name].astype(object)
+            table = table.drop_columns([FILE, *(c for c in without if c in table.column_names)])
+        dictionaries = [f.name for f in table.schema if pa.types.is_dictionary(f.type)]
+        # each column's Arrow buffers freed as it converts: the peak is about the frame, not twice it
+        df = table.to_pandas(split_blocks=True, self_destruct=True)
+        del table
+        for name in dictionaries:  # read as a dictionary (``_scan_files``)
+            df[name] = df[name].astype(object)
         return df, corrupt
 
     def _unreadable(self, path: str, e: BaseException) -> CorruptFile:
@@ -477,10 +482,11 @@ class ResultStore:
         return CorruptFile(path, _first_line(e), "corrupt")
 
     def _scan(self, schemas: dict[str, pa.Schema], columns,
-              distinct: list[pa.Schema]) -> tuple[pa.Table | None, list[CorruptFile]]:
+              distinct: list[pa.Schema], without: Sequence[str] = ()) -> tuple[pa.Table | None, list[CorruptFile]]:
         """The rows of the files of ``schemas`` as one table, read in one columnar scan (their
         schemas, ``distinct`` the different ones, unified, a column a file lacks null there; of
-        ``columns`` and the checks' own, when given) with the file of each row (``FILE``), and
+        ``columns`` and the checks' own, when given; never of ``without`` unless a check reads
+        it) with the file of each row (``FILE``), and
         the files whose data could not be read although their footer could (a truncated page):
         those are found file by file, and left out."""
         if not schemas:
@@ -490,9 +496,10 @@ class ResultStore:
         except (pa.ArrowException, ValueError) as e:  # checked file by file above: a case those checks miss
             raise InputError(f"{self.location}: its pack files do not combine into one table "
                              f"({_first_line(e)})") from None
-        if columns is not None:
-            keep = {*columns, *_CHECKED}
-            unified = pa.schema([f for f in unified if f.name in keep], metadata=unified.metadata)
+        if columns is not None or without:
+            keep = {*(unified.names if columns is None else columns), *_CHECKED}
+            skip = set(without) - set(_CHECKED)
+            unified = pa.schema([f for f in unified if f.name in keep and f.name not in skip], metadata=unified.metadata)
         try:
             return self._scan_files(list(schemas), unified), []
         except (pa.ArrowException, OSError):
@@ -769,18 +776,19 @@ def corrupt_error(corrupt: list[CorruptFile]) -> InputError:
     return InputError(f"{c.path}: {c.what}{more} ({c.reason}); `fairdp run STUDY.yaml --results DIR --repair` {does}")
 
 
-def read_results(*locations) -> pd.DataFrame:
+def read_results(*locations, without: Sequence[str] = ()) -> pd.DataFrame:
     """Rows of several results locations (studies, seeds, hosts) as one DataFrame. A location
-    may also be one Parquet file of rows (e.g. rows exported or filtered elsewhere)."""
+    may also be one Parquet file of rows (e.g. rows exported or filtered elsewhere). ``without``:
+    columns left unread (``ResultStore.read``)."""
     frames = []
     for loc in locations:
         if not str(loc).strip():  # Path("") is the current folder: never what an empty variable meant
             raise InputError("results location: empty; give a results directory or a Parquet file of rows")
         if Path(str(loc)).is_file():
-            frames.append(_read_rows_file(Path(str(loc))))
+            frames.append(_read_rows_file(Path(str(loc))).drop(columns=list(without), errors="ignore"))
             continue
         store = existing_store(loc)
-        df, _ = store.read()
+        df, _ = store.read(without=without)
         if len(df):
             frames.append(df)
     if not frames:
