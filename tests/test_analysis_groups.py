@@ -14,6 +14,8 @@ from fairlearn.metrics import (
     selection_rate,
     true_positive_rate,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score
 
@@ -25,6 +27,7 @@ from fairdp.analysis import (
     select_by_rt,
     write_report,
 )
+from fairdp.analysis._groups import rates_from_confusion
 from fairdp.fairness import confusion, group_rates
 from fairdp.study import ResultStore
 
@@ -176,3 +179,30 @@ def test_the_report_has_a_per_group_section_with_the_aggregate(tmp_path):
     cell = f"{expected['tpr_mean']:.1f} ± {expected['tpr_std']:.1f}"
     line = next(ln for ln in section.splitlines() if ln.startswith("| adult | federate |") and "| 1 | 3 |" in ln)
     assert cell in line
+
+
+_COUNTS = st.integers(1, 3).flatmap(lambda g: st.integers(2, 3).flatmap(lambda c: st.lists(
+    st.lists(st.lists(st.integers(0, 6), min_size=c, max_size=c), min_size=c, max_size=c), min_size=g, max_size=g)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.just(""), _COUNTS), min_size=1, max_size=12), st.data())
+def test_per_group_rates_are_each_rows_rates_from_its_counts(counts, data):
+    """The whole-table computation (rows of each counts shape at once) gives, row by row and in
+    order, what ``rates_from_confusion`` gives each row alone, with its keys; rows of several
+    shapes interleaved, rows without counts and rows not ok left out."""
+    status = data.draw(st.lists(st.sampled_from(["ok", "ok", "error"]), min_size=len(counts), max_size=len(counts)))
+    rows = pd.DataFrame({"dataset": "d", "method": [f"m{i % 2}" for i in range(len(counts))],
+                         "seed": range(len(counts)), "config_id": [f"c{i}" for i in range(len(counts))],
+                         "eps": [float(i % 3) for i in range(len(counts))], "status": status,
+                         "test_confusion": [json.dumps(c) if isinstance(c, list) else c for c in counts]})
+    got = per_group_rates(rows, "test", ["eps"])
+    parts = [rates_from_confusion(r["test_confusion"]).assign(dataset=r["dataset"], method=r["method"], eps=r["eps"],
+                                                             seed=r["seed"], config_id=r["config_id"])
+             for _, r in rows[rows["status"] == "ok"].iterrows()]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        assert got.empty
+        return
+    want = pd.concat(parts, ignore_index=True)[list(got.columns)]
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want, check_dtype=False)

@@ -149,6 +149,23 @@ def test_pure_dp_rows_compose_to_at_most_the_sum_of_their_eps():
     assert 1.0 < out["eps_released"].iloc[0] < 40.0  # RDP beats basic composition at 40 configs
 
 
+def test_selections_are_composed_once_per_distinct_scope_and_as_each_alone():
+    """``released_guarantees`` composes each distinct scope once (seeds of one grid share their
+    events): every selection's eps equals that selection's scope released alone, the seeds of
+    equal events included, and two scopes of the same events whose pure-DP sums differ (the
+    basic bound decides at 2 configs) are not mistaken for one."""
+    rr = dp_accounting.RandomizedResponseDpEvent(2 / (math.e + 1), 2)
+    seeds = []
+    for seed, eps in enumerate([[0.1, 0.1], [0.1, 0.1], [0.2, 0.3]]):
+        seeds.append(_rows([rr, rr], eps, 0.0, "private_reductions", relation="replace_one").assign(seed=seed))
+    rows = pd.concat(seeds, ignore_index=True)
+    picks = rows.groupby("seed").head(1)
+    together = released_guarantees(rows, picks, rt=1.0)
+    alone = [released_guarantees(s, s.iloc[[0]], rt=1.0)["eps_released"].iloc[0] for s in seeds]
+    assert together["eps_released"].tolist() == alone
+    assert alone[0] == pytest.approx(0.2) and alone[2] == pytest.approx(0.5)
+
+
 def test_methods_without_an_event_are_not_covered():
     rows = _rows([None, None], [4.0, 4.0], 0.0, "federate")
     out = released_guarantees(rows, rows.iloc[[0]], rt=1.0)

@@ -67,10 +67,26 @@ def _split_column(split: str) -> str:
     return CONFUSION_COLUMNS[split]
 
 
+def _counts_arrays(texts) -> dict:
+    """The counts JSON texts parsed and grouped by shape: {(G, C, C): (positions, (N, G, C, C) array)}."""
+    by_shape: dict = {}
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not text:
+            continue
+        conf = np.asarray(json.loads(text), dtype=np.int64)
+        if conf.ndim != 3 or conf.shape[1] != conf.shape[2] or conf.shape[1] < 2:
+            raise InputError(f"confusion: expected counts (G, C, C) with C >= 2, got shape {conf.shape}")
+        by_shape.setdefault(conf.shape, ([], []))
+        by_shape[conf.shape][0].append(i)
+        by_shape[conf.shape][1].append(conf)
+    return {shape: (np.array(pos), np.stack(arrays)) for shape, (pos, arrays) in by_shape.items()}
+
+
 def per_group_rates(rows: pd.DataFrame, split: str = "test", by: Sequence[str] = ()) -> pd.DataFrame:
     """One row per (row of ``rows``, group, class): dataset, method, *by, seed, config_id,
     group, class, the ``GROUP_COUNTS`` and ``GROUP_RATES`` (percent) of the row's model on
-    ``split`` ("test" or "valid"), from its stored counts. Rows without them (written before
+    ``split`` ("test" or "valid"), from its stored counts: ``rates_from_confusion`` of each row,
+    computed for all rows of one counts shape at once. Rows without them (written before
     fairdp stored them, or failed) are left out; empty when none has them. For the selected
     configs, ``rows`` is ``select_by_rt``'s output: one row per seed."""
     column = _split_column(split)
@@ -81,13 +97,26 @@ def per_group_rates(rows: pd.DataFrame, split: str = "test", by: Sequence[str] =
     if column not in rows.columns:
         return pd.DataFrame(columns=columns)
     parts = []
-    for key, counts in zip(rows[keys].itertuples(index=False), rows[column]):
-        rates = rates_from_confusion(counts)
-        if len(rates):
-            parts.append(rates.assign(**dict(zip(keys, key))))
+    for (n_groups, n_classes, _), (pos, conf) in _counts_arrays(rows[column].to_numpy(object)).items():
+        classes = [1] if n_classes == 2 else list(range(n_classes))
+        size = conf.sum(axis=(2, 3))  # (N, G)
+        correct = np.trace(conf, axis1=2, axis2=3)
+        for order, c in enumerate(classes):
+            positives, predicted, true_pos = conf[:, :, c, :].sum(2), conf[:, :, :, c].sum(2), conf[:, :, c, c]
+            parts.append(pd.DataFrame({
+                "_row": np.repeat(pos, n_groups), "_order": order * n_groups + np.tile(np.arange(n_groups), len(pos)),
+                "group": np.tile(np.arange(n_groups), len(pos)), "class": c, "count": size.ravel(),
+                "label_positives": positives.ravel(), "predicted_positives": predicted.ravel(),
+                "true_positives": true_pos.ravel(), "selection_rate": _rate(predicted, size).ravel(),
+                "tpr": _rate(true_pos, positives).ravel(), "fpr": _rate(predicted - true_pos, size - positives).ravel(),
+                "accuracy": _rate(correct, size).ravel()}))
     if not parts:
         return pd.DataFrame(columns=columns)
-    return pd.concat(parts, ignore_index=True)[columns]
+    # in the rows' order, each row's (class, group) as ``rates_from_confusion`` lists them
+    out = pd.concat(parts, ignore_index=True).sort_values(["_row", "_order"], kind="stable")
+    key_values = rows[keys].iloc[out["_row"].to_numpy()].reset_index(drop=True)
+    out = out.drop(columns=["_row", "_order"]).reset_index(drop=True)
+    return pd.concat([key_values, out], axis=1)[columns]
 
 
 def aggregate_group_rates(selected: pd.DataFrame, split: str = "test", by: Sequence[str] = ()) -> pd.DataFrame:

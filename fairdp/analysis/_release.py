@@ -79,8 +79,9 @@ def released_guarantees(df: object, selected: object, rt: float, by: Sequence[st
     out = as_frame(selected, "selected").copy()
     by = check_by(by, out)
     require_columns(rows, [*RUN_KEYS, "config_id"], "df")
-    scopes = _scopes(rows, by)
-    values = [_released(scopes, sel, rt) for _, sel in out.iterrows()]
+    scopes, memo = _scopes(rows, by), {}
+    # each selection's composition once per distinct scope: a study's seeds compose the same events
+    values = [_released(scopes, sel, rt, memo) for sel in out.to_dict("records")]
     for i, col in enumerate(RELEASED_GUARANTEE_COLUMNS):
         out[col] = [v[i] for v in values]
     return out
@@ -110,7 +111,7 @@ def _split_by(rows: pd.DataFrame, by: tuple[str, ...]):
     return key, {value: _split_by(grp, rest) for value, grp in rows.groupby(key, sort=False)}
 
 
-def _scope(scopes: dict, sel: pd.Series) -> pd.DataFrame:
+def _scope(scopes: dict, sel) -> pd.DataFrame:
     """The rows the selection of ``sel``'s run and by-group chose from (``scopes``: ``_scopes``')."""
     node = scopes.get(tuple(sel[key] for key in RUN_KEYS))
     while isinstance(node, tuple):
@@ -119,7 +120,7 @@ def _scope(scopes: dict, sel: pd.Series) -> pd.DataFrame:
     return scopes[None] if node is None else node
 
 
-def _released(scopes: dict, sel: pd.Series, rt: float):
+def _released(scopes: dict, sel: dict, rt: float, memo: dict | None = None):
     scope = _scope(scopes, sel)
     events = scope[PRIVACY_EVENT].dropna().tolist() if PRIVACY_EVENT in scope.columns else []
     event = sel.get(PRIVACY_EVENT)
@@ -145,10 +146,10 @@ def _released(scopes: dict, sel: pd.Series, rt: float):
             eps = repeat_and_select_epsilon(grid, relation, delta, count.mean, count.shape)
             return eps, delta, len(scope), (f"repeat-and-select: best of K ~ {count.describe()} draws "
                                             f"from {record['grid_size']} configs")
-        eps, how = _composed(scope, relation, delta)
+        eps, how = _composed(scope, relation, delta, memo)
         return eps, delta, len(scope), (f"composition of the {len(events)} trials drawn (K ~ {count.describe()}; "
                                         f"RT {rt:g} is no best-of by a fixed order)" + how)
-    eps, how = _composed(scope, relation, delta)
+    eps, how = _composed(scope, relation, delta, memo)
     return eps, delta, len(scope), (f"composition of the {len(events)} configs trained" + how if len(events) > 1
                                      else "one config trained: its own guarantee")
 
@@ -161,27 +162,41 @@ def _accountant(rows: pd.DataFrame) -> str:
     return "pld" if (rows[ACCOUNTANT] == "pld").all() else "rdp"
 
 
-def _composed(scope: pd.DataFrame, relation: str, delta: float) -> tuple[float, str]:
+def _composed(scope: pd.DataFrame, relation: str, delta: float, memo: dict | None = None) -> tuple[float, str]:
     """The smaller of two composition bounds at ``delta`` over the scope's events: RDP's or,
     where every row says pld, PLD's (each distinct event once, with its multiplicity), and
     basic composition, the sum of the rows' (eps, delta), when their deltas sum to at most
     ``delta`` (pure-DP rows, where RDP's conversion can cost more than the sum at a few
-    configs); with what to add to the bound's label ("" for RDP's)."""
+    configs); with what to add to the bound's label ("" for RDP's). ``memo``: answers by what
+    decides them (the events with their counts, relation, delta, accountant, the basic sum), so
+    that scopes composing the same events are composed once."""
+    rows = scope[scope[PRIVACY_EVENT].notna()]
+    counts = Counter(rows[PRIVACY_EVENT])
+    basic = float(rows["eps_formal"].sum()) if rows["delta"].sum() <= delta else None
+    key = (tuple(sorted(counts.items())), relation, delta, _accountant(rows), basic)
+    if memo is not None and key in memo:
+        return memo[key]
+    answer = _compose(counts, relation, delta, key[3], basic)
+    if memo is not None:
+        memo[key] = answer
+    return answer
+
+
+def _compose(counts: Counter, relation: str, delta: float, accountant: str, basic: float | None) -> tuple[float, str]:
+    """``_composed``'s answer from what decides it."""
     import dp_accounting  # imported here, not at the top: it pulls in scipy (~2 s per fairdp start)
 
-    rows = scope[scope[PRIVACY_EVENT].notna()]
-    counted = [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n)
-               for e, n in Counter(rows[PRIVACY_EVENT]).items()]
+    counted = [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n) for e, n in counts.items()]
     how = ""
-    if _accountant(rows) == "pld":
+    if accountant == "pld":
         try:
             eps, how = composed_epsilon(counted, relation, delta, "pld"), " (PLD)"
         except dp_accounting.UnsupportedEventError:
             eps, how = composed_epsilon(counted, relation, delta), " (RDP: PLD cannot compose these events)"
     else:
         eps = composed_epsilon(counted, relation, delta)
-    if rows["delta"].sum() <= delta:
-        eps = min(eps, float(rows["eps_formal"].sum()))
+    if basic is not None:
+        eps = min(eps, basic)
     return eps, how
 
 
@@ -210,11 +225,12 @@ def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: S
     keys = ["dataset", "method", *by]
     kinds = guarantees_by_method(rows) if len(rows) else {}
     scopes = _scopes(rows, by) if len(released) else {}
+    memo: dict = {}  # compositions by what decides them (``_composed``)
     out = []
     for key, grp in released.groupby(keys, sort=True, dropna=False):
         worst = grp.loc[grp["eps_released"].fillna(math.inf).idxmax()]
         lo, hi = int(grp["trained"].min()), int(grp["trained"].max())
-        mean_eps, mean_bound = _over_seeds(scopes, grp, rt)
+        mean_eps, mean_bound = _over_seeds(scopes, grp, rt, memo)
         ident = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         out.append({**ident, "guarantee": guarantee_text(kinds.get(str(ident["method"]))),
                     "seeds": len(grp), "ε of one config": float(grp["eps_formal"].max()),
@@ -224,14 +240,14 @@ def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: S
     return pd.DataFrame(out)
 
 
-def _over_seeds(scopes: dict, grp: pd.DataFrame, rt: float) -> tuple[float, str]:
+def _over_seeds(scopes: dict, grp: pd.DataFrame, rt: float, memo: dict | None = None) -> tuple[float, str]:
     """(eps, bound) of releasing the mean over ``grp``'s seeds (one selected row per seed, with
     ``released_guarantees``' columns), at the seeds' largest ``delta_released`` (``scopes``:
     ``_scopes`` of every row the selection chose from)."""
     uncovered = grp[grp["eps_released"].isna()]
     if len(uncovered):
         return math.nan, str(uncovered["released_under"].iloc[0])
-    seed_rows = [_scope(scopes, sel) for _, sel in grp.iterrows()]  # each seed's rows chosen from
+    seed_rows = [_scope(scopes, sel) for sel in grp.to_dict("records")]  # each seed's rows chosen from
     delta = float(grp["delta_released"].max())
     events = pd.concat([sc[PRIVACY_EVENT].dropna() for sc in seed_rows])
     _, relation = event_from_json(events.iloc[0])
@@ -247,7 +263,7 @@ def _over_seeds(scopes: dict, grp: pd.DataFrame, rt: float) -> tuple[float, str]
             grid = [event_from_json(e)[0] for e in record["grid_events"]]
             rdp = rdp + repeat_and_select_rdp(grid, relation, count.mean, count.shape)
         return epsilon_of_rdp(rdp, delta), f"composition of the {seeds} seeds' repeat-and-select releases"
-    eps, how = _composed(pd.concat(seed_rows), relation, delta)
+    eps, how = _composed(pd.concat(seed_rows), relation, delta, memo)
     what = "trials drawn" if any(len(r) for r in records) else "configs trained"
     return eps, f"composition of the {len(events)} {what} in the {seeds} seeds (the same data)" + how
 
@@ -295,7 +311,8 @@ def whole_table_release(rows: object) -> pd.DataFrame:
             deltas = pd.to_numeric(mine["delta"], errors="coerce").dropna() if "delta" in mine.columns \
                 else pd.Series(dtype=float)
             delta = float(deltas.max()) if len(deltas) and deltas.max() > 0 else PFLD_DELTA
-            one = max(_composed(grp, relation, delta)[0] for _, grp in mine.groupby("seed"))
+            memo: dict = {}  # seeds of one grid compose the same events: each distinct scope once
+            one = max(_composed(grp, relation, delta, memo)[0] for _, grp in mine.groupby("seed"))
             every, how = _composed(mine, relation, delta)
             out.append({**record, "ε, one seed (largest)": one, "ε, all seeds": every, "δ": delta,
                         "bound": f"composition of every config trained ({relation})" + how})
