@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
-from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, poisson_sample
+from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, gather_rows, poisson_sample
 from fairdp.methods._registry import register_method
 from fairdp.privacy import Guarantee, calibrate_dpsgd_sigma, dpsgd_epsilon, dpsgd_event
 from fairdp.privacy._shared import PFLD_DELTA
@@ -92,7 +92,8 @@ class DPSGDStep(ClassifierSGDStep):
                                       sampler=self.ctx.settings.poisson_sampler)
         train = self.ctx.split("train")
         optimizer.zero_grad(set_to_none=True)
-        self.clip_counts += dpsgd_gradients(self.model.per_sample_chain(), train.X[index], train.y[index],
+        self.clip_counts += dpsgd_gradients(self.model.per_sample_chain(), gather_rows(train.X, index),
+                                            gather_rows(train.y, index),
                                             self.clip, self.sigma,
                                             self.ctx.generators("noise"), valid=valid,
                                             expected_rows=self.q * self.n,
