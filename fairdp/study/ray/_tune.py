@@ -22,6 +22,8 @@ from fairdp.study.ray._ray_trainables import (
     LOG_RECORDS,
     PACK_INDEX,
     STORE_FAULT,
+    PackTable,
+    pack_table,
     pack_trainable,
     trial_pack,
 )
@@ -88,7 +90,7 @@ def _store_fault_stopper():
     return StoreFaultStopper()
 
 
-def _tune_callback(progress: Progress, method: str | None, packs: tuple[dict, ...] = ()):
+def _tune_callback(progress: Progress, method: str | None, packs: PackTable | None = None):
     """Tune events to ``progress``: a trial is a pack (its number among ``packs``, or the pack a
     searcher handed it) or, for a per-config search, one config of ``method``."""
     from ray import tune
@@ -257,7 +259,7 @@ TUNE_NOISE = {
 
 @contextlib.contextmanager
 def tune_run_config(name: str, spec: StudySpec, progress: Progress, method: str | None = None,
-                    packs: tuple[dict, ...] = ()):
+                    packs: PackTable | None = None):
     """Tune's RunConfig for a study: the spec's retries, progress lines (a run's trials being
     numbers among ``packs``), and the JSON logger that result grids read back; its storage is a
     temporary directory removed afterwards (rows live in the results store, so Tune keeps
@@ -314,10 +316,10 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
     from ray import tune
 
     # the packs handed to every trial once, each trial's config its pack's number (``PACK_INDEX``)
-    as_dicts = tuple(p.to_dict() for p in packs)
+    table = pack_table([p.to_dict() for p in packs])
     trainable = tune.with_resources(tune.with_parameters(pack_trainable, ctx=ctx, log_level=driver_log_level(),
-                                                         packs=as_dicts), trial_resources(spec))
-    with tune_run_config(spec.name, spec, progress, packs=as_dicts) as run_config:
+                                                         packs=table), trial_resources(spec))
+    with tune_run_config(spec.name, spec, progress, packs=table) as run_config:
         with aborted_by_ray(ctx.results), watching_slots(spec, progress, len(packs)):
             grid = tune.Tuner(
                 trainable,
@@ -340,7 +342,7 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
                 config = res.config or failed_configs.get(os.path.basename(str(res.path or "")))
                 if config is None:  # no pack to name: its configs have no rows, so the next run trains them
                     continue
-                pack = Pack.from_dict(trial_pack(config, as_dicts))
+                pack = Pack.from_dict(trial_pack(config, table))
                 write_error_rows(store, ctx, pack, ray_error_line(res.error))
     return failed, unfinished
 
