@@ -79,7 +79,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.analysis._papers": "the published tables and the checks of their claims",
     "fairdp.analysis._plots": "a figure's series-per-panel limit",
     "fairdp.analysis._predictions": "the constant-model rule: its threshold, per-seed rates and selections",
-    "fairdp.analysis._release": "the release summary's rows and labels",
+    "fairdp.analysis._release": "the release summary's rows and labels; the scopes and their stats in arrays, held to the per-selection definition",
     "fairdp.analysis._report": "a report's pruning sentence; its Pareto figure's inputs spied on",
     "fairdp.analysis._rows": "the guarantee labels and hyperparameter columns read from rows",
     "fairdp.analysis._search_progress": "hypervolume bounds and histories, pinned",

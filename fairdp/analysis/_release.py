@@ -44,7 +44,9 @@ import json
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from fairdp.analysis._rows import (
@@ -79,9 +81,8 @@ def released_guarantees(df: object, selected: object, rt: float, by: Sequence[st
     out = as_frame(selected, "selected").copy()
     by = check_by(by, out)
     require_columns(rows, [*RUN_KEYS, "config_id"], "df")
-    scopes, memo = _scopes(rows, by), {}
-    # each selection's composition once per distinct scope: a study's seeds compose the same events
-    values = [_released(scopes, sel, rt, memo) for sel in out.to_dict("records")]
+    stats, chosen = _selection_scopes(rows, out, by)
+    values = _Releases(stats, rt).of(out, chosen)
     for i, col in enumerate(RELEASED_GUARANTEE_COLUMNS):
         out[col] = [v[i] for v in values]
     return out
@@ -92,98 +93,285 @@ def has_release_events(df: pd.DataFrame) -> bool:
     return PRIVACY_EVENT in df.columns and bool(df[PRIVACY_EVENT].notna().any())
 
 
-def _scopes(rows: pd.DataFrame, by: Sequence[str]) -> dict:
-    """``rows`` split once by run (``RUN_KEYS``), then by each of ``by`` that the run's rows
-    hold (``_scope`` looks a selection up in it): a report looks up hundreds of selections,
-    and filtering the whole table for each took most of its time. Key None: no rows."""
-    return {None: rows.iloc[:0],
-            **{run: _split_by(grp, tuple(by)) for run, grp in rows.groupby(list(RUN_KEYS), sort=False)}}
+def _selection_scopes(rows: pd.DataFrame, selected: pd.DataFrame, by: Sequence[str]) -> tuple[_ScopeStats, np.ndarray]:
+    """The stats of every scope of ``rows`` plus one empty scope (last), and per selection the
+    index of the scope it chose from."""
+    row_scope, sel_scope, n = _scope_ids(rows, selected, by)
+    return _ScopeStats.of(rows, row_scope, n + 1), np.where(sel_scope < 0, n, sel_scope)
 
 
-def _split_by(rows: pd.DataFrame, by: tuple[str, ...]):
-    """``rows``, or (key, {value: ...}) split by the first of ``by`` that some row holds."""
-    if not by:
-        return rows
-    key, rest = by[0], by[1:]
-    # a method without the column (a baseline repeated per notion) is one group
-    if key not in rows.columns or not rows[key].notna().any():
-        return _split_by(rows, rest)
-    return key, {value: _split_by(grp, rest) for value, grp in rows.groupby(key, sort=False)}
+class _Releases:
+    """eps_released of selections from their scopes' stats, each distinct composition, trial
+    record and event parsed once."""
 
+    def __init__(self, stats: _ScopeStats, rt: float):
+        self.stats, self.rt, self.composed = stats, rt, _Compositions(stats)
+        self.relations: dict[str, str] = {}
+        self.records: dict[str, tuple] = {}
+        self.repeats: dict[tuple, float] = {}
 
-def _scope(scopes: dict, sel) -> pd.DataFrame:
-    """The rows the selection of ``sel``'s run and by-group chose from (``scopes``: ``_scopes``')."""
-    node = scopes.get(tuple(sel[key] for key in RUN_KEYS))
-    while isinstance(node, tuple):
-        key, groups = node
-        node = groups.get(sel[key])
-    return scopes[None] if node is None else node
+    def relation(self, event: str) -> str:
+        if event not in self.relations:
+            self.relations[event] = event_from_json(event)[1]
+        return self.relations[event]
 
+    def record(self, text: str) -> tuple:
+        """A tuning record's (record, trial count)."""
+        if text not in self.records:
+            record = json.loads(text)
+            self.records[text] = (record, trial_count_from_dict(record))
+        return self.records[text]
 
-def _released(scopes: dict, sel: dict, rt: float, memo: dict | None = None):
-    scope = _scope(scopes, sel)
-    events = scope[PRIVACY_EVENT].dropna().tolist() if PRIVACY_EVENT in scope.columns else []
-    event = sel.get(PRIVACY_EVENT)
-    if not isinstance(event, str):
-        eps = sel.get("eps_formal")
-        if eps is None or (isinstance(eps, float) and math.isinf(eps)):
-            why = "not covered: no privacy"
-        elif eps_scope(str(sel["method"])) == "local":
-            why = "not covered: a local guarantee per representation"
-        else:
-            why = "not covered: no accountant event stored"
-        return math.nan, math.nan, len(scope), why
-    _, relation = event_from_json(event)
-    deltas = scope["delta"].dropna() if "delta" in scope.columns else pd.Series(dtype=float)
-    # pure-DP rows (delta 0) are composed in RDP and stated at PF-LD's delta
-    delta = float(deltas.max()) if len(deltas) and deltas.max() > 0 else PFLD_DELTA
-    tuning = scope[TUNING].dropna() if TUNING in scope.columns else pd.Series(dtype=object)
-    if len(tuning):
-        record = json.loads(tuning.iloc[0])
-        count = trial_count_from_dict(record)
-        if rt == 0:
-            grid = [event_from_json(e)[0] for e in record["grid_events"]]
-            eps = repeat_and_select_epsilon(grid, relation, delta, count.mean, count.shape)
-            return eps, delta, len(scope), (f"repeat-and-select: best of K ~ {count.describe()} draws "
-                                            f"from {record['grid_size']} configs")
-        eps, how = _composed(scope, relation, delta, memo)
-        return eps, delta, len(scope), (f"composition of the {len(events)} trials drawn (K ~ {count.describe()}; "
-                                        f"RT {rt:g} is no best-of by a fixed order)" + how)
-    eps, how = _composed(scope, relation, delta, memo)
-    return eps, delta, len(scope), (f"composition of the {len(events)} configs trained" + how if len(events) > 1
+    def of(self, selected: pd.DataFrame, chosen: np.ndarray) -> list[tuple]:
+        events = selected[PRIVACY_EVENT].to_numpy(object) if PRIVACY_EVENT in selected.columns \
+            else np.full(len(selected), None, dtype=object)
+        eps = selected["eps_formal"].to_numpy(object) if "eps_formal" in selected.columns \
+            else np.full(len(selected), None, dtype=object)
+        methods = selected["method"].astype(str).to_numpy(object)
+        return [self.one(int(i), e, x, m) for i, e, x, m in zip(chosen, events, eps, methods)]
+
+    def one(self, i: int, event: object, eps_formal: object, method: str) -> tuple:
+        s = self.stats
+        trained = int(s.rows[i])
+        if not isinstance(event, str):
+            if eps_formal is None or (isinstance(eps_formal, float) and math.isinf(eps_formal)):
+                why = "not covered: no privacy"
+            elif eps_scope(method) == "local":
+                why = "not covered: a local guarantee per representation"
+            else:
+                why = "not covered: no accountant event stored"
+            return math.nan, math.nan, trained, why
+        relation, delta, tuning, drawn = self.relation(event), s.delta_of(i), s.tuning[i], int(s.events[i])
+        if tuning is not None:
+            record, count = self.record(tuning)
+            if self.rt == 0:
+                key = (tuning, relation, delta)
+                if key not in self.repeats:
+                    grid = [event_from_json(e)[0] for e in record["grid_events"]]
+                    self.repeats[key] = repeat_and_select_epsilon(grid, relation, delta, count.mean, count.shape)
+                return self.repeats[key], delta, trained, (f"repeat-and-select: best of K ~ {count.describe()} draws "
+                                                           f"from {record['grid_size']} configs")
+            eps, how = self.composed(i, relation, delta)
+            return eps, delta, trained, (f"composition of the {drawn} trials drawn (K ~ {count.describe()}; "
+                                         f"RT {self.rt:g} is no best-of by a fixed order)" + how)
+        eps, how = self.composed(i, relation, delta)
+        return eps, delta, trained, (f"composition of the {drawn} configs trained" + how if drawn > 1
                                      else "one config trained: its own guarantee")
 
+    def over_seeds(self, chosen: np.ndarray, released: pd.DataFrame) -> tuple[float, str]:
+        """(eps, bound) of releasing the mean over ``released``'s seeds (one selected row per seed,
+        with ``released_guarantees``' columns; ``chosen``: the scope each chose from), at the
+        seeds' largest ``delta_released``: every seed's configs composed, the same data."""
+        uncovered = released[released["eps_released"].isna()]
+        if len(uncovered):
+            return math.nan, str(uncovered["released_under"].iloc[0])
+        seeds = len(released)
+        if seeds == 1:
+            return float(released["eps_released"].iloc[0]), "one seed: its own release"
+        s = self.stats
+        delta = float(released["delta_released"].max())
+        union = s.union(np.zeros(len(chosen), np.int64), chosen, 1)
+        relation = union.relation_of(0) or self.relation(released[PRIVACY_EVENT].iloc[0])
+        tunings = [s.tuning[i] for i in chosen]
+        if self.rt == 0 and all(t is not None for t in tunings):
+            rdp = 0.0
+            for text, times in Counter(tunings).items():  # each seed's repeat-and-select, composed: RDP curves add
+                record, count = self.record(text)
+                grid = [event_from_json(e)[0] for e in record["grid_events"]]
+                rdp = rdp + times * repeat_and_select_rdp(grid, relation, count.mean, count.shape)
+            return epsilon_of_rdp(rdp, delta), f"composition of the {seeds} seeds' repeat-and-select releases"
+        eps, how = _Compositions(union)(0, relation, delta)
+        what = "trials drawn" if any(t is not None for t in tunings) else "configs trained"
+        return eps, f"composition of the {int(union.events[0])} {what} in the {seeds} seeds (the same data)" + how
 
-def _accountant(rows: pd.DataFrame) -> str:
-    """The accountant that composes ``rows`` (those with an event): "pld" when every one of
-    them says pld, else "rdp" (see the module docstring)."""
-    if ACCOUNTANT not in rows.columns or not len(rows):
-        return "rdp"
-    return "pld" if (rows[ACCOUNTANT] == "pld").all() else "rdp"
+
+_SKIPPED = -2  # a scope level whose rows hold no value of its key: one group at that level
 
 
-def _composed(scope: pd.DataFrame, relation: str, delta: float, memo: dict | None = None) -> tuple[float, str]:
-    """The smaller of two composition bounds at ``delta`` over the scope's events: RDP's or,
-    where every row says pld, PLD's (each distinct event once, with its multiplicity), and
-    basic composition, the sum of the rows' (eps, delta), when their deltas sum to at most
-    ``delta`` (pure-DP rows, where RDP's conversion can cost more than the sum at a few
-    configs); with what to add to the bound's label ("" for RDP's). ``memo``: answers by what
-    decides them (the events with their counts, relation, delta, accountant, the basic sum), so
-    that scopes composing the same events are composed once."""
-    rows = scope[scope[PRIVACY_EVENT].notna()]
-    counts = Counter(rows[PRIVACY_EVENT])
-    basic = float(rows["eps_formal"].sum()) if rows["delta"].sum() <= delta else None
-    key = (tuple(sorted(counts.items())), relation, delta, _accountant(rows), basic)
-    if memo is not None and key in memo:
-        return memo[key]
-    answer = _compose(counts, relation, delta, key[3], basic)
-    if memo is not None:
-        memo[key] = answer
-    return answer
+def _joint_codes(left: pd.Series, right: pd.Series) -> np.ndarray:
+    """Integer codes of two columns' values in one numbering: equal values get equal codes in
+    either column (as ``groupby`` and a dict look-up compare them), NaN -1."""
+    both = pd.concat([left.reset_index(drop=True), right.reset_index(drop=True)], ignore_index=True)
+    return pd.factorize(both, use_na_sentinel=True)[0].astype(np.int64)
+
+
+def _pair_codes(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """One code per distinct (first, second) pair (both codes >= -2)."""
+    width = int(second.max(initial=0)) + 3
+    return pd.factorize((first + 2) * width + (second + 2))[0].astype(np.int64)
+
+
+def _scope_ids(rows: pd.DataFrame, selected: pd.DataFrame, by: Sequence[str]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Which scope each row is in and which each selection chose from: a scope is the rows of one
+    run (``RUN_KEYS``) split by each of ``by`` in turn, a level where the part being split holds no
+    value of that key being one group (a method without the column, a baseline repeated per
+    notion); rows without a value where the part holds some are in no scope, as ``groupby``
+    leaves them out. Returns (per row, -1 for none; per selection, -1 for no rows; how many),
+    in arrays, not a split of the table: a report looks up tens of thousands of selections."""
+    n_rows = len(rows)
+    valid = np.ones(n_rows + len(selected), bool)
+    prefix = np.zeros(n_rows + len(selected), np.int64)
+    for key in RUN_KEYS:
+        codes = _joint_codes(rows[key], selected[key])
+        valid &= codes >= 0
+        prefix = _pair_codes(prefix, codes)
+    for key in by:
+        if key not in rows.columns:
+            continue
+        codes = _joint_codes(rows[key], selected[key])
+        parts = int(prefix.max(initial=0)) + 1
+        mine = valid[:n_rows] & (codes[:n_rows] >= 0)
+        held = np.bincount(prefix[:n_rows][mine], minlength=parts) > 0  # the part holds some value of key
+        split = held[prefix]
+        valid &= ~(split & (codes < 0))
+        prefix = _pair_codes(prefix, np.where(split, codes, _SKIPPED))
+    row_prefix = prefix[:n_rows]
+    ids, uniques = pd.factorize(row_prefix[valid[:n_rows]])
+    row_scope = np.full(n_rows, -1, np.int64)
+    row_scope[valid[:n_rows]] = ids
+    sel_scope = pd.Index(uniques).get_indexer(prefix[n_rows:]).astype(np.int64)
+    sel_scope[~valid[n_rows:]] = -1
+    return row_scope, sel_scope, len(uniques)
+
+
+def _first_per_group(groups: np.ndarray, values: np.ndarray, n: int, fill: object) -> np.ndarray:
+    """Per group 0..n-1, the value of its first member in order (``fill`` where none)."""
+    out = np.full(n, fill, dtype=values.dtype if fill is not None else object)
+    found, first = np.unique(groups, return_index=True)
+    out[found] = values[first]
+    return out
+
+
+@dataclass(frozen=True)
+class _ScopeStats:
+    """Per scope (a set of rows, e.g. the configs a selection looked at): what decides the
+    composition of its configs (``_compose``), in arrays. ``pair_*``: the multiset of its
+    events, sorted by scope then event code (``event_text``: code -> the stored JSON)."""
+
+    rows: np.ndarray  # rows in the scope
+    events: np.ndarray  # of them, rows with a privacy event
+    delta_max: np.ndarray  # the largest delta of its rows (NaN: none)
+    eps_sum: np.ndarray  # eps_formal summed over its rows with an event
+    delta_sum: np.ndarray  # delta summed over its rows with an event
+    pld: np.ndarray  # every row with an event says pld, and some row has one
+    first_event: np.ndarray  # code of its first event (-1: none)
+    tuning: np.ndarray  # its first tuning record (None: none)
+    pair_scope: np.ndarray
+    pair_event: np.ndarray
+    pair_count: np.ndarray
+    event_text: np.ndarray
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame, row_scope: np.ndarray, n: int) -> _ScopeStats:
+        """The stats of ``n`` scopes, ``row_scope`` naming each row's (-1: none)."""
+        inside = row_scope >= 0
+        scope = row_scope[inside]
+
+        def column(name: str, numeric: bool) -> np.ndarray:
+            if name not in rows.columns:
+                return np.full(len(scope), np.nan if numeric else None, dtype=float if numeric else object)
+            values = rows[name].to_numpy()[inside]
+            return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(float) if numeric \
+                else np.asarray(values, dtype=object)
+
+        codes, text = pd.factorize(pd.Series(column(PRIVACY_EVENT, False)), sort=True, use_na_sentinel=True)
+        codes = codes.astype(np.int64)
+        has = codes >= 0
+        delta, eps = column("delta", True), column("eps_formal", True)
+        delta_max = np.full(n, -np.inf)
+        np.fmax.at(delta_max, scope, delta)
+        delta_max[delta_max == -np.inf] = np.nan
+        pld = (column(ACCOUNTANT, False) == "pld") if ACCOUNTANT in rows.columns else np.zeros(len(scope), bool)
+        events = np.bincount(scope[has], minlength=n)
+        not_pld = np.bincount(scope[has & ~pld], minlength=n)
+        tuning = column(TUNING, False)
+        noted = pd.notna(tuning)
+        width = max(len(text), 1)
+        pairs, counts = np.unique(scope[has] * width + codes[has], return_counts=True)
+        return cls(rows=np.bincount(scope, minlength=n), events=events, delta_max=delta_max,
+                   eps_sum=np.bincount(scope[has], weights=np.where(np.isnan(eps[has]), 0.0, eps[has]), minlength=n),
+                   delta_sum=np.bincount(scope[has], weights=np.where(np.isnan(delta[has]), 0.0, delta[has]), minlength=n),
+                   pld=(events > 0) & (not_pld == 0) & (ACCOUNTANT in rows.columns),
+                   first_event=_first_per_group(scope[has], codes[has], n, -1),
+                   tuning=_first_per_group(scope[noted], tuning[noted], n, None),
+                   pair_scope=pairs // width, pair_event=pairs % width, pair_count=counts.astype(np.int64),
+                   event_text=np.asarray(text, dtype=object))
+
+    def union(self, group: np.ndarray, member: np.ndarray, n: int) -> _ScopeStats:
+        """The stats of ``n`` unions of scopes: scope ``member[k]`` is in union ``group[k]`` (a
+        scope named twice counts twice, as two seeds' rows would)."""
+        starts = np.searchsorted(self.pair_scope, member, side="left")
+        ends = np.searchsorted(self.pair_scope, member, side="right")
+        lengths = ends - starts
+        take = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+        pair_group = np.repeat(group, lengths)
+        width = max(len(self.event_text), 1)
+        keys, inverse = np.unique(pair_group * width + self.pair_event[take], return_inverse=True)
+        counts = np.bincount(inverse, weights=self.pair_count[take], minlength=len(keys)).astype(np.int64)
+        delta_max = np.full(n, -np.inf)
+        np.fmax.at(delta_max, group, self.delta_max[member])
+        delta_max[delta_max == -np.inf] = np.nan
+        events = np.bincount(group, weights=self.events[member], minlength=n).astype(np.int64)
+        not_pld = np.bincount(group, weights=(self.events[member] > 0) & ~self.pld[member], minlength=n)
+        with_event = self.first_event[member] >= 0
+        return _ScopeStats(rows=np.bincount(group, weights=self.rows[member], minlength=n).astype(np.int64),
+                           events=events, delta_max=delta_max,
+                           eps_sum=np.bincount(group, weights=self.eps_sum[member], minlength=n),
+                           delta_sum=np.bincount(group, weights=self.delta_sum[member], minlength=n),
+                           pld=(events > 0) & (not_pld == 0),
+                           first_event=_first_per_group(group[with_event], self.first_event[member][with_event], n, -1),
+                           tuning=_first_per_group(group, self.tuning[member], n, None),
+                           pair_scope=keys // width, pair_event=keys % width, pair_count=counts,
+                           event_text=self.event_text)
+
+    def signatures(self) -> np.ndarray:
+        """Per scope, a number equal for two scopes exactly when their event multisets are."""
+        n = len(self.rows)
+        starts = np.searchsorted(self.pair_scope, np.arange(n), side="left")
+        ends = np.searchsorted(self.pair_scope, np.arange(n), side="right")
+        data = np.stack([self.pair_event, self.pair_count], axis=1).astype(np.int64).tobytes()
+        step = 16  # two int64 a pair
+        return pd.factorize(pd.Series([data[s * step:e * step] for s, e in zip(starts, ends)], dtype=object))[0]
+
+    def counter(self, i: int) -> Counter:
+        """Scope ``i``'s events with their counts."""
+        lo, hi = np.searchsorted(self.pair_scope, [i, i + 1])
+        return Counter({self.event_text[c]: int(k) for c, k in zip(self.pair_event[lo:hi], self.pair_count[lo:hi])})
+
+    def delta_of(self, i: int) -> float:
+        """The delta scope ``i``'s release is stated at: its rows' largest, PF-LD's for pure-DP rows."""
+        largest = self.delta_max[i]
+        return float(largest) if largest > 0 else PFLD_DELTA
+
+    def relation_of(self, i: int) -> str | None:
+        """The neighbouring relation of scope ``i``'s first event (None: it has none)."""
+        code = self.first_event[i]
+        return None if code < 0 else event_from_json(self.event_text[code])[1]
+
+
+class _Compositions:
+    """``_compose``'s answers for the scopes of one ``_ScopeStats``, each distinct one composed
+    once: by what decides it (the events with their counts, relation, delta, accountant, the
+    basic sum), so the seeds of one grid, which compose the same events, cost one composition."""
+
+    def __init__(self, stats: _ScopeStats):
+        self.stats, self.signature, self.memo = stats, stats.signatures(), {}
+
+    def __call__(self, i: int, relation: str, delta: float) -> tuple[float, str]:
+        s = self.stats
+        basic = float(s.eps_sum[i]) if s.delta_sum[i] <= delta else None
+        key = (int(self.signature[i]), relation, delta, "pld" if s.pld[i] else "rdp", basic)
+        if key not in self.memo:
+            self.memo[key] = _compose(s.counter(i), relation, delta, key[3], basic)
+        return self.memo[key]
 
 
 def _compose(counts: Counter, relation: str, delta: float, accountant: str, basic: float | None) -> tuple[float, str]:
-    """``_composed``'s answer from what decides it."""
+    """The smaller of two composition bounds at ``delta`` over ``counts`` (each distinct event
+    with its multiplicity): RDP's or, where every row composed says pld, PLD's; and ``basic``,
+    the sum of the rows' eps when their deltas sum to at most ``delta`` (pure-DP rows, where
+    RDP's conversion can cost more than the sum at a few configs); with what to add to the
+    bound's label ("" for RDP's)."""
     import dp_accounting  # imported here, not at the top: it pulls in scipy (~2 s per fairdp start)
 
     counted = [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n) for e, n in counts.items()]
@@ -224,13 +412,15 @@ def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: S
     by = check_by(by)
     keys = ["dataset", "method", *by]
     kinds = guarantees_by_method(rows) if len(rows) else {}
-    scopes = _scopes(rows, by) if len(released) else {}
-    memo: dict = {}  # compositions by what decides them (``_composed``)
+    released = released.reset_index(drop=True)
+    if len(released):
+        stats, chosen = _selection_scopes(rows, released, by)
+        releases = _Releases(stats, rt)
     out = []
     for key, grp in released.groupby(keys, sort=True, dropna=False):
         worst = grp.loc[grp["eps_released"].fillna(math.inf).idxmax()]
         lo, hi = int(grp["trained"].min()), int(grp["trained"].max())
-        mean_eps, mean_bound = _over_seeds(scopes, grp, rt, memo)
+        mean_eps, mean_bound = releases.over_seeds(chosen[grp.index.to_numpy()], grp)
         ident = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         out.append({**ident, "guarantee": guarantee_text(kinds.get(str(ident["method"]))),
                     "seeds": len(grp), "ε of one config": float(grp["eps_formal"].max()),
@@ -238,34 +428,6 @@ def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: S
                     "δ": worst["delta_released"], "trained per run": f"{lo}" if lo == hi else f"{lo}-{hi}",
                     "bound, one seed": worst["released_under"], "bound, mean over seeds": mean_bound})
     return pd.DataFrame(out)
-
-
-def _over_seeds(scopes: dict, grp: pd.DataFrame, rt: float, memo: dict | None = None) -> tuple[float, str]:
-    """(eps, bound) of releasing the mean over ``grp``'s seeds (one selected row per seed, with
-    ``released_guarantees``' columns), at the seeds' largest ``delta_released`` (``scopes``:
-    ``_scopes`` of every row the selection chose from)."""
-    uncovered = grp[grp["eps_released"].isna()]
-    if len(uncovered):
-        return math.nan, str(uncovered["released_under"].iloc[0])
-    seed_rows = [_scope(scopes, sel) for sel in grp.to_dict("records")]  # each seed's rows chosen from
-    delta = float(grp["delta_released"].max())
-    events = pd.concat([sc[PRIVACY_EVENT].dropna() for sc in seed_rows])
-    _, relation = event_from_json(events.iloc[0])
-    seeds = len(grp)
-    if seeds == 1:
-        return float(grp["eps_released"].iloc[0]), "one seed: its own release"
-    records = [sc[TUNING].dropna() if TUNING in sc.columns else pd.Series(dtype=object) for sc in seed_rows]
-    if rt == 0 and all(len(r) for r in records):
-        rdp = 0.0
-        for r in records:  # each seed's repeat-and-select, composed: RDP curves add
-            record = json.loads(r.iloc[0])
-            count = trial_count_from_dict(record)
-            grid = [event_from_json(e)[0] for e in record["grid_events"]]
-            rdp = rdp + repeat_and_select_rdp(grid, relation, count.mean, count.shape)
-        return epsilon_of_rdp(rdp, delta), f"composition of the {seeds} seeds' repeat-and-select releases"
-    eps, how = _composed(pd.concat(seed_rows), relation, delta, memo)
-    what = "trials drawn" if any(len(r) for r in records) else "configs trained"
-    return eps, f"composition of the {len(events)} {what} in the {seeds} seeds (the same data)" + how
 
 
 WHOLE_TABLE_COLUMNS = ("dataset", "guarantee", "methods", "seeds", "configs per seed", "ε, one seed (largest)",
@@ -277,7 +439,7 @@ def whole_table_release(rows: object) -> pd.DataFrame:
     """What releasing every config of ``rows`` costs, the whole table of a study at once (every
     pick of every ``by`` value, every point of every figure): per dataset and guarantee kind
     (``guarantees_by_method``; kinds are composed apart, each in its own relation), the
-    composition of every config trained, by ``_composed`` as ``eps_released`` composes a run
+    composition of every config trained, by ``_compose`` as ``eps_released`` composes a run
     (RDP, PLD where every row says so, the sum of pure-DP rows' eps where smaller), at the rows'
     largest delta (PF-LD's for pure-DP rows): ``ε, one seed (largest)`` over each seed's configs
     (the largest over seeds) and ``ε, all seeds`` over every seed's, the same data. A kind
@@ -311,9 +473,12 @@ def whole_table_release(rows: object) -> pd.DataFrame:
             deltas = pd.to_numeric(mine["delta"], errors="coerce").dropna() if "delta" in mine.columns \
                 else pd.Series(dtype=float)
             delta = float(deltas.max()) if len(deltas) and deltas.max() > 0 else PFLD_DELTA
-            memo: dict = {}  # seeds of one grid compose the same events: each distinct scope once
-            one = max(_composed(grp, relation, delta, memo)[0] for _, grp in mine.groupby("seed"))
-            every, how = _composed(mine, relation, delta)
+            seed_of_row, seed_values = pd.factorize(mine["seed"])
+            stats = _ScopeStats.of(mine, seed_of_row.astype(np.int64), len(seed_values))
+            composed = _Compositions(stats)  # seeds of one grid compose the same events: each distinct one once
+            one = max(composed(i, relation, delta)[0] for i in range(len(seed_values)))
+            whole = stats.union(np.zeros(len(seed_values), np.int64), np.arange(len(seed_values)), 1)
+            every, how = _Compositions(whole)(0, relation, delta)
             out.append({**record, "ε, one seed (largest)": one, "ε, all seeds": every, "δ": delta,
                         "bound": f"composition of every config trained ({relation})" + how})
     return pd.DataFrame(out, columns=list(WHOLE_TABLE_COLUMNS))
