@@ -67,6 +67,7 @@ PUBLIC_SURFACES = (
 # pinned by value, or an internal replaced to inject a fault or spy on it. Anything else a
 # test imports comes from a public surface, or a unit's ``_shared`` module (what it shares within fairdp).
 TEST_PRIVATE_IMPORTS = {
+    "fairdp.analysis._pareto": "every run's front and hypervolume in one pass, held to the per-run functions",
     "fairdp.analysis._groups": "one row's rates from its counts: the definition the whole-table computation is held to",
     "fairdp.study.store._compact": "compaction's steps interrupted one by one (fault injection), and its store-level call",
     "fairdp.methods._describe": "a hyperparameter's range in words, checked against its validation",
@@ -80,7 +81,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.analysis._plots": "a figure's series-per-panel limit",
     "fairdp.analysis._predictions": "the constant-model rule: its threshold, per-seed rates and selections",
     "fairdp.analysis._release": "the release summary's rows and labels; the scopes and their stats in arrays, held to the per-selection definition",
-    "fairdp.analysis._report": "a report's pruning sentence; its Pareto figure's inputs spied on",
+    "fairdp.analysis._report": "a report's pruning sentence; its Pareto figure's inputs spied on; the picks it lists past its limit",
     "fairdp.analysis._rows": "the guarantee labels and hyperparameter columns read from rows",
     "fairdp.analysis._search_progress": "hypervolume bounds and histories, pinned",
     "fairdp.analysis._style": "each method's figure style",

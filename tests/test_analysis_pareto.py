@@ -1,10 +1,13 @@
 """Pareto fronts against brute force, hypervolume against closed forms, DTO and constrained picks."""
 
 import itertools
+import math
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fairdp.analysis import (
     constrained_select,
@@ -14,6 +17,7 @@ from fairdp.analysis import (
     pareto_front,
     select_per_run,
 )
+from fairdp.analysis._pareto import fronts_per_run
 from fairdp.errors import InputError
 
 
@@ -312,3 +316,41 @@ def test_select_per_run_stacks_rows_a_callable_builds():
     picks = select_per_run(runs_table(), rule)
     assert list(picks.index) == [0, 1] and "index" not in picks.columns
     assert picks.loc[0, "config_id"] == "a" and picks.loc[1, "valid_accuracy"] == 62.5
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(*[st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.7, 0.9, 1.2])] * 3), min_size=1, max_size=9))
+def test_hypervolume_3d_matches_inclusion_exclusion_with_ties(points):
+    """The 3-D slicing with every z-prefix's 2-D sweep in one array pass, on tied coordinates,
+    duplicates and points beyond the reference."""
+    pts = np.asarray(points, dtype=float)
+    ref = np.full(3, 0.8)
+    inside = pts[(pts < ref).all(axis=1)]
+    assert hypervolume(pts, ref) == pytest.approx(inclusion_exclusion(inside, ref) if len(inside) else 0.0, abs=1e-12)
+
+
+_run_row = st.fixed_dictionaries({
+    "dataset": st.sampled_from(["adult", "compas"]), "method": st.sampled_from(["a", "b"]), "seed": st.integers(0, 2),
+    "valid_accuracy": st.sampled_from([50.0, 60.0, 70.0, 80.0, math.nan]),
+    "valid_tpr_gap": st.sampled_from([0.0, 5.0, 10.0, 30.0, 120.0]),
+    "leakage": st.sampled_from([5.0, 20.0, 60.0, math.nan]),
+    "status": st.sampled_from(["ok", "ok", "ok", "failed"]),
+})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_run_row, min_size=1, max_size=30), st.booleans())
+def test_fronts_per_run_are_each_runs_front_and_hypervolume(rows, three):
+    """``fronts_per_run`` (every run in one pass) against ``pareto_front`` and ``hypervolume``
+    applied to each run's rows alone."""
+    df = pd.DataFrame(rows)
+    objectives = {"valid_accuracy": "max", "valid_tpr_gap": "min", **({"leakage": "min"} if three else {})}
+    reference = [0.0, 100.0, 100.0][: len(objectives)]
+    got = fronts_per_run(df, objectives, reference)
+    expected = []
+    for key, group in df.groupby(["dataset", "method", "seed"], sort=True):
+        front = pareto_front(group, objectives)
+        if len(front):
+            expected.append((*key, len(front), hypervolume(front[list(objectives)], reference, list(objectives.values()))))
+    assert [tuple(r[:4]) for r in got.itertuples(index=False)] == [e[:4] for e in expected]
+    assert got["hypervolume"].tolist() == pytest.approx([e[4] for e in expected], abs=1e-9)

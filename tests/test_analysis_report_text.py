@@ -77,3 +77,20 @@ def test_link_and_image_syntax_in_names_from_the_rows_is_shown_not_followed(tmp_
     assert not re.search(r"<img[^>]*evil", rendered) and not re.search(r"<a [^>]*evil", rendered)
     assert "![p](http://evil.example/x.png)" in rendered and "[click](http://evil.example/a)" in rendered
     assert re.search(r"\[\d+\.\d, \d+\.\d\]", md)  # intervals as they were
+
+
+def test_past_its_limit_the_selected_table_lists_the_lowest_seeds_and_says_so():
+    import pandas as pd
+
+    from fairdp.analysis._report import _first_seeds
+
+    picks = pd.DataFrame({"seed": [3, 0, 1, 0, 2, 1, 0], "method": list("abcdefg")})
+    same, sentence = _first_seeds(picks, limit=7)
+    assert same is picks and sentence == ""
+    shown, sentence = _first_seeds(picks, limit=5)  # seeds 0 and 1: five picks
+    assert sorted(shown["seed"]) == [0, 0, 0, 1, 1]
+    assert "seeds 0-1, 5 of the 7 picks" in sentence and "fairdp analyze --selected" in sentence
+    shown, sentence = _first_seeds(picks, limit=2)  # seed 0 alone is three picks: one seed at least
+    assert sorted(shown["seed"]) == [0, 0, 0] and "seed 0, 3 of the 7" in sentence
+    gaps = picks.assign(seed=picks["seed"] * 10)
+    assert "the lowest 2 seeds" in _first_seeds(gaps, limit=5)[1]

@@ -46,7 +46,7 @@ from fairdp.analysis._intervals import (
     supported_differences,
 )
 from fairdp.analysis._papers import comparison_section, get_paper
-from fairdp.analysis._pareto import hypervolume, pareto_front
+from fairdp.analysis._pareto import fronts_per_run
 from fairdp.analysis._plots import (
     default_direction,
     figure_fairness_accuracy_bins,
@@ -83,7 +83,6 @@ from fairdp.analysis._render import Document, HtmlRenderer, Item, MarkdownRender
 from fairdp.analysis._rows import (
     COMPARED_IN,
     DIFFERENT_GUARANTEES,
-    RUN_KEYS,
     as_frame,
     caveats_text,
     check_by,
@@ -98,7 +97,7 @@ from fairdp.analysis._rows import (
     relations_text,
     with_compared_eps,
 )
-from fairdp.analysis._search_progress import normalised_hypervolume, search_progress
+from fairdp.analysis._search_progress import hypervolume_bounds, search_progress
 from fairdp.analysis._select import (
     aggregate_seeds,
     fairness_accuracy_bins,
@@ -256,19 +255,15 @@ def _pareto_summary(rows: pd.DataFrame, fairness: str, kinds: dict | None = None
         objectives = {"valid_accuracy": "max", f"valid_{fairness}": "min"}
         if "leakage" in rows.columns and pd.to_numeric(rows["leakage"], errors="coerce").notna().any():
             objectives["leakage"] = "min"
-    scale = 100.0 ** len(objectives)
-    per_seed = []
-    for key, group in rows.groupby(list(RUN_KEYS), sort=True):
-        front = pareto_front(group, objectives)
-        if front.empty:
-            continue
-        # a search's objectives may leave percent (eps_formal, MDL): the reference point of its history
-        hv = normalised_hypervolume(front, objectives) if searched else hypervolume(
-            front[list(objectives)], [_HV_REFERENCE[d] for d in objectives.values()], list(objectives.values())) / scale
-        per_seed.append((*key, len(front), hv))
-    if not per_seed:
+    if searched:  # a search's objectives may leave percent (eps_formal, MDL): the reference point of its history
+        reference, ideal = hypervolume_bounds(objectives)
+        scale = float(np.prod([abs(i - w) for w, i in zip(reference, ideal)]))
+    else:
+        reference, scale = [_HV_REFERENCE[d] for d in objectives.values()], 100.0 ** len(objectives)
+    ps = fronts_per_run(rows, objectives, reference).rename(columns={"hypervolume": "hv"})
+    if ps.empty:
         return None
-    ps = pd.DataFrame(per_seed, columns=[*RUN_KEYS, "front", "hv"])
+    ps["hv"] = ps["hv"] / scale
     agg = ps.groupby(["dataset", "method"], sort=True).agg(
         n_seeds=("seed", "nunique"), front_mean=("front", "mean"), front_std=("front", "std"),
         hv_mean=("hv", "mean"), hv_std=("hv", "std"),
@@ -772,17 +767,40 @@ def _paper_sections(df: pd.DataFrame, compare: Sequence[str]) -> list[tuple[_Sec
     return sections
 
 
+SELECTED_LISTED = 500
+"""The most picks the selected-configurations table lists: past it, the picks of the lowest
+seeds, as many seeds as fit (one at least); ``fairdp analyze --selected`` lists every pick."""
+
+
+def _first_seeds(selected: pd.DataFrame, limit: int = SELECTED_LISTED) -> tuple[pd.DataFrame, str]:
+    """``selected`` cut to the picks of its lowest seeds, as many seeds as fit in ``limit``
+    rows (one seed at least), and a sentence saying so ("" when every pick fits)."""
+    if len(selected) <= limit:
+        return selected, ""
+    per_seed = selected.groupby("seed", sort=True).size()
+    fits = max(1, int((per_seed.cumsum() <= limit).sum()))
+    seeds = per_seed.index[:fits]
+    shown = selected[selected["seed"].isin(seeds)]
+    which = f"seed {seeds[0]}" if fits == 1 else f"seeds {seeds[0]}-{seeds[-1]}" if \
+        list(seeds) == list(range(int(seeds[0]), int(seeds[0]) + fits)) else f"the lowest {fits} seeds"
+    return shown, (f" Listed: the picks of {which}, {len(shown):,} of the {len(selected):,} picks (at most "
+                   f"{limit:,} are listed); fairdp analyze --selected lists every one.")
+
+
 def _selected_section(selected: pd.DataFrame, agg: pd.DataFrame, rt: float, fairness: str,
                       ci: float | None) -> _Section:
-    """The config each run's selection picked, its hyperparameters and metrics."""
+    """The config each run's selection picked, its hyperparameters and metrics: every pick, or
+    past ``SELECTED_LISTED`` those of the lowest seeds (a table of a hundred thousand picks is
+    read by no one, and each listed pick's bootstrap interval costs a thousand resamples)."""
+    listed, cut = _first_seeds(selected)
     return (
         "Selected configurations",
         f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "
         "and test metrics (percent)" + (f"; constant: the pick is a constant model, which {CONSTANT_SENTENCE}"
-                                        if CONSTANT_PICKS in agg.columns else "") + ".",
+                                        if CONSTANT_PICKS in agg.columns else "") + "." + cut,
         [("display", display_strings(_guarantees_shown(mark_constant_picks(
-            selected_with_intervals(selected, selected_configs(selected, fairness), fairness, ci)
-            if ci is not None else selected_configs(selected, fairness), selected))))],
+            selected_with_intervals(listed, selected_configs(listed, fairness), fairness, ci)
+            if ci is not None else selected_configs(listed, fairness), listed))))],
     )
 
 
