@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
+import sys
 from pathlib import Path
 
 import torch
@@ -46,6 +46,9 @@ from fairdp.engine._functional import build_instances, mlp
 from fairdp.engine._settings import autocast
 from fairdp.methods._lagrangian import poisson_sample
 from fairdp.methods.dpsgd import dpsgd_gradients
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchkit, beside the benchmarks
+from benchkit.steps import timed  # noqa: E402
 
 TRAIN_ARCH = Architecture(encoder=(300, 300), classifier=(), adversary=(), dropout=0.1)
 DPSGD_ARCH = Architecture(encoder=(64, 64), classifier=(), adversary=(), dropout=0.0)
@@ -78,17 +81,6 @@ def _model(path: str, arch: Architecture, k: int, d: int) -> PackedModel:
         models = {"encoder": lambda i, o: mlp([i, *arch.encoder[:-1], o], arch.dropout, True),
                   "classifier": lambda i, o: mlp([i, *arch.classifier, o], arch.dropout, False)}
     return PackedModel(ModelSpec(), arch, d, 2, 2, init, device="cpu", dtype=torch.float32, models=models)
-
-
-def _timed(step, steps: int, repeats: int) -> float:
-    step()  # warm-up: first-call costs (vmap's tracing, allocator)
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        best = min(best, (time.perf_counter() - t0) / steps)
-    return best
 
 
 def train_step(path: str, k: int, x: torch.Tensor, y: torch.Tensor, precision: str):
@@ -199,7 +191,7 @@ def main() -> None:
             for k in (int(v) for v in args.pack.split(",")):
                 first = None
                 for path in paths:
-                    seconds = _timed(make(path, k, x, y, precision), args.steps, args.repeats) * per_epoch / k
+                    seconds = timed(make(path, k, x, y, precision), args.repeats, args.steps) * per_epoch / k
                     first = first or seconds
                     print(f"| {workload} | {precision} | {k} | {path} | {seconds:.4f} | {seconds / first:.2f}x |",
                           flush=True)

@@ -25,18 +25,23 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
 from fairdp.data import load_dataset
 from fairdp.engine import TrainSettings
-from fairdp.engine.contract import Batch, PackContext
+from fairdp.engine.contract import PackContext
 from fairdp.methods import get_method
 from fairdp.methods._lagrangian import ARCHITECTURE
 from fairdp.privacy import calibrate_dpsgd_sigma
 from fairdp.privacy._shared import PFLD_DELTA
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchkit, beside the benchmarks
+from benchkit.steps import pack_epoch_seconds, synchronize  # noqa: E402
 
 EPS, CLIP, LR, EPOCHS = 1.0, 1.0, 0.1, 30
 
@@ -73,7 +78,7 @@ def opacus_seconds_per_epoch(x: torch.Tensor, y: torch.Tensor, batch: int, sigma
             done += 1
             if done >= steps + 5:
                 break
-    _synchronize(device)
+    synchronize(device)
     return (time.perf_counter() - started) / steps * math.ceil(len(y) / batch)
 
 
@@ -85,32 +90,7 @@ def fairdp_seconds_per_epoch(data, method: str, configs: list[dict], batch: int,
     settings = m.effective_settings(TrainSettings(epochs=EPOCHS, batch_size=batch, precision="float32",
                                                   device=device.type))
     ctx = PackContext(data, configs, [f"bench/{i}" for i in range(len(configs))], 0, settings, ARCHITECTURE, device)
-    step = m.make_step(ctx)
-    optimizer = step.optimizer()
-    train = ctx.split("train")
-    n = len(train.y)
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(0)).to(device)
-
-    def run(i: int) -> None:
-        idx = order[(i * batch) % n:(i * batch) % n + batch]
-        step.update(Batch(idx, train.X[idx], train.y[idx], train.s[idx]), optimizer)
-
-    for i in range(5):  # the first steps pay one-off costs
-        run(i)
-    started = time.perf_counter()
-    for i in range(steps):
-        run(5 + i)
-    _synchronize(device)
-    stepping = (time.perf_counter() - started) / steps * math.ceil(n / batch)
-    started = time.perf_counter()
-    step.end_epoch(0)
-    _synchronize(device)
-    return stepping + time.perf_counter() - started
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    return pack_epoch_seconds(ctx, m.make_step(ctx), steps, warmup=5, end_epoch=True)
 
 
 def main() -> None:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
+import sys
+from pathlib import Path
 
 import torch
 
@@ -34,6 +35,9 @@ from fairdp.engine import TrainSettings
 from fairdp.engine.contract import Batch, PackContext
 from fairdp.methods import get_method
 from fairdp.methods._lagrangian import ARCHITECTURE, ClassifierSGDStep, poisson_sample
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchkit, beside the benchmarks
+from benchkit.steps import pack_epoch_seconds, timed  # noqa: E402
 
 EPS, CLIP, EPOCHS = 1.0, 1.0, 30
 
@@ -57,42 +61,8 @@ def _context(data, k: int, batch: int, device: torch.device, sampler: str | None
     return PackContext(data, configs, [f"bench/{i}" for i in range(k)], 0, settings, ARCHITECTURE, device)
 
 
-def _stepper(ctx: PackContext, step):
-    optimizer = step.optimizer()
-    train = ctx.split("train")
-    n, b = len(train.y), ctx.settings.batch_size
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(0)).to(ctx.device)
-
-    def run(i: int) -> None:
-        lo = (i * b) % n
-        idx = order[lo:lo + b]
-        step.update(Batch(idx, train.X[idx], train.y[idx], train.s[idx]), optimizer)
-
-    return run, n
-
-
 def seconds_per_config_epoch(ctx: PackContext, step, steps: int) -> float:
-    run, n = _stepper(ctx, step)
-    for i in range(3):  # first-call costs
-        run(i)
-    started = time.perf_counter()
-    for i in range(steps):
-        run(3 + i)
-    if ctx.device.type == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - started) / steps * math.ceil(n / ctx.settings.batch_size) / ctx.k
-
-
-def _timed(fn, repeats: int, calls: int) -> float:
-    """Seconds per call of ``fn``, the least of ``repeats`` runs of ``calls`` calls."""
-    fn()
-    best = math.inf
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - started) / calls)
-    return best
+    return pack_epoch_seconds(ctx, step, steps) / ctx.k
 
 
 def fixed_costs(data, k: int, batch: int, device: torch.device, repeats: int, steps: int) -> dict[str, float]:
@@ -106,17 +76,17 @@ def fixed_costs(data, k: int, batch: int, device: torch.device, repeats: int, st
         step = get_method("dpsgd").make_step(ctx)
         steps_a_epoch = math.ceil(n / batch)
         out[f"whole DP-SGD step ({sampler})"] = seconds_per_config_epoch(ctx, step, steps) * k / steps_a_epoch * 1e3
-        out[f"Poisson sample ({sampler})"] = _timed(
+        out[f"Poisson sample ({sampler})"] = timed(
             lambda s=sampler: poisson_sample(n, q, stream, device, sampler=s), repeats, steps) * 1e3
     train = ctx.split("train")
     index, _ = poisson_sample(n, q, stream, device)
-    out["gathers of the sampled rows"] = _timed(lambda: (train.X[index], train.y[index]), repeats, steps) * 1e3
+    out["gathers of the sampled rows"] = timed(lambda: (train.X[index], train.y[index]), repeats, steps) * 1e3
     params = sum(p[0].numel() for p in step.model.parameters())
     noise = _rng.PackStream.from_names([f"cost/{i}/noise" for i in range(k)])
-    out[f"noise draw ({params} entries a config)"] = _timed(
+    out[f"noise draw ({params} entries a config)"] = timed(
         lambda: _rng.normal((params,), noise, device=device, dtype=torch.float32), repeats, steps) * 1e3
     counts = torch.zeros(2, k, dtype=torch.long, device=device)
-    out["host syncs (clip counts read back)"] = _timed(lambda: counts.cpu().numpy(), repeats, steps) * 1e3
+    out["host syncs (clip counts read back)"] = timed(lambda: counts.cpu().numpy(), repeats, steps) * 1e3
     return out
 
 
