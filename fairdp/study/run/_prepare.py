@@ -48,7 +48,7 @@ class Prepared:
     methods: tuple[str, ...]     # the methods this command trains
     train_rows: int
     stream: object               # the progress bar's (``progress_stream``); None: no bar
-    precision: PrecisionChoice | None = None  # the study's precision, once ``with_precision`` chose it
+    precision: PrecisionChoice | None = None  # the study's precision, once ``with_stored_choices`` chose it
     sampler: str | None = None  # the Poisson sampler, chosen with the precision (``choose_sampler``)
 
     @property
@@ -84,7 +84,7 @@ class Prepared:
         tracker.open()
         return TrackingSync(tracker, self.store)
 
-    def with_precision(self, stored: pd.DataFrame, capacity: Capacity) -> Prepared:
+    def with_stored_choices(self, stored: pd.DataFrame, capacity: Capacity) -> Prepared:
         """This study set to train in its precision (``choose_precision``), chosen once from its
         settings, the ``stored`` rows and the executor's ``capacity`` (its GPUs, its workers'
         CPUs), and to draw with its Poisson sampler (``choose_sampler``: the setting, else the
@@ -167,7 +167,7 @@ def said_if_slow(text: str, after_s: float = SLOW_S):
 
 def settings_lines(spec: StudySpec, precision: PrecisionChoice, methods=None, sampler: str | None = None) -> list[str]:
     """What each method of the study trains with, printed once when a run starts, with the
-    study's ``precision`` (``Prepared.with_precision``) and why it is that one, and the
+    study's ``precision`` (``Prepared.with_stored_choices``) and why it is that one, and the
     ``sampler`` of its Poisson samples."""
     names = list(methods or (m.name for m in spec.methods))
     probes = [k for k, on in (("leakage", spec.leakage), ("MDL", spec.mdl)) if on]

@@ -134,7 +134,7 @@ def plan_run(prep: Prepared, capacity: Capacity, repair: bool) -> RunPlan:
     training (``Prepared.stored_rows``): what the run trains and what its dry run reports."""
     stored, corrupt = prep.stored_rows(repair)
     backlog = Backlog.from_stored(prep.spec, stored)
-    return RunPlan(prep.with_precision(stored, capacity), capacity, stored, tuple(corrupt), backlog,
+    return RunPlan(prep.with_stored_choices(stored, capacity), capacity, stored, tuple(corrupt), backlog,
                    tuple(backlog.packs(capacity.slots, capacity.on_gpu)))
 
 

@@ -159,7 +159,7 @@ def _dry_run(prep: Prepared, capacity: Capacity, journal: str, total: int, mode:
     remaining = max(0, total - done)
     slots = capacity.slots
     per = search.population if mode == "packed" else 1
-    prep = prep.with_precision(stored, capacity)
+    prep = prep.with_stored_choices(stored, capacity)
     lines = settings_lines(spec, prep.precision, [search.method], prep.sampler)
     lines.append(f"fairdp search {spec.name} --dry-run: {remaining} of {total} trials to run ({done} complete in "
                  f"{journal}), {search.sampler} ({mode}): {math.ceil(remaining / per) if remaining else 0} generations "
@@ -185,7 +185,7 @@ def _search_unlocked(prep: Prepared, capacity: Capacity, journal: str, total: in
     ok = stored_df[(stored_df["status"] == "ok") & (stored_df["method"] == search.method)
                    & (stored_df["seed"] == search.seed)] if len(stored_df) else stored_df
     stored = {r["config_id"]: r for r in ok.to_dict("records")}
-    prep = prep.with_precision(stored_df, capacity)
+    prep = prep.with_stored_choices(stored_df, capacity)
     for line in settings_lines(spec, prep.precision, [search.method], prep.sampler):
         logger.info(line)
     if done:
