@@ -67,7 +67,7 @@ PUBLIC_SURFACES = (
 # pinned by value, or an internal replaced to inject a fault or spy on it. Anything else a
 # test imports comes from a public surface, or a unit's ``_shared`` module (what it shares within fairdp).
 TEST_PRIVATE_IMPORTS = {
-    "fairdp.analysis._pareto": "every run's front and hypervolume in one pass, held to the per-run functions",
+    "fairdp.analysis._pareto": "every run's front and hypervolume in one pass, held to the per-run functions; the blocked front held to the pairwise definition",
     "fairdp.analysis._groups": "one row's rates from its counts: the definition the whole-table computation is held to",
     "fairdp.study.store._compact": "compaction's steps interrupted one by one (fault injection), and its store-level call",
     "fairdp.methods._describe": "a hyperparameter's range in words, checked against its validation",

@@ -17,7 +17,7 @@ from fairdp.analysis import (
     pareto_front,
     select_per_run,
 )
-from fairdp.analysis._pareto import fronts_per_run
+from fairdp.analysis._pareto import _nondominated_mask, fronts_per_run
 from fairdp.errors import InputError
 
 
@@ -354,3 +354,14 @@ def test_fronts_per_run_are_each_runs_front_and_hypervolume(rows, three):
             expected.append((*key, len(front), hypervolume(front[list(objectives)], reference, list(objectives.values()))))
     assert [tuple(r[:4]) for r in got.itertuples(index=False)] == [e[:4] for e in expected]
     assert got["hypervolume"].tolist() == pytest.approx([e[4] for e in expected], abs=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 4), min_size=3, max_size=3), min_size=0, max_size=40),
+       st.integers(1, 3), st.integers(1, 8))
+def test_the_blocked_front_is_every_row_no_other_row_dominates(points, d, block):
+    """The front found block by block in lexicographic order, against the pairwise definition,
+    on tied and duplicate rows and blocks smaller than the rows."""
+    y = np.asarray(points, dtype=float).reshape(-1, 3)[:, :d]
+    expected = [not any((q <= p).all() and (q < p).any() for q in y) for p in y]
+    assert _nondominated_mask(y, block=block).tolist() == expected

@@ -46,15 +46,34 @@ def _as_min(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
     return values * sign
 
 
-def _nondominated_mask(y: np.ndarray, block: int = 256) -> np.ndarray:
-    """True for rows of ``y`` (n, d; minimisation) that no other row dominates."""
-    n = len(y)
-    mask = np.ones(n, dtype=bool)
+def _dominated_by(points: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """True for each of ``points`` (b, d) that some row of ``others`` (f, d) dominates."""
+    if not len(others):
+        return np.zeros(len(points), dtype=bool)
+    no_worse = (others[None, :, :] <= points[:, None, :]).all(axis=2)
+    better = (others[None, :, :] < points[:, None, :]).any(axis=2)
+    return (no_worse & better).any(axis=1)
+
+
+def _nondominated_mask(y: np.ndarray, block: int = 512) -> np.ndarray:
+    """True for rows of ``y`` (n, d; minimisation) that no other row dominates.
+
+    A row's dominators come before it in lexicographic order, and whatever dominates a
+    dominated row is dominated in turn by a front row, so each block of rows in that order
+    is checked against the front found before it and against itself: n times the front's
+    size, where checking every pair cost n^2 (a pooled front of 170,000 rows)."""
+    n, d = y.shape
+    order = np.lexsort(y.T[::-1]) if d else np.arange(n)
+    ordered = y[order]
+    keep = np.zeros(n, dtype=bool)
+    front = ordered[:0]
     for start in range(0, n, block):
-        yi = y[start : start + block, None, :]  # (b, 1, d)
-        no_worse = (y[None, :, :] <= yi).all(axis=2)  # (b, n): row j no worse than i
-        better = (y[None, :, :] < yi).any(axis=2)
-        mask[start : start + block] = ~(no_worse & better).any(axis=1)
+        rows = ordered[start:start + block]
+        mine = ~(_dominated_by(rows, front) | _dominated_by(rows, rows))
+        keep[start:start + block] = mine
+        front = np.concatenate([front, rows[mine]])
+    mask = np.empty(n, dtype=bool)
+    mask[order] = keep
     return mask
 
 
