@@ -357,7 +357,7 @@ def test_fronts_per_run_are_each_runs_front_and_hypervolume(rows, three):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 4), min_size=3, max_size=3), min_size=0, max_size=40),
+@given(st.lists(st.lists(st.integers(0, 4), min_size=3, max_size=3), min_size=0, max_size=60),
        st.integers(1, 3), st.integers(1, 8))
 def test_the_blocked_front_is_every_row_no_other_row_dominates(points, d, block):
     """The front found block by block in lexicographic order, against the pairwise definition,

@@ -61,8 +61,13 @@ def _nondominated_mask(y: np.ndarray, block: int = 512) -> np.ndarray:
     A row's dominators come before it in lexicographic order, and whatever dominates a
     dominated row is dominated in turn by a front row, so each block of rows in that order
     is checked against the front found before it and against itself: n times the front's
-    size, where checking every pair cost n^2 (a pooled front of 170,000 rows)."""
+    size, where checking every pair cost n^2 (a pooled front of 170,000 rows). Equal rows,
+    which the front keeps all of, are decided once."""
     n, d = y.shape
+    if n > block:  # equal rows share their answer: decide each distinct row once (seeds repeat points)
+        distinct, inverse = np.unique(y, axis=0, return_inverse=True)
+        if len(distinct) < n:
+            return _nondominated_mask(distinct, block)[inverse.reshape(-1)]
     order = np.lexsort(y.T[::-1]) if d else np.arange(n)
     ordered = y[order]
     keep = np.zeros(n, dtype=bool)
