@@ -82,7 +82,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.analysis._predictions": "the constant-model rule: its threshold, per-seed rates and selections",
     "fairdp.analysis._release": "the release summary's rows and labels; the scopes and their stats in arrays, held to the per-selection definition",
     "fairdp.analysis._report": "a report's pruning sentence; its Pareto figure's inputs spied on; the picks it lists past its limit",
-    "fairdp.analysis._rows": "the guarantee labels and hyperparameter columns read from rows",
+    "fairdp.analysis._rows": "the guarantee labels and hyperparameter columns read from rows; row guarantees and config keys per distinct value, held to the row-by-row definitions",
     "fairdp.analysis._search_progress": "hypervolume bounds and histories, pinned",
     "fairdp.analysis._style": "each method's figure style",
     "fairdp.analysis._tables": "table cells' number format and marks",

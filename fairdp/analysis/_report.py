@@ -197,8 +197,9 @@ def _metric_title(metric: str, fairness: str) -> str:
 
 
 def _per_notion_view(df: pd.DataFrame) -> pd.DataFrame:
-    """``per_notion`` with each method's notions as separate "methods" ("pfld [dp]")."""
-    view = per_notion(df)
+    """``per_notion`` with each method's notions as separate "methods" ("pfld [dp]"); ``df``
+    may be ``per_notion``'s output already."""
+    view = (df if f"valid_{NOTION_GAP}" in df.columns else per_notion(df)).copy(deep=False)
     view["method"] = view["method"].astype(str) + " [" + view["fairness_notion"].astype(str) + "]"
     return view
 
@@ -538,14 +539,17 @@ def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str]) -> _Tables:
     rt, fairness, rts, by, keep_constant = o.rt, o.fairness, list(o.rts), list(o.by), o.keep_constant
     search_objectives, history = o.search_objectives, o.history
     kinds = guarantees_by_method(df)
-    selected = select_by_rt(df, rt, fairness, by, notes=notes)
+    # each notion's own violation, expanded once for every selection below (a copy of every
+    # row per notion: seconds at a million rows each time a selection made it)
+    chosen_from = per_notion(df) if fairness == NOTION_GAP else df
+    selected = select_by_rt(chosen_from, rt, fairness, by, notes=notes)
     # each table counts the seeds whose pick is a constant model (marked, footnoted)
     agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
-    sweep = (with_constant_picks(rt_sweep(df, rts, fairness, by=by, notes=notes), selections_at(df, rts, fairness, by),
-                                 [*by, "rt"]) if rts else None)
+    sweep = (with_constant_picks(rt_sweep(chosen_from, rts, fairness, by=by, notes=notes),
+                                 selections_at(chosen_from, rts, fairness, by), [*by, "rt"]) if rts else None)
     # the per-run views (bins, fronts) read each notion's own violation; a method's
     # notions are drawn apart ("pfld [dp]")
-    view = _per_notion_view(df) if fairness == NOTION_GAP else df
+    view = _per_notion_view(chosen_from) if fairness == NOTION_GAP else df
     bins = fairness_accuracy_bins(view, fairness, notes=notes)
     by_eps = privacy_accuracy_by_eps(df, fairness if fairness != NOTION_GAP else "dp_gap", notes=notes) \
         if "eps" in df.columns else None

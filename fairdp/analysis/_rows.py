@@ -122,7 +122,14 @@ def config_keys(rows: pd.DataFrame, method: pd.Series | None = None) -> list[tup
     """The (dataset, method, seed, config_id) of each row, the key a config is matched by across
     tables (``method``: another label per row, e.g. a method's name without its variant)."""
     method = rows["method"] if method is None else method
-    return list(zip(rows["dataset"].astype(str), method.astype(str), rows["seed"].astype(int), rows["config_id"]))
+    return list(zip(_each_as(rows["dataset"], str), _each_as(method, str), _each_as(rows["seed"], int),
+                    rows["config_id"].to_numpy(object)))
+
+
+def _each_as(values: pd.Series, cast) -> np.ndarray:
+    """``cast`` of each value, computed once per distinct value (a million rows hold a few)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return np.asarray([cast(v) for v in uniques], dtype=object)[codes]
 
 
 def note(message: str, notes: list[str] | None, stacklevel: int = 3) -> None:
@@ -227,10 +234,18 @@ def row_guarantees(df: pd.DataFrame) -> pd.Series:
                if "eps_formal" in df.columns else np.ones(len(df), dtype=bool))
     stored = df[GUARANTEE] if GUARANTEE in df.columns else pd.Series([None] * len(df), index=df.index)
     # the registry only for the methods of private rows that store no kind (it loads torch)
-    unstored = ~stored.map(lambda s: isinstance(s, str)).to_numpy(bool) & private
-    known = {m: method_guarantee(m) for m in methods[unstored].unique()}
-    out = [kind_of(s) if isinstance(s, str) else (known[m] if p else None) for s, m, p in zip(stored, methods, private)]
-    return pd.Series(out, index=df.index, dtype=object)
+    # each distinct (stored kind, method, private) decided once: a million rows hold a few
+    stored_code, stored_values = pd.factorize(stored, use_na_sentinel=True)
+    method_code, method_values = pd.factorize(methods)
+    key = ((stored_code + 1) * max(len(method_values), 1) + method_code) * 2 + private.astype(np.int64)
+    distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    answers = []
+    for row in first:
+        s = stored_values[stored_code[row]] if stored_code[row] >= 0 else None
+        answers.append(kind_of(s) if isinstance(s, str) else
+                       method_guarantee(method_values[method_code[row]]) if private[row] else None)
+    return pd.Series(np.asarray(answers, dtype=object)[inverse.reshape(-1)] if len(df) else [],
+                     index=df.index, dtype=object)
 
 
 def guarantees_by_method(df: pd.DataFrame) -> dict[str, str | None]:
