@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fairdp.analysis import (
     aggregate_seeds,
@@ -453,3 +455,38 @@ def test_selected_configs_lists_the_pick_with_its_hyperparameters():
     released = select_by_rt(df).assign(eps_released=1.0, delta_released=1e-5, released_under="x")
     assert list(selected_configs(released).columns[-5:]) == [
         "guarantee", "eps_formal", "eps_released", "delta_released", "released_under"]
+
+
+def _rt_pick_by_hand(rows: pd.DataFrame, rt: float, by: list) -> list[tuple]:
+    """FEDERATE 5.1 one group at a time, over the rows with a gap (the others are left out with a
+    note): the best valid accuracy alpha*, the configs within rt of it, the lowest gap, then the
+    higher accuracy, then config_id."""
+    picks = []
+    rows = rows[rows["valid_tpr_gap"].notna()]
+    for _, g in rows.groupby(["dataset", "method", "seed", *by], dropna=False, sort=True):
+        alpha = g["valid_accuracy"].max()
+        window = [r for r in g.to_dict("records") if r["valid_accuracy"] >= alpha - rt - 1e-9]
+        window.sort(key=lambda r: (r["valid_tpr_gap"], -r["valid_accuracy"], str(r["config_id"])))
+        best = window[0]
+        picks.append((best["dataset"], best["method"], best["seed"], best["config_id"]))
+    return picks
+
+
+_pick_row = st.fixed_dictionaries({
+    "dataset": st.sampled_from(["adult", "compas"]), "method": st.sampled_from(["dpsgd", "pfld"]),
+    "seed": st.integers(0, 2), "config_id": st.sampled_from(["c1", "c2", "c10", "c3", "b"]),
+    "eps": st.sampled_from([0.5, 1.0, math.nan]),
+    "valid_accuracy": st.sampled_from([70.0, 70.5, 71.0, 72.0, 80.0]),
+    "valid_tpr_gap": st.sampled_from([0.0, -0.0, 1.0, 1.0, 3.5, math.nan]),
+    "test_accuracy": st.just(70.0), "test_tpr_gap": st.just(1.0),
+})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(st.lists(_pick_row, min_size=1, max_size=30), st.sampled_from([0.0, 0.5, 1.0, 5.0]), st.booleans())
+def test_the_rt_pick_of_every_group_is_the_rule_applied_group_by_group(rows, rt, by_eps):
+    df = pd.DataFrame(rows)
+    by = ["eps"] if by_eps else []
+    picked = select_by_rt(df, rt, "tpr_gap", by, notes=[])
+    got = list(zip(picked["dataset"], picked["method"], picked["seed"], picked["config_id"]))
+    assert sorted(got) == sorted(_rt_pick_by_hand(df, rt, by))
