@@ -13,6 +13,7 @@ from fairdp.analysis._predictions import (
     majority_shares,
     positive_rate,
     positive_rates,
+    positive_rates_of,
 )
 from fairdp.fairness import confusion
 
@@ -84,3 +85,23 @@ def test_majority_shares_all_at_once_equal_each_texts_majority_share(data):
     got = majority_shares(pd.Series(texts, dtype=object))
     for text, want, share in zip(texts, wants, got):
         assert (np.isnan(want) and np.isnan(share)) or share == pytest.approx(want, abs=1e-12), text
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_positive_rates_all_at_once_equal_each_texts_positive_rate(data):
+    """As for the majority shares: the texts parsed at once give, text by text, what
+    ``positive_rate`` gives (NaN where it does, and for tasks of more than two classes)."""
+    texts = [_confusion_text(data.draw) for _ in range(data.draw(st.integers(0, 12)))]
+    texts += texts[: data.draw(st.integers(0, len(texts)))]
+    try:
+        wants = [positive_rate(text) for text in texts]
+    except ValueError:
+        with pytest.raises(ValueError):
+            positive_rates_of(pd.Series(texts, dtype=object))
+        return
+    got = positive_rates_of(pd.Series(texts, dtype=object))
+    assert got.shape == (len(texts), 2)
+    for text, want, rates in zip(texts, wants, got):
+        for w, r in zip(want, rates):
+            assert (np.isnan(w) and np.isnan(r)) or r == pytest.approx(w, abs=1e-12), text

@@ -102,16 +102,44 @@ def constant_models(rows: pd.DataFrame) -> pd.Series:
 
 def majority_shares(confusions: pd.Series) -> np.ndarray:
     """``majority_share`` of each of ``confusions`` (``test_confusion`` JSON texts), parsed all
-    at once: a selection of a million rows picks a hundred thousand. Texts shaped as fairdp
-    writes them, (G, C, C) nested lists, are parsed in pyarrow; any other text (or shape) goes
-    through ``majority_share`` itself, so every text gets the answer ``majority_share`` gives."""
+    at once (``_of_each_confusion``): a selection of a million rows picks a hundred thousand."""
+    def of_counts(counts: np.ndarray) -> np.ndarray:
+        per_class = counts.sum(axis=(1, 2))  # per predicted class
+        total = per_class.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(total > 0, 100 * per_class.max(axis=1) / total, np.nan)[:, None]
+
+    return _of_each_confusion(confusions, of_counts, lambda text: (majority_share(text),))[:, 0]
+
+
+def positive_rates_of(confusions: pd.Series) -> np.ndarray:
+    """``positive_rate`` of each of ``confusions``, parsed all at once (``_of_each_confusion``):
+    an (n, 2) array of (predicted 1, labelled 1) in percent."""
+    def of_counts(counts: np.ndarray) -> np.ndarray:
+        if counts.shape[2:] != (2, 2):
+            return np.full((len(counts), 2), np.nan)
+        total = counts.sum(axis=(1, 2, 3))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rates = np.stack([100 * counts[:, :, :, 1].sum(axis=(1, 2)) / total,
+                              100 * counts[:, :, 1, :].sum(axis=(1, 2)) / total], axis=1)
+        return np.where((total > 0)[:, None], rates, np.nan)
+
+    return _of_each_confusion(confusions, of_counts, positive_rate)
+
+
+def _of_each_confusion(confusions: pd.Series, of_counts, of_text) -> np.ndarray:
+    """Per text of ``confusions`` (``test_confusion`` JSON), a row of values: ``of_counts`` of
+    (m, G, C, C) counts gives m rows at once for the texts shaped as fairdp writes them, which
+    are parsed in pyarrow; any other text (or shape) gets ``of_text(text)``, the one-text
+    definition, so every text gets the answer that definition gives. Each distinct text once."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     codes, texts = pd.factorize(confusions.astype(object).where(confusions.notna(), None), use_na_sentinel=True)
     if not len(texts):
-        return np.full(len(codes), np.nan)
-    out = np.full(len(texts), np.nan)
+        return np.full((len(codes), len(of_text(None))), np.nan)
+    width = len(of_text(None))
+    out = np.full((len(texts), width), np.nan)
     text = pa.array([t if isinstance(t, str) else None for t in texts], type=pa.string())
     numbers = pc.split_pattern(pc.replace_substring_regex(text, r"[\[\]\s]+", ""), ",")
     n = pc.list_value_length(numbers).to_numpy(zero_copy_only=False).astype(float)
@@ -129,16 +157,13 @@ def majority_shares(confusions: pd.Series) -> np.ndarray:
         mine = np.flatnonzero(fast & (groups == g) & (classes == c))
         try:
             values = pc.list_flatten(pc.cast(pc.take(numbers, pa.array(mine)), pa.list_(pa.float64())))
-        except pa.ArrowInvalid:  # a text that is not numbers: majority_share says what it is
+        except pa.ArrowInvalid:  # a text that is not numbers: the one-text definition says what it is
             fast[mine] = False
             continue
-        counts = values.to_numpy().reshape(len(mine), g, c, c).sum(axis=(1, 2))  # per predicted class
-        total = counts.sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out[mine] = np.where(total > 0, 100 * counts.max(axis=1) / total, np.nan)
+        out[mine] = of_counts(values.to_numpy().reshape(len(mine), g, c, c))
     for i in np.flatnonzero(~fast):
-        out[i] = majority_share(texts[i])
-    return np.where(codes >= 0, out[np.maximum(codes, 0)], np.nan)
+        out[i] = of_text(texts[i])
+    return np.where((codes >= 0)[:, None], out[np.maximum(codes, 0)], np.nan)
 
 
 def _skeleton(groups: int, classes: int) -> str:
@@ -226,9 +251,8 @@ def positive_rates(selected: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFra
                "constant"]
     if TEST_CONFUSION not in rows.columns:
         return pd.DataFrame(columns=columns)
-    rates = [positive_rate(c) for c in rows[TEST_CONFUSION]]
-    rows = rows.assign(_rate=[r for r, _ in rates], _label=[lab for _, lab in rates],
-                       _constant=constant_models(rows)).dropna(subset=["_rate"])
+    rates = positive_rates_of(rows[TEST_CONFUSION])
+    rows = rows.assign(_rate=rates[:, 0], _label=rates[:, 1], _constant=constant_models(rows)).dropna(subset=["_rate"])
     out = []
     for key, grp in rows.groupby(["dataset", "method", *by], dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
