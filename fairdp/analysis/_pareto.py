@@ -55,6 +55,26 @@ def _dominated_by(points: np.ndarray, others: np.ndarray) -> np.ndarray:
     return (no_worse & better).any(axis=1)
 
 
+def _nondominated_2d(y: np.ndarray) -> np.ndarray:
+    """``_nondominated_mask`` of one or two objectives by a sweep in lexicographic order: a row
+    is dominated by a row of smaller x and y no larger (the least y of all smaller x), or by a
+    row of its own x and a smaller y (the least y of its x)."""
+    n = len(y)
+    if not n:
+        return np.ones(0, dtype=bool)
+    if y.shape[1] == 1:
+        return y[:, 0] == y[:, 0].min()
+    order = np.lexsort((y[:, 1], y[:, 0]))
+    x, v = y[order, 0], y[order, 1]
+    new_x = np.r_[True, x[1:] != x[:-1]]
+    start = np.flatnonzero(new_x)[np.cumsum(new_x) - 1]  # where each row's x begins
+    least_before = np.r_[np.inf, np.minimum.accumulate(v)][start]  # least y of every smaller x
+    dominated = (least_before <= v) | (v[start] < v)
+    mask = np.empty(n, dtype=bool)
+    mask[order] = ~dominated
+    return mask
+
+
 def _nondominated_mask(y: np.ndarray, block: int = 512) -> np.ndarray:
     """True for rows of ``y`` (n, d; minimisation) that no other row dominates.
 
@@ -64,6 +84,10 @@ def _nondominated_mask(y: np.ndarray, block: int = 512) -> np.ndarray:
     size, where checking every pair cost n^2 (a pooled front of 170,000 rows). Equal rows,
     which the front keeps all of, are decided once."""
     n, d = y.shape
+    if d <= 2:
+        return _nondominated_2d(y)
+    if n <= block:  # every pair at once: the blocked sweep's set-up costs more
+        return ~_dominated_by(y, y)
     if n > block:  # equal rows share their answer: decide each distinct row once (seeds repeat points)
         distinct, inverse = np.unique(y, axis=0, return_inverse=True)
         if len(distinct) < n:
@@ -124,8 +148,6 @@ def fronts_per_run(df: pd.DataFrame, objectives: Mapping[str, str], reference: S
         points = y[keep[start:end]]
         front = points[_nondominated_mask(points)]
         inside = front[(front < r).all(axis=1)]
-        if len(columns) > 2:  # as hypervolume() does
-            inside = np.unique(inside, axis=0)
         sizes.append(len(front))
         volumes.append(_hv(inside, r) if len(inside) else 0.0)
         firsts.append(keep[start])
