@@ -108,20 +108,18 @@ def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.Dat
     keys = list(keys)
     if df.empty:
         return df.iloc[0:0].reset_index(drop=True)
-    # chosen in arrays on the columns the rule reads (each group a number, in the keys' sorted
-    # order), then the winners' whole rows taken once: sorting a million rows by their keys
-    # (strings among them) cost a second a selection
-    group = df.groupby(keys, sort=True, dropna=False, observed=True).ngroup().to_numpy()
-    accuracy = df["valid_accuracy"].to_numpy(float)
-    gap = pd.to_numeric(df[fcol], errors="coerce").to_numpy(float)
-    alpha = np.full(int(group.max()) + 1, -np.inf)
-    np.maximum.at(alpha, group, accuracy)
-    cand = np.flatnonzero(accuracy >= alpha[group] - rt - _RT_TOL)
-    config_rank = pd.factorize(df["config_id"].astype(str).to_numpy(object)[cand], sort=True)[0]
-    # by group, then the lowest gap (NaN last), the higher accuracy, the smaller config_id
-    ordered = cand[np.lexsort((config_rank, -accuracy[cand], gap[cand], group[cand]))]
-    starts = np.flatnonzero(np.r_[True, group[ordered][1:] != group[ordered][:-1]])
-    chosen = ordered[starts]
+    # chosen on the columns the rule reads, then the winners' whole rows taken once: filtering
+    # and sorting every column of a million rows (strings among them) would cost seconds
+    rule = df[list(dict.fromkeys([*keys, fcol, "valid_accuracy", "config_id"]))].assign(_row=np.arange(len(df)))
+    alpha = rule.groupby(keys, sort=False, dropna=False)["valid_accuracy"].transform("max")
+    cand = rule[rule["valid_accuracy"] >= alpha - rt - _RT_TOL]
+    cand = cand.assign(_cid=cand["config_id"].astype(str)).sort_values(
+        [*keys, fcol, "valid_accuracy", "_cid"],
+        ascending=[True] * len(keys) + [True, False, True],
+        na_position="last",
+        kind="mergesort",
+    )
+    chosen = cand.drop_duplicates(keys, keep="first")["_row"].to_numpy()
     return df.iloc[chosen].reset_index(drop=True)
 
 
