@@ -338,7 +338,7 @@ _run_row = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.lists(_run_row, min_size=1, max_size=30), st.booleans())
 def test_fronts_per_run_are_each_runs_front_and_hypervolume(rows, three):
     """``fronts_per_run`` (every run in one pass) against ``pareto_front`` and ``hypervolume``

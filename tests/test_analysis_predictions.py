@@ -87,7 +87,7 @@ def test_majority_shares_all_at_once_equal_each_texts_majority_share(data):
         assert (np.isnan(want) and np.isnan(share)) or share == pytest.approx(want, abs=1e-12), text
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.data())
 def test_positive_rates_all_at_once_equal_each_texts_positive_rate(data):
     """As for the majority shares: the texts parsed at once give, text by text, what

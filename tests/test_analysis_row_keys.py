@@ -29,7 +29,7 @@ def _kinds_row_by_row(df: pd.DataFrame) -> list:
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(row, max_size=30), st.booleans())
 def test_each_rows_guarantee_is_its_row_by_row_kind(rows, categorical):
     df = pd.DataFrame(rows, columns=["dataset", "method", "seed", "config_id", "eps_formal", "guarantee"])
@@ -40,7 +40,7 @@ def test_each_rows_guarantee_is_its_row_by_row_kind(rows, categorical):
     assert got.tolist() == _kinds_row_by_row(df)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(row, min_size=1, max_size=30), st.booleans())
 def test_each_rows_config_key_is_its_own_values_as_labels(rows, categorical):
     df = pd.DataFrame(rows)

@@ -482,7 +482,7 @@ _pick_row = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(st.lists(_pick_row, min_size=1, max_size=30), st.sampled_from([0.0, 0.5, 1.0, 5.0]), st.booleans())
 def test_the_rt_pick_of_every_group_is_the_rule_applied_group_by_group(rows, rt, by_eps):
     df = pd.DataFrame(rows)
@@ -490,3 +490,19 @@ def test_the_rt_pick_of_every_group_is_the_rule_applied_group_by_group(rows, rt,
     picked = select_by_rt(df, rt, "tpr_gap", by, notes=[])
     got = list(zip(picked["dataset"], picked["method"], picked["seed"], picked["config_id"]))
     assert sorted(got) == sorted(_rt_pick_by_hand(df, rt, by))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_pick_row, min_size=1, max_size=30), st.booleans())
+def test_the_picks_at_every_rt_of_a_sweep_are_each_rts_own_selection(rows, by_eps):
+    """One ordering of the rows serves every threshold: each is the selection made alone."""
+    from fairdp.analysis._select import select_at_each_rt
+
+    df = pd.DataFrame(rows)
+    by = ["eps"] if by_eps else []
+    rts = [0.0, 0.5, 1.0, 5.0]
+    for rt, picked in zip(rts, select_at_each_rt(df, rts, "tpr_gap", by, notes=[])):
+        alone = select_by_rt(df, rt, "tpr_gap", by, notes=[])
+        pd.testing.assert_frame_equal(picked, alone)
+        assert sorted(zip(picked["seed"], picked["config_id"])) == sorted(
+            (s, c) for _, _, s, c in _rt_pick_by_hand(df, rt, by))

@@ -220,6 +220,7 @@ def test_rows_record_the_sampler_the_samplers_differ_and_old_rows_resume_with_co
     assert choose_sampler(train, old[old["method"] == "unconstrained"], "r") == "gaps"
 
 
+@pytest.mark.slow  # an end-to-end study through the CLI, twice: 23 s
 def test_a_resumed_coins_study_trains_its_new_seed_as_a_coins_study_does(tmp_path):
     """A result set written before the choice existed (coins, no column) resumed with the sampler
     left open trains the new seed with coins: its rows are those of a study run with coins."""

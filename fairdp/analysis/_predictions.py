@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fairdp.analysis._rows import as_frame, check_by, ok_rows
-from fairdp.analysis._select import select_by_rt
+from fairdp.analysis._select import select_at_each_rt
 from fairdp.schema import TEST_CONFUSION
 
 CONSTANT_RATE = 1.0
@@ -216,7 +216,7 @@ def selections_at(df: pd.DataFrame, rts: Iterable[float], fairness: str = "tpr_g
     """``select_by_rt`` at every RT of ``rts``, stacked (each pick has its ``rt``): what
     ``with_constant_picks`` needs beside an ``rt_sweep``, with "rt" among its keys. Warnings
     about excluded rows are ``rt_sweep``'s to give, and are not repeated."""
-    parts = [select_by_rt(df, rt, fairness, by, notes=[]) for rt in rts]  # notes dropped: rt_sweep's
+    parts = select_at_each_rt(df, list(rts), fairness, by, notes=[])  # notes dropped: rt_sweep's
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 

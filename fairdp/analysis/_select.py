@@ -99,29 +99,38 @@ def _run_rows(df: object, fairness: str, caller: str, by: Sequence[str] = (),
     return drop_nan(df, ["valid_accuracy", fcol], caller, notes)
 
 
-def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.DataFrame:
-    """Per group of ``keys``: among valid_accuracy >= max - rt, the lowest ``fcol``.
+def _picks_at(df: pd.DataFrame, keys: Sequence[str], rts: Sequence[float], fcol: str) -> list[np.ndarray]:
+    """Per threshold of ``rts``, the positions in ``df`` of each group of ``keys``'s pick: among
+    valid_accuracy >= max - rt, the lowest ``fcol``; ties to the higher valid accuracy, then the
+    smaller config_id (string order); NaN in ``fcol`` sorts last, so it only wins when nothing
+    else is in the window. Groups in their keys' sorted order (NaN last).
 
-    Ties go to the higher valid accuracy, then the smaller config_id (string order); NaN in
-    ``fcol`` sorts last, so it only wins when nothing else is in the window.
-    """
+    The rows are ordered once, by group and then by the rule's preference, which no threshold
+    changes: a threshold's pick of a group is the first of its rows inside the window, so an RT
+    sweep costs one sort, not one per threshold."""
     keys = list(keys)
     if df.empty:
-        return df.iloc[0:0].reset_index(drop=True)
-    # chosen on the columns the rule reads, then the winners' whole rows taken once: filtering
-    # and sorting every column of a million rows (strings among them) would cost seconds
-    rule = df[list(dict.fromkeys([*keys, fcol, "valid_accuracy", "config_id"]))].assign(_row=np.arange(len(df)))
-    alpha = rule.groupby(keys, sort=False, dropna=False)["valid_accuracy"].transform("max")
-    cand = rule[rule["valid_accuracy"] >= alpha - rt - _RT_TOL]
-    cand = cand.assign(_cid=cand["config_id"].astype(str)).sort_values(
-        [*keys, fcol, "valid_accuracy", "_cid"],
-        ascending=[True] * len(keys) + [True, False, True],
-        na_position="last",
-        kind="mergesort",
-    )
-    chosen = cand.drop_duplicates(keys, keep="first")["_row"].to_numpy()
-    return df.iloc[chosen].reset_index(drop=True)
+        return [np.zeros(0, dtype=np.int64) for _ in rts]
+    group = df.groupby(keys, sort=True, dropna=False, observed=True).ngroup().to_numpy()
+    accuracy = df["valid_accuracy"].to_numpy(float)
+    gap = pd.to_numeric(df[fcol], errors="coerce").to_numpy(float)
+    config_rank = pd.factorize(df["config_id"].astype(str).to_numpy(object), sort=True)[0]
+    order = np.lexsort((config_rank, -accuracy, gap, group))
+    alpha = np.full(int(group.max()) + 1, -np.inf)
+    np.maximum.at(alpha, group, accuracy)
+    ordered_alpha, ordered_accuracy, ordered_group = alpha[group][order], accuracy[order], group[order]
+    picks = []
+    for rt in rts:
+        inside = np.flatnonzero(ordered_accuracy >= ordered_alpha - rt - _RT_TOL)
+        starts = np.flatnonzero(np.r_[True, ordered_group[inside][1:] != ordered_group[inside][:-1]])
+        picks.append(order[inside[starts]])
+    return picks
 
+
+def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.DataFrame:
+    """Per group of ``keys``, the row the RT rule picks (``_picks_at``), with all its columns."""
+    (chosen,) = _picks_at(df, keys, [rt], fcol)
+    return df.iloc[chosen].reset_index(drop=True)
 
 def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap",
                  by: Sequence[str] = (), *, notes: list[str] | None = None) -> pd.DataFrame:
@@ -144,6 +153,18 @@ def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap",
     fairness = check_fairness(fairness)
     rows = _run_rows(df, fairness, "select_by_rt", by, notes)
     return _select_clean(rows, rt, fairness, by)
+
+
+def select_at_each_rt(df: pd.DataFrame, rts: Sequence[float], fairness: str = "tpr_gap",
+                      by: Sequence[str] = (), *, notes: list[str] | None = None) -> list[pd.DataFrame]:
+    """``select_by_rt`` at each threshold of ``rts``, from one ordering of the rows
+    (``_picks_at``): what an RT sweep's picks are, at the cost of one selection."""
+    rts = [check_rt(r, "rts") for r in rts]
+    fairness = check_fairness(fairness)
+    rows = _run_rows(df, fairness, "select_by_rt", by, notes)
+    by = check_by(by)
+    return [rows.iloc[chosen].reset_index(drop=True).assign(rt=rt)
+            for rt, chosen in zip(rts, _picks_at(rows, [*RUN_KEYS, *by], rts, f"valid_{fairness}"))]
 
 
 def _select_clean(rows: pd.DataFrame, rt: float, fairness: str, by: Sequence[str] = ()) -> pd.DataFrame:
@@ -237,10 +258,13 @@ def rt_sweep(
     rows = _run_rows(df, fairness, "rt_sweep", by, notes)
     by = check_by(by)
     require_columns(rows, metrics)
-    rows = numeric_columns(rows, metrics)
+    # the columns the picks and their aggregates read: each threshold's picks are taken from them
+    fcol = f"valid_{fairness}"
+    rows = numeric_columns(rows[list(dict.fromkeys([*RUN_KEYS, *by, "config_id", "valid_accuracy", fcol, *metrics]))],
+                           metrics)
     parts = []
-    for rt in rts:
-        agg = _aggregate(_select_clean(rows, rt, fairness, by), ["dataset", "method", *by], metrics)
+    for rt, chosen in zip(rts, _picks_at(rows, [*RUN_KEYS, *by], rts, fcol)):
+        agg = _aggregate(rows.iloc[chosen], ["dataset", "method", *by], metrics)
         agg.insert(2 + len(by), "rt", rt)
         parts.append(agg)
     out = pd.concat(parts, ignore_index=True)
