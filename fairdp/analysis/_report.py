@@ -525,7 +525,9 @@ def _pareto_rows(ok: pd.DataFrame, view: pd.DataFrame, fairness: str, keep_const
     under its objectives, else every row; constant configs left out unless ``keep_constant``."""
     front_rows, pareto_rows = view, ok if fairness != NOTION_GAP else view
     if not keep_constant:  # a constant model is on no front unless asked: its gaps are 0 for that reason alone
-        front_rows, pareto_rows = without_constant_models(view), without_constant_models(pareto_rows)
+        front_rows = without_constant_models(view)
+        # the same rows filtered once (each filter copies every column: a gigabyte at a million rows)
+        pareto_rows = front_rows if pareto_rows is view else without_constant_models(pareto_rows)
     if search_objectives:  # the search's front: its objectives, over the rows that meet its constraints
         searched = ok if keep_constant else without_constant_models(ok)
         front_rows = pareto_rows = searched[feasible(searched, search_constraints)]
