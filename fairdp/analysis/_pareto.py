@@ -88,11 +88,11 @@ def _nondominated_mask(y: np.ndarray, block: int = 512) -> np.ndarray:
         return _nondominated_2d(y)
     if n <= block:  # every pair at once: the blocked sweep's set-up costs more
         return ~_dominated_by(y, y)
-    if n > block:  # equal rows share their answer: decide each distinct row once (seeds repeat points)
-        distinct, inverse = np.unique(y, axis=0, return_inverse=True)
-        if len(distinct) < n:
-            return _nondominated_mask(distinct, block)[inverse.reshape(-1)]
-    order = np.lexsort(y.T[::-1]) if d else np.arange(n)
+    # equal rows share their answer: decide each distinct row once (seeds repeat points)
+    distinct, inverse = np.unique(y, axis=0, return_inverse=True)
+    if len(distinct) < n:
+        return _nondominated_mask(distinct, block)[inverse.reshape(-1)]
+    order = np.lexsort(y.T[::-1])
     ordered = y[order]
     keep = np.zeros(n, dtype=bool)
     front = ordered[:0]

@@ -132,6 +132,7 @@ def _pick(df: pd.DataFrame, keys: Sequence[str], rt: float, fcol: str) -> pd.Dat
     (chosen,) = _picks_at(df, keys, [rt], fcol)
     return df.iloc[chosen].reset_index(drop=True)
 
+
 def select_by_rt(df: pd.DataFrame, rt: float = 1.0, fairness: str = "tpr_gap",
                  by: Sequence[str] = (), *, notes: list[str] | None = None) -> pd.DataFrame:
     """One config per (dataset, method, seed, *by) by the relaxation-threshold rule (FEDERATE 5.1).
