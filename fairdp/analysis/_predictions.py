@@ -136,9 +136,9 @@ def _of_each_confusion(confusions: pd.Series, of_counts, of_text) -> np.ndarray:
     import pyarrow.compute as pc
 
     codes, texts = pd.factorize(confusions.astype(object).where(confusions.notna(), None), use_na_sentinel=True)
+    width = len(of_text(None))  # how many values a text gives
     if not len(texts):
-        return np.full((len(codes), len(of_text(None))), np.nan)
-    width = len(of_text(None))
+        return np.full((len(codes), width), np.nan)
     out = np.full((len(texts), width), np.nan)
     text = pa.array([t if isinstance(t, str) else None for t in texts], type=pa.string())
     numbers = pc.split_pattern(pc.replace_substring_regex(text, r"[\[\]\s]+", ""), ",")
