@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -19,13 +18,10 @@ from fairdp.errors import InputError
 from fairdp.study import ResultStore, load_spec
 from fairdp.study.ray._ray import connect_error, quiet_loggers
 from fairdp.study.ray._tune import (
-    PACK_INDEX,
     TUNE_DIR_PREFIX,
     TUNE_NOISE,
     check_trial_fits,
-    pack_table,
     remove_stale_tune_dirs,
-    trial_pack,
 )
 from fairdp.study.store._lock import LOCK_NAME, results_lock
 from tests.conftest import REPO, assert_input_error, run_cli, run_main
@@ -478,16 +474,3 @@ def test_the_dry_run_times_a_module_of_the_users_and_says_so(tmp_path):
     line = next(ln for ln in dry.stderr.splitlines() if "estimate:" in ln)
     assert "unconstrained at what its module of yours cost here" in line and "reductions at" not in line
     assert not (tmp_path / "r").exists()
-
-
-def test_every_trial_finds_its_own_pack_in_the_table_handed_to_all():
-    """A run hands Tune pack numbers and every trial one table of the packs: each number gives
-    back its pack exactly (floats, tuples, nested keywords), and a searcher's trial, which holds
-    its pack itself, is given that one."""
-    packs = [{"method": "pfld", "seed": s, "configs": [{"eps": 0.1 * s, "encoder.widths": (64, 32)}, {"eps": 1e-300}],
-              "config_ids": [f"{s:016x}", "ff"]} for s in range(300)]
-    table = pack_table(packs)
-    assert [type(part) for part in table] == [np.ndarray, np.ndarray] and len(table[1]) == len(packs) + 1
-    for i in (0, 1, 157, 299):
-        assert trial_pack({PACK_INDEX: i}, table) == packs[i]
-    assert trial_pack({"pack": packs[5]}) == packs[5]

@@ -120,7 +120,7 @@ PackTable = tuple[np.ndarray, np.ndarray]
 
 def pack_table(packs: Sequence[dict]) -> PackTable:
     """``packs`` (as ``Pack.to_dict``) as a ``PackTable``: handed to every trial once, an array
-    Ray maps from shared memory without copying, of which a trial unpickles its own pack only
+    Ray maps from shared memory without copying, of which a trial unpickles its own packs only
     (a tuple of 10,000 dicts took 0.1 s to unpickle, in every trial)."""
     blobs = [pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL) for p in packs]
     offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
@@ -128,39 +128,90 @@ def pack_table(packs: Sequence[dict]) -> PackTable:
     return np.frombuffer(b"".join(blobs), dtype=np.uint8), offsets
 
 
-def trial_pack(config: dict, packs: PackTable | None = None) -> dict:
-    """A trial's pack (as ``Pack.to_dict``): pack number ``config["pack_index"]`` of the run's
-    ``packs`` (``pack_table``), or ``config["pack"]`` where a searcher hands the pack itself."""
-    if PACK_INDEX not in config:
-        return config["pack"]
+def table_pack(packs: PackTable, i: int) -> dict:
+    """Pack number ``i`` of ``packs`` (as ``Pack.to_dict``)."""
     data, offsets = packs
-    i = int(config[PACK_INDEX])
     return pickle.loads(data[offsets[i]:offsets[i + 1]].tobytes())  # the driver's own bytes
 
 
-PACK_INDEX = "pack_index"
-"""A run's trial config: its pack's number among the packs handed to every trial once (Tune's
-per-trial cost grows with what its configs hold: dicts as grid values took 149 s for 1,000
-empty trials where numbers took 119 s)."""
+RUNS_FROM_PACKS_PER_SLOT = 16
+"""Packs run one to a trial until there are this many a slot; past that, in runs (``pack_runs``)."""
+RUN_SHARE = 2
+"""Each run takes 1 / (RUN_SHARE x slots) of the packs not yet in a run (guided self-scheduling)."""
+
+
+def pack_runs(packs: int, slots: int, from_per_slot: int = RUNS_FROM_PACKS_PER_SLOT) -> np.ndarray:
+    """The runs of consecutive packs that one trial each trains, one after another, as (start,
+    stop) rows in pack order. Tune costs about 0.1 s a trial on two cores whatever the trial does
+    (1,000 trials that did nothing took 119 s on 8 slots), a tenth of a one-second pack; so a
+    study of many packs a slot hands Tune runs. Their sizes shrink as the packs left do (each
+    takes ``1 / (RUN_SHARE * slots)`` of them, at least one: guided self-scheduling), so the
+    last runs, of one pack, end together whatever the packs cost: Tune starts trials in
+    order. Up to ``from_per_slot`` packs a slot every run is one pack, as before."""
+    slots = max(1, int(slots))
+    if packs < from_per_slot * slots:
+        return one_pack_runs(packs)
+    runs, start = [], 0
+    while start < packs:
+        size = max(1, math.ceil((packs - start) / (RUN_SHARE * slots)))
+        runs.append((start, start + size))
+        start += size
+    return np.asarray(runs, dtype=np.int64)
+
+
+def one_pack_runs(packs: int) -> np.ndarray:
+    """``packs`` runs of one pack each, as ``pack_runs`` writes runs."""
+    starts = np.arange(packs, dtype=np.int64)
+    return np.stack([starts, starts + 1], axis=1)
+
+
+def trial_packs(config: dict, packs: PackTable | None = None,
+                runs: np.ndarray | None = None) -> list[tuple[int | None, dict]]:
+    """A trial's packs (each as ``Pack.to_dict``) with their numbers among the run's ``packs``:
+    the run numbered ``config["pack_run"]`` of ``runs`` (``pack_runs``), or, where a searcher
+    hands a trial its pack itself (``config["pack"]``), that one, numbered None."""
+    if PACK_RUN not in config:
+        return [(None, config["pack"])]
+    start, stop = (int(v) for v in runs[int(config[PACK_RUN])])
+    return [(i, table_pack(packs, i)) for i in range(start, stop)]
+
+
+PACK_RUN = "pack_run"
+"""A run's trial config: the number of its run of packs (``pack_runs``) among the packs and runs
+handed to every trial once (Tune's per-trial cost grows with what its configs hold: dicts as
+grid values took 149 s for 1,000 empty trials where numbers took 119 s)."""
+PACK_DONE = "pack_index"
+"""A result's key: the number of the pack of a run whose rows it says are stored."""
 
 
 def pack_trainable(config: dict, ctx: StudyContext, log_level: int = logging.WARNING,
-                   packs: PackTable | None = None) -> None:
-    """The Ray Tune trainable: one pack in (``trial_pack``), its Parquet file written, a
-    summary reported (with each row's metrics, which a searcher handing out packs tells back
-    to Optuna). While it trains it reports config-epochs done (``units``) for the progress bar.
-    Its messages are logged at the driver's ``log_level`` and carried to the driver
-    (``worker_logging``)."""
+                   packs: PackTable | None = None, runs: np.ndarray | None = None) -> None:
+    """The Ray Tune trainable: a run of packs (``trial_packs``) trained one after another, each
+    pack's Parquet file written and a summary reported (``PACK_DONE``: its number; a searcher's
+    pack also with each row's metrics, which the searcher tells back to Optuna). While a pack
+    trains it reports config-epochs done (``units``) for the progress bar. A run that Tune
+    starts again after a failure skips the packs it already stored. Its messages are logged at
+    the driver's ``log_level`` and carried to the driver (``worker_logging``)."""
     from ray import tune
 
     with worker_logging(log_level) as records:
-        try:
-            rows = _run_pack()(ctx, Pack.from_dict(trial_pack(config, packs)), units_reporter(records))
-        except StoreFault as e:  # reported, not raised: the driver stops the run with this one line
-            tune.report({STORE_FAULT: str(e), **records.drain()})
-            return
-        tune.report({"configs": len(rows), "pack_duration_s": rows[0]["pack_duration_s"],
-                     "rows": [{k: v for k, v in r.items() if isinstance(v, float)} for r in rows], **records.drain()})
+        mine = trial_packs(config, packs, runs)
+        store = ctx.store() if len(mine) > 1 else None
+        for i, pack in mine:
+            p = Pack.from_dict(pack)
+            done = {"configs": len(p.configs), **({PACK_DONE: i} if i is not None else {})}
+            try:
+                if store is not None and store.has_pack(ctx.dataset, p.method, p.seed, p.id):
+                    tune.report({**done, **records.drain()})  # stored by an attempt that failed after it
+                    continue
+                rows = _run_pack()(ctx, p, units_reporter(records))
+            except StoreFault as e:  # reported, not raised: the driver stops the run with this one line
+                tune.report({STORE_FAULT: str(e), **records.drain()})
+                return
+            done.update(configs=len(rows), pack_duration_s=rows[0]["pack_duration_s"])
+            if i is None:  # a searcher's pack: the rows' metrics go back to it
+                done["rows"] = [{k: v for k, v in r.items() if isinstance(v, float)} for r in rows]
+            tune.report({**done, **records.drain()})
 
 
 def config_trainable(config: dict, ctx: StudyContext, search: SearchSpec, log_level: int = logging.WARNING) -> None:

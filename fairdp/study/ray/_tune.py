@@ -13,6 +13,9 @@ import math
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from fairdp.engine._shared import native_bf16
 from fairdp.errors import InputError, RunAborted, last_line
@@ -20,12 +23,13 @@ from fairdp.study._context import StudyContext
 from fairdp.study.ray._ray import quiet_loggers
 from fairdp.study.ray._ray_trainables import (
     LOG_RECORDS,
-    PACK_INDEX,
+    PACK_DONE,
+    PACK_RUN,
     STORE_FAULT,
-    PackTable,
+    one_pack_runs,
+    pack_runs,
     pack_table,
     pack_trainable,
-    trial_pack,
 )
 from fairdp.study.run._plan import Pack
 from fairdp.study.run._progress import Progress
@@ -90,9 +94,31 @@ def _store_fault_stopper():
     return StoreFaultStopper()
 
 
-def _tune_callback(progress: Progress, method: str | None, packs: PackTable | None = None):
-    """Tune events to ``progress``: a trial is a pack (its number among ``packs``, or the pack a
-    searcher handed it) or, for a per-config search, one config of ``method``."""
+@dataclass
+class PackRuns:
+    """A round of a run's packs as the driver follows it: the runs that one trial each trains
+    (``pack_runs``: (start, stop) rows), each pack's progress key (its id), method and config
+    count, and which packs a trial said are stored and which one each trial trains now."""
+
+    packs: list[Pack]
+    bounds: np.ndarray
+    done: set[int] = field(default_factory=set)
+    current: dict[str, int] = field(default_factory=dict)  # trial id -> the pack it trains
+
+    def of(self, config: dict) -> range:
+        """The numbers of the packs of the trial with ``config``."""
+        start, stop = self.bounds[int(config[PACK_RUN])]
+        return range(int(start), int(stop))
+
+    def left(self, config: dict) -> list[int]:
+        """The packs of the trial with ``config`` that no trial said are stored."""
+        return [i for i in self.of(config) if i not in self.done]
+
+
+def _tune_callback(progress: Progress, method: str | None, runs: PackRuns | None = None):
+    """Tune events to ``progress``: a trial trains a run of packs (``runs``, each pack followed
+    on its own under its id), a pack a searcher handed it, or, for a per-config search, one
+    config of ``method``."""
     from ray import tune
 
     class _ProgressCallback(tune.Callback):
@@ -101,26 +127,55 @@ def _tune_callback(progress: Progress, method: str | None, packs: PackTable | No
             # monitor's kill) comes back in the result grid without its config
             self.failed_configs: dict[str, dict] = {}
 
+        def _in_run(self, trial) -> bool:
+            return runs is not None and PACK_RUN in trial.config
+
+        def _key(self, trial) -> str:
+            """The progress key of what ``trial`` trains now."""
+            if self._in_run(trial) and trial.trial_id in runs.current:
+                return runs.packs[runs.current[trial.trial_id]].id
+            return trial.trial_id
+
+        def _start_next(self, trial) -> None:
+            """``trial``'s next pack not yet stored starts (none left: nothing)."""
+            left = runs.left(trial.config)
+            if not left:
+                runs.current.pop(trial.trial_id, None)
+                return
+            runs.current[trial.trial_id] = left[0]
+            pack = runs.packs[left[0]]
+            progress.start_pack(pack.id, pack.method, len(pack.configs))
+
         def on_trial_start(self, iteration, trials, trial, **info):
-            pack = trial_pack(trial.config, packs) if {PACK_INDEX, "pack"} & set(trial.config) else None
-            if pack is not None:
-                progress.start_pack(trial.trial_id, pack["method"], len(pack["configs"]))
+            if self._in_run(trial):
+                self._start_next(trial)
+            elif "pack" in trial.config:
+                progress.start_pack(trial.trial_id, trial.config["pack"]["method"], len(trial.config["pack"]["configs"]))
             else:
                 progress.start_pack(trial.trial_id, method or "", 1)
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             relog(result)  # what the trial's worker said, before its pack counts as done
-            if "configs" in result:
+            if "configs" in result and PACK_DONE in result and self._in_run(trial):
+                i = int(result[PACK_DONE])
+                if i not in runs.done:  # else a restarted run says again what an earlier attempt stored
+                    runs.done.add(i)
+                    progress.finish_pack(runs.packs[i].id)
+                    self._start_next(trial)
+            elif "configs" in result:
                 progress.finish_pack(trial.trial_id)
             elif "units" in result:
-                progress.advance(trial.trial_id, float(result["units"]))
+                progress.advance(self._key(trial), float(result["units"]))
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self.failed_configs[trial.trial_id] = trial.config
-            progress.fail_pack(trial.trial_id)
+            if self._in_run(trial) and len(runs.of(trial.config)) > 1:
+                progress.retry_pack(self._key(trial))  # its packs not stored run again, one a trial (run_packs)
+            else:
+                progress.fail_pack(self._key(trial))
 
         def on_trial_recover(self, iteration, trials, trial, **info):
-            progress.retry_pack(trial.trial_id)
+            progress.retry_pack(self._key(trial))
 
     return _ProgressCallback()
 
@@ -259,9 +314,9 @@ TUNE_NOISE = {
 
 @contextlib.contextmanager
 def tune_run_config(name: str, spec: StudySpec, progress: Progress, method: str | None = None,
-                    packs: PackTable | None = None):
-    """Tune's RunConfig for a study: the spec's retries, progress lines (a run's trials being
-    numbers among ``packs``), and the JSON logger that result grids read back; its storage is a
+                    runs: PackRuns | None = None):
+    """Tune's RunConfig for a study: the spec's retries, progress lines (a run's trials training
+    ``runs``), and the JSON logger that result grids read back; its storage is a
     temporary directory removed afterwards (rows live in the results store, so Tune keeps
     nothing worth resuming from)."""
     from ray import tune
@@ -273,7 +328,7 @@ def tune_run_config(name: str, spec: StudySpec, progress: Progress, method: str 
         with quiet_loggers(TUNE_NOISE):
             yield tune.RunConfig(name=name, storage_path=storage, verbose=0, stop=_store_fault_stopper(),
                                  failure_config=tune.FailureConfig(max_failures=spec.resources.max_failures),
-                                 callbacks=[_tune_callback(progress, method, packs), JsonLoggerCallback()])
+                                 callbacks=[_tune_callback(progress, method, runs), JsonLoggerCallback()])
     finally:
         shutil.rmtree(storage, ignore_errors=True)
 
@@ -309,21 +364,39 @@ def watching_slots(spec: StudySpec, progress: Progress, cap: int):
 def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: Progress) -> tuple[int, int]:
     """Run packs as Ray Tune trials: (failed, unfinished) pack counts.
 
-    Unfinished packs are those a Ctrl-C (Tune stops gracefully on SIGINT) kept from finishing.
-    A pack that still fails after ``resources.max_failures`` retries is stored as error rows
-    (status 'error', the exception's last line), which the next run retries.
+    Each trial trains a run of packs (``pack_runs``: one pack a trial unless there are many a
+    slot). Unfinished packs are those a Ctrl-C (Tune stops gracefully on SIGINT) kept from
+    finishing. A trial that fails is retried ``resources.max_failures`` times, each time from the
+    first of its packs not yet stored. A pack that still fails is stored as error rows (status
+    'error', the exception's last line), which the next run retries; where it failed in a run of
+    several packs, that run's packs not yet stored are first trained again one a trial, each
+    with retries of its own, so that a failing pack costs no other pack its rows.
     """
+    failed, unfinished, again = _run_round(ctx, packs, pack_runs(len(packs), worker_slots(spec)), spec, progress)
+    if again and not unfinished:
+        f, unfinished, _ = _run_round(ctx, again, one_pack_runs(len(again)), spec, progress)
+        failed += f
+    else:  # a Ctrl-C stopped the round: the next run trains them
+        unfinished += len(again)
+    return failed, unfinished
+
+
+def _run_round(ctx: StudyContext, packs: list[Pack], bounds: np.ndarray, spec: StudySpec,
+               progress: Progress) -> tuple[int, int, list[Pack]]:
+    """``packs`` trained in the runs ``bounds``, one Tune trial a run: (failed, unfinished, the
+    packs not stored of runs of several packs that failed)."""
     from ray import tune
 
-    # the packs handed to every trial once, each trial's config its pack's number (``PACK_INDEX``)
-    table = pack_table([p.to_dict() for p in packs])
+    # the packs and runs handed to every trial once, each trial's config its run's number
+    runs = PackRuns(packs, bounds)
     trainable = tune.with_resources(tune.with_parameters(pack_trainable, ctx=ctx, log_level=driver_log_level(),
-                                                         packs=table), trial_resources(spec))
-    with tune_run_config(spec.name, spec, progress, packs=table) as run_config:
+                                                         packs=pack_table([p.to_dict() for p in packs]), runs=bounds),
+                                    trial_resources(spec))
+    with tune_run_config(spec.name, spec, progress, runs=runs) as run_config:
         with aborted_by_ray(ctx.results), watching_slots(spec, progress, len(packs)):
             grid = tune.Tuner(
                 trainable,
-                param_space={PACK_INDEX: tune.grid_search(list(range(len(packs))))},
+                param_space={PACK_RUN: tune.grid_search(list(range(len(bounds))))},
                 tune_config=tune.TuneConfig(reuse_actors=True, trial_dirname_creator=lambda t: t.trial_id,
                                             trial_name_creator=lambda t: f"pack_{t.trial_id}"),
                 run_config=run_config,
@@ -333,18 +406,21 @@ def run_packs(ctx: StudyContext, packs: list[Pack], spec: StudySpec, progress: P
         failed_configs = run_config.callbacks[0].failed_configs
         store = ctx.store()
         failed = unfinished = 0
+        again: list[Pack] = []
         for res in grid:
-            if res.error is None and "configs" not in (res.metrics or {}):
-                unfinished += 1
-            elif res.error is not None:
+            # a trial's directory is named by its id (trial_dirname_creator above)
+            config = res.config or failed_configs.get(os.path.basename(str(res.path or "")))
+            if config is None:  # no pack to name: its configs have no rows, so the next run trains them
+                continue
+            left = runs.left(config)
+            if res.error is None:
+                unfinished += len(left)
+            elif len(runs.of(config)) > 1:
+                again += [packs[i] for i in left]
+            elif left:
                 failed += 1
-                # a trial's directory is named by its id (trial_dirname_creator above)
-                config = res.config or failed_configs.get(os.path.basename(str(res.path or "")))
-                if config is None:  # no pack to name: its configs have no rows, so the next run trains them
-                    continue
-                pack = Pack.from_dict(trial_pack(config, table))
-                write_error_rows(store, ctx, pack, ray_error_line(res.error))
-    return failed, unfinished
+                write_error_rows(store, ctx, packs[left[0]], ray_error_line(res.error))
+    return failed, unfinished, again
 
 
 OOM_KILL = "killed due to the node running low on memory"

@@ -234,6 +234,12 @@ class ResultStore:
         table = pa.Table.from_pylist([{c: r.get(c) for c in self.schema.names} for r in rows], schema=self.schema)
         return self._write_in_dir(table, self.pack_path(dataset, method, seed, pid), before_commit)
 
+    def has_pack(self, dataset: str, method: str, seed: int, pid: str) -> bool:
+        """Whether pack ``pid``'s rows are stored as its own file (``write_pack`` makes it whole or
+        not at all); a compacted pack's rows are in its seed's merged file instead."""
+        path = self.pack_path(dataset, method, seed, pid)
+        return self.retrying(path, lambda: self.fs.get_file_info(path).type == pafs.FileType.File)
+
     def history_of(self, pack_path: str) -> str:
         """Where the pack whose rows are at ``pack_path`` keeps its per-epoch valid curves: the
         same path under ``<root>.history`` (beside the rows, not among them: a glob over the
