@@ -1,7 +1,7 @@
 """How fairdp's results commands (analyze, report, compare) scale with stored rows and pack files.
 
-    .venv/bin/python benchmarks/bench_store.py [--sizes 1000 10000 100000 1000000] [--compacted]
-                                              [--commands analyze report compare imports]
+    .venv/bin/python benchmarks/bench_store.py [--sizes 1000 10000 100000 1000000] [--compacted [--compacted-only]]
+                                              [--commands analyze report report-tables compare imports]
                                               [--workdir DIR] [--keep] [--timeout S] [--json out.json]
 
 Each command is set against the floor, a bare pyarrow scan of the same files. For each size N
@@ -22,7 +22,9 @@ Then, per size, each command runs in a subprocess of its own, timed (wall) with 
 subprocess's own peak RSS (``os.wait4``):
 
 - ``python -m fairdp analyze STORE``;
-- ``python -m fairdp report STORE -o DIR``, figures included (report has no flag to skip them);
+- ``python -m fairdp report STORE -o DIR``, figures included;
+- ``python -m fairdp report STORE -o DIR --no-figures`` (``report-tables``): the same pages without
+  their figures, what the target "report, its figures aside" times;
 - ``python -m fairdp compare STORE STORE``: the store against itself (a second store of other
   seeds would double the generation time; compare still reads both sides);
 - the floor, always measured as the ratios' reference: ``pyarrow.dataset.dataset(<the pack
@@ -32,7 +34,8 @@ subprocess's own peak RSS (``os.wait4``):
 
 ``--compacted``: after each size, ``fairdp compact STORE`` is timed (every generated seed is
 finished, so each method's seed becomes one file), and the floor and the commands are measured
-again on the compacted store, labelled "(compacted)".
+again on the compacted store, labelled "(compacted)"; ``--compacted-only`` measures only those
+(the uncompacted commands at 10^6 rows take minutes each).
 
 ``imports`` times ``python -c "import fairdp.cli"`` and runs each chosen command once at the
 smallest size under ``-X importtime`` through a wrapper that prints, at exit, which of torch,
@@ -66,7 +69,7 @@ SOURCE = REPO / "results" / "pfld-adult"
 SIDE_TABLES = ("selection",)  # copied as they are; the plan is replicated with the rows
 PLAN = "plan"
 SEED_STEP = 1000
-COMMANDS = ("analyze", "report", "compare")
+COMMANDS = ("analyze", "report", "report-tables", "compare")
 HEAVY = ("torch", "ray", "optuna", "matplotlib", "sklearn")
 
 FLOOR_SCRIPT = """
@@ -235,6 +238,8 @@ def command_argv(command: str, store: Path, out_dir: Path) -> list[str]:
         return ["analyze", str(store)]
     if command == "report":
         return ["report", str(store), "-o", str(out_dir)]
+    if command == "report-tables":
+        return ["report", str(store), "-o", str(out_dir), "--no-figures"]
     if command == "compare":
         return ["compare", str(store), str(store)]
     raise ValueError(command)
@@ -252,7 +257,8 @@ def run_command(command: str, n: int, n_packs: int, store: Path, work: Path, tim
 
 
 def label(command: str) -> str:
-    return {"report": "report (with figures)", "compare": "compare (store vs itself)"}.get(command, command)
+    return {"report": "report (with figures)", "report-tables": "report --no-figures",
+            "compare": "compare (store vs itself)"}.get(command, command)
 
 
 def run_floor(n: int, n_packs: int, paths_file: Path, work: Path, timeout: float | None) -> list[Figure]:
@@ -431,12 +437,16 @@ def main() -> None:
     ap.add_argument("--json", help="write the figures here as JSON too")
     ap.add_argument("--compacted", action="store_true",
                     help="after each size, run fairdp compact on its store and measure everything again on it")
+    ap.add_argument("--compacted-only", action="store_true",
+                    help="with --compacted: measure the compacted stores only (the uncompacted commands take minutes)")
     ap.add_argument("--generate-worker", nargs=3, metavar=("ROOT", "N", "PATHS_FILE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.generate_worker:
         root, n, paths_file = args.generate_worker
         generate_worker(Path(root), int(n), Path(paths_file))
         return
+    if args.compacted_only and not args.compacted:
+        ap.error("--compacted-only: needs --compacted")
     sizes = sorted(set(args.sizes))
     if sizes[0] < 1:
         ap.error("--sizes: at least 1 row")
@@ -463,13 +473,14 @@ def main() -> None:
             gen = generation[n] = run_generation(n, store, paths_file)
             n_packs = gen["pack_files"]
             say(f"generated {n:,} rows in {n_packs:,} pack files in {gen['seconds']:.1f} s")
-            say(f"running the floor (pyarrow scan) at {n:,}...")
-            figures.extend(run_floor(n, n_packs, paths_file, work, args.timeout))
-            for command in commands:
-                say(f"running {command} at {n:,}...")
-                figures.append(run_command(command, n, n_packs, store, work, args.timeout))
-                if figures[-1].error:
-                    say(f"{command} at {n:,} failed: {figures[-1].error}")
+            if not args.compacted_only:
+                say(f"running the floor (pyarrow scan) at {n:,}...")
+                figures.extend(run_floor(n, n_packs, paths_file, work, args.timeout))
+                for command in commands:
+                    say(f"running {command} at {n:,}...")
+                    figures.append(run_command(command, n, n_packs, store, work, args.timeout))
+                    if figures[-1].error:
+                        say(f"{command} at {n:,} failed: {figures[-1].error}")
             if args.compacted:
                 figures.extend(run_compacted(commands, n, store, work, args.timeout))
             if "imports" in args.commands and imports is None:
@@ -495,9 +506,9 @@ def main() -> None:
     print("Generation, not among the figures (a process reading the source, then writing): " + "; ".join(
         f"{n:,} rows in {g['pack_files']:,} files {g['seconds']:.1f} s (writing {g['write_s']:.1f} s)"
         for n, g in generation.items()))
-    if "report" in commands:
-        print("report: figures included (report has no flag to skip them; no learning curves: the per-epoch curves "
-              "are not replicated)")
+    if "report" in commands or "report-tables" in commands:
+        print("report: figures included; report --no-figures: the same pages without them (no learning curves "
+              "either way: the per-epoch curves are not replicated)")
     if "compare" in commands:
         print("compare: each store against itself (a second store would double the generation)")
     print()

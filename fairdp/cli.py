@@ -780,7 +780,7 @@ def _cmd_report(args) -> int:
             search_objectives=search.objectives if search else None,
             search_constraints=tuple(search.constraints) if search else (), selection=chosen.message,
             error_bars=args.error_bars, keep_constant=args.keep_constant, figure_formats=formats, figure_style=style,
-            predictions=tuple(p for p in map(stored_predictions, args.dirs) if p))
+            predictions=tuple(p for p in map(stored_predictions, args.dirs) if p), figures=not args.no_figures)
         paths = write_report(df, args.output, options)
     print(f"fairdp report: {chosen.message}", file=sys.stderr)
     if search is not None:
@@ -1198,6 +1198,8 @@ def _add_report_parser(sub) -> None:
     rep.add_argument("--figure-format", metavar="FMT,...", default="png",
                      help="save each figure in these formats too: png, pdf, svg (default png; the report shows png)")
     _add_figure_options(rep)
+    rep.add_argument("--no-figures", action="store_true",
+                     help="tables only: every page without its figures (seconds less on a large store)")
     rep.add_argument("--keep-constant", action="store_true",
                      help="keep methods whose pick is a constant model (one class for nearly every row) in the "
                           "supported differences and the Pareto fronts (default: left out, and named)")

@@ -64,6 +64,19 @@ def test_report_writes_markdown_html_and_figures(stored, tmp_path, capsys):
     assert len(pngs) >= 4 and all(p.read_bytes()[:8] == PNG_SIGNATURE for p in pngs)
 
 
+def test_a_report_without_figures_has_the_same_tables_and_no_figures(stored, tmp_path, capsys):
+    """``--no-figures``: the same pages' tables, no figure drawn, saved or linked, and a previous
+    report's figures in the folder removed (the folder is the report)."""
+    dirs, _ = stored
+    assert main(["report", *dirs, "-o", str(tmp_path / "rep")]) == 0
+    drawn = sorted(p.name for p in (tmp_path / "rep" / "figures").glob("*.png"))
+    tables = {p.name: p.read_text() for p in (tmp_path / "rep" / "tables").glob("*.csv")}
+    assert main(["report", *dirs, "-o", str(tmp_path / "rep"), "--no-figures"]) == 0
+    assert drawn and not list((tmp_path / "rep" / "figures").glob("*"))
+    assert {p.name: p.read_text() for p in (tmp_path / "rep" / "tables").glob("*.csv")} == tables
+    assert "figures/" not in whole_report(tmp_path / "rep")
+
+
 @pytest.mark.parametrize("as_uri", [False, True], ids=["path", "file-uri"])
 def test_a_report_inside_its_results_directory_must_sit_under_an_underscore_name(stored, as_uri, capsys):
     """Parquet readers of the directory would read a report's files as rows; '_report' is skipped by them."""

@@ -325,6 +325,25 @@ def test_violation_accuracy_by_eps_is_tran_et_als_figure_table():
     assert list(pf["test_notion_gap_mean"]) == pytest.approx([7.9 + 0.5, 7.0 + 0.5])
 
 
+
+@pytest.mark.parametrize("by", [("fairness_notion", "eps"), ("fairness_notion",)])
+def test_a_reports_violation_table_is_violation_accuracy_by_eps(by):
+    """Under notion_gap by notion and eps the report takes that table from its own selection,
+    else from its once-expanded rows: either way it is ``violation_accuracy_by_eps``, and the
+    sweep is ``rt_sweep``'s."""
+    from fairdp.analysis import violation_accuracy_by_eps
+    from fairdp.analysis._report import ReportOptions, _checked, _tables_of
+
+    df = _pfld_table()
+    df.loc[3, "valid_accuracy"] = np.nan  # a row each table leaves out, with a note
+    o, df = _checked(df, ReportOptions(rt=1.0, fairness="notion_gap", by=by, rts=(0.0, 1.0)))
+    notes, apart = [], []
+    tables = _tables_of(df, o, notes)
+    pd.testing.assert_frame_equal(tables.notions, violation_accuracy_by_eps(df, 1.0, notes=apart))
+    swept = rt_sweep(df, [0.0, 1.0], "notion_gap", by=list(by), notes=apart)
+    pd.testing.assert_frame_equal(tables.sweep.drop(columns="n_constant", errors="ignore"), swept)
+    assert set(apart) <= set(notes)
+
 # --- rules a user relies on, each pinned where the wrong rule gives another answer (issue 40) ---
 
 
@@ -506,3 +525,40 @@ def test_the_picks_at_every_rt_of_a_sweep_are_each_rts_own_selection(rows, by_ep
         pd.testing.assert_frame_equal(picked, alone)
         assert sorted(zip(picked["seed"], picked["config_id"])) == sorted(
             (s, c) for _, _, s, c in _rt_pick_by_hand(df, rt, by))
+
+
+_sweep_row = st.fixed_dictionaries({
+    "dataset": st.just("adult"), "method": st.sampled_from(["dpsgd", "pfld"]),
+    "seed": st.integers(0, 1), "config_id": st.sampled_from(["c1", "c2", "c10", "c3", "b"]),
+    "eps": st.sampled_from([0.5, 1.0, math.nan]), "status": st.sampled_from(["ok", "ok", "ok", "error"]),
+    "valid_accuracy": st.sampled_from([70.0, 70.5, 71.0, 72.0, 74.0, math.nan]),
+    "valid_tpr_gap": st.sampled_from([0.0, 1.0, 3.5, math.nan]),
+    "test_accuracy": st.sampled_from([69.0, 70.0]), "test_tpr_gap": st.sampled_from([1.0, 2.0]),
+    "leakage": st.sampled_from([55.0, 60.0, math.nan]), "mdl": st.just(20.0), "lam": st.just(0.5),
+})
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_sweep_row, min_size=1, max_size=30), st.booleans(), st.sampled_from([0, 1, 1, 1]))
+def test_a_selection_and_its_sweep_from_one_ordering_are_the_separate_calls(rows, by_eps, with_rts):
+    """What a report computes at once is each function called alone: the RT pick with every
+    column, the sweep's table, the stacked picks of each threshold (their keys), and the notes."""
+    from fairdp.analysis._predictions import selections_at
+    from fairdp.analysis._select import selection_and_sweep
+
+    df = pd.DataFrame(rows)
+    if not (df["status"] == "ok").any():
+        return
+    by = ["eps"] if by_eps else []
+    rts = [0.0, 1.0, 5.0] if with_rts else []
+    together, apart = [], []
+    selected, sweep, each = selection_and_sweep(df, 1.0, rts, "tpr_gap", by, keep=["lam"], notes=together)
+    pd.testing.assert_frame_equal(selected, select_by_rt(df, 1.0, "tpr_gap", by, notes=apart))
+    if not rts:
+        assert sweep is None and each is None and together == apart
+        return
+    pd.testing.assert_frame_equal(sweep, rt_sweep(df, rts, "tpr_gap", by=by, notes=apart))
+    alone = selections_at(df, rts, "tpr_gap", by)
+    pd.testing.assert_frame_equal(each, alone[list(each.columns)])
+    assert list(each.columns) == ["dataset", "method", "seed", *by, "config_id", "status", "lam", "rt"]
+    assert together == apart

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import is_numeric_dtype
 
 from fairdp._atomic import atomic_path, output_dir
 from fairdp.analysis._completeness import Completeness
@@ -66,7 +67,6 @@ from fairdp.analysis._predictions import (
     constant_models,
     mark_constant_picks,
     positive_rates,
-    selections_at,
     with_constant_picks,
     without_constant_models,
 )
@@ -104,8 +104,8 @@ from fairdp.analysis._select import (
     per_notion,
     privacy_accuracy_by_eps,
     rt_sweep,
-    select_by_rt,
     selected_configs,
+    selection_and_sweep,
     violation_accuracy_by_eps,
 )
 from fairdp.analysis._tables import (
@@ -127,7 +127,7 @@ from fairdp.analysis._tables import (
 )
 from fairdp.constraints import feasible
 from fairdp.errors import InputError
-from fairdp.schema import NOTION_GAP
+from fairdp.schema import NOTION_GAP, TEST_CONFUSION
 
 FIGURES = {
     "rt_sweep": "Validation accuracy, fairness and leakage against the relaxation threshold (FEDERATE Fig. 2): the "
@@ -455,6 +455,7 @@ class ReportOptions:
     figure_formats: tuple[str, ...] = ("png",)
     figure_style: str | os.PathLike | Mapping | None = None
     predictions: tuple[str | os.PathLike, ...] = ()
+    figures: bool = True
 
 
 def report_figures(df: pd.DataFrame, options: ReportOptions | None = None,
@@ -469,7 +470,7 @@ def report_figures(df: pd.DataFrame, options: ReportOptions | None = None,
     with figure_style_context(o.figure_style):
         drawn = _draw_figures(df, _tables_of(df, o, notes), o, notes, only)
     _warn(notes)
-    return drawn
+    return {name: fig for name, fig in drawn.items() if only is None or name in only}
 
 
 def _checked(df: pd.DataFrame, options: ReportOptions | None) -> tuple[ReportOptions, pd.DataFrame]:
@@ -544,20 +545,26 @@ def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str]) -> _Tables:
     # each notion's own violation, expanded once for every selection below (a copy of every
     # row per notion: seconds at a million rows each time a selection made it)
     chosen_from = per_notion(df) if fairness == NOTION_GAP else df
-    selected = select_by_rt(chosen_from, rt, fairness, by, notes=notes)
+    # the main selection and the RT sweep from one ordering of the rows
+    selected, swept, each_rt = selection_and_sweep(chosen_from, rt, rts, fairness, by, keep=[TEST_CONFUSION],
+                                                   notes=notes)
     # each table counts the seeds whose pick is a constant model (marked, footnoted)
     agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
-    sweep = (with_constant_picks(rt_sweep(chosen_from, rts, fairness, by=by, notes=notes),
-                                 selections_at(chosen_from, rts, fairness, by), [*by, "rt"]) if rts else None)
+    sweep = with_constant_picks(swept, each_rt, [*by, "rt"]) if rts else None
     # the per-run views (bins, fronts) read each notion's own violation; a method's
     # notions are drawn apart ("pfld [dp]")
     view = _per_notion_view(chosen_from) if fairness == NOTION_GAP else df
     bins = fairness_accuracy_bins(view, fairness, notes=notes)
     by_eps = privacy_accuracy_by_eps(df, fairness if fairness != NOTION_GAP else "dp_gap", notes=notes) \
         if "eps" in df.columns else None
-    notions = (violation_accuracy_by_eps(df, rt, notes=notes)
-               if {"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
-               and pd.to_numeric(ok["eps"], errors="coerce").notna().any() else None)
+    notions = None
+    if ({"fairness_notion", "eps"} <= set(df.columns) and ok["fairness_notion"].notna().any()
+            and pd.to_numeric(ok["eps"], errors="coerce").notna().any()):
+        if fairness == NOTION_GAP and by == ["fairness_notion", "eps"] and is_numeric_dtype(df["eps"]):
+            # the main selection is that table's: each notion on its own violation at each eps
+            notions = aggregate_seeds(selected, [f"test_{NOTION_GAP}", "test_accuracy"], NOTION_GAP, by)
+        else:  # each notion's violation expanded once (above) where it was
+            notions = violation_accuracy_by_eps(chosen_from if fairness == NOTION_GAP else df, rt, notes=notes)
     front_rows, pareto_rows = _pareto_rows(ok, view, fairness, keep_constant, search_objectives, o.search_constraints)
     constant_off = 0 if keep_constant else int(constant_models(ok).fillna(False).sum())
     pareto = _pareto_summary(pareto_rows, fairness, kinds, search_objectives)
@@ -593,7 +600,7 @@ def _draw_figures(df: pd.DataFrame, t: _Tables, o: ReportOptions, notes: list[st
                   only: Collection[str] | None = None) -> dict:
     """Every figure of the report by name (None where it draws none), not yet saved, their notes
     (intervals over few seeds) appended to ``notes``; ``only``: just these (the others are not
-    drawn)."""
+    drawn: None)."""
     rt, fairness, rts, by, search_objectives = o.rt, o.fairness, list(o.rts), list(o.by), o.search_objectives
     bars = {"error_bars": o.error_bars, "level": o.ci if o.ci is not None else 95.0}
     drawn = {**bars, "notes": notes}
@@ -620,7 +627,7 @@ def _draw_figures(df: pd.DataFrame, t: _Tables, o: ReportOptions, notes: list[st
                                                            f"Validation curves of the configs selected at RT = {rt:g}")
                                     if t.curves is not None else None),
     }
-    return {name: draw() for name, draw in drawers.items() if only is None or name in only}
+    return {name: draw() if only is None or name in only else None for name, draw in drawers.items()}
 
 
 FIGURE_FORMATS = ("png", "pdf", "svg")
@@ -1229,7 +1236,8 @@ def write_report(df: pd.DataFrame, out_dir: str | os.PathLike, options: ReportOp
     notes: list[str] = []  # what computing and drawing noted (rows left out, few seeds): a page, and warnings
     with figure_style_context(o.figure_style):
         t = _tables_of(df, o, notes)
-        drawn = _draw_figures(df, t, o, notes)
+        # without figures (``figures=False``) every page is as it is with them, less its figures
+        drawn = _draw_figures(df, t, o, notes, only=None if o.figures else ())
         figures = _save_figures(drawn, out / "figures", o.figure_formats)
     _warn(notes)
     ok = t.ok

@@ -142,12 +142,15 @@ def note(message: str, notes: list[str] | None, stacklevel: int = 3) -> None:
         notes.append(message)
 
 
-def drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str, notes: list[str] | None = None) -> pd.DataFrame:
-    """Drop rows with NaN in ``columns``, noting (``note``) the identity of each dropped row."""
+def drop_nan(df: pd.DataFrame, columns: Sequence[str], caller: str | Sequence[str],
+             notes: list[str] | None = None) -> pd.DataFrame:
+    """Drop rows with NaN in ``columns``, noting (``note``) the identity of each dropped row, once
+    for each of ``caller`` when it names several (one computation standing for several calls)."""
     bad = df[list(columns)].isna().any(axis=1)
     if bad.any():
-        note(f"{caller}: excluding {int(bad.sum())} row(s) with NaN {' or '.join(columns)}: {describe_rows(df[bad])}",
-             notes)
+        said = describe_rows(df[bad])
+        for who in [caller] if isinstance(caller, str) else caller:
+            note(f"{who}: excluding {int(bad.sum())} row(s) with NaN {' or '.join(columns)}: {said}", notes)
         df = df[~bad]
     return df
 

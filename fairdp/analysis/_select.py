@@ -83,7 +83,7 @@ def per_notion(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _run_rows(df: object, fairness: str, caller: str, by: Sequence[str] = (),
+def _run_rows(df: object, fairness: str, caller: str | Sequence[str], by: Sequence[str] = (),
               notes: list[str] | None = None) -> pd.DataFrame:
     """Validated ok rows with numeric, non-NaN valid accuracy and valid fairness."""
     fairness = check_fairness(fairness)
@@ -263,13 +263,49 @@ def rt_sweep(
     fcol = f"valid_{fairness}"
     rows = numeric_columns(rows[list(dict.fromkeys([*RUN_KEYS, *by, "config_id", "valid_accuracy", fcol, *metrics]))],
                            metrics)
+    return _sweep_table(rows, rts, _picks_at(rows, [*RUN_KEYS, *by], rts, fcol), by, metrics)
+
+
+def _sweep_table(rows: pd.DataFrame, rts: Sequence[float], picks: Sequence[np.ndarray], by: Sequence[str],
+                 metrics: Sequence[str]) -> pd.DataFrame:
+    """``rt_sweep``'s table from each threshold's picks (positions in ``rows``)."""
     parts = []
-    for rt, chosen in zip(rts, _picks_at(rows, [*RUN_KEYS, *by], rts, fcol)):
+    for rt, chosen in zip(rts, picks):
         agg = _aggregate(rows.iloc[chosen], ["dataset", "method", *by], metrics)
         agg.insert(2 + len(by), "rt", rt)
         parts.append(agg)
     out = pd.concat(parts, ignore_index=True)
     return out.sort_values(["dataset", "method", *by, "rt"], kind="mergesort").reset_index(drop=True)
+
+
+def selection_and_sweep(df: pd.DataFrame, rt: float, rts: Sequence[float], fairness: str = "tpr_gap",
+                        by: Sequence[str] = (), *, keep: Sequence[str] = (),
+                        notes: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None,
+                                                                  pd.DataFrame | None]:
+    """``select_by_rt(df, rt)``, ``rt_sweep(df, rts)`` and every threshold's picks of ``rts``
+    stacked, each with its ``rt`` (``selections_at``), from one ordering of the rows
+    (``_picks_at``), as a report shows them; the last two None without ``rts``. The stacked
+    picks keep only the run keys, ``by``, ``config_id``, ``status`` and the columns of ``keep``
+    that the rows have. Notes as the separate calls give them."""
+    rt, fairness = check_rt(rt), check_fairness(fairness)
+    rts = [check_rt(r, "rts") for r in rts]
+    rows = _run_rows(df, fairness, ["select_by_rt", "rt_sweep"] if rts else "select_by_rt", by, notes)
+    by = check_by(by)
+    fcol = f"valid_{fairness}"
+    picks = _picks_at(rows, [*RUN_KEYS, *by], [rt, *rts], fcol)
+    selected = rows.iloc[picks[0]].reset_index(drop=True)
+    selected["rt"] = rt
+    if not rts:
+        return selected, None, None
+    metrics = ["valid_accuracy", fcol, *_default_metrics(fairness)]
+    require_columns(rows, metrics)
+    narrow = numeric_columns(rows[list(dict.fromkeys([*RUN_KEYS, *by, "config_id", "valid_accuracy", fcol,
+                                                      *metrics]))], metrics)
+    sweep = _sweep_table(narrow, rts, picks[1:], by, metrics)
+    kept = [c for c in dict.fromkeys([*RUN_KEYS, *by, "config_id", "status", *keep]) if c in rows.columns]
+    each = pd.concat([rows[kept].iloc[chosen].reset_index(drop=True).assign(rt=r) for r, chosen in zip(rts, picks[1:])],
+                     ignore_index=True)
+    return selected, sweep, each
 
 
 def fairness_accuracy_bins(df: pd.DataFrame, fairness: str = "tpr_gap", *,
