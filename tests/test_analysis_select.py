@@ -336,9 +336,15 @@ def test_a_reports_violation_table_is_violation_accuracy_by_eps(by):
 
     df = _pfld_table()
     df.loc[3, "valid_accuracy"] = np.nan  # a row each table leaves out, with a note
+    # columns the per-notion copy leaves out, which a pick still carries
+    df["valid_confusion"] = pd.array([f'{{"v": {i}}}' for i in range(len(df))], dtype="str")
+    df["device"], df["error"] = pd.Categorical(["cpu"] * len(df)), None
+    df.loc[0, "status"] = "error"
     o, df = _checked(df, ReportOptions(rt=1.0, fairness="notion_gap", by=by, rts=(0.0, 1.0)))
     notes, apart = [], []
     tables = _tables_of(df, o, notes)
+    pd.testing.assert_frame_equal(tables.selected, select_by_rt(df, 1.0, "notion_gap", list(by), notes=apart))
+    assert "_row" not in tables.view.columns
     pd.testing.assert_frame_equal(tables.notions, violation_accuracy_by_eps(df, 1.0, notes=apart))
     swept = rt_sweep(df, [0.0, 1.0], "notion_gap", by=list(by), notes=apart)
     pd.testing.assert_frame_equal(tables.sweep.drop(columns="n_constant", errors="ignore"), swept)

@@ -127,7 +127,7 @@ from fairdp.analysis._tables import (
 )
 from fairdp.constraints import feasible
 from fairdp.errors import InputError
-from fairdp.schema import NOTION_GAP, TEST_CONFUSION
+from fairdp.schema import NOTION_GAP, PRIVACY_EVENT, TEST_CONFUSION, VALID_CONFUSION
 
 FIGURES = {
     "rt_sweep": "Validation accuracy, fairness and leakage against the relaxation threshold (FEDERATE Fig. 2): the "
@@ -202,6 +202,29 @@ def _per_notion_view(df: pd.DataFrame) -> pd.DataFrame:
     view = (df if f"valid_{NOTION_GAP}" in df.columns else per_notion(df)).copy(deep=False)
     view["method"] = view["method"].astype(str) + " [" + view["fairness_notion"].astype(str) + "]"
     return view
+
+
+# the columns no per-notion table or view reads: ``_per_notion_rows`` copies the rest, 1.4 times
+# the rows at Adult's two notions (every column of a million rows had been a gigabyte more)
+_NOT_PER_NOTION = (VALID_CONFUSION, PRIVACY_EVENT, "device", "packing", "sampler", "error", "probe", "optimizer",
+                   "precision", "pack_id", "finished_at")
+_ROW = "_row"  # a per-notion row's position among the rows: its pick's whole row
+
+
+def _per_notion_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """``per_notion`` of ``df`` without the columns ``_NOT_PER_NOTION``, each row with its
+    position in ``df`` (``_ROW``), for ``_whole_picks``."""
+    return per_notion(df[[c for c in df.columns if c not in _NOT_PER_NOTION]].assign(**{_ROW: np.arange(len(df))}))
+
+
+def _whole_picks(picks: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Picks made from ``_per_notion_rows(df)`` as ``per_notion(df)`` gives them: every column of
+    ``df`` at each pick's row, then those the selection added or set (the notion, its gaps, rt)."""
+    whole = df.iloc[picks[_ROW].to_numpy()].reset_index(drop=True)
+    for column in picks.columns:
+        if column != _ROW and (column not in df.columns or column == "fairness_notion"):
+            whole[column] = picks[column].reset_index(drop=True)
+    return whole
 
 
 def _notion_table(notions: pd.DataFrame) -> pd.DataFrame:
@@ -544,10 +567,12 @@ def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str]) -> _Tables:
     kinds = guarantees_by_method(df)
     # each notion's own violation, expanded once for every selection below (a copy of every
     # row per notion: seconds at a million rows each time a selection made it)
-    chosen_from = per_notion(df) if fairness == NOTION_GAP else df
+    chosen_from = _per_notion_rows(df) if fairness == NOTION_GAP else df
     # the main selection and the RT sweep from one ordering of the rows
     selected, swept, each_rt = selection_and_sweep(chosen_from, rt, rts, fairness, by, keep=[TEST_CONFUSION],
                                                    notes=notes)
+    if fairness == NOTION_GAP:
+        selected, chosen_from = _whole_picks(selected, df), chosen_from.drop(columns=_ROW)
     # each table counts the seeds whose pick is a constant model (marked, footnoted)
     agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
     sweep = with_constant_picks(swept, each_rt, [*by, "rt"]) if rts else None

@@ -28,6 +28,7 @@ import pandas as pd
 
 from fairdp.analysis._rows import (
     RUN_KEYS,
+    as_frame,
     check_by,
     check_fairness,
     check_rt,
@@ -342,8 +343,11 @@ def privacy_accuracy_by_eps(df: pd.DataFrame, fairness: str = "tpr_gap", *,
     """
     fairness = check_fairness(fairness)
     fcol = f"valid_{fairness}"
-    rows = ok_rows(df)
+    rows = as_frame(df)
     require_columns(rows, [*RUN_KEYS, "config_id", "eps", "valid_accuracy", "test_accuracy", "leakage"])
+    # the columns read here, taken before the filters copy the rows (a million rows, sixty columns)
+    read = [*RUN_KEYS, "config_id", "status", "eps", "valid_accuracy", "test_accuracy", "leakage", fcol, "eps_formal"]
+    rows = ok_rows(rows[[c for c in dict.fromkeys(read) if c in rows.columns]])
     numeric = ["eps", "valid_accuracy", "test_accuracy", "leakage"]
     numeric += [c for c in (fcol, "eps_formal") if c in rows.columns]
     rows = numeric_columns(rows, numeric)
