@@ -9,6 +9,7 @@ resume sees exactly what is stored, and a rerun finishes the merge."""
 from __future__ import annotations
 
 import shutil
+import threading
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -127,11 +128,17 @@ def _operations(store: ResultStore, kill_at: int, monkeypatch) -> list[str]:
     delete of a merged source. Returns the steps taken, in order."""
     steps: list[str] = []
     write, delete = store._write_in_dir, compaction._delete
+    killed = threading.Event()
+    lock = threading.Lock()
 
     def step(name: str) -> None:
-        steps.append(name)
-        if len(steps) == kill_at:
-            raise Killed(name)
+        with lock:  # deletes run on several threads: after the kill none of them does anything
+            if killed.is_set():
+                raise Killed(name)
+            steps.append(name)
+            if len(steps) == kill_at:
+                killed.set()
+                raise Killed(name)
 
     def write_in_dir(table, final):
         directory, name = final.rsplit("/", 1)
