@@ -44,7 +44,7 @@ first imported each: the analysis commands should import neither torch nor Ray, 
 reports what they do rather than asserting it.
 
 Prints one table (rows, pack files, command, wall s, rows/s, peak MiB, wall / floor at that
-size, the floor being the scan + to_pandas) and, per command, how its time grows between
+size, the floor being the scan + to_pandas, of the compacted store under ``--compacted-only``) and, per command, how its time grows between
 consecutive sizes against the rows (exponent 1: linear). One run, one timing each: on a
 shared machine rerun before trusting a difference of a few percent. A command that fails
 is reported with its last stderr line and the benchmark goes on.
@@ -364,7 +364,9 @@ def fmt(v, spec: str) -> str:
 
 
 def print_table(figures: list[Figure]) -> None:
-    floor = {f.size: f.wall_s for f in figures if f.command == "floor: scan + to_pandas"}
+    # the floor: the uncompacted scan + to_pandas at that size, else (--compacted-only) the compacted one
+    floor = {f.size: f.wall_s for f in figures if f.command == "floor: scan + to_pandas (compacted)"}
+    floor.update({f.size: f.wall_s for f in figures if f.command == "floor: scan + to_pandas"})
     print("| rows | pack files | command | wall s | rows/s | peak MiB | in-proc s | / floor |")
     print("|---|---|---|---|---|---|---|---|")
     for f in figures:

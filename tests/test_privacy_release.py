@@ -277,6 +277,23 @@ def test_a_mean_over_seeds_of_a_local_method_is_not_covered():
     assert table.loc["private_reductions", "guarantee"] == "local, replace one record's attribute"
 
 
+
+def test_the_reports_release_tables_from_one_computation_are_the_separate_calls():
+    """``selection_release`` (the report's: scopes and compositions computed once) gives
+    ``released_guarantees`` and ``release_summary`` exactly, over kinds composed apart."""
+    from fairdp.analysis import select_by_rt
+    from fairdp.analysis._release import selection_release
+
+    rows = pd.concat([_rows([None, None], [4.0, 4.0], 0.0, "federate").assign(seed=s) for s in (0, 1)],
+                     ignore_index=True)
+    rr = dp_accounting.RandomizedResponseDpEvent(0.5, 2)
+    rows = pd.concat([rows, _seeds([[rr], [rr]], 1.0, 0.0, "private_reductions", "replace_one")], ignore_index=True)
+    selected = select_by_rt(rows, 1.0)
+    released, summary = selection_release(rows, selected, 1.0)
+    apart = released_guarantees(rows, selected, 1.0)
+    pd.testing.assert_frame_equal(released, apart)
+    pd.testing.assert_frame_equal(summary, release_summary(apart, rows, 1.0))
+
 # -- random count: repeat and select ------------------------------------------------------------------
 
 @pytest.mark.parametrize(("sigma", "mean", "shape", "pinned"), [

@@ -76,16 +76,32 @@ def released_guarantees(df: object, selected: object, rt: float, by: Sequence[st
     ``RELEASED_GUARANTEE_COLUMNS`` added: eps_released at delta_released, how many configs the run
     trained, and the bound used (see the module docstring). ``df`` holds every row the
     selection chose from; ``rt`` is the threshold it used."""
+    return _released(df, selected, rt, by)[0]
+
+
+def selection_release(df: object, selected: object, rt: float, by: Sequence[str] = ()) -> tuple[pd.DataFrame,
+                                                                                                 pd.DataFrame]:
+    """``released_guarantees(df, selected, rt, by)`` and its ``release_summary``, from one
+    computation of the selections' scopes and compositions (what the report shows of both)."""
+    released, releases, chosen = _released(df, selected, rt, by)
+    return released, release_summary(released, df, rt, by, _computed=(releases, chosen))
+
+
+def _released(df: object, selected: object, rt: float, by: Sequence[str]) -> tuple[pd.DataFrame, _Releases,
+                                                                                      np.ndarray]:
+    """``released_guarantees``' table, the ``_Releases`` that computed it and the scope each
+    selection chose from."""
     rt = check_rt(rt)
     rows = as_frame(df, "df")
     out = as_frame(selected, "selected").copy()
     by = check_by(by, out)
     require_columns(rows, [*RUN_KEYS, "config_id"], "df")
     stats, chosen = _selection_scopes(rows, out, by)
-    values = _Releases(stats, rt).of(out, chosen)
+    releases = _Releases(stats, rt)
+    values = releases.of(out, chosen)
     for i, col in enumerate(RELEASED_GUARANTEE_COLUMNS):
         out[col] = [v[i] for v in values]
-    return out
+    return out, releases, chosen
 
 
 def has_release_events(df: pd.DataFrame) -> bool:
@@ -399,21 +415,25 @@ NOT_COVERED = ("no ε here covers the validation rows, whose protected attribute
 """What no ε of a release covers, said beside it."""
 
 
-def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: Sequence[str] = ()) -> pd.DataFrame:
+def release_summary(released: pd.DataFrame, rows: pd.DataFrame, rt: float, by: Sequence[str] = (), *,
+                    _computed: tuple[_Releases, np.ndarray] | None = None) -> pd.DataFrame:
     """Per (dataset, method, *by) of ``released_guarantees``' output (``rows``: every row the
     selection chose from; ``rt``: its threshold): the guarantee kind, seeds, the selected
     configs' largest eps_formal, the largest eps_released over seeds (``PER_SEED``: one
     seed's pick released alone) and the eps of releasing the mean over those seeds
     (``MEAN_OVER_SEEDS``: every seed's pick, each selected on the same data, composed; see
     the module docstring), their delta, configs trained per run (min-max), the bound of the
-    seed with the largest eps_released and the bound of the mean."""
+    seed with the largest eps_released and the bound of the mean. ``_computed``: the
+    ``_Releases`` and chosen scopes ``released`` was computed with (``selection_release``)."""
     rt = check_rt(rt)
     rows = as_frame(rows, "rows")
     by = check_by(by)
     keys = ["dataset", "method", *by]
     kinds = guarantees_by_method(rows) if len(rows) else {}
     released = released.reset_index(drop=True)
-    if len(released):
+    if _computed is not None:
+        releases, chosen = _computed
+    elif len(released):
         stats, chosen = _selection_scopes(rows, released, by)
         releases = _Releases(stats, rt)
     out = []
