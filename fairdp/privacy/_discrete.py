@@ -169,13 +169,20 @@ class GridLaplace:
 def _build(t: int, grid_exponent: int, bound: int) -> GridLaplace:
     a = math.exp(-1.0 / t)
     u_bits = max(1, (t - 1).bit_length())
-    u_table = _alias(_quantise(np.exp(-np.arange(t, dtype=np.float64) / t)), u_bits)
+    u_table = _alias(_quantise(_exp_each(-np.arange(t, dtype=np.float64) / t)), u_bits)
     zero = round((1 - a) / (1 + a) * 2.0 ** 63)
     return GridLaplace(grid_exponent, t, bound, u_bits, u_table, zero)
 
 
+def _exp_each(x: np.ndarray) -> np.ndarray:
+    """exp of each entry by the C library's exp, the same on every x86 CPU: NumPy's own vector exp
+    (taken on CPUs with AVX-512) differs from it in the last bit of about one value in twenty, so
+    the tables, and the loss computed from them, would depend on the machine that built them."""
+    return np.fromiter((math.exp(v) for v in x.tolist()), dtype=np.float64, count=len(x))
+
+
 def _v_counts() -> list[int]:
-    weights = np.exp(-np.arange(VMAX + 1, dtype=np.float64))
+    weights = _exp_each(-np.arange(VMAX + 1, dtype=np.float64))
     weights[:VMAX] *= 1 - math.exp(-1.0)  # P(V = v) = (1 - 1/e) e^-v; P(V >= VMAX) = e^-VMAX
     return _quantise(weights)
 
