@@ -402,9 +402,14 @@ def _cmd_run(args) -> int:
     from fairdp.study._shared import DEFAULT_EXECUTOR, selection_text, with_overrides
 
     spec = with_overrides(load_spec(args.study), _seed_list(args.seeds), args.epochs)
-    summary = run_study(spec, args.results, args.address, repair=args.repair, executor=args.executor or DEFAULT_EXECUTOR,
-                        dry_run=args.dry_run, checkpoint_every_s=args.checkpoint_every, progress_stream=sys.stderr,
-                        compact=args.compact)
+    try:
+        summary = run_study(spec, args.results, args.address, repair=args.repair,
+                            executor=args.executor or DEFAULT_EXECUTOR, dry_run=args.dry_run,
+                            checkpoint_every_s=args.checkpoint_every, progress_stream=sys.stderr, compact=args.compact)
+    except KeyboardInterrupt:  # outside a pack (planning, between packs, the seed's compaction)
+        print(f"fairdp run: interrupted; what finished is stored in {args.results}, and the same command resumes",
+              file=sys.stderr)
+        return 130
     if args.dry_run:
         print("\n".join(summary.plan_lines), file=sys.stderr)
         return 0

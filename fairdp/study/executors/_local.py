@@ -47,8 +47,8 @@ def run_packs_locally(ctx: StudyContext, packs: list[Pack], spec: StudySpec, pro
     failed = 0
     for done, pack in enumerate(packs):
         key = str(done)
-        progress.start_pack(key, pack.method, len(pack.configs))
-        try:
+        try:  # a Ctrl-C between two packs leaves this one unfinished too
+            progress.start_pack(key, pack.method, len(pack.configs))
             if attempt_pack(ctx, pack, key, spec.resources.max_failures, progress) is None:
                 failed += 1
         except KeyboardInterrupt:
