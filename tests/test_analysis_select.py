@@ -1,5 +1,6 @@
 """RT selection, seed aggregation, accuracy binning and privacy-by-eps on hand-built tables."""
 
+import json
 import math
 
 import numpy as np
@@ -326,6 +327,17 @@ def test_violation_accuracy_by_eps_is_tran_et_als_figure_table():
 
 
 
+def _confusion(constant: bool) -> str:
+    """A test split's per-group confusion counts (group, true label, predicted label) as rows store
+    them: a model predicting class 0 for every row when ``constant``."""
+    from fairdp.fairness import confusion
+
+    rng = np.random.default_rng(0)
+    y, s = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
+    y_pred = np.zeros(200, int) if constant else np.where(rng.random(200) < 0.8, y, 1 - y)
+    return json.dumps(confusion(y, y_pred, s, n_classes=2, n_groups=2).tolist())
+
+
 @pytest.mark.parametrize("by", [("fairness_notion", "eps"), ("fairness_notion",)])
 def test_a_reports_violation_table_is_violation_accuracy_by_eps(by):
     """Under notion_gap by notion and eps the report takes that table from its own selection,
@@ -339,12 +351,24 @@ def test_a_reports_violation_table_is_violation_accuracy_by_eps(by):
     # columns the per-notion copy leaves out, which a pick still carries
     df["valid_confusion"] = pd.array([f'{{"v": {i}}}' for i in range(len(df))], dtype="str")
     df["device"], df["error"] = pd.Categorical(["cpu"] * len(df)), None
+    # every third row's model predicts one class for every test row (a constant model)
+    df["test_confusion"] = [_confusion(constant=i % 3 == 0) for i in range(len(df))]
     df.loc[0, "status"] = "error"
     o, df = _checked(df, ReportOptions(rt=1.0, fairness="notion_gap", by=by, rts=(0.0, 1.0)))
     notes, apart = [], []
     tables = _tables_of(df, o, notes)
     pd.testing.assert_frame_equal(tables.selected, select_by_rt(df, 1.0, "notion_gap", list(by), notes=apart))
     assert "_row" not in tables.view.columns
+    # the fronts leave the constant models out, each notion's copy by its row's own counts
+    from fairdp.analysis import per_notion
+    from fairdp.analysis._predictions import constant_models, without_constant_models
+    from fairdp.analysis._report import _per_notion_view
+
+    fronts = without_constant_models(_per_notion_view(per_notion(df)))
+    assert 0 < len(tables.front_rows) < len(tables.view)
+    pd.testing.assert_frame_equal(tables.front_rows.reset_index(drop=True),
+                                  fronts[list(tables.front_rows.columns)].reset_index(drop=True))
+    assert tables.constant_off == int(constant_models(df[df["status"] == "ok"]).fillna(False).sum()) > 0
     pd.testing.assert_frame_equal(tables.notions, violation_accuracy_by_eps(df, 1.0, notes=apart))
     swept = rt_sweep(df, [0.0, 1.0], "notion_gap", by=list(by), notes=apart)
     pd.testing.assert_frame_equal(tables.sweep.drop(columns="n_constant", errors="ignore"), swept)

@@ -68,7 +68,6 @@ from fairdp.analysis._predictions import (
     mark_constant_picks,
     positive_rates,
     with_constant_picks,
-    without_constant_models,
 )
 from fairdp.analysis._release import (
     MEAN_OVER_SEEDS,
@@ -212,8 +211,8 @@ _ROW = "_row"  # a per-notion row's position among the rows: its pick's whole ro
 
 
 def _per_notion_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """``per_notion`` of ``df`` without the columns ``_NOT_PER_NOTION``, each row with its
-    position in ``df`` (``_ROW``), for ``_whole_picks``."""
+    """``per_notion`` of ``df`` (ok rows) without the columns ``_NOT_PER_NOTION``, each row with
+    its position in ``df`` (``_ROW``), for ``_whole_picks``."""
     return per_notion(df[[c for c in df.columns if c not in _NOT_PER_NOTION]].assign(**{_ROW: np.arange(len(df))}))
 
 
@@ -544,17 +543,18 @@ class _Tables:
 
 
 def _pareto_rows(ok: pd.DataFrame, view: pd.DataFrame, fairness: str, keep_constant: bool,
-                 search_objectives: dict[str, str] | None,
-                 search_constraints: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+                 search_objectives: dict[str, str] | None, search_constraints: Sequence[str],
+                 ok_constant: np.ndarray, view_constant: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The rows the Pareto figure draws and those its table summarises: a search's feasible rows
-    under its objectives, else every row; constant configs left out unless ``keep_constant``."""
+    under its objectives, else every row; constant configs (``ok_constant``, ``view_constant``:
+    which rows of ``ok`` and ``view`` are, ``constant_models``) left out unless ``keep_constant``."""
     front_rows, pareto_rows = view, ok if fairness != NOTION_GAP else view
     if not keep_constant:  # a constant model is on no front unless asked: its gaps are 0 for that reason alone
-        front_rows = without_constant_models(view)
+        front_rows = view[~view_constant]
         # the same rows filtered once (each filter copies every column: a gigabyte at a million rows)
-        pareto_rows = front_rows if pareto_rows is view else without_constant_models(pareto_rows)
+        pareto_rows = front_rows if pareto_rows is view else ok[~ok_constant]
     if search_objectives:  # the search's front: its objectives, over the rows that meet its constraints
-        searched = ok if keep_constant else without_constant_models(ok)
+        searched = ok if keep_constant else ok[~ok_constant]
         front_rows = pareto_rows = searched[feasible(searched, search_constraints)]
     return front_rows, pareto_rows
 
@@ -568,12 +568,17 @@ def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str]) -> _Tables:
     kinds = guarantees_by_method(df)
     # each notion's own violation, expanded once for every selection below (a copy of every
     # row per notion: seconds at a million rows each time a selection made it)
-    chosen_from = _per_notion_rows(df) if fairness == NOTION_GAP else df
+    chosen_from = _per_notion_rows(ok) if fairness == NOTION_GAP else df
+    # whether each row's model is constant, its counts parsed once (not again per notion)
+    ok_constant = constant_models(ok).fillna(False).to_numpy(bool)
     # the main selection and the RT sweep from one ordering of the rows
     selected, swept, each_rt = selection_and_sweep(chosen_from, rt, rts, fairness, by, keep=[TEST_CONFUSION],
                                                    notes=notes)
     if fairness == NOTION_GAP:
-        selected, chosen_from = _whole_picks(selected, df), chosen_from.drop(columns=_ROW)
+        view_constant = ok_constant[chosen_from[_ROW].to_numpy()]
+        selected, chosen_from = _whole_picks(selected, ok), chosen_from.drop(columns=_ROW)
+    else:
+        view_constant = ok_constant if len(ok) == len(df) else constant_models(df).fillna(False).to_numpy(bool)
     # each table counts the seeds whose pick is a constant model (marked, footnoted)
     agg = with_constant_picks(aggregate_seeds(selected, fairness=fairness, by=by), selected, by)
     sweep = with_constant_picks(swept, each_rt, [*by, "rt"]) if rts else None
@@ -591,8 +596,9 @@ def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str]) -> _Tables:
             notions = aggregate_seeds(selected, [f"test_{NOTION_GAP}", "test_accuracy"], NOTION_GAP, by)
         else:  # each notion's violation expanded once (above) where it was
             notions = violation_accuracy_by_eps(chosen_from if fairness == NOTION_GAP else df, rt, notes=notes)
-    front_rows, pareto_rows = _pareto_rows(ok, view, fairness, keep_constant, search_objectives, o.search_constraints)
-    constant_off = 0 if keep_constant else int(constant_models(ok).fillna(False).sum())
+    front_rows, pareto_rows = _pareto_rows(ok, view, fairness, keep_constant, search_objectives, o.search_constraints,
+                                           ok_constant, view_constant)
+    constant_off = 0 if keep_constant else int(ok_constant.sum())
     pareto = _pareto_summary(pareto_rows, fairness, kinds, search_objectives)
     progress = search_progress(o.search_history, o.grid) if o.search_history is not None else None
     curves = selected_curves(history, selected, fairness) if history is not None and len(history) else None
