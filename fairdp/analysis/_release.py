@@ -290,7 +290,8 @@ class _ScopeStats:
             return pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(float) if numeric \
                 else np.asarray(values, dtype=object)
 
-        codes, text = pd.factorize(pd.Series(column(PRIVACY_EVENT, False)), sort=True, use_na_sentinel=True)
+        # the object array itself: a Series of it would first be converted to Arrow strings (0.6 s a million)
+        codes, text = pd.factorize(column(PRIVACY_EVENT, False), sort=True, use_na_sentinel=True)
         codes = codes.astype(np.int64)
         has = codes >= 0
         delta, eps = column("delta", True), column("eps_formal", True)
