@@ -54,3 +54,23 @@ def test_each_rows_config_key_is_its_own_values_as_labels(rows, categorical):
         keys = config_keys(df, method)
         assert keys == expected
         assert all(type(k[2]) is int and type(k[0]) is str for k in keys)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(row, min_size=0, max_size=40), st.booleans())
+def test_each_methods_kinds_are_the_set_of_its_rows_kinds(rows, categorical):
+    """``guarantees_by_method`` (each distinct method and kind once) is, per method label, its
+    rows' kinds joined in order, None where none of its rows is private."""
+    from fairdp.analysis._rows import guarantees_by_method
+
+    df = pd.DataFrame(rows, columns=["dataset", "method", "seed", "config_id", "eps_formal", "guarantee"])
+    if categorical:
+        df["method"] = df["method"].astype("category")
+    kinds = _kinds_row_by_row(df)
+    expected = {}
+    for method in sorted(set(df["method"].astype(str))):
+        found = sorted({str(k) for k, m in zip(kinds, df["method"].astype(str))
+                        if m == method and k is not None and not (isinstance(k, float) and math.isnan(k))})
+        expected[method] = "; ".join(found) if found else None
+    got = guarantees_by_method(df)
+    assert got == expected and list(got) == list(expected)

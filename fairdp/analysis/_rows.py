@@ -255,12 +255,18 @@ def guarantees_by_method(df: pd.DataFrame) -> dict[str, str | None]:
     """Each method label of ``df`` and the kind of its guarantee (``row_guarantees``; several
     kinds of one method, joined by "; "; None where no row is private). Rows of any status
     count: a failed row stores its method's kind too."""
-    out: dict[str, str | None] = {}
     kinds = row_guarantees(df)
-    for method, values in kinds.groupby(df["method"].astype(str), sort=True):
-        found = sorted({str(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))})
-        out[str(method)] = "; ".join(found) if found else None
-    return out
+    # each distinct (method, kind) pair once: a million rows hold a few
+    method_code, methods = pd.factorize(df["method"], use_na_sentinel=False)
+    kind_code, kind_values = pd.factorize(kinds.to_numpy(object), use_na_sentinel=True)  # None, NaN: -1
+    width = len(kind_values) + 1
+    found: dict[str, set[str]] = {}
+    for pair in np.unique(method_code.astype(np.int64) * width + kind_code + 1):
+        m, k = divmod(int(pair), width)
+        kinds_of_method = found.setdefault(str(methods[m]), set())
+        if k:
+            kinds_of_method.add(str(kind_values[k - 1]))
+    return {method: "; ".join(sorted(found[method])) or None for method in sorted(found)}
 
 
 def kind_of(value) -> str | None:
