@@ -44,10 +44,11 @@ first imported each: the analysis commands should import neither torch nor Ray, 
 reports what they do rather than asserting it.
 
 Prints one table (rows, pack files, command, wall s, rows/s, peak MiB, wall / floor at that
-size, the floor being the scan + to_pandas, of the compacted store under ``--compacted-only``) and, per command, how its time grows between
-consecutive sizes against the rows (exponent 1: linear). One run, one timing each: on a
-shared machine rerun before trusting a difference of a few percent. A command that fails
-is reported with its last stderr line and the benchmark goes on.
+size, the floor being the scan + to_pandas, of the compacted store under ``--compacted-only``)
+and, per command, how its time grows between consecutive sizes against the rows (exponent 1:
+linear). One run, one timing each: on a shared machine rerun before trusting a difference of
+a few percent. A command that fails is reported with its last stderr line and the benchmark
+goes on.
 """
 
 from __future__ import annotations
