@@ -506,15 +506,9 @@ def _checked(df: pd.DataFrame, options: ReportOptions | None) -> tuple[ReportOpt
         rt=check_rt(o.rt), rts=tuple(check_rt(r, "rts") for r in o.rts),
         ci=check_level(o.ci, "ci") if o.ci is not None else None, figure_formats=check_figure_formats(o.figure_formats),
         compare=tuple(o.compare), search_constraints=tuple(o.search_constraints), predictions=tuple(o.predictions))
-    if _ok(df).empty:
+    if ok_rows(df).empty:
         raise InputError("df: no result rows with status 'ok' to report")
     return o, df
-
-
-def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows with status ok (all of them in a table without a status); not a copy of every
-    column where every row is ok (a gigabyte at a million rows)."""
-    return ok_rows(df)
 
 
 def _warn(notes: Sequence[str]) -> None:
@@ -562,7 +556,7 @@ def _pareto_rows(ok: pd.DataFrame, view: pd.DataFrame, fairness: str, keep_const
 def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str]) -> _Tables:
     """The selection, its aggregates and every other table the report shows; their notes (rows
     left out) appended to ``notes``."""
-    ok = _ok(df)
+    ok = ok_rows(df)  # not a copy where every row is ok (a gigabyte at a million rows)
     rt, fairness, rts, by, keep_constant = o.rt, o.fairness, list(o.rts), list(o.by), o.keep_constant
     search_objectives, history = o.search_objectives, o.history
     kinds = guarantees_by_method(df)

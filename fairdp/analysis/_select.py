@@ -260,16 +260,16 @@ def rt_sweep(
     rows = _run_rows(df, fairness, "rt_sweep", by, notes)
     by = check_by(by)
     require_columns(rows, metrics)
-    # the columns the picks and their aggregates read: each threshold's picks are taken from them
     fcol = f"valid_{fairness}"
-    rows = numeric_columns(rows[list(dict.fromkeys([*RUN_KEYS, *by, "config_id", "valid_accuracy", fcol, *metrics]))],
-                           metrics)
-    return _sweep_table(rows, rts, _picks_at(rows, [*RUN_KEYS, *by], rts, fcol), by, metrics)
+    return _sweep_table(rows, rts, _picks_at(rows, [*RUN_KEYS, *by], rts, fcol), by, metrics, fcol)
 
 
 def _sweep_table(rows: pd.DataFrame, rts: Sequence[float], picks: Sequence[np.ndarray], by: Sequence[str],
-                 metrics: Sequence[str]) -> pd.DataFrame:
+                 metrics: Sequence[str], fcol: str) -> pd.DataFrame:
     """``rt_sweep``'s table from each threshold's picks (positions in ``rows``)."""
+    # only the columns the aggregates read: each threshold's picks are taken from them
+    rows = numeric_columns(rows[list(dict.fromkeys([*RUN_KEYS, *by, "config_id", "valid_accuracy", fcol, *metrics]))],
+                           metrics)
     parts = []
     for rt, chosen in zip(rts, picks):
         agg = _aggregate(rows.iloc[chosen], ["dataset", "method", *by], metrics)
@@ -300,9 +300,7 @@ def selection_and_sweep(df: pd.DataFrame, rt: float, rts: Sequence[float], fairn
         return selected, None, None
     metrics = ["valid_accuracy", fcol, *_default_metrics(fairness)]
     require_columns(rows, metrics)
-    narrow = numeric_columns(rows[list(dict.fromkeys([*RUN_KEYS, *by, "config_id", "valid_accuracy", fcol,
-                                                      *metrics]))], metrics)
-    sweep = _sweep_table(narrow, rts, picks[1:], by, metrics)
+    sweep = _sweep_table(rows, rts, picks[1:], by, metrics, fcol)
     kept = [c for c in dict.fromkeys([*RUN_KEYS, *by, "config_id", "status", *keep]) if c in rows.columns]
     each = pd.concat([rows[kept].iloc[chosen].reset_index(drop=True).assign(rt=r) for r, chosen in zip(rts, picks[1:])],
                      ignore_index=True)
