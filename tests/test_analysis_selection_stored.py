@@ -273,7 +273,7 @@ def test_a_run_keeps_the_search_it_finds_and_a_changed_selection_is_reported():
 
 def _record_pareto_figure(monkeypatch) -> dict:
     """The rows and pairs the report draws its Pareto figure from (the figure itself not drawn)."""
-    import fairdp.analysis._report as report
+    import fairdp.analysis._plots as plots
 
     drawn = {}
 
@@ -281,9 +281,7 @@ def _record_pareto_figure(monkeypatch) -> dict:
         drawn.update(rows=rows.copy(), pairs=[tuple(p) for p in next(a for a in args if isinstance(a, list))],
                      directions=next((a for a in args if isinstance(a, dict)), kwargs.get("directions")))
 
-    # figure_pareto_fronts(rows, pairs) builds the figure; older reports called plot_pareto_fronts(rows, path, pairs)
-    name = "figure_pareto_fronts" if hasattr(report, "figure_pareto_fronts") else "plot_pareto_fronts"
-    monkeypatch.setattr(report, name, record)
+    monkeypatch.setattr(plots, "figure_pareto_fronts", record)  # the report imports it when it draws
     return drawn
 
 

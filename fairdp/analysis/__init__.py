@@ -28,6 +28,7 @@ from fairdp.analysis._pareto import (
 )
 from fairdp.analysis._predictions import constant_models, mark_constant_picks, with_constant_picks
 from fairdp.analysis._release import released_guarantees, whole_table_release
+from fairdp.analysis._rows import default_direction
 from fairdp.analysis._search_progress import search_progress, search_vs_grid
 from fairdp.analysis._select import (
     aggregate_seeds,
@@ -67,7 +68,7 @@ __all__ = [
 
 # Figures are matplotlib's: imported on first use, so that selecting and aggregating rows
 # loads without it.
-_PLOTS = ("default_direction", "figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps", "figure_learning_curves", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep", "figure_violation_accuracy_by_eps", "legend_labels", "save_figure")
+_PLOTS = ("figure_fairness_accuracy_bins", "figure_hypervolume_history", "figure_leakage_vs_eps", "figure_learning_curves", "figure_pareto_fronts", "figure_privacy_accuracy", "figure_rt_sweep", "figure_violation_accuracy_by_eps", "legend_labels", "save_figure")
 
 
 def __getattr__(name: str):

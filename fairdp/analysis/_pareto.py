@@ -142,18 +142,61 @@ def fronts_per_run(df: pd.DataFrame, objectives: Mapping[str, str], reference: S
     keep = np.flatnonzero((run >= 0) & ~np.isnan(y).any(axis=1))
     keep = keep[np.argsort(run[keep], kind="stable")]
     runs, starts = np.unique(run[keep], return_index=True)
-    ends = np.append(starts[1:], len(keep))
-    sizes, volumes, firsts = [], [], []
-    for start, end in zip(starts, ends):
-        points = y[keep[start:end]]
-        front = points[_nondominated_mask(points)]
-        inside = front[(front < r).all(axis=1)]
-        sizes.append(len(front))
-        volumes.append(_hv(inside, r) if len(inside) else 0.0)
-        firsts.append(keep[start])
+    firsts = keep[starts]
+    if y.shape[1] == 2:  # every run in one sweep: a loop over runs costs 0.7 ms each (2,000 runs a million rows)
+        sizes, volumes = _fronts_2d(y[keep], run[keep], r)
+    else:
+        sizes, volumes = [], []
+        for start, end in zip(starts, np.append(starts[1:], len(keep))):
+            points = y[keep[start:end]]
+            front = points[_nondominated_mask(points)]
+            inside = front[(front < r).all(axis=1)]
+            sizes.append(len(front))
+            volumes.append(_hv(inside, r) if len(inside) else 0.0)
     out = rows.iloc[firsts][list(RUN_KEYS)].reset_index(drop=True) if len(runs) else \
         pd.DataFrame(columns=list(RUN_KEYS))
     return out.assign(front=np.asarray(sizes, dtype=np.int64), hypervolume=np.asarray(volumes, dtype=float))
+
+
+def _fronts_2d(y: np.ndarray, run: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per run (``run``: each row's, runs numbered in order) of minimisation points ``y`` (n, 2):
+    its front's size and the hypervolume of its front's points inside ``r``, as
+    ``_nondominated_2d`` and ``_hv2`` give run by run, in one sweep over every row. Each run's
+    running minimum of y is taken over y's ranks less an offset per run that puts every earlier
+    run's ranks above it, so no run reads another's rows, and ties stay exact."""
+    if not len(y):
+        return np.zeros(0, np.int64), np.zeros(0)
+    order = np.lexsort((y[:, 1], y[:, 0], run))
+    s, x, v = run[order], y[order, 0], y[order, 1]
+    values, rank = np.unique(v, return_inverse=True)
+    rank = rank.reshape(-1).astype(np.int64)
+    new_run = np.r_[True, s[1:] != s[:-1]]
+    nth = np.cumsum(new_run) - 1  # each row's run, counted 0, 1, ... in order
+    width = len(values) + 1  # above every rank: "no row before"
+    least = _running_least(rank, nth, width)
+    new_x = new_run | np.r_[True, x[1:] != x[:-1]]
+    start = np.flatnonzero(new_x)[np.cumsum(new_x) - 1]  # where each row's x begins within its run
+    before = np.maximum(start - 1, 0)
+    least_before = np.where(new_run[start], width, least[before])  # least y of every smaller x of its run
+    front = ~((least_before <= rank) | (rank[start] < rank))
+    runs = int(nth[-1]) + 1
+    sizes = np.bincount(nth[front], minlength=runs).astype(np.int64)
+    # the 2-D sweep over the front's points inside the reference box, in x order within each run
+    inside = np.flatnonzero(front & (x < r[0]) & (v < r[1]))
+    i_run, i_rank = nth[inside], rank[inside]
+    first = np.r_[True, i_run[1:] != i_run[:-1]]
+    least_inside = _running_least(i_rank, i_run, width)
+    prev_y = np.where(first, r[1], values[np.r_[0, least_inside[:-1]]])
+    area = (r[0] - x[inside]) * np.clip(prev_y - v[inside], 0.0, None)
+    return sizes, np.bincount(i_run, weights=area, minlength=runs)
+
+
+def _running_least(rank: np.ndarray, run: np.ndarray, width: int) -> np.ndarray:
+    """The least of ``rank`` (ints in [0, width)) up to each row within its run (``run``
+    non-decreasing): a running minimum of all rows, each run's ranks shifted below every
+    earlier run's."""
+    offset = run.astype(np.int64) * width
+    return np.minimum.accumulate(rank - offset) + offset
 
 
 def _hv2(p: np.ndarray, r: np.ndarray) -> float:

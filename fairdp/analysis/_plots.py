@@ -67,6 +67,7 @@ from fairdp.analysis._rows import (
     as_frame,
     check_fairness,
     config_keys,
+    default_direction,
     eps_labels,
     guarantees_by_method,
     kind_labels,
@@ -148,11 +149,6 @@ def _label(col: str, fairness: str | None = None) -> str:
             if col == f"{split}_{f}":
                 return f"{split} {lab} (%) ↓"
     return col
-
-
-def default_direction(column: str) -> str:
-    """"max" for accuracies and MDL (higher is better), "min" for gaps, leakage and the rest."""
-    return "max" if column.endswith("accuracy") or column.endswith("mdl") else "min"
 
 
 # --- which series go in which panel ---------------------------------------------------

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from fairdp.analysis._rows import as_frame, check_by, ok_rows
+from fairdp.analysis._rows import as_frame, check_by, factorize_objects, ok_rows
 from fairdp.analysis._select import select_at_each_rt
 from fairdp.schema import TEST_CONFUSION
 
@@ -135,7 +135,7 @@ def _of_each_confusion(confusions: pd.Series, of_counts, of_text) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    codes, texts = pd.factorize(confusions.astype(object).where(confusions.notna(), None), use_na_sentinel=True)
+    codes, texts = factorize_objects(confusions.to_numpy(object))
     width = len(of_text(None))  # how many values a text gives
     if not len(texts):
         return np.full((len(codes), width), np.nan)

@@ -55,6 +55,7 @@ from fairdp.analysis._rows import (
     check_by,
     check_rt,
     eps_scope,
+    factorize_objects,
     guarantee_text,
     guarantees_by_method,
     require_columns,
@@ -291,7 +292,7 @@ class _ScopeStats:
                 else np.asarray(values, dtype=object)
 
         # the object array itself: a Series of it would first be converted to Arrow strings (0.6 s a million)
-        codes, text = pd.factorize(column(PRIVACY_EVENT, False), sort=True, use_na_sentinel=True)
+        codes, text = factorize_objects(column(PRIVACY_EVENT, False), sort=True)
         codes = codes.astype(np.int64)
         has = codes >= 0
         delta, eps = column("delta", True), column("eps_formal", True)
@@ -456,7 +457,7 @@ WHOLE_TABLE_COLUMNS = ("dataset", "guarantee", "methods", "seeds", "configs per 
 """``whole_table_release``'s columns."""
 
 
-def whole_table_release(rows: object) -> pd.DataFrame:
+def whole_table_release(rows: object, kinds: dict[str, str | None] | None = None) -> pd.DataFrame:
     """What releasing every config of ``rows`` costs, the whole table of a study at once (every
     pick of every ``by`` value, every point of every figure): per dataset and guarantee kind
     (``guarantees_by_method``; kinds are composed apart, each in its own relation), the
@@ -465,22 +466,24 @@ def whole_table_release(rows: object) -> pd.DataFrame:
     largest delta (PF-LD's for pure-DP rows): ``ε, one seed (largest)`` over each seed's configs
     (the largest over seeds) and ``ε, all seeds`` over every seed's, the same data. A kind
     without stored events (a local guarantee per representation, no privacy) is listed as not
-    covered. Columns: ``WHOLE_TABLE_COLUMNS``."""
+    covered. ``kinds``: ``guarantees_by_method`` of ``rows`` where the caller has it. Columns:
+    ``WHOLE_TABLE_COLUMNS``."""
     rows = as_frame(rows, "rows")
     require_columns(rows, [*RUN_KEYS, "config_id"], "rows")
     # the columns read here, taken before any filter copies the rows (a million rows, sixty columns)
     rows = rows[[c for c in (*RUN_KEYS, "config_id", "status", PRIVACY_EVENT, "eps_formal", "delta", ACCOUNTANT,
                              TUNING, GUARANTEE) if c in rows.columns]]
     ok = rows[rows["status"].astype("object") == "ok"] if "status" in rows.columns else rows
-    kinds = guarantees_by_method(rows) if len(rows) else {}
+    if kinds is None:
+        kinds = guarantees_by_method(rows) if len(rows) else {}
     out = []
     for dataset, in_ds in ok.groupby("dataset", sort=True):
         by_kind: dict = {}
-        for method in sorted(in_ds["method"].astype(str).unique()):
+        for method in sorted(map(str, in_ds["method"].unique())):
             if kinds.get(method) is not None:
                 by_kind.setdefault(kinds[method], []).append(method)
         for kind, methods in sorted(by_kind.items()):
-            mine = in_ds[in_ds["method"].astype(str).isin(methods)]
+            mine = in_ds[in_ds["method"].isin(methods).to_numpy(bool)]
             seeds = sorted(mine["seed"].unique())
             per_seed = mine.groupby("seed")["config_id"].size()
             configs = f"{per_seed.min()}" if per_seed.min() == per_seed.max() else f"{per_seed.min()}-{per_seed.max()}"

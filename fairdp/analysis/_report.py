@@ -18,7 +18,7 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,18 +48,6 @@ from fairdp.analysis._intervals import (
 )
 from fairdp.analysis._papers import comparison_section, get_paper
 from fairdp.analysis._pareto import fronts_per_run
-from fairdp.analysis._plots import (
-    default_direction,
-    figure_fairness_accuracy_bins,
-    figure_hypervolume_history,
-    figure_leakage_vs_eps,
-    figure_learning_curves,
-    figure_pareto_fronts,
-    figure_privacy_accuracy,
-    figure_rt_sweep,
-    figure_violation_accuracy_by_eps,
-    save_figure,
-)
 from fairdp.analysis._predictions import (
     CONSTANT_PICKS,
     CONSTANT_RATE,
@@ -70,6 +58,7 @@ from fairdp.analysis._predictions import (
     with_constant_picks,
 )
 from fairdp.analysis._release import (
+    ACCOUNTANT,
     MEAN_OVER_SEEDS,
     NOT_COVERED,
     PER_SEED,
@@ -88,6 +77,7 @@ from fairdp.analysis._rows import (
     check_rt,
     config_keys,
     converted_methods,
+    default_direction,
     guarantee_text,
     guarantees_by_method,
     kinds_of,
@@ -126,7 +116,14 @@ from fairdp.analysis._tables import (
 )
 from fairdp.constraints import feasible
 from fairdp.errors import InputError
-from fairdp.schema import NOTION_GAP, PRIVACY_EVENT, TEST_CONFUSION, VALID_CONFUSION
+from fairdp.schema import (
+    GUARANTEE,
+    NOTION_GAP,
+    RUN_KEYS,
+    TEST_CONFUSION,
+    TUNING,
+    VALID_CONFUSION,
+)
 
 FIGURES = {
     "rt_sweep": "Validation accuracy, fairness and leakage against the relaxation threshold (FEDERATE Fig. 2): the "
@@ -205,15 +202,20 @@ def _per_notion_view(df: pd.DataFrame) -> pd.DataFrame:
 
 # the columns no per-notion table or view reads: ``_per_notion_rows`` copies the rest, 1.4 times
 # the rows at Adult's two notions (every column of a million rows had been a gigabyte more)
-_NOT_PER_NOTION = (VALID_CONFUSION, PRIVACY_EVENT, "device", "packing", "sampler", "error", "probe", "optimizer",
-                   "precision", "pack_id", "finished_at")
+_PER_NOTION_KEPT = ("config_id", "status", "fairness_notion", "eps", "eps_formal", "delta", GUARANTEE, ACCOUNTANT,
+                    TUNING, "leakage", "mdl", "mdl_uniform", TEST_CONFUSION)
 _ROW = "_row"  # a per-notion row's position among the rows: its pick's whole row
 
 
-def _per_notion_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """``per_notion`` of ``df`` (ok rows) without the columns ``_NOT_PER_NOTION``, each row with
-    its position in ``df`` (``_ROW``), for ``_whole_picks``."""
-    return per_notion(df[[c for c in df.columns if c not in _NOT_PER_NOTION]].assign(**{_ROW: np.arange(len(df))}))
+def _per_notion_rows(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """``per_notion`` of ``df`` (ok rows) with the columns the per-notion tables and views read
+    (the run keys, ``by``, every valid and test metric, leakage and MDL, the guarantee's columns,
+    ``_PER_NOTION_KEPT``), each row with its position in ``df`` (``_ROW``) for ``_whole_picks``,
+    which gives the picks every column. The copy repeats each row without a notion once per
+    notion: each column it carries costs 30 ms and 11 MB a million rows."""
+    metrics = [c for c in df.columns if c.startswith(("valid_", "test_")) and c != VALID_CONFUSION]
+    kept = [c for c in dict.fromkeys([*RUN_KEYS, *by, *_PER_NOTION_KEPT, *metrics]) if c in df.columns]
+    return per_notion(df[kept].assign(**{_ROW: np.arange(len(df))}))
 
 
 def _whole_picks(picks: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
@@ -529,7 +531,7 @@ class _Tables:
     bins: pd.DataFrame               # fairness-accuracy bins
     by_eps: pd.DataFrame | None      # privacy-accuracy per eps
     notions: pd.DataFrame | None     # violation and accuracy per (notion, eps)
-    front_rows: pd.DataFrame         # the rows the Pareto figure draws
+    front_rows: Callable[[], pd.DataFrame]  # the rows the Pareto figure draws (filtered when it is)
     constant_off: int                # constant configs left off the fronts
     pareto: pd.DataFrame | None      # front sizes and hypervolumes
     progress: pd.DataFrame | None    # a search's hypervolume per generation
@@ -538,31 +540,52 @@ class _Tables:
 
 def _pareto_rows(ok: pd.DataFrame, view: pd.DataFrame, fairness: str, keep_constant: bool,
                  search_objectives: dict[str, str] | None, search_constraints: Sequence[str],
-                 ok_constant: np.ndarray, view_constant: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The rows the Pareto figure draws and those its table summarises: a search's feasible rows
-    under its objectives, else every row; constant configs (``ok_constant``, ``view_constant``:
-    which rows of ``ok`` and ``view`` are, ``constant_models``) left out unless ``keep_constant``."""
-    front_rows, pareto_rows = view, ok if fairness != NOTION_GAP else view
-    if not keep_constant:  # a constant model is on no front unless asked: its gaps are 0 for that reason alone
-        front_rows = view[~view_constant]
-        # the same rows filtered once (each filter copies every column: a gigabyte at a million rows)
-        pareto_rows = front_rows if pareto_rows is view else ok[~ok_constant]
+                 ok_constant: np.ndarray, view_constant: np.ndarray,
+                 columns: Sequence[str]) -> tuple[Callable[[], pd.DataFrame], pd.DataFrame]:
+    """The rows the Pareto figure draws (a function: filtered only if the figure is drawn) and
+    those its table summarises, narrowed to ``columns`` (what ``_pareto_summary`` reads) before
+    they are filtered: a search's feasible rows under its objectives, else every row; constant
+    configs (``ok_constant``, ``view_constant``: which rows of ``ok`` and ``view`` are,
+    ``constant_models``) left out unless ``keep_constant``. Each filter of the whole rows copies
+    every column: a gigabyte at a million rows."""
     if search_objectives:  # the search's front: its objectives, over the rows that meet its constraints
         searched = ok if keep_constant else ok[~ok_constant]
-        front_rows = pareto_rows = searched[feasible(searched, search_constraints)]
-    return front_rows, pareto_rows
+        rows = searched[feasible(searched, search_constraints)]
+        return lambda: rows, rows
+    source, constant = (ok, ok_constant) if fairness != NOTION_GAP else (view, view_constant)
+    narrow = source[[c for c in dict.fromkeys(columns) if c in source.columns]]
+    if keep_constant:
+        return lambda: view, narrow
+    # a constant model is on no front unless asked: its gaps are 0 for that reason alone
+    return lambda: view[~view_constant], narrow[~constant]
 
 
-def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str]) -> _Tables:
+def _pareto_columns(fairness: str) -> list[str]:
+    """The columns ``_pareto_summary`` reads without a search's objectives."""
+    return ["status", *RUN_KEYS, "valid_accuracy", f"valid_{fairness}", "leakage"]
+
+
+def _pareto_figure(rows: pd.DataFrame, selected: pd.DataFrame, fairness: str,
+                   search_objectives: dict[str, str] | None):
+    """The Pareto figure of ``rows``, its limits set around the selected configs."""
+    from fairdp.analysis import _plots as plots
+
+    return plots.figure_pareto_fronts(rows, _figure_pairs(fairness, search_objectives), search_objectives,
+                                focus=_picked_rows(rows, selected))  # a search's directions
+
+
+def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str],
+               kinds: dict[str, str | None] | None = None) -> _Tables:
     """The selection, its aggregates and every other table the report shows; their notes (rows
-    left out) appended to ``notes``."""
+    left out) appended to ``notes``; ``kinds``: ``guarantees_by_method`` of ``df`` where the
+    caller has it."""
     ok = ok_rows(df)  # not a copy where every row is ok (a gigabyte at a million rows)
     rt, fairness, rts, by, keep_constant = o.rt, o.fairness, list(o.rts), list(o.by), o.keep_constant
     search_objectives, history = o.search_objectives, o.history
-    kinds = guarantees_by_method(df)
+    kinds = guarantees_by_method(df) if kinds is None else kinds
     # each notion's own violation, expanded once for every selection below (a copy of every
     # row per notion: seconds at a million rows each time a selection made it)
-    chosen_from = _per_notion_rows(ok) if fairness == NOTION_GAP else df
+    chosen_from = _per_notion_rows(ok, by) if fairness == NOTION_GAP else df
     # whether each row's model is constant, its counts parsed once (not again per notion)
     ok_constant = constant_models(ok).fillna(False).to_numpy(bool)
     # the main selection and the RT sweep from one ordering of the rows
@@ -591,7 +614,7 @@ def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str]) -> _Tables:
         else:  # each notion's violation expanded once (above) where it was
             notions = violation_accuracy_by_eps(chosen_from if fairness == NOTION_GAP else df, rt, notes=notes)
     front_rows, pareto_rows = _pareto_rows(ok, view, fairness, keep_constant, search_objectives, o.search_constraints,
-                                           ok_constant, view_constant)
+                                           ok_constant, view_constant, _pareto_columns(fairness))
     constant_off = 0 if keep_constant else int(ok_constant.sum())
     pareto = _pareto_summary(pareto_rows, fairness, kinds, search_objectives)
     progress = search_progress(o.search_history, o.grid) if o.search_history is not None else None
@@ -627,29 +650,31 @@ def _draw_figures(df: pd.DataFrame, t: _Tables, o: ReportOptions, notes: list[st
     """Every figure of the report by name (None where it draws none), not yet saved, their notes
     (intervals over few seeds) appended to ``notes``; ``only``: just these (the others are not
     drawn: None)."""
+    if only is not None and not len(only):  # nothing drawn: matplotlib is not even imported
+        return dict.fromkeys(FIGURES)
+    from fairdp.analysis import _plots as plots
+
     rt, fairness, rts, by, search_objectives = o.rt, o.fairness, list(o.rts), list(o.by), o.search_objectives
     bars = {"error_bars": o.error_bars, "level": o.ci if o.ci is not None else 95.0}
     drawn = {**bars, "notes": notes}
     eps_fairness = fairness if fairness != NOTION_GAP else "dp_gap"
     drawers = {
-        "rt_sweep": lambda: (figure_rt_sweep(_seed_bounds(
+        "rt_sweep": lambda: (plots.figure_rt_sweep(_seed_bounds(
             t.sweep, df, lambda rows, seen: rt_sweep(rows, rts, fairness, by=by, notes=seen),
             ["dataset", "method", *by, "rt"], **bars), fairness, by, **drawn) if t.sweep is not None else None),
-        "violation_accuracy_eps": lambda: (figure_violation_accuracy_by_eps(_seed_bounds(
+        "violation_accuracy_eps": lambda: (plots.figure_violation_accuracy_by_eps(_seed_bounds(
             t.notions, df, lambda rows, seen: violation_accuracy_by_eps(rows, rt, notes=seen),
             ["dataset", "method", "fairness_notion", "eps"], **bars), **drawn) if t.notions is not None else None),
-        "fairness_accuracy_bins": lambda: figure_fairness_accuracy_bins(_seed_bounds(
+        "fairness_accuracy_bins": lambda: plots.figure_fairness_accuracy_bins(_seed_bounds(
             t.bins, t.view, lambda rows, seen: fairness_accuracy_bins(rows, fairness, notes=seen),
             ["dataset", "method", "accuracy_bin"], **bars), fairness, **drawn),
-        "privacy_accuracy": lambda: (figure_privacy_accuracy(_seed_bounds(
+        "privacy_accuracy": lambda: (plots.figure_privacy_accuracy(_seed_bounds(
             t.by_eps, df, lambda rows, seen: privacy_accuracy_by_eps(rows, eps_fairness, notes=seen),
             ["dataset", "method", "eps"], **bars), **drawn) if t.by_eps is not None else None),
-        "leakage_vs_eps": lambda: figure_leakage_vs_eps(df) if {"eps", "leakage"} <= set(df.columns) else None,
-        "pareto_fronts": lambda: figure_pareto_fronts(t.front_rows, _figure_pairs(fairness, search_objectives),
-                                              search_objectives,  # a search's directions
-                                              focus=_picked_rows(t.front_rows, t.selected)),
-        "hypervolume_history": lambda: figure_hypervolume_history(t.progress) if t.progress is not None else None,
-        "learning_curves": lambda: (figure_learning_curves(t.curves, fairness,
+        "leakage_vs_eps": lambda: plots.figure_leakage_vs_eps(df) if {"eps", "leakage"} <= set(df.columns) else None,
+        "pareto_fronts": lambda: _pareto_figure(t.front_rows(), t.selected, fairness, search_objectives),
+        "hypervolume_history": lambda: plots.figure_hypervolume_history(t.progress) if t.progress is not None else None,
+        "learning_curves": lambda: (plots.figure_learning_curves(t.curves, fairness,
                                                            f"Validation curves of the configs selected at RT = {rt:g}")
                                     if t.curves is not None else None),
     }
@@ -703,13 +728,15 @@ def _save_figures(drawn: dict, fig_dir: Path, formats: Sequence[str] = ("png",))
     fig_dir.mkdir(parents=True, exist_ok=True)
     figures = {}
     for name, fig in drawn.items():
-        figures[name] = None if fig is None else save_figure(fig, fig_dir / f"{name}.png")
+        if fig is not None:  # matplotlib only where a figure was drawn
+            from fairdp.analysis import _plots as plots
+        figures[name] = None if fig is None else plots.save_figure(fig, fig_dir / f"{name}.png")
         for f in FIGURE_FORMATS:
             path = fig_dir / f"{name}.{f}"
             if fig is None or f not in formats:
                 path.unlink(missing_ok=True)
             elif f != "png":
-                save_figure(fig, path)
+                plots.save_figure(fig, path)
     return figures
 
 
@@ -1261,7 +1288,7 @@ def write_report(df: pd.DataFrame, out_dir: str | os.PathLike, options: ReportOp
     rt, fairness, by, ci, keep_constant = o.rt, o.fairness, list(o.by), o.ci, o.keep_constant
     notes: list[str] = []  # what computing and drawing noted (rows left out, few seeds): a page, and warnings
     with figure_style_context(o.figure_style):
-        t = _tables_of(df, o, notes)
+        t = _tables_of(df, o, notes, kinds)
         # without figures (``figures=False``) every page is as it is with them, less its figures
         drawn = _draw_figures(df, t, o, notes, only=None if o.figures else ())
         figures = _save_figures(drawn, out / "figures", o.figure_formats)
@@ -1269,7 +1296,7 @@ def write_report(df: pd.DataFrame, out_dir: str | os.PathLike, options: ReportOp
     ok = t.ok
 
     agg, marks = _main_table(t.agg, by, ci, keep_constant, method_deltas(df))
-    whole = whole_table_release(df) if has_release_events(df) else None  # every config, released at once
+    whole = whole_table_release(df, kinds) if has_release_events(df) else None  # every config, released at once
     papers = _paper_sections(df, o.compare)
     sections = [
         _results_section(df, ok, agg, rt, fairness, by, ci, kinds, whole),

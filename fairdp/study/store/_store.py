@@ -474,6 +474,9 @@ class ResultStore:
         # each column's Arrow buffers freed as it converts: the peak is about the frame, not twice it
         df = table.to_pandas(split_blocks=True, self_destruct=True)
         del table
+        # the conversion's freed buffers back to the system: Arrow's allocator keeps them
+        # otherwise (a third of a gigabyte at a million rows), and pandas never reuses them
+        pa.default_memory_pool().release_unused()
         for name in dictionaries:  # read as a dictionary (``_scan_files``)
             df[name] = df[name].astype(object)
         return df, corrupt
