@@ -327,6 +327,7 @@ LAYER_ROLES = {
     "fairness": "the fairness gaps as functions of confusion counts",
     "constraints": "search constraints (`valid_accuracy >= 80`): parsing, and a row's violations",
     "_atomic": "writes that never leave half a file: a hidden temporary, then a rename",
+    "_malloc": "the C allocator's settings for the commands that analyse a whole results table",
     "_imports": "user code a study names (method plugins, model files), imported once per process",
     "_lazy": "a package's names imported on first use (PEP 562), so that importing it stays light",
     "_rng": "per-config random streams for packed training",

@@ -1,10 +1,13 @@
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -229,3 +232,25 @@ def resolve_dotted(dotted: str):
             obj = getattr(obj, part, None)
         return obj
     return None
+
+
+def confusion_text(draw) -> str | None:
+    """A stored ``test_confusion`` as fairdp writes it, or as a hand-edited file might hold it:
+    (G, C, C) counts (zeros included, ints or floats, spaced or not), another shape, text that
+    is not numbers, or nothing."""
+    kind = draw(st.sampled_from(["gcc", "gcc", "gcc", "2d", "ragged", "words", "none", "none", "nan"]))
+    if kind == "none":
+        return None
+    if kind == "words":
+        return draw(st.sampled_from(["", "[]", "[[[a,b],[c,d]]]", "[[[1,],[2,3]]]", "[[[]]]"]))
+    g, c = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    counts = np.array(draw(st.lists(st.integers(0, 50), min_size=g * c * c, max_size=g * c * c)), dtype=float)
+    counts = counts.reshape(g, c, c)
+    if kind == "nan":
+        counts[0, 0, 0] = np.nan
+    value = counts.tolist() if draw(st.booleans()) else counts.astype(int).tolist() if kind != "nan" else counts.tolist()
+    if kind == "2d":
+        value = value[0]
+    if kind == "ragged":
+        value[0][0] = value[0][0] + [1]
+    return json.dumps(value, separators=(",", ":") if draw(st.booleans()) else (", ", ": "))

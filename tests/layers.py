@@ -12,7 +12,7 @@ of it, and share its private modules. Inside ``fairdp.study`` its parts have lay
 
 # unit -> rank: a unit imports only units of lower or equal rank
 LAYERS = {
-    "errors": 0, "schema": 0, "fairness": 0, "_atomic": 0, "_imports": 0, "_lazy": 0, "_rng": 0, "_philox": 0, "constraints": 0,
+    "errors": 0, "schema": 0, "fairness": 0, "_atomic": 0, "_malloc": 0, "_imports": 0, "_lazy": 0, "_rng": 0, "_philox": 0, "constraints": 0,
     "data": 1,
     "privacy": 2,
     "engine": 3,

@@ -27,9 +27,11 @@ from fairdp.analysis import (
     select_by_rt,
     write_report,
 )
-from fairdp.analysis._groups import rates_from_confusion
+from fairdp.analysis._groups import _counts_arrays, rates_from_confusion
+from fairdp.errors import InputError
 from fairdp.fairness import confusion, group_rates
 from fairdp.study import ResultStore
+from tests.conftest import confusion_text
 
 from .conftest import whole_report
 
@@ -206,3 +208,32 @@ def test_per_group_rates_are_each_rows_rates_from_its_counts(counts, data):
         return
     want = pd.concat(parts, ignore_index=True)[list(got.columns)]
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want, check_dtype=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_counts_parsed_at_once_are_each_texts_json(data):
+    """The texts parsed in pyarrow all at once give, text by text and shape by shape, the counts
+    json.loads gives each (ints, floats, spaced or not, other shapes, words, NaN, nothing), and
+    refuse what it refuses."""
+    texts = [confusion_text(data.draw) for _ in range(data.draw(st.integers(0, 12)))]
+    texts += texts[: data.draw(st.integers(0, len(texts)))]  # repeated texts
+    want: dict = {}
+    try:
+        for i, text in enumerate(texts):
+            if isinstance(text, str) and text:
+                conf = np.asarray(json.loads(text), dtype=np.int64)
+                if conf.ndim != 3 or conf.shape[1] != conf.shape[2] or conf.shape[1] < 2:
+                    raise InputError(f"confusion: expected counts (G, C, C) with C >= 2, got shape {conf.shape}")
+                want.setdefault(conf.shape, ([], []))[0].append(i)
+                want[conf.shape][1].append(conf)
+    except (ValueError, InputError) as refused:  # not JSON, ragged, NaN, another shape
+        with pytest.raises(type(refused)) as got:
+            _counts_arrays(np.asarray(texts, dtype=object))
+        assert str(got.value) == str(refused)  # the first text refused, as the loop refuses it
+        return
+    got = _counts_arrays(np.asarray(texts, dtype=object))
+    assert sorted(got) == sorted(want)
+    for shape, (positions, counts) in got.items():
+        assert positions.tolist() == want[shape][0]
+        assert counts.dtype == np.int64 and (counts == np.stack(want[shape][1])).all()

@@ -16,6 +16,7 @@ from fairdp.analysis._predictions import (
     positive_rates_of,
 )
 from fairdp.fairness import confusion
+from tests.conftest import confusion_text
 
 
 @pytest.mark.parametrize("p", [0.0, 0.004, 0.3, 0.999, 1.0])
@@ -47,34 +48,12 @@ def test_a_task_of_more_than_two_classes_has_no_positive_rate():
     assert all(np.isnan(positive_rate(json.dumps(conf))))
 
 
-def _confusion_text(draw) -> str | None:
-    """A stored ``test_confusion`` as fairdp writes it, or as a hand-edited file might hold it:
-    (G, C, C) counts (zeros included, ints or floats, spaced or not), another shape, text that
-    is not numbers, or nothing."""
-    kind = draw(st.sampled_from(["gcc", "gcc", "gcc", "2d", "ragged", "words", "none", "none", "nan"]))
-    if kind == "none":
-        return None
-    if kind == "words":
-        return draw(st.sampled_from(["", "[]", "[[[a,b],[c,d]]]", "[[[1,],[2,3]]]", "[[[]]]"]))
-    g, c = draw(st.integers(1, 4)), draw(st.integers(1, 3))
-    counts = np.array(draw(st.lists(st.integers(0, 50), min_size=g * c * c, max_size=g * c * c)), dtype=float)
-    counts = counts.reshape(g, c, c)
-    if kind == "nan":
-        counts[0, 0, 0] = np.nan
-    value = counts.tolist() if draw(st.booleans()) else counts.astype(int).tolist() if kind != "nan" else counts.tolist()
-    if kind == "2d":
-        value = value[0]
-    if kind == "ragged":
-        value[0][0] = value[0][0] + [1]
-    return json.dumps(value, separators=(",", ":") if draw(st.booleans()) else (", ", ": "))
-
-
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_majority_shares_all_at_once_equal_each_texts_majority_share(data):
     """The shortcut that parses every text at once gives, text by text, what the one-text
     definition gives (NaN where it gives NaN), whatever the texts hold."""
-    texts = [_confusion_text(data.draw) for _ in range(data.draw(st.integers(0, 12)))]
+    texts = [confusion_text(data.draw) for _ in range(data.draw(st.integers(0, 12)))]
     texts += texts[: data.draw(st.integers(0, len(texts)))]  # repeated texts
     try:
         wants = [majority_share(text) for text in texts]
@@ -92,7 +71,7 @@ def test_majority_shares_all_at_once_equal_each_texts_majority_share(data):
 def test_positive_rates_all_at_once_equal_each_texts_positive_rate(data):
     """As for the majority shares: the texts parsed at once give, text by text, what
     ``positive_rate`` gives (NaN where it does, and for tasks of more than two classes)."""
-    texts = [_confusion_text(data.draw) for _ in range(data.draw(st.integers(0, 12)))]
+    texts = [confusion_text(data.draw) for _ in range(data.draw(st.integers(0, 12)))]
     texts += texts[: data.draw(st.integers(0, len(texts)))]
     try:
         wants = [positive_rate(text) for text in texts]

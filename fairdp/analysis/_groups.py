@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from fairdp.analysis._rows import RUN_KEYS, check_by, ok_rows
+from fairdp.analysis._rows import RUN_KEYS, check_by, factorize_objects, ok_rows
 from fairdp.errors import InputError
 from fairdp.schema import CONFUSION_COLUMNS
 
@@ -68,18 +68,30 @@ def _split_column(split: str) -> str:
 
 
 def _counts_arrays(texts) -> dict:
-    """The counts JSON texts parsed and grouped by shape: {(G, C, C): (positions, (N, G, C, C) array)}."""
-    by_shape: dict = {}
-    for i, text in enumerate(texts):
+    """The counts JSON texts parsed and grouped by shape: {(G, C, C): (positions, (N, G, C, C) array)};
+    each distinct text parsed once (a selection repeats a row per notion, and a config's counts
+    per threshold), the first one refused raising as a loop over the texts would."""
+    codes, distinct = factorize_objects(texts)
+    parsed: list = [None] * len(distinct)
+    for code in np.unique(codes[codes >= 0]):  # in the order of their first position
+        text = distinct[code]
         if not isinstance(text, str) or not text:
             continue
         conf = np.asarray(json.loads(text), dtype=np.int64)
         if conf.ndim != 3 or conf.shape[1] != conf.shape[2] or conf.shape[1] < 2:
             raise InputError(f"confusion: expected counts (G, C, C) with C >= 2, got shape {conf.shape}")
-        by_shape.setdefault(conf.shape, ([], []))
-        by_shape[conf.shape][0].append(i)
-        by_shape[conf.shape][1].append(conf)
-    return {shape: (np.array(pos), np.stack(arrays)) for shape, (pos, arrays) in by_shape.items()}
+        parsed[code] = conf
+    by_shape: dict = {}
+    for code, conf in enumerate(parsed):
+        if conf is not None:
+            by_shape.setdefault(conf.shape, []).append(code)
+    out = {}
+    for shape, which in by_shape.items():
+        row_of_code = np.full(len(distinct), -1)
+        row_of_code[which] = np.arange(len(which))
+        positions = np.flatnonzero(np.isin(codes, which))
+        out[shape] = (positions, np.stack([parsed[c] for c in which])[row_of_code[codes[positions]]])
+    return out
 
 
 def per_group_rates(rows: pd.DataFrame, split: str = "test", by: Sequence[str] = ()) -> pd.DataFrame:

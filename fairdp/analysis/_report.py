@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import is_numeric_dtype
 
-from fairdp._atomic import atomic_path, output_dir
+from fairdp._atomic import output_dir, write_files
 from fairdp.analysis._completeness import Completeness
 from fairdp.analysis._curves import selected_curves
 from fairdp.analysis._error_bars import (
@@ -146,13 +146,6 @@ PARETO_CAVEAT = (
 # Percent metrics have natural worst values, which make a reference point independent of
 # the results: accuracy 0, gaps and leakage 100.
 _HV_REFERENCE = {"max": 0.0, "min": 100.0}
-
-
-def _atomic_write(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
-    return path
 
 
 def _eps_table(by_eps: pd.DataFrame, decimals: int, kinds: dict | None = None) -> pd.DataFrame:
@@ -568,7 +561,7 @@ def _pareto_columns(fairness: str) -> list[str]:
 def _pareto_figure(rows: pd.DataFrame, selected: pd.DataFrame, fairness: str,
                    search_objectives: dict[str, str] | None):
     """The Pareto figure of ``rows``, its limits set around the selected configs."""
-    from fairdp.analysis import _plots as plots
+    import fairdp.analysis._plots as plots  # matplotlib: only when a figure is drawn
 
     return plots.figure_pareto_fronts(rows, _figure_pairs(fairness, search_objectives), search_objectives,
                                 focus=_picked_rows(rows, selected))  # a search's directions
@@ -652,7 +645,7 @@ def _draw_figures(df: pd.DataFrame, t: _Tables, o: ReportOptions, notes: list[st
     drawn: None)."""
     if only is not None and not len(only):  # nothing drawn: matplotlib is not even imported
         return dict.fromkeys(FIGURES)
-    from fairdp.analysis import _plots as plots
+    import fairdp.analysis._plots as plots  # matplotlib: only when a figure is drawn
 
     rt, fairness, rts, by, search_objectives = o.rt, o.fairness, list(o.rts), list(o.by), o.search_objectives
     bars = {"error_bars": o.error_bars, "level": o.ci if o.ci is not None else 95.0}
@@ -728,8 +721,8 @@ def _save_figures(drawn: dict, fig_dir: Path, formats: Sequence[str] = ("png",))
     fig_dir.mkdir(parents=True, exist_ok=True)
     figures = {}
     for name, fig in drawn.items():
-        if fig is not None:  # matplotlib only where a figure was drawn
-            from fairdp.analysis import _plots as plots
+        if fig is not None:
+            import fairdp.analysis._plots as plots  # matplotlib only where a figure was drawn
         figures[name] = None if fig is None else plots.save_figure(fig, fig_dir / f"{name}.png")
         for f in FIGURE_FORMATS:
             path = fig_dir / f"{name}.{f}"
@@ -1335,22 +1328,24 @@ def write_report(df: pd.DataFrame, out_dir: str | os.PathLike, options: ReportOp
 
     written = [q for name, p in figures.items() if p is not None
                for q in [p, *(p.with_suffix(f".{f}") for f in o.figure_formats if f != "png")]]
-    written.append(_atomic_write(out / "table.csv", format_table(agg, "csv", fairness, by=by).encode()))
-    kept: set[Path] = set()
+    files = [(out / "table.csv", format_table(agg, "csv", fairness, by=by).encode())]
     back: Item = ("links", [("Back to the report's first page", "../report")])
     for (title, text, items), slug in zip(pages, slugs):
         page = document([(title, text, [back, *items])], f"fairdp report: {title}", "../",
                         agg if any(item is agg for _, item in items) else None)
         for fmt, renderer in (("md", MarkdownRenderer()), ("html", HtmlRenderer())):
-            kept.add(_atomic_write(out / "pages" / f"{slug}.{fmt}", renderer.render(page).encode()))
+            files.append((out / "pages" / f"{slug}.{fmt}", renderer.render(page).encode()))
         for k, table in enumerate(_section_tables(items, fairness, by)):
-            kept.add(_atomic_write(out / "tables" / f"{slug}{'' if k == 0 else f'-{k + 1}'}.csv", table.encode()))
+            files.append((out / "tables" / f"{slug}{'' if k == 0 else f'-{k + 1}'}.csv", table.encode()))
+    written.append(write_files(files)[0])
+    kept = {path for path, _ in files[1:]}
     for folder in ("pages", "tables"):  # a previous report's pages that this one does not have
         for stale in (out / folder).glob("*"):
             if stale.suffix in (".md", ".html", ".csv") and stale not in kept:
                 stale.unlink()
     written += sorted(kept)
     doc = document(first, "fairdp report", "")
-    written.append(_atomic_write(out / "report.md", MarkdownRenderer().render(doc).encode()))
-    written.append(_atomic_write(out / "report.html", HtmlRenderer().render(doc).encode()))
+    # the first page last: every page it links is in place before it
+    written += write_files([(out / "report.md", MarkdownRenderer().render(doc).encode()),
+                            (out / "report.html", HtmlRenderer().render(doc).encode())])
     return written
