@@ -254,3 +254,11 @@ def confusion_text(draw) -> str | None:
     if kind == "ragged":
         value[0][0] = value[0][0] + [1]
     return json.dumps(value, separators=(",", ":") if draw(st.booleans()) else (", ", ": "))
+
+
+def counts_text(y_pred: np.ndarray, y: np.ndarray, s: np.ndarray, n_classes: int = 2) -> str:
+    """A split's per-group confusion counts (group, true label, predicted label) of two groups,
+    as rows store them (``test_confusion``)."""
+    from fairdp.fairness import confusion
+
+    return json.dumps(confusion(y, y_pred, s, n_classes=n_classes, n_groups=2).tolist())

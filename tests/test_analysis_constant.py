@@ -2,7 +2,6 @@
 that shows them, and left out of the supported differences and the Pareto fronts unless asked."""
 
 import io
-import json
 import warnings
 
 import numpy as np
@@ -28,19 +27,14 @@ from fairdp.analysis._intervals import not_distinguishable
 from fairdp.analysis._predictions import CONSTANT_RATE, selections_at
 from fairdp.analysis._shared import render_table
 from fairdp.analysis._tables import CONSTANT_MARK, CONSTANT_ROW
-from fairdp.fairness import confusion
 from tests.test_analysis_report import synthetic_results
 
-from .conftest import whole_report
+from .conftest import counts_text, whole_report
 
 pytestmark = pytest.mark.xdist_group("analysis_constant")  # one xdist worker computes the module's shared runs once
 
 CONSTANT = "noise"  # the method whose every model predicts class 0, as DP-SGD did at 5 epochs (issue 40)
 N_TEST = 1000
-
-
-def counts(y_pred: np.ndarray, y: np.ndarray, s: np.ndarray, n_classes: int = 2) -> str:
-    return json.dumps(confusion(y, y_pred, s, n_classes=n_classes, n_groups=2).tolist())
 
 
 def rows_with_counts(seed: int = 0, configs: int = 4) -> pd.DataFrame:
@@ -50,7 +44,7 @@ def rows_with_counts(seed: int = 0, configs: int = 4) -> pd.DataFrame:
     df = synthetic_results(seed=seed, methods=("unconstrained", CONSTANT, "federate"), configs=configs)
     y, s = rng.integers(0, 2, N_TEST), rng.integers(0, 2, N_TEST)
     constant = (df["method"] == CONSTANT).to_numpy()
-    df["test_confusion"] = [counts(np.zeros(N_TEST, int) if c else np.where(rng.random(N_TEST) < 0.8, y, 1 - y), y, s)
+    df["test_confusion"] = [counts_text(np.zeros(N_TEST, int) if c else np.where(rng.random(N_TEST) < 0.8, y, 1 - y), y, s)
                             for c in constant]
     gaps = ["valid_tpr_gap", "test_tpr_gap", "valid_grms", "test_grms"]
     df.loc[constant, gaps] = 0.0
@@ -86,14 +80,14 @@ def test_a_model_is_constant_when_it_predicts_one_class_for_all_but_fewer_than_c
     y, s = rng.integers(0, 2, N_TEST), rng.integers(0, 2, N_TEST)
     y_pred = np.zeros(N_TEST, int)
     y_pred[rng.choice(N_TEST, positives, replace=False)] = 1
-    flags = constant_models(pd.DataFrame({"test_confusion": [counts(y_pred, y, s)]}))
+    flags = constant_models(pd.DataFrame({"test_confusion": [counts_text(y_pred, y, s)]}))
     assert flags.dtype == "boolean" and bool(flags.iloc[0]) is constant
 
 
 def test_constancy_holds_for_more_than_two_classes_and_is_unknown_without_counts():
     rng = np.random.default_rng(3)
     y, s = rng.integers(0, 3, N_TEST), rng.integers(0, 2, N_TEST)
-    rows = pd.DataFrame({"test_confusion": [counts(np.full(N_TEST, 2), y, s, 3), counts(y, y, s, 3), None, ""]},
+    rows = pd.DataFrame({"test_confusion": [counts_text(np.full(N_TEST, 2), y, s, 3), counts_text(y, y, s, 3), None, ""]},
                         index=[10, 11, 12, 13])
     flags = constant_models(rows)
     assert list(flags.index) == [10, 11, 12, 13]

@@ -1,6 +1,5 @@
 """RT selection, seed aggregation, accuracy binning and privacy-by-eps on hand-built tables."""
 
-import json
 import math
 
 import numpy as np
@@ -17,6 +16,7 @@ from fairdp.analysis import (
     select_by_rt,
 )
 from fairdp.errors import InputError
+from tests.conftest import counts_text
 
 
 def table(records, dataset="adult"):
@@ -274,6 +274,27 @@ def _pfld_table():
     return df
 
 
+@pytest.mark.parametrize("by", [("fairness_notion", "eps"), ("fairness_notion",)])
+def test_a_notion_selection_from_the_narrow_copy_is_the_selection_from_every_column(by):
+    """``select_by_rt`` and ``select_at_each_rt`` under notion_gap expand a copy of only the
+    columns a selection reads and take each pick's whole row back by position: the picks are
+    those of the rows expanded with every column, column for column and in that order, a
+    hyperparameter, an object column of numbers, an error row and the valid counts included."""
+    from fairdp.analysis import per_notion
+    from fairdp.analysis._select import select_at_each_rt
+
+    df = _pfld_table()
+    df["lr"] = np.linspace(0.01, 0.1, len(df))  # a column the narrow copy leaves out
+    df["valid_confusion"] = pd.array([f'{{"v": {i}}}' for i in range(len(df))], dtype="str")
+    df["valid_accuracy"] = df["valid_accuracy"].astype(object)  # read as numbers by the selection
+    df.loc[1, "status"] = "error"
+    want = select_by_rt(per_notion(df), 1.0, "notion_gap", list(by))
+    pd.testing.assert_frame_equal(select_by_rt(df, 1.0, "notion_gap", list(by)), want)
+    for got, expected in zip(select_at_each_rt(df, [0.0, 1.0], "notion_gap", list(by)),
+                             select_at_each_rt(per_notion(df), [0.0, 1.0], "notion_gap", list(by))):
+        pd.testing.assert_frame_equal(got, expected)
+
+
 def test_per_notion_reads_each_rows_own_violation_and_repeats_baselines():
     from fairdp.analysis import per_notion
 
@@ -328,14 +349,11 @@ def test_violation_accuracy_by_eps_is_tran_et_als_figure_table():
 
 
 def _confusion(constant: bool) -> str:
-    """A test split's per-group confusion counts (group, true label, predicted label) as rows store
-    them: a model predicting class 0 for every row when ``constant``."""
-    from fairdp.fairness import confusion
-
+    """A test split's counts as rows store them: a model predicting class 0 for every row when
+    ``constant``, else 80% right."""
     rng = np.random.default_rng(0)
     y, s = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
-    y_pred = np.zeros(200, int) if constant else np.where(rng.random(200) < 0.8, y, 1 - y)
-    return json.dumps(confusion(y, y_pred, s, n_classes=2, n_groups=2).tolist())
+    return counts_text(np.zeros(200, int) if constant else np.where(rng.random(200) < 0.8, y, 1 - y), y, s)
 
 
 @pytest.mark.parametrize("by", [("fairness_notion", "eps"), ("fairness_notion",)])

@@ -58,7 +58,6 @@ from fairdp.analysis._predictions import (
     with_constant_picks,
 )
 from fairdp.analysis._release import (
-    ACCOUNTANT,
     MEAN_OVER_SEEDS,
     NOT_COVERED,
     PER_SEED,
@@ -88,6 +87,9 @@ from fairdp.analysis._rows import (
 )
 from fairdp.analysis._search_progress import hypervolume_bounds, search_progress
 from fairdp.analysis._select import (
+    _ROW,
+    _per_notion_rows,
+    _whole_picks,
     aggregate_seeds,
     fairness_accuracy_bins,
     per_notion,
@@ -117,12 +119,9 @@ from fairdp.analysis._tables import (
 from fairdp.constraints import feasible
 from fairdp.errors import InputError
 from fairdp.schema import (
-    GUARANTEE,
     NOTION_GAP,
     RUN_KEYS,
     TEST_CONFUSION,
-    TUNING,
-    VALID_CONFUSION,
 )
 
 FIGURES = {
@@ -191,34 +190,6 @@ def _per_notion_view(df: pd.DataFrame) -> pd.DataFrame:
     view = (df if f"valid_{NOTION_GAP}" in df.columns else per_notion(df)).copy(deep=False)
     view["method"] = view["method"].astype(str) + " [" + view["fairness_notion"].astype(str) + "]"
     return view
-
-
-# the columns no per-notion table or view reads: ``_per_notion_rows`` copies the rest, 1.4 times
-# the rows at Adult's two notions (every column of a million rows had been a gigabyte more)
-_PER_NOTION_KEPT = ("config_id", "status", "fairness_notion", "eps", "eps_formal", "delta", GUARANTEE, ACCOUNTANT,
-                    TUNING, "leakage", "mdl", "mdl_uniform", TEST_CONFUSION)
-_ROW = "_row"  # a per-notion row's position among the rows: its pick's whole row
-
-
-def _per_notion_rows(df: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """``per_notion`` of ``df`` (ok rows) with the columns the per-notion tables and views read
-    (the run keys, ``by``, every valid and test metric, leakage and MDL, the guarantee's columns,
-    ``_PER_NOTION_KEPT``), each row with its position in ``df`` (``_ROW``) for ``_whole_picks``,
-    which gives the picks every column. The copy repeats each row without a notion once per
-    notion: each column it carries costs 30 ms and 11 MB a million rows."""
-    metrics = [c for c in df.columns if c.startswith(("valid_", "test_")) and c != VALID_CONFUSION]
-    kept = [c for c in dict.fromkeys([*RUN_KEYS, *by, *_PER_NOTION_KEPT, *metrics]) if c in df.columns]
-    return per_notion(df[kept].assign(**{_ROW: np.arange(len(df))}))
-
-
-def _whole_picks(picks: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
-    """Picks made from ``_per_notion_rows(df)`` as ``per_notion(df)`` gives them: every column of
-    ``df`` at each pick's row, then those the selection added or set (the notion, its gaps, rt)."""
-    whole = df.iloc[picks[_ROW].to_numpy()].reset_index(drop=True)
-    for column in picks.columns:
-        if column != _ROW and (column not in df.columns or column == "fairness_notion"):
-            whole[column] = picks[column].reset_index(drop=True)
-    return whole
 
 
 def _notion_table(notions: pd.DataFrame) -> pd.DataFrame:
