@@ -1,6 +1,6 @@
 """Datasets: one :class:`Dataset` type, fetched tabular data, user-supplied encodings, synthetic data."""
 
-from fairdp.data import _digits, _encoded, _synthetic, _tabular, _text  # noqa: F401  (registers loaders)
+from fairdp.data import _census, _digits, _encoded, _synthetic, _tabular, _text  # noqa: F401  (registers loaders)
 from fairdp.data._dataset import SPLITS, Dataset, Split
 from fairdp.data._registry import dataset_names, load_dataset
 from fairdp.data._registry import register as register_dataset
