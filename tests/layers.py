@@ -88,6 +88,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.analysis._style": "each method's figure style",
     "fairdp.analysis._tables": "table cells' number format and marks",
     "fairdp.data._cache": "the cache's file digest",
+    "fairdp.data._dataset": "the intersection of sensitive attributes and its option check, held to encode by property",
     "fairdp.data._census": "the KDD loader's pinned files and columns, replaced by small files of the test's own",
     "fairdp.data._fetch": "downloads replaced by local files",
     "fairdp.data._synthetic": "the synthetic data generator, called directly",

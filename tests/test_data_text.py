@@ -140,3 +140,20 @@ def test_cli(tmp_path, cache):
     proc = run_main(*base, "-o", "text=body")
     assert_input_error(proc, "reviews.csv: no column 'body'")
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_text_groups_may_be_an_intersection_of_columns(tmp_path, cache):
+    """``sensitive: [sensitive, dialect]``: each row's group is its pair of the two columns,
+    the embeddings those of the single attribute."""
+    table = write_corpus(tmp_path / "reviews.csv")
+    table["dialect"] = ["x", "y", "y"] * (len(table) // 3) + ["x"] * (len(table) % 3)
+    table.to_csv(tmp_path / "reviews.csv", index=False)
+    one = load_dataset("text", path=str(tmp_path / "reviews.csv"), model=MODEL, text="review")
+    both = load_dataset("text", path=str(tmp_path / "reviews.csv"), model=MODEL, text="review",
+                        sensitive=["sensitive", "dialect"])
+    assert both.sensitive_name == "sensitive × dialect"
+    assert [both.group_names[g] for g in both.s] == [f"{a} × {d}" for a, d in zip(table["sensitive"], table["dialect"])]
+    np.testing.assert_array_equal(both.X, one.X)
+    with pytest.raises(InputError, match="dataset.sensitive: 'dialect' is named more than once"):
+        load_dataset("text", path=str(tmp_path / "reviews.csv"), model=MODEL, text="review",
+                     sensitive=["dialect", "dialect"])

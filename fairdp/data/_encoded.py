@@ -16,7 +16,14 @@ import numpy as np
 import pandas as pd
 
 from fairdp.data._cache import sha256_file
-from fairdp.data._dataset import SPLITS, Dataset, encode
+from fairdp.data._dataset import (
+    SPLITS,
+    Dataset,
+    encode,
+    intersect,
+    intersection_name,
+    sensitive_attributes,
+)
 from fairdp.data._registry import register
 from fairdp.data._splits import stratified_split
 from fairdp.errors import InputError
@@ -361,26 +368,39 @@ def _celeba_attributes(file: Path) -> tuple[list[str], np.ndarray]:
     "grouped by another (Male)",
 )
 def load_celeba(
-    path: PathLike, seed: int = 0, label: str = "Smiling", sensitive: str = "Male"
+    path: PathLike, seed: int = 0, label: str = "Smiling", sensitive: str | list[str] = "Male"
 ) -> Dataset:
     """Read ``list_attr_celeba.txt`` (original layout) or the Kaggle ``.csv`` (``image_id`` + attributes).
 
     Attributes are -1/1; features are the attributes other than ``label`` and ``sensitive``
     mapped to 0/1. Splits are 60/20/20 stratified by label only with ``seed`` rather than the
     official partition, as in FEDERATE (never by the sensitive attribute: see ``stratified_split``).
+    ``sensitive`` may list 2 or more attributes: their intersection (``intersect``), each one's
+    groups named as it alone names them ("male × Young").
     """
     file = existing_file(path)
     seed = int_option("seed", seed, 0)
+    attributes = sensitive_attributes(sensitive)
     names, values = _celeba_attributes(file)
-    for option, col in (("label", label), ("sensitive", sensitive)):
+    for option, col in (("label", label), *(("sensitive", a) for a in attributes)):
         if col not in names:
             raise InputError(f"{file}: no attribute column '{col}' (dataset.{option})")
-    if label == sensitive:
+    if label in attributes:
         raise InputError(f"dataset.sensitive: same column as dataset.label ('{label}')")
-    features = [c for c in names if c not in (label, sensitive)]
+    features = [c for c in names if c != label and c not in attributes]
     binary = values == 1
     y = binary[:, names.index(label)].astype(np.int64)
-    s = binary[:, names.index(sensitive)].astype(np.int64)
+
+    def groups(attribute: str) -> np.ndarray:  # each row's group named as the attribute alone names it
+        own = ("female", "male") if attribute == "Male" else (f"not {attribute}", attribute)
+        return np.asarray(own, dtype=object)[binary[:, names.index(attribute)].astype(np.int64)]
+
+    if len(attributes) == 1:  # both groups named, present or not
+        s = binary[:, names.index(sensitive)].astype(np.int64)
+        group_names = ("female", "male") if sensitive == "Male" else (f"not {sensitive}", sensitive)
+    else:
+        s, group_names = intersect([groups(a) for a in attributes], attributes, origin=str(file))
+    sensitive_name = intersection_name(attributes)
     return Dataset(
         name="celeba",
         X=binary[:, [names.index(c) for c in features]].astype(np.float32),
@@ -389,15 +409,15 @@ def load_celeba(
         splits=stratified_split(y, seed=seed),
         feature_names=tuple(features),
         class_names=(f"not {label}", label),
-        group_names=("female", "male") if sensitive == "Male" else (f"not {sensitive}", sensitive),
+        group_names=group_names,
         label_name=label,
-        sensitive_name=sensitive,
+        sensitive_name=sensitive_name,
         source=str(file),
         sha256=_file_sha([file]),
         preprocessing=(
             f"Attributes -1/1 mapped to 0/1; features: the {len(features)} attributes other than "
-            f"{label} (label) and {sensitive} (sensitive); 60/20/20 split stratified by label only, "
-            f"seed {seed} (not the official partition)."
+            f"{label} (label) and {', '.join(attributes)} (sensitive); 60/20/20 split stratified by label "
+            f"only, seed {seed} (not the official partition)."
         ),
     )
 
@@ -493,7 +513,7 @@ def _named_splits(file: Path, split_column: str, values: np.ndarray) -> dict[str
 def load_generic(
     path: PathLike,
     label: str,
-    sensitive: str,
+    sensitive: str | list[str],
     features: str | list[str] | None = None,
     seed: int = 0,
     split_column: str | None = None,
@@ -505,30 +525,34 @@ def load_generic(
     ``features`` (default ``X``) names one 2-D array. Label and sensitive values may be
     strings or numbers; they are integer-coded in sorted order. ``split_column`` holds
     train/valid/test (dev = valid) per row; without it the split is 60/20/20 stratified by
-    label only (never by the sensitive attribute), with ``seed``.
+    label only (never by the sensitive attribute), with ``seed``. ``sensitive`` may list 2 or
+    more columns (arrays): the groups are then their intersections present (``intersect``).
     """
     file = existing_file(path)
     seed = int_option("seed", seed, 0)
-    if label == sensitive:
+    attributes = sensitive_attributes(sensitive)
+    if label in attributes:
         raise InputError(f"dataset.sensitive: same column as dataset.label ('{label}')")
+    # each attribute's array, keyed by the option it came from (one key per attribute)
+    options = ["sensitive"] if len(attributes) == 1 else [f"sensitive[{i}]" for i in range(len(attributes))]
     ext = file.suffix.lower()
     if ext == ".npz":
-        keys = {"label": label, "sensitive": sensitive, "split_column": split_column}
+        keys = {"label": label, **dict(zip(options, attributes)), "split_column": split_column}
         X, names, how, arrays = _npz_arrays(file, keys, features)
     elif ext in (".csv", ".parquet"):
         table = read_table(file)
         arrays = {"label": column(file, table, label, "label"),
-                  "sensitive": column(file, table, sensitive, "sensitive")}
+                  **{o: column(file, table, a, "sensitive") for o, a in zip(options, attributes)}}
         if split_column is not None:
             arrays["split_column"] = column(file, table, split_column, "split_column")
-        exclude = [c for c in (label, sensitive, split_column) if c is not None]
+        exclude = [c for c in (label, *attributes, split_column) if c is not None]
         X, names, how = _table_features(file, table, features, exclude)
     else:
         raise InputError(f"{file}: unknown extension '{file.suffix}'; expected .csv, .parquet or .npz")
 
     origin = str(file)
     y, class_names = encode(arrays["label"], origin=origin, column=label)
-    s, group_names = encode(arrays["sensitive"], origin=origin, column=sensitive)
+    s, group_names = intersect([arrays[o] for o in options], attributes, origin=origin)
     if split_column is not None:
         splits = _named_splits(file, split_column, arrays["split_column"])
         split_how = f"split given by column '{split_column}'"
@@ -545,11 +569,14 @@ def load_generic(
         class_names=class_names,
         group_names=group_names,
         label_name=label,
-        sensitive_name=sensitive,
+        sensitive_name=intersection_name(attributes),
         source=origin,
         sha256=_file_sha([file]),
         preprocessing=(
             f"Read {file.name}; features: {how}, as float32; label '{label}' and sensitive "
-            f"'{sensitive}' integer-coded in sorted order; {split_how}."
+            + (f"'{sensitive}' integer-coded in sorted order" if len(attributes) == 1 else
+               f"{', '.join(repr(a) for a in attributes)} each integer-coded in sorted order, the "
+               "groups their intersections present (in the order of those codes)")
+            + f"; {split_how}."
         ),
     )

