@@ -88,6 +88,9 @@ def _cmd_data_describe(args) -> int:
         print(f"\n{d['name']}: {d['source']}")
         print("  classes: " + ", ".join(f"{n} {c}" for n, c in zip(d["class_names"], d["class_counts"])))
         print("  groups:  " + ", ".join(f"{n} {c}" for n, c in zip(d["group_names"], d["group_counts"])))
+        for split in ("valid", "test"):  # where gaps are measured: each group's rows by class
+            cells = (f"{n} {'/'.join(map(str, c))}" for n, c in zip(d["group_names"], d["split_group_class_counts"][split]))
+            print(f"  {split + ':':9}" + ", ".join(cells) + f"  (rows by class: {'/'.join(d['class_names'])})")
         for fname, digest in d["sha256"].items():
             print(f"  sha256 {fname}: {digest}")
         print(f"  preprocessing: {d['preprocessing']}")

@@ -429,3 +429,23 @@ def test_celeba_intersects_binary_attributes_as_each_names_its_groups(tmp_path):
         load_dataset("celeba", path=path, sensitive=["Male", "Old"])
     with pytest.raises(InputError, match="same column as dataset.label"):
         load_dataset("celeba", path=path, sensitive=["Male", "Smiling"])
+
+
+def test_describe_gives_each_splits_rows_of_each_group_and_class():
+    """Where gaps are measured a group's rates have its rows of each class as denominators:
+    ``data describe`` gives them per split (an intersection holds a handful in valid or test)."""
+    d = load_dataset("adult", sensitive=["sex", "race"])
+    summary = d.summary()
+    for split in SPLITS:
+        counts = np.asarray(summary["split_group_class_counts"][split])
+        idx = d.splits[split]
+        assert counts.shape == (d.n_groups, d.n_classes) and counts.sum() == len(idx)
+        for g in range(d.n_groups):
+            for c in range(d.n_classes):
+                assert counts[g, c] == int(((d.s[idx] == g) & (d.y[idx] == c)).sum())
+    proc = run_main("data", "describe", "adult", "-o", "sensitive=[sex, race]")
+    assert proc.returncode == 0, proc.stderr
+    test_line = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith("test:"))
+    small = d.group_names.index("Female × Other")
+    rows = summary["split_group_class_counts"]["test"][small]
+    assert f"Female × Other {rows[0]}/{rows[1]}" in test_line

@@ -115,6 +115,12 @@ class Dataset:
         idx = self.splits[name]
         return Split(self.X[idx], self.y[idx], self.s[idx])
 
+    def group_class_counts(self, split: str) -> np.ndarray:
+        """Rows of each (group, class) in ``split``: a (G, C) array."""
+        idx = self.splits[split]
+        return np.bincount(self.s[idx] * self.n_classes + self.y[idx],
+                           minlength=self.n_groups * self.n_classes).reshape(self.n_groups, self.n_classes)
+
     def summary(self) -> dict:
         """The JSON object of ``fairdp data describe --json``."""
         return {
@@ -131,6 +137,9 @@ class Dataset:
             "group_names": list(self.group_names),
             "class_counts": np.bincount(self.y, minlength=self.n_classes).tolist(),
             "group_counts": np.bincount(self.s, minlength=self.n_groups).tolist(),
+            # per split, each group's rows of each class: the denominators of its rates there
+            # (an intersection's group can hold a handful of a split's positives)
+            "split_group_class_counts": {k: self.group_class_counts(k).tolist() for k in SPLITS},
             "source": self.source,
             "preprocessing": self.preprocessing,
         }
