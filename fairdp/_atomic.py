@@ -150,8 +150,7 @@ def atomic_path(target: str | os.PathLike, prefix: str | None = None, private: b
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        with open(tmp_path, "rb+") as f:  # on disk before the rename makes it visible
-            os.fsync(f.fileno())
+        _fsync(tmp_path)  # on disk before the rename makes it visible
         # mkstemp creates 0600; another file gets the mode any new file would get
         if not private:
             os.chmod(tmp_path, 0o666 & ~current_umask())

@@ -71,10 +71,9 @@ def _counts_arrays(texts) -> dict:
     """The counts JSON texts parsed and grouped by shape: {(G, C, C): (positions, (N, G, C, C) array)};
     each distinct text parsed once (a selection repeats a row per notion, and a config's counts
     per threshold), the first one refused raising as a loop over the texts would."""
-    codes, distinct = factorize_objects(texts)
+    codes, distinct = factorize_objects(texts)  # numbered in the order of their first position
     parsed: list = [None] * len(distinct)
-    for code in np.unique(codes[codes >= 0]):  # in the order of their first position
-        text = distinct[code]
+    for code, text in enumerate(distinct):
         if not isinstance(text, str) or not text:
             continue
         conf = np.asarray(json.loads(text), dtype=np.int64)

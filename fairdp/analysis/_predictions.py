@@ -18,7 +18,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from fairdp.analysis._counts import counts_by_shape
 from fairdp.analysis._rows import as_frame, check_by, factorize_objects, ok_rows
 from fairdp.analysis._select import select_at_each_rt
 from fairdp.schema import TEST_CONFUSION
@@ -131,26 +130,47 @@ def positive_rates_of(confusions: pd.Series) -> np.ndarray:
 def _of_each_confusion(confusions: pd.Series, of_counts, of_text) -> np.ndarray:
     """Per text of ``confusions`` (``test_confusion`` JSON), a row of values: ``of_counts`` of
     (m, G, C, C) counts gives m rows at once for the texts shaped as fairdp writes them, which
-    are parsed in pyarrow (``counts_by_shape``); any other text (or shape) gets
-    ``of_text(text)``, the one-text definition, so every text gets the answer that definition
-    gives. Each distinct text once."""
+    are parsed in pyarrow; any other text (or shape) gets ``of_text(text)``, the one-text
+    definition, so every text gets the answer that definition gives. Each distinct text once."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     codes, texts = factorize_objects(confusions.to_numpy(object))
     width = len(of_text(None))  # how many values a text gives
     if not len(texts):
         return np.full((len(codes), width), np.nan)
     out = np.full((len(texts), width), np.nan)
-    parsed, others = counts_by_shape(texts)
-    for mine, counts in parsed.values():
-        out[mine] = of_counts(counts)
-    for i in others:
+    text = pa.array([t if isinstance(t, str) else None for t in texts], type=pa.string())
+    numbers = pc.split_pattern(pc.replace_substring_regex(text, r"[\[\]\s]+", ""), ",")
+    n = pc.list_value_length(numbers).to_numpy(zero_copy_only=False).astype(float)
+    brackets = pc.count_substring(text, "[").to_numpy(zero_copy_only=False).astype(float)
+    skeleton = pc.replace_substring_regex(text, r"[^\[\],]+", "")
+    # (G, C, C) nested lists hold n = G C^2 numbers in 1 + G + G C brackets: solve for C, then G,
+    # and keep the texts whose brackets and commas are exactly those of that shape
+    ratio = n / np.maximum(brackets - 1, 1)
+    classes = np.maximum(np.rint((ratio + np.sqrt(ratio ** 2 + 4 * ratio)) / 2), 1)
+    groups = np.maximum(np.rint(n / classes ** 2), 1)
+    shapes, which = np.unique(np.stack([groups, classes], axis=1), axis=0, return_inverse=True)
+    expected = pa.array([_skeleton(int(g), int(c)) for g, c in shapes], type=pa.string()).take(pa.array(which.ravel()))
+    fast = pc.fill_null(pc.equal(skeleton, expected), False).to_numpy(zero_copy_only=False)
+    for g, c in {(int(g), int(c)) for g, c in zip(groups[fast], classes[fast])}:
+        mine = np.flatnonzero(fast & (groups == g) & (classes == c))
+        try:
+            values = pc.list_flatten(pc.cast(pc.take(numbers, pa.array(mine)), pa.list_(pa.float64())))
+        except pa.ArrowInvalid:  # a text that is not numbers: the one-text definition says what it is
+            fast[mine] = False
+            continue
+        out[mine] = of_counts(values.to_numpy().reshape(len(mine), g, c, c))
+    for i in np.flatnonzero(~fast):
         out[i] = of_text(texts[i])
     return np.where((codes >= 0)[:, None], out[np.maximum(codes, 0)], np.nan)
 
 
-def without_constant_models(rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` less those whose model is constant (``constant_models``); rows without stored
-    counts are kept (nothing says they are constant)."""
-    return rows[~constant_models(rows).fillna(False).to_numpy(bool)]
+def _skeleton(groups: int, classes: int) -> str:
+    """The brackets and commas of a (groups, classes, classes) nested JSON list."""
+    row = "[" + "," * (classes - 1) + "]"
+    matrix = "[" + ",".join([row] * classes) + "]"
+    return "[" + ",".join([matrix] * groups) + "]"
 
 
 def constant_picks(selected: pd.DataFrame, by: Sequence[str] = ()) -> pd.DataFrame:

@@ -534,8 +534,9 @@ def _pareto_figure(rows: pd.DataFrame, selected: pd.DataFrame, fairness: str,
     """The Pareto figure of ``rows``, its limits set around the selected configs."""
     import fairdp.analysis._plots as plots  # matplotlib: only when a figure is drawn
 
-    return plots.figure_pareto_fronts(rows, _figure_pairs(fairness, search_objectives), search_objectives,
-                                focus=_picked_rows(rows, selected))  # a search's directions
+    return plots.figure_pareto_fronts(rows, _figure_pairs(fairness, search_objectives),
+                                      search_objectives,  # a search's directions
+                                      focus=_picked_rows(rows, selected))
 
 
 def _tables_of(df: pd.DataFrame, o: ReportOptions, notes: list[str],
@@ -690,10 +691,10 @@ def _save_figures(drawn: dict, fig_dir: Path, formats: Sequence[str] = ("png",))
     """Save the figures drawn as ``fig_dir/<name>.png`` (and each other format); remove the
     files of each figure not drawn (a previous report's), so the folder matches the report."""
     fig_dir.mkdir(parents=True, exist_ok=True)
+    if any(fig is not None for fig in drawn.values()):
+        import fairdp.analysis._plots as plots  # matplotlib only where a figure was drawn
     figures = {}
     for name, fig in drawn.items():
-        if fig is not None:
-            import fairdp.analysis._plots as plots  # matplotlib only where a figure was drawn
         figures[name] = None if fig is None else plots.save_figure(fig, fig_dir / f"{name}.png")
         for f in FIGURE_FORMATS:
             path = fig_dir / f"{name}.{f}"
