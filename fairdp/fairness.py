@@ -26,8 +26,13 @@ tpr_gap and grms as FEDERATE defines them. Multi-class tasks use every class, O 
   classes of the per-class SR gap, resp. of the per-class TPR and FPR gaps (not the full
   P(y_pred=a | y=b, s) matrix).
 
-Undefined rates: a group with no examples in a rate's conditioning set (no y=c rows for
-TPR_g,c, no y!=c rows for FPR_g,c, no rows at all for SR and ACC) is left out of that gap.
+Undefined rates: a group with fewer than ``min_group_count`` rows in a rate's conditioning
+set (y=c rows for TPR_g,c, y!=c rows for FPR_g,c, all its rows for SR and ACC) is left out
+of that gap: its rate is not estimated (``small_groups`` lists such groups and their sizes).
+``min_group_count`` is 1 here by default, the textbook definition (a group with no such row
+is left out, as fairlearn's MetricFrame leaves out an undefined rate); a study sets its own
+(``evaluate.min_group_count``, 30 by default): an intersection of attributes can hold a group
+of one positive, whose TPR is 0 or 100 and would decide a max-gap by itself.
 A gap defined for fewer than two groups is NaN; a maximum over classes skips NaN gaps and
 is NaN when all are; grms averages over the classes whose gap is defined (NaN if none).
 Nothing here divides by zero or warns.
@@ -53,6 +58,12 @@ from fairdp.errors import InputError
 
 Score = float | np.ndarray
 
+MIN_GROUP_COUNT = 30
+"""A study's default ``evaluate.min_group_count``: a rate estimated from n rows has a standard
+error of at most 50 / sqrt(n) percentage points, 9.1 at n = 30 and 50 at n = 1, so below 30 a
+group's rate is mostly its sampling noise, and its noise would decide a max-gap. The functions
+here default to 1, the plain definition."""
+
 
 @dataclass(frozen=True)
 class _Counts:
@@ -64,6 +75,7 @@ class _Counts:
     size: np.ndarray  # (K, G) rows in the group
     correct: np.ndarray  # (K, G) y_pred == y
     packed: bool
+    least: int = 1  # the fewest rows a rate is estimated from (``min_group_count``)
 
     @property
     def binary(self) -> bool:
@@ -76,6 +88,14 @@ class _Counts:
     def out(self, value: np.ndarray) -> Score:
         """A float for a 1-D y_pred, the (K,) array for a pack."""
         return value if self.packed else float(value[0])
+
+
+def _least(min_group_count) -> int:
+    """``min_group_count`` checked: an integer >= 1, or InputError naming it."""
+    if (isinstance(min_group_count, bool) or not isinstance(min_group_count, (int, np.integer))
+            or min_group_count < 1):
+        raise InputError(f"min_group_count must be an integer >= 1, got {min_group_count!r}")
+    return int(min_group_count)
 
 
 def _codes(name: str, value: ArrayLike, ndims: tuple[int, ...]) -> np.ndarray:
@@ -118,9 +138,11 @@ def _counts(
     s: ArrayLike | None,
     n_classes: int | None,
     n_groups: int | None,
+    min_group_count: int = 1,
 ) -> _Counts:
     """Validate the inputs and count them in one bincount; y or s None means all zeros."""
-    return _from_confusion(*_confusion(y, y_pred, s, n_classes, n_groups))
+    least = _least(min_group_count)
+    return _from_confusion(*_confusion(y, y_pred, s, n_classes, n_groups), least=least)
 
 
 def _confusion(
@@ -154,22 +176,23 @@ def _confusion(
     return conf, packed
 
 
-def _from_confusion(conf: np.ndarray, packed: bool = True) -> _Counts:
+def _from_confusion(conf: np.ndarray, packed: bool = True, least: int = 1) -> _Counts:
     """``_Counts`` of confusion counts (K, G, C, C) indexed (config, group, y, y_pred)."""
     tp = np.diagonal(conf, axis1=2, axis2=3)
     return _Counts(tp=tp, pos=conf.sum(3), pred=conf.sum(2), size=conf.sum((2, 3)),
-                   correct=tp.sum(2), packed=packed)
+                   correct=tp.sum(2), packed=packed, least=least)
 
 
-def _rate(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """100 * num / den where den > 0, and that mask (0 elsewhere, never a division warning)."""
-    ok = np.broadcast_to(den > 0, np.broadcast_shapes(num.shape, den.shape))
+def _rate(num: np.ndarray, den: np.ndarray, least: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """100 * num / den where den >= least (and > 0), and that mask (0 elsewhere, never a
+    division warning)."""
+    ok = np.broadcast_to(den >= max(least, 1), np.broadcast_shapes(num.shape, den.shape))
     return 100.0 * np.divide(num, den, out=np.zeros(ok.shape), where=ok), ok
 
 
-def _nan_rate(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """100 * num / den, NaN where den == 0."""
-    rate, ok = _rate(num, den)
+def _nan_rate(num: np.ndarray, den: np.ndarray, least: int = 1) -> np.ndarray:
+    """100 * num / den, NaN where den < least (or 0)."""
+    rate, ok = _rate(num, den, least)
     return np.where(ok, rate, np.nan)
 
 
@@ -190,15 +213,15 @@ def _max(gap: np.ndarray, ok: np.ndarray) -> np.ndarray:
 def _tpr_gaps(c: _Counts) -> tuple[np.ndarray, np.ndarray]:
     """Per-class TPR gaps (K, |O|) and their masks."""
     o = c.classes()
-    return _spread(*_rate(c.tp[:, :, o], c.pos[:, :, o]))
+    return _spread(*_rate(c.tp[:, :, o], c.pos[:, :, o], c.least))
 
 
 def tpr_gap(
     y: ArrayLike, y_pred: ArrayLike, s: ArrayLike,
-    *, n_classes: int | None = None, n_groups: int | None = None,
+    *, n_classes: int | None = None, n_groups: int | None = None, min_group_count: int = 1,
 ) -> Score:
     """TPR-gap (FEDERATE sec. 5), percent: the largest TPR gap between groups over O."""
-    c = _counts(y, y_pred, s, n_classes, n_groups)
+    c = _counts(y, y_pred, s, n_classes, n_groups, min_group_count)
     return c.out(_tpr_gap(c))
 
 
@@ -208,10 +231,10 @@ def _tpr_gap(c: _Counts) -> np.ndarray:
 
 def grms(
     y: ArrayLike, y_pred: ArrayLike, s: ArrayLike,
-    *, n_classes: int | None = None, n_groups: int | None = None,
+    *, n_classes: int | None = None, n_groups: int | None = None, min_group_count: int = 1,
 ) -> Score:
     """GRMS (FEDERATE eq. 5), percent: root mean square of the defined per-class TPR gaps."""
-    c = _counts(y, y_pred, s, n_classes, n_groups)
+    c = _counts(y, y_pred, s, n_classes, n_groups, min_group_count)
     return c.out(_grms(c))
 
 
@@ -225,24 +248,24 @@ def _grms(c: _Counts) -> np.ndarray:
 
 def dp_gap(
     y_pred: ArrayLike, s: ArrayLike,
-    *, n_classes: int | None = None, n_groups: int | None = None,
+    *, n_classes: int | None = None, n_groups: int | None = None, min_group_count: int = 1,
 ) -> Score:
     """Demographic-parity violation (Tran et al.), percent: the largest selection-rate gap."""
-    c = _counts(None, y_pred, s, n_classes, n_groups)
+    c = _counts(None, y_pred, s, n_classes, n_groups, min_group_count)
     return c.out(_dp_gap(c))
 
 
 def _dp_gap(c: _Counts) -> np.ndarray:
     o = c.classes()
-    return _max(*_spread(*_rate(c.pred[:, :, o], c.size[:, :, None])))
+    return _max(*_spread(*_rate(c.pred[:, :, o], c.size[:, :, None], c.least)))
 
 
 def eo_gap(
     y: ArrayLike, y_pred: ArrayLike, s: ArrayLike,
-    *, n_classes: int | None = None, n_groups: int | None = None,
+    *, n_classes: int | None = None, n_groups: int | None = None, min_group_count: int = 1,
 ) -> Score:
     """Equalized-odds violation (Tran et al.), percent: the largest TPR or FPR gap."""
-    c = _counts(y, y_pred, s, n_classes, n_groups)
+    c = _counts(y, y_pred, s, n_classes, n_groups, min_group_count)
     return c.out(_eo_gap(c))
 
 
@@ -250,21 +273,21 @@ def _eo_gap(c: _Counts) -> np.ndarray:
     o = c.classes()
     tpr, tpr_ok = _tpr_gaps(c)
     neg = c.size[:, :, None] - c.pos[:, :, o]
-    fpr, fpr_ok = _spread(*_rate(c.pred[:, :, o] - c.tp[:, :, o], neg))
+    fpr, fpr_ok = _spread(*_rate(c.pred[:, :, o] - c.tp[:, :, o], neg, c.least))
     return _max(np.concatenate([tpr, fpr], -1), np.concatenate([tpr_ok, fpr_ok], -1))
 
 
 def ap_gap(
     y: ArrayLike, y_pred: ArrayLike, s: ArrayLike,
-    *, n_classes: int | None = None, n_groups: int | None = None,
+    *, n_classes: int | None = None, n_groups: int | None = None, min_group_count: int = 1,
 ) -> Score:
     """Accuracy-parity violation (Tran et al.), percent: the largest per-group accuracy gap."""
-    c = _counts(y, y_pred, s, n_classes, n_groups)
+    c = _counts(y, y_pred, s, n_classes, n_groups, min_group_count)
     return c.out(_ap_gap(c))
 
 
 def _ap_gap(c: _Counts) -> np.ndarray:
-    gap, ok = _spread(*_rate(c.correct, c.size))
+    gap, ok = _spread(*_rate(c.correct, c.size, c.least))
     return np.where(ok, gap, np.nan)
 
 
@@ -290,16 +313,17 @@ def macro_f1(y: ArrayLike, y_pred: ArrayLike) -> Score:
 
 def group_rates(
     y: ArrayLike, y_pred: ArrayLike, s: ArrayLike,
-    *, n_classes: int | None = None, n_groups: int | None = None,
+    *, n_classes: int | None = None, n_groups: int | None = None, min_group_count: int = 1,
 ) -> pd.DataFrame:
     """Per-group rates behind the gaps, percent, one row per (group, class c in O).
 
     Columns: ``group``, ``class``, ``count`` (rows in the group), ``positives`` (rows with
     y == c), ``tpr``, ``fpr``, ``selection_rate`` (one-vs-rest for class c) and ``accuracy``
-    (the group's accuracy over all classes, repeated on its rows). Undefined rates are NaN.
-    Binary tasks have one row per group (c = 1); a pack (K, n) adds a leading ``config``.
+    (the group's accuracy over all classes, repeated on its rows). A rate is NaN where its
+    conditioning set has fewer than ``min_group_count`` rows (or none), as the gaps leave it
+    out. Binary tasks have one row per group (c = 1); a pack (K, n) adds a leading ``config``.
     """
-    c = _counts(y, y_pred, s, n_classes, n_groups)
+    c = _counts(y, y_pred, s, n_classes, n_groups, min_group_count)
     o = c.classes()
     tp, pos, pred = c.tp[:, :, o], c.pos[:, :, o], c.pred[:, :, o]
     size = np.broadcast_to(c.size[:, :, None], tp.shape)
@@ -311,14 +335,41 @@ def group_rates(
         "class": cls,
         "count": size,
         "positives": pos,
-        "tpr": _nan_rate(tp, pos),
-        "fpr": _nan_rate(pred - tp, size - pos),
-        "selection_rate": _nan_rate(pred, size),
-        "accuracy": _nan_rate(c.correct[:, :, None], size),
+        "tpr": _nan_rate(tp, pos, c.least),
+        "fpr": _nan_rate(pred - tp, size - pos, c.least),
+        "selection_rate": _nan_rate(pred, size, c.least),
+        "accuracy": _nan_rate(c.correct[:, :, None], size, c.least),
     }
     if not c.packed:
         del cols["config"]
     return pd.DataFrame({name: value.ravel() for name, value in cols.items()})
+
+
+SMALL_GROUP_SETS = ("rows", "positives", "negatives")
+"""The conditioning sets a group's rates are estimated from: all its rows (selection rate,
+accuracy), its rows of class c (TPR) and its rows of another class (FPR)."""
+
+
+def small_groups(conf: ArrayLike, min_group_count: int) -> pd.DataFrame:
+    """The groups whose rates a gap leaves out at ``min_group_count``, from confusion counts
+    (G, C, C) indexed (group, y, y_pred): one row per (group, class c in O, conditioning set
+    of ``SMALL_GROUP_SETS``) with fewer than ``min_group_count`` rows but at least one (a set
+    with no row is not a small group: the group has no such rows at all), with ``count``, its
+    size. Columns ``group``, ``class``, ``set``, ``count``, ordered by group, class, set."""
+    least = _least(min_group_count)
+    conf = np.asarray(conf)
+    if conf.ndim != 3 or conf.shape[1] != conf.shape[2] or conf.shape[1] < 2:
+        raise InputError(f"conf: expected counts of shape (G, C, C) with C >= 2, got {conf.shape}")
+    c = _from_confusion(conf[None].astype(np.int64), least=least)
+    o = c.classes()
+    pos = c.pos[0, :, o]  # (G, |O|)
+    size = np.broadcast_to(c.size[0, :, None], pos.shape)
+    sets = np.stack([size, pos, size - pos], axis=-1)  # (G, |O|, 3)
+    group, cls, which = np.nonzero((sets > 0) & (sets < least))
+    classes = np.arange(c.tp.shape[2])[o]
+    return pd.DataFrame({"group": group, "class": classes[cls],
+                         "set": np.asarray(SMALL_GROUP_SETS, dtype=object)[which],
+                         "count": sets[group, cls, which]})
 
 
 def confusion(
@@ -337,13 +388,14 @@ SCORES = {"accuracy": _accuracy, "tpr_gap": _tpr_gap, "grms": _grms, "dp_gap": _
 """What ``scores_from_confusion`` computes: accuracy and every fairness gap."""
 
 
-def scores_from_confusion(conf: ArrayLike) -> dict[str, np.ndarray]:
+def scores_from_confusion(conf: ArrayLike, min_group_count: int = 1) -> dict[str, np.ndarray]:
     """Accuracy and every fairness gap (percent) of confusion counts (..., G, C, C) indexed
-    (group, y, y_pred), as ``accuracy``, ``tpr_gap``, ... compute them from predictions;
-    leading axes (configs, bootstrap draws) are kept."""
+    (group, y, y_pred), as ``accuracy``, ``tpr_gap``, ... compute them from predictions at
+    the same ``min_group_count``; leading axes (configs, bootstrap draws) are kept."""
+    least = _least(min_group_count)
     conf = np.asarray(conf)
     if conf.ndim < 3 or conf.shape[-1] != conf.shape[-2] or conf.shape[-1] < 2:
         raise InputError(f"conf: expected counts of shape (..., G, C, C) with C >= 2, got {conf.shape}")
     lead = conf.shape[:-3]
-    c = _from_confusion(conf.reshape(-1, *conf.shape[-3:]))
+    c = _from_confusion(conf.reshape(-1, *conf.shape[-3:]), least=least)
     return {name: fn(c).reshape(lead) for name, fn in SCORES.items()}

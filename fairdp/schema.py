@@ -103,6 +103,12 @@ FIXED_COLUMNS = (
 )
 """Every column that is not a hyperparameter; a hyperparameter may not take one of these names."""
 
+# The protocol's key of ``evaluate.min_group_count`` (the fewest rows a group's rate is
+# estimated from), and its value in protocols written before it existed, whose gaps left out
+# only the groups with no row in a rate's conditioning set.
+MIN_GROUP_COUNT_KEY = ("train", "min_group_count")
+LEGACY_MIN_GROUP_COUNT = 1
+
 RUN_KEYS = ("dataset", "method", "seed")
 """A run: the unit in which the papers select one config before averaging over seeds."""
 ROW_KEY = ("method", "seed", "config_id")

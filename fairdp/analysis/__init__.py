@@ -15,7 +15,7 @@ from fairdp.analysis._compare import (
 from fairdp.analysis._completeness import Completeness, completeness, summarise
 from fairdp.analysis._curves import selected_curves
 from fairdp.analysis._error_bars import ERROR_BARS, bootstrap_over_seeds, error_bars_text, per_seed
-from fairdp.analysis._groups import aggregate_group_rates, per_group_rates
+from fairdp.analysis._groups import aggregate_group_rates, groups_too_small, per_group_rates
 from fairdp.analysis._intervals import bootstrap_intervals, seed_intervals, supported_differences
 from fairdp.analysis._papers import get_paper
 from fairdp.analysis._pareto import (
@@ -49,7 +49,7 @@ __all__ = [
     "privacy_accuracy_by_eps", "violation_accuracy_by_eps", "selected_curves",
     "pareto_front", "hypervolume", "constrained_select", "dto_select", "dto_minmax_select",
     "select_per_run",
-    "aggregate_group_rates", "per_group_rates", "constant_models", "mark_constant_picks", "with_constant_picks",
+    "aggregate_group_rates", "groups_too_small", "per_group_rates", "constant_models", "mark_constant_picks", "with_constant_picks",
     "bootstrap_intervals", "seed_intervals", "supported_differences", "compare_picks", "paired_tests", "protocol_differences", "device_differences",
     "detectable_difference",
     "completeness", "summarise", "Completeness", "released_guarantees", "whole_table_release",

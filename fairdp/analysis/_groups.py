@@ -7,8 +7,10 @@ accuracy are functions of the row alone. The rates are those the fairness gaps a
 of (``fairdp.fairness``): for a class c, TPR = P(y_pred=c | y=c, s=g), FPR = P(y_pred=c |
 y!=c, s=g), selection rate = P(y_pred=c | s=g), accuracy = P(y_pred=y | s=g); binary tasks
 report the positive class c = 1, tasks of more classes every class one-vs-rest. Percent; a
-rate whose conditioning set is empty in a group is NaN. Groups are the dataset's codes
-0..G-1 (``Dataset.group_names`` in that order).
+rate whose conditioning set in a group has fewer rows than the row's study estimated rates
+from (``evaluate.min_group_count``, read from its protocol; 1 for rows stored before it
+existed) is NaN, as the row's gaps left it out; ``groups_too_small`` lists those sets and their
+sizes. Groups are the dataset's codes 0..G-1 (``Dataset.group_names`` in that order).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from fairdp.analysis._rows import RUN_KEYS, check_by, factorize_objects, ok_rows
+from fairdp.analysis._rows import RUN_KEYS, check_by, factorize_objects, min_group_counts, ok_rows
 from fairdp.errors import InputError
-from fairdp.schema import CONFUSION_COLUMNS
+from fairdp.fairness import SMALL_GROUP_SETS
+from fairdp.schema import CONFUSION_COLUMNS, SPLITS
 
 GROUP_RATES = ("selection_rate", "tpr", "fpr", "accuracy")
 """The rates per group, percent: what ``aggregate_group_rates`` averages over seeds."""
@@ -30,15 +33,16 @@ GROUP_COUNTS = ("count", "label_positives", "predicted_positives", "true_positiv
 rows predicted c, rows with both."""
 
 
-def _rate(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """100 * num / den, NaN where den is 0 (never a division warning)."""
-    return np.where(den > 0, 100.0 * num / np.where(den > 0, den, 1), np.nan)
+def _rate(num: np.ndarray, den: np.ndarray, least: np.ndarray | int = 1) -> np.ndarray:
+    """100 * num / den, NaN where den is below ``least`` or 0 (never a division warning)."""
+    ok = (den > 0) & (den >= least)
+    return np.where(ok, 100.0 * num / np.where(ok, den, 1), np.nan)
 
 
-def rates_from_confusion(confusion: str | None) -> pd.DataFrame:
+def rates_from_confusion(confusion: str | None, min_group_count: int = 1) -> pd.DataFrame:
     """One row per (group, class) of a row's counts JSON, (G, C, C) indexed (group, y, y_pred):
-    ``group``, ``class``, the ``GROUP_COUNTS`` and the ``GROUP_RATES``; empty for a row
-    without counts."""
+    ``group``, ``class``, the ``GROUP_COUNTS`` and the ``GROUP_RATES`` (NaN where the rate's
+    conditioning set has fewer than ``min_group_count`` rows); empty for a row without counts."""
     columns = ["group", "class", *GROUP_COUNTS, *GROUP_RATES]
     if not isinstance(confusion, str) or not confusion:
         return pd.DataFrame(columns=columns)
@@ -55,8 +59,10 @@ def rates_from_confusion(confusion: str | None) -> pd.DataFrame:
         parts.append(pd.DataFrame({
             "group": np.arange(n_groups), "class": c, "count": size, "label_positives": positives,
             "predicted_positives": predicted, "true_positives": true_pos,
-            "selection_rate": _rate(predicted, size), "tpr": _rate(true_pos, positives),
-            "fpr": _rate(predicted - true_pos, size - positives), "accuracy": _rate(correct, size),
+            "selection_rate": _rate(predicted, size, min_group_count),
+            "tpr": _rate(true_pos, positives, min_group_count),
+            "fpr": _rate(predicted - true_pos, size - positives, min_group_count),
+            "accuracy": _rate(correct, size, min_group_count),
         }))
     return pd.concat(parts, ignore_index=True)[columns]
 
@@ -108,19 +114,22 @@ def per_group_rates(rows: pd.DataFrame, split: str = "test", by: Sequence[str] =
     if column not in rows.columns:
         return pd.DataFrame(columns=columns)
     parts = []
+    least_of_row = min_group_counts(rows)
     for (n_groups, n_classes, _), (pos, conf) in _counts_arrays(rows[column].to_numpy(object)).items():
         classes = [1] if n_classes == 2 else list(range(n_classes))
         size = conf.sum(axis=(2, 3))  # (N, G)
         correct = np.trace(conf, axis1=2, axis2=3)
+        least = least_of_row[pos][:, None]
         for order, c in enumerate(classes):
             positives, predicted, true_pos = conf[:, :, c, :].sum(2), conf[:, :, :, c].sum(2), conf[:, :, c, c]
             parts.append(pd.DataFrame({
                 "_row": np.repeat(pos, n_groups), "_order": order * n_groups + np.tile(np.arange(n_groups), len(pos)),
                 "group": np.tile(np.arange(n_groups), len(pos)), "class": c, "count": size.ravel(),
                 "label_positives": positives.ravel(), "predicted_positives": predicted.ravel(),
-                "true_positives": true_pos.ravel(), "selection_rate": _rate(predicted, size).ravel(),
-                "tpr": _rate(true_pos, positives).ravel(), "fpr": _rate(predicted - true_pos, size - positives).ravel(),
-                "accuracy": _rate(correct, size).ravel()}))
+                "true_positives": true_pos.ravel(), "selection_rate": _rate(predicted, size, least).ravel(),
+                "tpr": _rate(true_pos, positives, least).ravel(),
+                "fpr": _rate(predicted - true_pos, size - positives, least).ravel(),
+                "accuracy": _rate(correct, size, least).ravel()}))
     if not parts:
         return pd.DataFrame(columns=columns)
     # in the rows' order, each row's (class, group) as ``rates_from_confusion`` lists them
@@ -155,3 +164,48 @@ def aggregate_group_rates(selected: pd.DataFrame, split: str = "test", by: Seque
         out[f"{rate}_mean"] = grouped[rate].mean()
         out[f"{rate}_std"] = grouped[rate].std(ddof=1)
     return out.reset_index()[columns]
+
+
+SMALL_GROUP_COLUMNS = ("dataset", "split", "group", "class", "set", "n_seeds", "count_min", "count_max",
+                       "min_group_count")
+
+
+def groups_too_small(rows: pd.DataFrame, splits: Sequence[str] = SPLITS) -> pd.DataFrame:
+    """The groups whose rates the rows' gaps left out as too small to estimate: one row per
+    (dataset, split, group, class, conditioning set) where some seed's rows hold at least one
+    but fewer than their ``evaluate.min_group_count`` rows of the set (``SMALL_GROUP_SETS``:
+    a group's rows, its rows of class c, its rows of another class), with ``n_seeds`` (the
+    seeds where it is small), ``count_min`` and ``count_max`` (its size over those seeds) and
+    ``min_group_count``. The sizes are the data's (labels and groups of a split), not a model's,
+    so any row of a seed tells them: pass the selected rows (``select_by_rt``'s) rather than a
+    whole study. Binary tasks: the positive class's sets. Empty when no row stores counts."""
+    rows = ok_rows(rows, "rows")
+    found = []
+    least_of_row = min_group_counts(rows)
+    for split in splits:
+        column = _split_column(split)
+        if column not in rows.columns:
+            continue
+        for (_, n_classes, _), (pos, conf) in _counts_arrays(rows[column].to_numpy(object)).items():
+            classes = np.array([1] if n_classes == 2 else list(range(n_classes)))
+            size = conf.sum(axis=(2, 3))[:, :, None]  # (N, G, 1)
+            positives = conf.sum(axis=3)[:, :, classes]  # (N, G, |O|): rows with y = c
+            sets = np.stack(np.broadcast_arrays(size, positives, size - positives), axis=-1)  # (N, G, |O|, 3)
+            least = least_of_row[pos][:, None, None, None]
+            row, group, cls, which = np.nonzero((sets > 0) & (sets < least))
+            found.append(pd.DataFrame({
+                "dataset": rows["dataset"].to_numpy(object)[pos[row]], "seed": rows["seed"].to_numpy()[pos[row]],
+                "split": split, "group": group, "class": classes[cls],
+                "set": np.asarray(SMALL_GROUP_SETS, dtype=object)[which], "count": sets[row, group, cls, which],
+                "min_group_count": least_of_row[pos[row]]}))
+    found = [f for f in found if len(f)]
+    if not found:
+        return pd.DataFrame(columns=list(SMALL_GROUP_COLUMNS))
+    each = pd.concat(found, ignore_index=True).drop_duplicates()
+    grouped = each.groupby(["dataset", "split", "group", "class", "set", "min_group_count"], sort=True)
+    out = grouped.agg(n_seeds=("seed", "nunique"), count_min=("count", "min"), count_max=("count", "max"))
+    out = out.reset_index()
+    out["_split"] = out["split"].map({s: i for i, s in enumerate(SPLITS)})
+    out["_set"] = out["set"].map({s: i for i, s in enumerate(SMALL_GROUP_SETS)})
+    out = out.sort_values(["dataset", "_split", "group", "class", "_set", "min_group_count"], kind="stable")
+    return out[list(SMALL_GROUP_COLUMNS)].reset_index(drop=True)

@@ -29,6 +29,7 @@ from fairdp.analysis._rows import (
     guarantee_text,
     kind_of,
     kinds_of,
+    min_group_counts,
     require_columns,
     with_compared_eps,
 )
@@ -75,6 +76,7 @@ def bootstrap_intervals(rows: pd.DataFrame, level: float = 95.0, draws: int = 10
     lo_q, hi_q = (100 - level) / 2, 100 - (100 - level) / 2
     out = {f"{m}_{side}": np.full(len(rows), np.nan) for m in metrics for side in ("lo", "hi")}
     counts = rows[TEST_CONFUSION] if TEST_CONFUSION in rows.columns else pd.Series([None] * len(rows))
+    least = min_group_counts(rows)  # each draw's gaps at the row's own rule, as its stored gaps
     for i, ((_, row), text) in enumerate(zip(rows.iterrows(), counts)):
         if not isinstance(text, str) or not text:
             continue
@@ -86,7 +88,7 @@ def bootstrap_intervals(rows: pd.DataFrame, level: float = 95.0, draws: int = 10
             n = int(conf[k].sum())
             if n:
                 sample[:, k] = rng.multinomial(n, conf[k].ravel() / n, size=draws)
-        scores = scores_from_confusion(sample.reshape(draws, g, c, c))
+        scores = scores_from_confusion(sample.reshape(draws, g, c, c), int(least[i]))
         for m, name in zip(metrics, names):
             values = scores[name]
             if np.isnan(values).all():

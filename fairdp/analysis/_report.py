@@ -36,7 +36,7 @@ from fairdp.analysis._error_bars import (
     error_bars_text,
     per_seed,
 )
-from fairdp.analysis._groups import aggregate_group_rates
+from fairdp.analysis._groups import aggregate_group_rates, groups_too_small
 from fairdp.analysis._intervals import (
     CROSS_KIND,
     check_level,
@@ -114,6 +114,7 @@ from fairdp.analysis._tables import (
     guarantee_cells,
     mean_std_column,
     selected_with_intervals,
+    small_groups_table,
     sweep_tables,
 )
 from fairdp.constraints import feasible
@@ -913,6 +914,23 @@ def _group_rates_section(selected: pd.DataFrame, by: Sequence[str], kinds: dict)
     )
 
 
+def _small_groups_section(selected: pd.DataFrame) -> _Section | None:
+    """The groups too small to estimate a rate of, on the valid or test split, where any is."""
+    small = groups_too_small(selected)
+    if not len(small):
+        return None
+    return (
+        "Groups too small to estimate",
+        "Groups whose rows of a rate's conditioning set (all its rows: selection rate and accuracy; its rows "
+        "of the class: TPR; its rows of other classes: FPR) number fewer than the study's evaluate.min_group_count "
+        "(Fewest) on a split, in the seeds counted: their rate is left out of every gap the rows report and of "
+        "the per-group rates above (shown as -), so that a rate of a handful of rows, mostly sampling noise, "
+        "decides no max-gap. Rows is the set's size, a range where the seeds' splits differ. A gap with fewer "
+        "than two groups left is NaN. Lower evaluate.min_group_count to estimate them anyway, or merge groups.",
+        [("display", small_groups_table(small))],
+    )
+
+
 def _differences_section(agg: pd.DataFrame, fairness: str, by: Sequence[str], ci: float | None,
                          keep_constant: bool) -> _Section | None:
     """Which pairwise differences between methods the t-intervals support, per test metric;
@@ -1271,6 +1289,7 @@ def write_report(df: pd.DataFrame, out_dir: str | os.PathLike, options: ReportOp
         _release_section(df, t.selected, rt, by, whole),
         _positive_rates_section(t.selected, by, kinds),
         _group_rates_section(t.selected, by, kinds),
+        _small_groups_section(t.selected),
         _differences_section(agg, fairness, by, ci, keep_constant),
         _rt_sweep_section(t.sweep, fairness, by, kinds),
         _fairness_accuracy_section(fairness),

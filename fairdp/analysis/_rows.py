@@ -6,6 +6,7 @@ columns are cast to float; a bad argument is an ``InputError`` naming it.
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import warnings
@@ -27,6 +28,8 @@ from fairdp.schema import (
     FAIRNESS_METRICS,
     FIXED_COLUMNS,
     GUARANTEE,
+    LEGACY_MIN_GROUP_COUNT,
+    MIN_GROUP_COUNT_KEY,
     NOTION_GAP,
     RUN_KEYS,
     SELECTION_FAIRNESS,
@@ -140,6 +143,27 @@ def factorize_objects(values, sort: bool = False) -> tuple[np.ndarray, np.ndarra
     string caches, and the columns fairdp reads hold one object per distinct string."""
     codes, uniques = pd.factorize(np.append(np.asarray(values, dtype=object), None), sort=sort, use_na_sentinel=True)
     return codes[:-1], np.asarray(uniques, dtype=object)
+
+
+def min_group_counts(rows: pd.DataFrame) -> np.ndarray:
+    """Each row's ``evaluate.min_group_count`` (int64), the fewest rows its gaps estimated a
+    group's rate from, read from its ``protocol``; a row without one (no protocol column, or
+    a protocol from before the setting existed) was scored at ``LEGACY_MIN_GROUP_COUNT``."""
+    out = np.full(len(rows), LEGACY_MIN_GROUP_COUNT, dtype=np.int64)
+    if "protocol" not in rows.columns:
+        return out
+    section, key = MIN_GROUP_COUNT_KEY
+    codes, texts = factorize_objects(rows["protocol"].to_numpy(object))
+    for code, text in enumerate(texts):  # a study's rows share a few protocols: each parsed once
+        if not isinstance(text, str) or not text:
+            continue
+        try:
+            value = json.loads(text).get(section, {}).get(key)
+        except (ValueError, AttributeError):
+            continue  # not a protocol this version wrote: its rows were scored as before
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            out[codes == code] = value
+    return out
 
 
 def default_direction(column: str) -> str:

@@ -412,3 +412,23 @@ def group_rates_table(rates: pd.DataFrame, by: Sequence[str] = (), kinds: dict |
     for rate, label in RATE_LABELS.items():
         out[label] = mean_std_column(rates[f"{rate}_mean"], rates[f"{rate}_std"], decimals)
     return out.reset_index(drop=True)
+
+
+SET_LABELS = {"rows": "all its rows", "positives": "its rows of the class", "negatives": "its rows of other classes"}
+"""What each conditioning set of ``groups_too_small`` is, in words."""
+
+
+def small_groups_table(small: pd.DataFrame) -> pd.DataFrame:
+    """``groups_too_small`` output as display strings: Dataset, Split, Group, [Class: tasks of
+    more than two classes,] Rows of (the conditioning set), Rows (its size, a range where seeds
+    differ), Seeds (where it is small), Fewest (the rows a rate needs: min_group_count)."""
+    out = pd.DataFrame({"Dataset": small["dataset"].astype(str), "Split": small["split"].astype(str),
+                        "Group": [str(int(v)) for v in small["group"]]})
+    if (small["class"] != 1).any():
+        out["Class"] = [str(int(v)) for v in small["class"]]
+    out["Rows of"] = [SET_LABELS[v] for v in small["set"]]
+    out["Rows"] = [f"{int(lo)}" if lo == hi else f"{int(lo)}-{int(hi)}"
+                   for lo, hi in zip(small["count_min"], small["count_max"])]
+    out["Seeds"] = [str(int(v)) for v in small["n_seeds"]]
+    out["Fewest"] = [str(int(v)) for v in small["min_group_count"]]
+    return out.reset_index(drop=True)

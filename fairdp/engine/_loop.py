@@ -336,7 +336,7 @@ class _ChunkTraining:
         accuracy = per_config_accuracy(predictions, valid.y)
         # every gap is a function of one count per config, made where the predictions are
         scores = scores_from_confusion(per_config_confusion(predictions, valid.y, valid.s, ctx.data.n_classes,
-                                                            ctx.data.n_groups))
+                                                            ctx.data.n_groups), settings.min_group_count)
         self.curves["accuracy"][:, epoch] = accuracy.numpy()
         self.curves["loss"][:, epoch] = loss
         for name in VALID_CURVES[2:]:

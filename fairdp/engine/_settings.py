@@ -12,6 +12,7 @@ import torch
 from fairdp import _rng
 from fairdp.engine._prune import Pruning
 from fairdp.errors import InputError
+from fairdp.fairness import MIN_GROUP_COUNT
 from fairdp.privacy._shared import ACCOUNTANTS
 
 # float32: IEEE fp32 everywhere. tf32: fp32 tensors, matmuls on CUDA tensor cores in TF32
@@ -169,6 +170,11 @@ class TrainSettings:
     # "gaps" or "coins", the same law, other samples. None: a study follows its stored rows
     # (coins where they predate the choice), else gaps; stored as the rows' sampler column.
     sampler: str | None = field(default=None, metadata={"protocol": "column"})
+    # The fewest rows a group's rate is estimated from (a study's ``evaluate.min_group_count``):
+    # every fairness gap a pack reports, on valid (its curves, best epoch and pruning) and on
+    # test, leaves out a group's rate over fewer rows (``fairdp.fairness``). Compared on resume;
+    # stored protocols from before it existed were computed at 1 (``LEGACY_PROTOCOL``).
+    min_group_count: int = MIN_GROUP_COUNT
 
     @property
     def poisson_sampler(self) -> str:
@@ -201,6 +207,9 @@ class TrainSettings:
         if self.sampler is not None and self.sampler not in _rng.POISSON_SAMPLERS:
             raise InputError(f"train.sampler: must be one of {', '.join(_rng.POISSON_SAMPLERS)} (or left out: "
                              f"the stored rows', else gaps), got {self.sampler!r}")
+        if (isinstance(self.min_group_count, bool) or not isinstance(self.min_group_count, int)
+                or self.min_group_count < 1):
+            raise InputError(f"evaluate.min_group_count: must be an integer >= 1, got {self.min_group_count!r}")
         if self.packing not in ("auto", "functional"):
             raise InputError(f"train.packing: must be auto or functional, got {self.packing!r}")
         if self.prune is not None and self.prune.rungs[-1] >= self.epochs:

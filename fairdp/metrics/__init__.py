@@ -11,6 +11,7 @@ from fairdp.fairness import (
     grms,
     group_rates,
     macro_f1,
+    small_groups,
     tpr_gap,
 )
 from fairdp.metrics._probe_settings import FEDERATE_PROBE, ProbeSettings
@@ -21,7 +22,7 @@ if typing.TYPE_CHECKING:  # what the lazy names are, for type checkers and the A
 
 __all__ = [
     # user API (docs/api/metrics.md)
-    "accuracy", "ap_gap", "dp_gap", "eo_gap", "grms", "group_rates", "macro_f1", "tpr_gap",
+    "accuracy", "ap_gap", "dp_gap", "eo_gap", "grms", "group_rates", "macro_f1", "small_groups", "tpr_gap",
     "FEDERATE_PROBE", "ProbeSettings", "leakage", "mdl", "evaluate_pack",
 ]
 

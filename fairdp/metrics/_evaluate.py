@@ -15,14 +15,15 @@ from fairdp.metrics._probes import ProbeSettings, leakage, mdl, uniform_codeleng
 
 
 def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = True, with_mdl: bool = True,
-                  probe: ProbeSettings | None = None) -> list[dict]:
+                  probe: ProbeSettings | None = None, min_group_count: int = 1) -> list[dict]:
     """One dict of metrics per config of ``result``: accuracy and fairness gaps on valid and
     test (percent), leakage (probe trained on valid representations, scored on test),
     MDL of the test representations (kbits) beside the uniform code of the same labels
     (mdl_uniform), each split's counts per (group, y, y_pred) as JSON (``valid_confusion``,
     ``test_confusion``: what per-group rates and bootstrap intervals are computed from), and
     the config's guarantee (eps_formal, delta) as its method's privacy hook reported it
-    (``result.privacy``).
+    (``result.privacy``). A gap leaves out a group's rate over fewer than ``min_group_count``
+    rows (the study's ``evaluate.min_group_count``; ``fairdp.fairness``).
 
     Every metric is computed for the whole pack at once (fairness from one bincount,
     probes batched over the K representations).
@@ -39,7 +40,7 @@ def evaluate_pack(data: Dataset, result: PackResult, *, with_leakage: bool = Tru
         # one count per split; accuracy and every fairness gap are functions of it
         counts[split] = confusion(part.y, result.predictions[split], part.s, n_classes=data.n_classes,
                                   n_groups=data.n_groups).reshape(k, data.n_groups, data.n_classes, data.n_classes)
-        scores = scores_from_confusion(counts[split])
+        scores = scores_from_confusion(counts[split], min_group_count)
         for name in ("accuracy", *schema.FAIRNESS_METRICS):
             cols[f"{split}_{name}"] = scores[name]
     reps = result.representations

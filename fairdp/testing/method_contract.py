@@ -132,7 +132,8 @@ def check_pack_and_alone(method, data, configs: list[dict], settings: TrainSetti
         # local-DP representation is drawn afresh at every evaluation); the loss is a cross-entropy
         valid = data.split("valid")
         scores = scores_from_confusion(confusion(valid.y, packed.predictions["valid"], valid.s,
-                                                 n_classes=data.n_classes, n_groups=data.n_groups))
+                                                 n_classes=data.n_classes, n_groups=data.n_groups),
+                                       settings.min_group_count)
         assert sorted(packed.valid_history) == sorted(VALID_CURVES)
         kept = (np.arange(k), packed.best_epoch - 1)
         for curve in VALID_CURVES:

@@ -56,8 +56,9 @@ def trained_pack(ctx: StudyContext, pack: Pack, callback: Callable[[EpochReport]
     data = load_study_data(ctx.dataset, ctx.dataset_options)
     t0 = time.perf_counter()
     result = train_pack(ctx, pack, data, callback, checkpoint)
+    train, _ = ctx.training(pack.method)
     metrics = evaluate_pack(data, result, with_leakage=ctx.leakage, with_mdl=ctx.mdl,
-                            probe=dataclasses.replace(ctx.probe, seed=pack.seed))
+                            probe=dataclasses.replace(ctx.probe, seed=pack.seed), min_group_count=train.min_group_count)
     elapsed = time.perf_counter() - t0 + result.resumed_s  # a resumed pack's earlier training counts
     tuning = tuning_record(ctx, pack, data) if ctx.tuning is not None else None  # the run's, shared by its rows
     rows = []

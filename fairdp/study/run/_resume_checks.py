@@ -11,6 +11,7 @@ import pandas as pd
 from fairdp.errors import InputError
 from fairdp.methods import get_method
 from fairdp.metrics import ProbeSettings
+from fairdp.schema import LEGACY_MIN_GROUP_COUNT, MIN_GROUP_COUNT_KEY
 from fairdp.study._context import StudyContext, training_provenance
 from fairdp.study.spec._spec import StudySpec
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 # protocol keys as a study file spells them
 _SETTING_NAMES = {"dataset_options": "dataset", "leakage": "evaluate.leakage", "mdl": "evaluate.mdl",
-                  "train.prune": "prune"}
+                  "train.prune": "prune", "train.min_group_count": "evaluate.min_group_count"}
 
 
 def _setting_name(key: str) -> str:
@@ -115,6 +116,9 @@ def check_same_training(ctx: StudyContext, stored, location: str, methods) -> No
         want = json.loads(ctx.protocol)
         for text in ok.loc[ok["method"].isin(list(methods)), "protocol"].dropna().unique():
             have = json.loads(text)
+            section, key = MIN_GROUP_COUNT_KEY  # stored before it existed: its gaps were computed at the legacy value
+            if isinstance(have.get(section), dict) and key not in have[section]:
+                have[section] = {**have[section], key: LEGACY_MIN_GROUP_COUNT}
             # a named setting first: other options also give other data
             found = protocol_difference({k: v for k, v in have.items() if k != "data"},
                                         {k: v for k, v in want.items() if k != "data"})

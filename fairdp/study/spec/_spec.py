@@ -32,6 +32,7 @@ from fairdp.engine._shared import (
     trial_step,
 )
 from fairdp.errors import InputError
+from fairdp.fairness import MIN_GROUP_COUNT
 from fairdp.methods import HyperParam, Method, get_method, load_plugins, method_names
 from fairdp.methods._shared import arange_grid, range_count
 from fairdp.metrics import ProbeSettings
@@ -205,7 +206,8 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     dataset, dataset_options = _dataset(top["dataset"])
     seeds = _seeds(top.get("seeds", [0]))
     train = _train(top.get("train") or {})
-    leakage, mdl, probe, predictions = _evaluate(top.get("evaluate") or {})
+    leakage, mdl, probe, predictions, min_group_count = _evaluate(top.get("evaluate") or {})
+    train = dataclasses.replace(train, min_group_count=min_group_count)  # before the methods copy it
     study_arch = top.get("architecture")
     methods = _methods(top["methods"], dataset, train, study_arch, base_dir)
     search = _search(top["search"], leakage, mdl, seeds) if top.get("search") is not None else None
@@ -306,8 +308,9 @@ def _train(value) -> TrainSettings:
     return TrainSettings(**kw)
 
 
-def _evaluate(value) -> tuple[bool, bool, ProbeSettings, str | None]:
-    d = _mapping(value, "evaluate", optional=("leakage", "mdl", "probe", "predictions"))
+def _evaluate(value) -> tuple[bool, bool, ProbeSettings, str | None, int]:
+    d = _mapping(value, "evaluate", optional=("leakage", "mdl", "probe", "predictions", "min_group_count"))
+    min_group_count = checked_int(d.get("min_group_count", MIN_GROUP_COUNT), "evaluate.min_group_count", low=1)
     predictions = d.get("predictions", "none")
     predictions = "none" if predictions is None else predictions  # YAML's empty value: the default
     if predictions not in PREDICTIONS:
@@ -335,7 +338,8 @@ def _evaluate(value) -> tuple[bool, bool, ProbeSettings, str | None]:
     for key in ("lr", "alpha"):
         if key in probe_raw:
             probe_raw[key] = _number(probe_raw[key], f"evaluate.probe.{key}", low=0.0, low_open=key == "lr")
-    return flags[0], flags[1], ProbeSettings(**probe_raw), None if predictions == "none" else predictions
+    return (flags[0], flags[1], ProbeSettings(**probe_raw), None if predictions == "none" else predictions,
+            min_group_count)
 
 
 def _check_search_keywords(search: SearchSpec, settings: MethodSettings) -> None:
