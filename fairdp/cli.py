@@ -551,14 +551,33 @@ def _cmd_analyze(args) -> int:
         raise InputError(f"--advise-width must be a finite number of points > 0, got {args.advise_width}")
     level = check_level(args.ci, "--ci") if args.ci is not None else None
     df = _load_rows(args.dirs, args.pool)
-    chosen = _chosen_selection("analyze", args, args.dirs)
+    chosen = _chosen_selection("analyze", args, args.dirs, keys=("fairness", "rt", "by", "private"))
     fairness, rt, by = chosen.values["fairness"], chosen.values["rt"], list(chosen.values["by"])
     whole = _completeness(df, args.dirs, chosen)
+    private_line = None
+    if args.private_cost and chosen.values["private"] is None:
+        raise InputError("--private-cost: needs a private selection (--private-selection EPS, or the study's "
+                         "selection.private)")
+    if args.private_cost:
+        from fairdp.analysis import private_pick_cost
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cost = private_pick_cost(df, chosen.values["private"], rt, fairness, by)
+        print(f"fairdp analyze: {chosen.message}", file=sys.stderr)
+        for w in caught:
+            print(f"fairdp analyze: warning: {w.message}", file=sys.stderr)
+        sys.stdout.write(render_table(cost, fmt=args.format, decimals=2))
+        return 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        df = _privately(df, chosen)
         selected = select_by_rt(df, rt=rt, fairness=fairness, by=by)
+        if chosen.values["private"] is not None and has_release_events(df):
+            selected = released_guarantees(df, selected, rt, by)
+            private_line = _private_total_line(selected)
         if args.selected:
-            if has_release_events(df):
+            if has_release_events(df) and "eps_released" not in selected.columns:
                 selected = released_guarantees(df, selected, rt, by)
             table = selected_configs(selected, fairness)
             if level is not None:
@@ -571,6 +590,8 @@ def _cmd_analyze(args) -> int:
                 agg = seed_intervals(agg, level)
             out = format_table(agg, fmt=args.format, fairness=fairness, by=by)
     print(f"fairdp analyze: {chosen.message}", file=sys.stderr)
+    if private_line:
+        print(f"fairdp analyze: {private_line}", file=sys.stderr)
     if not args.selected and advice:
         print(f"fairdp analyze: {advice}", file=sys.stderr)
     if level is not None:
@@ -584,6 +605,16 @@ def _cmd_analyze(args) -> int:
         print(f"fairdp analyze: warning: {whole.text}", file=sys.stderr)
     sys.stdout.write(out)
     return 0
+
+
+def _private_total_line(selected) -> str:
+    """Each method's total eps of its private picks (training and the count release), largest
+    over runs: what the aggregate table's picks cost, said beside it."""
+    parts = []
+    for method, eps in selected.groupby("method", sort=True)["eps_released"]:
+        parts.append(f"{method} {eps.min():.3g}-{eps.max():.3g}" if eps.notna().any() else f"{method} not covered")
+    return ("private selection: each pick's total eps (its training and its noisy validation counts composed, "
+            "smallest-largest over its runs; --selected lists each): " + ", ".join(parts))
 
 
 PICKS_LISTED = 200
@@ -700,7 +731,7 @@ def _compare_display(table):
     return out
 
 
-SELECTION_FLAGS = {"fairness": "--fairness", "rt": "--rt", "by": "--by", "rts": "--rts"}
+SELECTION_FLAGS = {"fairness": "--fairness", "rt": "--rt", "by": "--by", "rts": "--rts", "private": "--private-selection"}
 
 
 def _chosen_selection(command: str, args, dirs: list[str], keys=("fairness", "rt", "by")):
@@ -709,12 +740,51 @@ def _chosen_selection(command: str, args, dirs: list[str], keys=("fairness", "rt
     it on stderr once it has succeeded (a failing command prints only its error)."""
     from fairdp.study import choose_selection, read_selections
 
-    given = {k: getattr(args, k) for k in keys}
+    given = {k: getattr(args, k) for k in keys if k != "private"}
+    if "private" in keys:
+        given["private"] = _private_selection(args)
     if given.get("by") is not None:
         given["by"] = tuple(given["by"])
     if given.get("rts") is not None:
         given["rts"] = tuple(given["rts"])
     return choose_selection(read_selections(*dirs), given, {k: SELECTION_FLAGS[k] for k in keys})
+
+
+def _private_selection(args):
+    """``--private-selection EPS`` (and ``--private-seed``) as a ``PrivateSelection``; None without it."""
+    from fairdp.privacy._shared import PrivateSelection
+
+    if args.private_selection is None:
+        return None
+    try:
+        return PrivateSelection(args.private_selection, seed=args.private_seed)
+    except InputError as e:
+        raise InputError(f"--private-selection: {str(e).split(': ', 1)[1]}") from None
+
+
+def _privately(df, chosen):
+    """``df`` as the chosen selection reads it: with a private selection, every validation metric
+    recomputed from its run's noisy validation counts (``private_valid_metrics``)."""
+    private = chosen.values.get("private")
+    if private is None:
+        return df
+    from fairdp.analysis import private_valid_metrics
+
+    return private_valid_metrics(df, private, tuple(chosen.values["by"]))
+
+
+def _add_private_options(parser) -> None:
+    parser.add_argument("--private-selection", type=float, metavar="EPS",
+                        help="pick from each run's validation counts released with discrete Gaussian noise at EPS "
+                             "(delta 1e-5): the pick's eps_released is then its training and that release composed "
+                             "(default: the study's selection.private, else the clear counts)")
+    parser.add_argument("--private-seed", type=int, default=0, metavar="N",
+                        help="the noise's stream, for a reproducible table (default 0)")
+    if parser.prog.endswith("analyze"):
+        parser.add_argument("--private-cost", action="store_true",
+                            help="with a private selection: per (dataset, method, by) how often the private pick is "
+                                 "the clear one, the test accuracy it gives up and the violation it adds, and both "
+                                 "picks' eps, instead of the aggregate table")
 
 
 def _completeness(df, dirs: list[str], chosen):
@@ -776,12 +846,13 @@ def _cmd_report(args) -> int:
     for name in args.compare or ():
         get_paper(name)  # an unknown name is refused before anything is read or written
     df = _load_rows(args.dirs, args.pool)
-    chosen = _chosen_selection("report", args, args.dirs, keys=("fairness", "rt", "by", "rts"))
+    chosen = _chosen_selection("report", args, args.dirs, keys=("fairness", "rt", "by", "rts", "private"))
     search = chosen.search
     whole = _completeness(df, args.dirs, chosen)
     history, grid = _search_histories(args.dirs, args.compare_grid)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        df = _privately(df, chosen)
         options = ReportOptions(
             rt=chosen.values["rt"], fairness=chosen.values["fairness"], rts=chosen.values["rts"],
             by=tuple(chosen.values["by"]), ci=None if args.no_ci else args.ci, search_history=history, grid=grid,
@@ -1179,6 +1250,7 @@ def _add_analyze_parser(sub) -> None:
     ana.add_argument("--pool", action="store_true",
                      help="rows of several studies (e.g. a grid and a search) selected together, one selection per "
                           "seed over all their configs; refused without it")
+    _add_private_options(ana)
     ana.set_defaults(func=_cmd_analyze)
 
 
@@ -1220,6 +1292,7 @@ def _add_report_parser(sub) -> None:
     rep.add_argument("--compare-grid", action="append", metavar="GRID_DIR",
                      help="a grid study's results: the search progress section sets each search's hypervolume "
                      "per generation against the grid front's (same dataset, method, seed, epochs); repeatable")
+    _add_private_options(rep)
     rep.set_defaults(func=_cmd_report)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 ANALYSIS = Path(__file__).resolve().parents[1] / "fairdp" / "analysis"
 
-NUMBERS = ("_select", "_pareto", "_intervals", "_release", "_groups", "_compare", "_predictions", "_rows",
+NUMBERS = ("_select", "_pareto", "_intervals", "_release", "_private", "_groups", "_compare", "_predictions", "_rows",
            "_curves", "_completeness", "_error_bars", "_search_progress", "_papers")
 PRESENTATION = ("_report", "_plots", "_tables", "_render", "_style", "_dashboard")
 SURFACES = ("_shared",)  # what the analysis shares with the rest of fairdp: both kinds

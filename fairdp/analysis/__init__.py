@@ -27,6 +27,7 @@ from fairdp.analysis._pareto import (
     select_per_run,
 )
 from fairdp.analysis._predictions import constant_models, mark_constant_picks, with_constant_picks
+from fairdp.analysis._private import PrivateSelection, private_pick_cost, private_valid_metrics
 from fairdp.analysis._release import released_guarantees, whole_table_release
 from fairdp.analysis._rows import default_direction
 from fairdp.analysis._search_progress import search_progress, search_vs_grid
@@ -53,6 +54,7 @@ __all__ = [
     "bootstrap_intervals", "seed_intervals", "supported_differences", "compare_picks", "paired_tests", "protocol_differences", "device_differences",
     "detectable_difference",
     "completeness", "summarise", "Completeness", "released_guarantees", "whole_table_release",
+    "PrivateSelection", "private_valid_metrics", "private_pick_cost",
     "search_progress", "search_vs_grid",
     "get_paper", "format_table", "sweep_tables",
     # figures (matplotlib, imported on first use) and their error bars

@@ -64,11 +64,15 @@ from fairdp.privacy import composed_epsilon, event_from_json, repeat_and_select_
 from fairdp.privacy._shared import (
     PFLD_DELTA,
     epsilon_of_rdp,
+    rdp_curve,
     repeat_and_select_rdp,
     trial_count_from_dict,
 )
 from fairdp.schema import GUARANTEE, PRIVACY_EVENT, RUN_KEYS, TUNING
 
+# A private pick's columns (``fairdp.analysis._private.private_valid_metrics``): its run's count
+# release (event JSON with its relation), the noise's sigma, and why its reads are not covered
+SELECTION_EVENT, SELECTION_SIGMA, SELECTION_UNCOVERED = "selection_event", "selection_sigma", "selection_uncovered"
 ACCOUNTANT = "accountant"  # the rows' column: which accountant reported their eps (null: none)
 
 
@@ -140,12 +144,42 @@ class _Releases:
         return self.records[text]
 
     def of(self, selected: pd.DataFrame, chosen: np.ndarray) -> list[tuple]:
-        events = selected[PRIVACY_EVENT].to_numpy(object) if PRIVACY_EVENT in selected.columns \
-            else np.full(len(selected), None, dtype=object)
-        eps = selected["eps_formal"].to_numpy(object) if "eps_formal" in selected.columns \
-            else np.full(len(selected), None, dtype=object)
-        methods = selected["method"].astype(str).to_numpy(object)
-        return [self.one(int(i), e, x, m) for i, e, x, m in zip(chosen, events, eps, methods)]
+        def column(name):
+            return selected[name].to_numpy(object) if name in selected.columns \
+                else np.full(len(selected), None, dtype=object)
+
+        events, eps, methods = column(PRIVACY_EVENT), column("eps_formal"), selected["method"].astype(str).to_numpy(object)
+        reads = list(zip(column(SELECTION_EVENT), column(SELECTION_SIGMA), column(SELECTION_UNCOVERED)))
+        return [self.with_selection(self.one(int(i), e, x, m), int(i), r) if isinstance(r[0], str)
+                else self.one(int(i), e, x, m) for i, e, x, m, r in zip(chosen, events, eps, methods, reads)]
+
+    def with_selection(self, released: tuple, i: int, reads: tuple) -> tuple:
+        """A private pick's guarantee (``fairdp.analysis._private``): the training's bound
+        ``released`` composed with its run's release of noisy validation counts, RDP curves
+        added, at the training's delta; NaN where either is not covered."""
+        eps, delta, trained, how = released
+        event, sigma, uncovered = reads
+        if isinstance(uncovered, str) and uncovered:
+            return math.nan, math.nan, trained, f"not covered: {uncovered}"
+        if math.isnan(eps):
+            return released
+        selection, relation = event_from_json(event)
+        rdp = self.training_rdp(i, relation, how) + rdp_curve(selection, relation)
+        return (epsilon_of_rdp(rdp, delta), delta, trained,
+                f"{how}, and the noisy validation counts it was picked from (discrete Gaussian, sigma {sigma:.3g})")
+
+    def training_rdp(self, i: int, relation: str, how: str) -> np.ndarray:
+        """The RDP curve of scope ``i``'s training release, as ``one`` bounded it (``how``)."""
+        s = self.stats
+        tuning = s.tuning[i]
+        if tuning is not None and self.rt == 0:
+            record, count = self.record(tuning)
+            grid = [event_from_json(e)[0] for e in record["grid_events"]]
+            return repeat_and_select_rdp(grid, relation, count.mean, count.shape)
+        import dp_accounting  # imported here: scipy under it costs a CLI start ~2 s
+
+        return rdp_curve(dp_accounting.ComposedDpEvent(
+            [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n) for e, n in s.counter(i).items()]), relation)
 
     def one(self, i: int, event: object, eps_formal: object, method: str) -> tuple:
         s = self.stats
@@ -190,15 +224,29 @@ class _Releases:
         union = s.union(np.zeros(len(chosen), np.int64), chosen, 1)
         relation = union.relation_of(0) or self.relation(released[PRIVACY_EVENT].iloc[0])
         tunings = [s.tuning[i] for i in chosen]
+        # a private pick's count releases, one per seed, compose with the training: RDP curves add
+        counts = [t for t in (released[SELECTION_EVENT] if SELECTION_EVENT in released.columns else ()) if isinstance(t, str)]
+        reads = np.sum([rdp_curve(event_from_json(t)[0], relation) for t in counts], axis=0) if counts else None
+        with_reads = f", and their {len(counts)} releases of noisy validation counts" if counts else ""
         if self.rt == 0 and all(t is not None for t in tunings):
             rdp = 0.0
             for text, times in Counter(tunings).items():  # each seed's repeat-and-select, composed: RDP curves add
                 record, count = self.record(text)
                 grid = [event_from_json(e)[0] for e in record["grid_events"]]
                 rdp = rdp + times * repeat_and_select_rdp(grid, relation, count.mean, count.shape)
-            return epsilon_of_rdp(rdp, delta), f"composition of the {seeds} seeds' repeat-and-select releases"
-        eps, how = _Compositions(union)(0, relation, delta)
+            if reads is not None:
+                rdp = rdp + reads
+            return epsilon_of_rdp(rdp, delta), f"composition of the {seeds} seeds' repeat-and-select releases{with_reads}"
         what = "trials drawn" if any(t is not None for t in tunings) else "configs trained"
+        if reads is not None:
+            import dp_accounting  # imported here: scipy under it costs a CLI start ~2 s
+
+            training = rdp_curve(dp_accounting.ComposedDpEvent(
+                [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n) for e, n in union.counter(0).items()]),
+                relation)
+            return (epsilon_of_rdp(training + reads, delta),
+                    f"composition of the {int(union.events[0])} {what} in the {seeds} seeds (the same data){with_reads}")
+        eps, how = _Compositions(union)(0, relation, delta)
         return eps, f"composition of the {int(union.events[0])} {what} in the {seeds} seeds (the same data)" + how
 
 

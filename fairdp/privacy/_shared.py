@@ -19,13 +19,22 @@ from fairdp.privacy._release import (
     TrialCount,
     epsilon_of_rdp,
     event_to_json,
+    rdp_curve,
     repeat_and_select_rdp,
     trial_count_from_dict,
 )
+from fairdp.privacy._selection import (
+    PrivateSelection,
+    count_cells,
+    count_release_event,
+    count_sigma,
+    discrete_gaussian,
+)
 
 __all__ = [
-    "ACCOUNTANTS", "ADD_REMOVE_RECORD", "conversion_reasons", "COUNTS", "epsilon_of_rdp", "event_to_json",
+    "ACCOUNTANTS", "ADD_REMOVE_RECORD", "conversion_reasons", "count_cells", "count_release_event", "count_sigma",
+    "COUNTS", "discrete_gaussian", "epsilon_of_rdp", "event_to_json", "rdp_curve",
     "guarantee_kind", "KIND_CAVEATS", "LARGEST_L1_EPS", "LARGEST_SCALE_EPS", "LOCAL_ATTRIBUTE",
-    "LOCAL_REPRESENTATION", "PFLD_DELTA", "repeat_and_select_rdp", "REPLACE_ATTRIBUTE", "REPLACE_RECORD",
+    "LOCAL_REPRESENTATION", "PFLD_DELTA", "PrivateSelection", "repeat_and_select_rdp", "REPLACE_ATTRIBUTE", "REPLACE_RECORD",
     "trial_count_from_dict", "TrialCount",
 ]

@@ -36,7 +36,7 @@ from fairdp.fairness import MIN_GROUP_COUNT
 from fairdp.methods import HyperParam, Method, get_method, load_plugins, method_names
 from fairdp.methods._shared import arange_grid, range_count
 from fairdp.metrics import ProbeSettings
-from fairdp.privacy._shared import COUNTS, TrialCount
+from fairdp.privacy._shared import COUNTS, PrivateSelection, TrialCount
 from fairdp.schema import NOTION_GAP, OBJECTIVES, SELECTION_FAIRNESS
 from fairdp.tracking._shared import TrackingSpec, parse_tracking
 
@@ -118,6 +118,8 @@ class StudySpec:
     fairness: str = _not_protocol("tpr_gap", why="how rows are selected, not what they are")
     rt: float = _not_protocol(1.0, why="how rows are selected")
     rts: tuple[float, ...] | None = _not_protocol(None, why="the report's RT sweep")  # None: the report's default
+    # selection.private: picks made from noisy validation counts (fairdp.analysis._private)
+    private_selection: PrivateSelection | None = _not_protocol(None, why="how rows are selected")
     methods: tuple[MethodPlan, ...] = _not_protocol((), why="grids: which configs; each method's settings are columns")
     search: SearchSpec | None = _not_protocol(None, why="compared by the search's own study")
     resources: Resources = _not_protocol(None, why="where it runs")
@@ -211,7 +213,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     study_arch = top.get("architecture")
     methods = _methods(top["methods"], dataset, train, study_arch, base_dir)
     search = _search(top["search"], leakage, mdl, seeds) if top.get("search") is not None else None
-    fairness, rt, by, rts = _selection(top.get("selection") or {}, methods, search)
+    fairness, rt, by, rts, private_selection = _selection(top.get("selection") or {}, methods, search)
     resources = _resources(top.get("resources") or {})
     pack_size = top.get("pack_size")
     if pack_size is not None:
@@ -229,7 +231,7 @@ def parse_spec(raw, source: str = "<spec>", base_dir: str | Path | None = None) 
     tracking = parse_tracking(top["tracking"]) if top.get("tracking") is not None else None
     return StudySpec(name=name, dataset=dataset, dataset_options=dataset_options, seeds=seeds, train=train,
                      leakage=leakage, mdl=mdl, probe=probe, predictions=predictions, fairness=fairness, rt=rt,
-                     rts=rts, methods=methods, search=search, resources=resources, pack_size=pack_size, plugins=plugins,
+                     rts=rts, private_selection=private_selection, methods=methods, search=search, resources=resources, pack_size=pack_size, plugins=plugins,
                      method_settings=method_settings, by=by, tuning=tuning, source=source, raw=top,
                      tracking=tracking)
 
@@ -354,8 +356,9 @@ def _check_search_keywords(search: SearchSpec, settings: MethodSettings) -> None
 
 
 def _selection(value, methods: tuple[MethodPlan, ...],
-               search: SearchSpec | None = None) -> tuple[str, float, tuple[str, ...], tuple[float, ...] | None]:
-    d = _mapping(value, "selection", optional=("fairness", "rt", "by", "rts"))
+               search: SearchSpec | None = None) -> tuple[str, float, tuple[str, ...], tuple[float, ...] | None,
+                                                          PrivateSelection | None]:
+    d = _mapping(value, "selection", optional=("fairness", "rt", "by", "rts", "private"))
     fairness = d.get("fairness", "tpr_gap")
     if fairness not in SELECTION_FAIRNESS:
         raise InputError(f"selection.fairness: must be one of {', '.join(SELECTION_FAIRNESS)}, got {fairness!r}")
@@ -384,7 +387,8 @@ def _selection(value, methods: tuple[MethodPlan, ...],
         if not isinstance(rts, list) or not rts:
             raise InputError(f"selection.rts: must be a non-empty list of numbers >= 0, got {rts!r}")
         rts = tuple(_number(r, f"selection.rts[{i}]", low=0.0) for i, r in enumerate(rts))
-    return fairness, rt, tuple(by), rts
+    private = PrivateSelection.from_dict(d["private"]) if d.get("private") is not None else None
+    return fairness, rt, tuple(by), rts, private
 
 
 def _method_settings(method: Method, dataset: str, train: TrainSettings, study_arch, body: dict,

@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from fairdp.errors import InputError
+from fairdp.privacy._shared import PrivateSelection
 from fairdp.schema import SELECTION_FAIRNESS
 from fairdp.study.store._store import (
     CorruptSideTable,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 SELECTION_TABLE = "selection.parquet"
 
 DEFAULT_RTS = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0)
-DEFAULTS = {"fairness": "tpr_gap", "rt": 1.0, "by": (), "rts": DEFAULT_RTS}
+DEFAULTS = {"fairness": "tpr_gap", "rt": 1.0, "by": (), "rts": DEFAULT_RTS, "private": None}
 """What the analysis commands use where neither a flag nor a stored selection says."""
 
 # the table's columns; JSON text where a value is a list or a mapping (as the hypervolume
@@ -47,6 +48,9 @@ DEFAULTS = {"fairness": "tpr_gap", "rt": 1.0, "by": (), "rts": DEFAULT_RTS}
 SELECTION_TYPES = {"study": pa.string(), "fairness": pa.string(), "rt": pa.float64(), "by": pa.string(),
                    "rts": pa.string(), "search_method": pa.string(), "objectives": pa.string(),
                    "constraints": pa.string()}
+PRIVATE_COLUMN = "private"
+"""The optional column of a private selection (``selection.private``, JSON; absent from tables
+written before it existed, null for a study without one)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class StoredSelection:
     by: tuple[str, ...] = ()
     rts: tuple[float, ...] | None = None  # the spec's RT sweep; None: it has none
     search: SearchSelection | None = None  # the search run into the results, if one was
+    private: PrivateSelection | None = None  # the study's selection.private, if it has one
 
     @classmethod
     def of_spec(cls, spec: StudySpec, searched: bool = False) -> StoredSelection:
@@ -82,15 +87,16 @@ class StoredSelection:
             search = SearchSelection(spec.search.method, dict(spec.search.objectives),
                                      tuple(str(c) for c in spec.search.constraints))
         return cls(spec.name, spec.fairness, float(spec.rt), tuple(spec.by),
-                   None if spec.rts is None else tuple(float(r) for r in spec.rts), search)
+                   None if spec.rts is None else tuple(float(r) for r in spec.rts), search, spec.private_selection)
 
     def to_frame(self) -> pd.DataFrame:
         s = self.search
         row = {"study": self.study, "fairness": self.fairness, "rt": float(self.rt), "by": json.dumps(list(self.by)),
                "rts": None if self.rts is None else json.dumps(list(self.rts)),
                "search_method": s.method if s else None, "objectives": json.dumps(s.objectives) if s else None,
-               "constraints": json.dumps(list(s.constraints)) if s else None}
-        table = pa.Table.from_pylist([row], schema=pa.schema(list(SELECTION_TYPES.items())))
+               "constraints": json.dumps(list(s.constraints)) if s else None,
+               PRIVATE_COLUMN: json.dumps(self.private.to_dict()) if self.private else None}
+        table = pa.Table.from_pylist([row], schema=pa.schema([*SELECTION_TYPES.items(), (PRIVATE_COLUMN, pa.string())]))
         return table.to_pandas()
 
     @classmethod
@@ -113,9 +119,12 @@ class StoredSelection:
             if not _null(row["search_method"]):
                 search = SearchSelection(str(row["search_method"]), dict(json.loads(row["objectives"])),
                                          tuple(str(c) for c in json.loads(row["constraints"])))
-        except (ValueError, TypeError, KeyError) as e:  # json's errors are ValueErrors
+            private = None
+            if PRIVATE_COLUMN in df.columns and not _null(row[PRIVATE_COLUMN]):
+                private = PrivateSelection.from_dict(json.loads(row[PRIVATE_COLUMN]))
+        except (ValueError, TypeError, KeyError, InputError) as e:  # json's errors are ValueErrors
             raise CorruptSideTable(path, f"not a selection: {e}") from None
-        return cls(str(row["study"]), fairness, rt, by, rts, search)
+        return cls(str(row["study"]), fairness, rt, by, rts, search, private)
 
 
 def _null(value) -> bool:
@@ -164,7 +173,7 @@ def store_selection(prep: Prepared, repair: bool, searched: bool = False) -> Non
 
 def selection_text(key: str, value) -> str:
     """One key of a selection as the commands say it: ``fairness dp_gap``, ``rt 0.5``,
-    ``by eps,lam`` (``by none``), ``rts 0,1,2``."""
+    ``by eps,lam`` (``by none``), ``rts 0,1,2``, ``private eps 1 at delta 1e-05 ...``."""
     return f"{key} {_value_text(value)}"
 
 
@@ -182,7 +191,7 @@ def selection_change(old: StoredSelection | None, new: StoredSelection) -> str |
     if old is None or old.study != new.study:
         return None
     changed = [f"{k} {_value_text(getattr(old, k))} -> {_value_text(getattr(new, k))}"
-               for k in ("fairness", "rt", "by", "rts") if getattr(old, k) != getattr(new, k)]
+               for k in ("fairness", "rt", "by", "rts", "private") if getattr(old, k) != getattr(new, k)]
     if old.search is not None and new.search is not None and old.search != new.search:
         changed.append(f"search {old.search.describe()} -> {new.search.describe()}")
     return "; ".join(changed) or None
@@ -226,7 +235,10 @@ def choose_selection(stored: Mapping[str, StoredSelection | None], given: Mappin
         raise InputError(f"{', '.join(searches)}: searches with different objectives or constraints ({shown}) have "
                          f"no one front; report each search's results alone")
     search = next(iter(searches.values()), None)
-    return ChosenSelection(values, sources, search, _message(values, sources, have, missing, flags))
+    # a clear selection, the usual one, goes unsaid: only a private one is named
+    said = {k: v for k, v in values.items() if not (k == "private" and v is None)}
+    return ChosenSelection(values, sources, search, _message(said, {k: sources[k] for k in said}, have, missing,
+                                                             {k: flags[k] for k in said}))
 
 
 def _message(values: dict, sources: dict, have: dict, missing: list[str], flags: Mapping[str, str]) -> str:
