@@ -69,6 +69,7 @@ def calibration_seconds(method, configs: list[dict], data, settings: TrainSettin
     for config in configs:
         _accounting.calibrate_dpsgd_sigma.cache_clear()
         _accounting.calibrate_pfld_sigmas.cache_clear()
+        _accounting.calibrate_adaptive_clipping_sigmas.cache_clear()
         method.privacy(method.validate_config(config), run)
     return (time.perf_counter() - started) / len(configs)
 

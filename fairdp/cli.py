@@ -163,7 +163,7 @@ def _cmd_audit(args) -> int:
     return 0
 
 
-AUDIT_TRAINING_METHODS = ("dpsgd", "pfld")
+AUDIT_TRAINING_METHODS = ("dpsgd", "pfld", "dpsgd_global_adapt")
 """The keys of ``fairdp.testing.training_audit.METHODS``, spelled out so that building the
 parser does not import torch (tests check that the two agree)."""
 
@@ -245,6 +245,11 @@ def _cmd_audit_training(args) -> int:
         if method == "pfld":
             config = {"fairness_notion": args.notion or "dp", **config,
                       "clip_dual": 1.0 if args.clip_dual is None else args.clip_dual}
+        if method == "dpsgd_global_adapt":  # Z_0, eta_Z, gamma and the count's noise: the paper's
+            from fairdp.methods import get_method
+
+            impl = get_method(method)
+            config = {**impl.expand(impl.paper_grid(data.name))[0], **config}
     if method != "pfld" and args.no_dual_noise:
         raise InputError("--no-dual-noise: only pfld releases dual values")
     dual = method == "pfld" and not args.no_dual_audit
@@ -293,7 +298,7 @@ def _cmd_audit_training(args) -> int:
                      "REFUTED" if released.refuted else "consistent"))
     _print_table(("method", "config", "audit", "claimed eps", "delta", "eps lower bound", "largest showable",
                   "evidence", "confidence", "verdict"), rows)
-    where = "in the training set" if method == "dpsgd" else "attribute 1"
+    where = "attribute 1" if method == "pfld" else "in the training set"
     if method == "pfld" and result.canary_kind == "input":
         where += "; every input canary is a training record"
     print(f"\n{result.dataset}: {result.n_train} train rows; {result.canaries} {result.canary_kind} canaries, "
@@ -352,7 +357,7 @@ def _study_config(path: str, method: str | None, index: int | None):
         raise InputError(f"--spec {path}: the study {spec.name} has no {' or '.join(AUDIT_TRAINING_METHODS)} grid to "
                          f"audit (its methods: {names})")
     else:
-        raise InputError(f"--method: the study {spec.name} has both {' and '.join(m.name for m in audited)} grids; "
+        raise InputError(f"--method: the study {spec.name} has {' and '.join(m.name for m in audited)} grids; "
                          "say which to audit")
     index = 0 if index is None else index
     if not 0 <= index < len(plan.configs):
@@ -1055,11 +1060,12 @@ def _add_audit_parser(sub) -> None:
 
 def _add_audit_training_parser(sub) -> None:
     """``fairdp audit-training``: a canary audit of a DP-SGD or PF-LD config's training."""
-    aut = sub.add_parser("audit-training", help="one-run canary audit of a DP-SGD or PF-LD config's training (and "
-                         "of PF-LD's dual release): claimed eps vs an empirical lower bound")
+    aut = sub.add_parser("audit-training", help="one-run canary audit of a DP-SGD, PF-LD or (input canaries) "
+                         "DPSGD-Global-Adapt config's training (and of PF-LD's dual release): claimed eps vs an "
+                         "empirical lower bound")
     aut.add_argument("--spec", metavar="STUDY.yaml",
-                     help="audit a config of this study's dpsgd or pfld grid, on its data, its modules (a module of "
-                          "your own included) and its training settings")
+                     help="audit a config of this study's dpsgd, pfld or dpsgd_global_adapt grid, on its data, its "
+                          "modules (a module of your own included) and its training settings")
     aut.add_argument("--config", type=int, metavar="N", help="with --spec: the config's index in the grid (default 0)")
     aut.add_argument("--method", choices=AUDIT_TRAINING_METHODS,
                      help="the method (required without --spec; with it, needed only when the study has both)")

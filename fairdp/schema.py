@@ -128,6 +128,9 @@ BUILTIN_HYPERPARAMETERS = {
     "bound": "float64", "clip_dual": "float64", "clip_primal": "float64", "eps": "float64",
     "fairness_notion": "string", "iterations": "float64", "lam": "float64", "lam_ort": "float64",
     "private_group": "float64",
+    "count_noise_ratio": "float64", "strict_clip": "float64", "strict_clip_lr": "float64",
+    "strict_clip_tolerance": "float64",
+    "lr_w": "float64",
 }
 """The column type of every hyperparameter of fairdp's own methods: what reading stored rows
 needs to know of them without loading the methods (torch). A test holds it equal to the

@@ -14,7 +14,7 @@ from fairdp.study.ray import _tune
 
 STUDY = {
     "name": "capacity", "dataset": {"name": "synthetic", "rows": 300, "features": 4}, "seeds": [0],
-    "train": {"epochs": 1, "batch_size": 100}, "evaluate": {"leakage": False, "mdl": False},
+    "train": {"epochs": 1, "batch_size": 100}, "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1},
     "methods": {"noise": {"grid": {"eps": [4.0, 8.0]}}},
 }
 SEARCH = {"method": "noise", "sampler": "tpe", "trials": 2, "seed": 0,

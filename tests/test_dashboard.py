@@ -60,14 +60,14 @@ NEEDS_CHROMIUM = pytest.mark.skipif(BROWSER is None, reason="needs a headless Ch
 
 STUDY = {
     "name": "dash", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": [0, 1],
-    "train": {"epochs": 3, "batch_size": 200}, "evaluate": {"leakage": False, "mdl": False},
+    "train": {"epochs": 3, "batch_size": 200}, "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1},
     "selection": {"fairness": "dp_gap", "rt": 1.0, "rts": [0, 1, 3]},
     "methods": {"unconstrained": {}, "noise": {"grid": {"eps": [1, 4, 16]}},
                 "federate": {"grid": {"eps": [1, 10], "lam": [0.5, 1.5]}}},
 }
 SEARCH = {
     "name": "dash-search", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": [0],
-    "train": {"epochs": 1, "batch_size": 200}, "evaluate": {"leakage": False, "mdl": False},
+    "train": {"epochs": 1, "batch_size": 200}, "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1},
     "methods": {"noise": {}},
     "search": {"method": "noise", "sampler": "nsga2", "population": 2, "trials": 4, "seed": 0,
                "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},

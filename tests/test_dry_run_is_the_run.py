@@ -17,7 +17,7 @@ STUDY = {
     "dataset": {"name": "synthetic", "rows": 300, "features": 4},
     "seeds": [0],
     "train": {"epochs": 1, "batch_size": 100, "lr": 0.001},
-    "evaluate": {"leakage": False, "mdl": False},
+    "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1},
     "methods": {"unconstrained": {}, "noise": {"grid": {"eps": [8.0]}}},
 }
 
@@ -115,7 +115,7 @@ SEARCH = {
     "dataset": {"name": "synthetic", "rows": 300, "features": 4},
     "seeds": [0],
     "train": {"epochs": 1, "batch_size": 100},
-    "evaluate": {"leakage": False, "mdl": False},
+    "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1},
     "methods": {"noise": {}},
     "search": {"method": "noise", "sampler": "tpe", "trials": 2, "seed": 0,
                "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},

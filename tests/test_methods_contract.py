@@ -126,6 +126,47 @@ def _accountant_dpsgd(name, data, result, run):
     return out
 
 
+def _accountant_adaptive_clipping(name, data, result, run):
+    """DPSGD-Global-Adapt and DPSGD-F: each of T ceil(n / B) steps releases the clipped sum
+    (multiplier sigma) and the count(s) (multiplier sigma_c) from one Poisson sample (q = B / n):
+    written here as a Poisson-sampled composition of the two Gaussians, which dp-accounting's RDP
+    accountant reduces itself; the count's multiplier is count_noise_ratio times the gradient's."""
+    method, delta = get_method(name), 1e-5
+    out = []
+    for cfg in result.configs:
+        sigma, sigma_count = method.noise_multipliers(cfg, run)
+        assert sigma_count == pytest.approx(cfg["count_noise_ratio"] * sigma, rel=1e-12)
+        steps = run.epochs * math.ceil(run.n / run.batch_size)
+        # floats: dp-accounting reads an int multiplier inside a composition as a wrong event
+        pair = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(float(sigma)),
+                                              dp_accounting.GaussianDpEvent(float(sigma_count))])
+        step = dp_accounting.PoissonSampledDpEvent(run.batch_size / run.n, pair)
+        eps = _rdp_eps([(step, steps)], delta)
+        assert eps <= cfg["eps"] * (1 + 1e-9)  # calibrated to the target
+        out.append((eps, delta, 1e-9))
+    return out
+
+
+def _accountant_dp_fermi(name, data, result, run):
+    """DP-FERMI: one Gaussian release of the group counts (multiplier sigma_count), then T ceil(n / B)
+    steps, each releasing the theta sum (multiplier sigma_theta) and the W sum (multiplier sigma_w)
+    of one Poisson sample (q = B / n): written here as a Poisson-sampled composition of the two
+    Gaussians, which dp-accounting's RDP accountant reduces itself."""
+    method, delta = get_method(name), 1e-5
+    out = []
+    for cfg in result.configs:
+        s_theta, s_w, s_count = (float(s) for s in method.noise_multipliers(cfg, run))
+        assert s_theta == s_w  # the paper's one multiplier for both steps
+        steps = run.epochs * math.ceil(run.n / run.batch_size)
+        pair = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(s_theta),
+                                              dp_accounting.GaussianDpEvent(s_w)])
+        step = dp_accounting.PoissonSampledDpEvent(run.batch_size / run.n, pair)
+        eps = _rdp_eps([(dp_accounting.GaussianDpEvent(s_count), 1), (step, steps)], delta)
+        assert eps <= cfg["eps"] * (1 + 1e-9)  # calibrated to the target
+        out.append((eps, delta, 1e-9))
+    return out
+
+
 INDEPENDENT_PRIVACY = {
     "random": _not_private, "unconstrained": _not_private, "adversarial": _not_private,
     "multi_adversarial": _not_private, "inlp": _not_private, "fld": _not_private, "reductions": _not_private,
@@ -134,6 +175,8 @@ INDEPENDENT_PRIVACY = {
     "dpnr": _measured_minmax,
     "private_reductions": _measured_randomized_response,
     "pfld": _accountant_pfld, "dpsgd": _accountant_dpsgd,
+    "dpsgd_global_adapt": _accountant_adaptive_clipping, "dpsgd_f": _accountant_adaptive_clipping,
+    "dp_fermi": _accountant_dp_fermi,
 }
 
 

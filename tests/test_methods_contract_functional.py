@@ -21,7 +21,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.xdist_group("methods_contract_functional")  # the packs below, trained once
 
-METHODS = ("federate", "adversarial", "dpsgd", "pfld")
+METHODS = ("federate", "adversarial", "dpsgd", "pfld", "dp_fermi")
 SETTINGS = TrainSettings(epochs=2, batch_size=256, dtype="float64")
 EXAMPLES = REPO / "examples" / "models.py"
 NARROW = {"encoder": [32, 32], "classifier": [], "adversary": [32]}
@@ -87,7 +87,7 @@ def test_a_pack_gives_each_config_what_it_gives_alone(method, variant, variants,
     packed = packs(method, variant)
     # a user's encoder makes DP-SGD's and PF-LD's encoder-classifier chain one functional pack;
     # beside a privatiser or adversaries it is packed alone, next to hand-packed parts
-    want = path or ("functional" if method in ("dpsgd", "pfld") else "mixed")
+    want = path or ("functional" if method in ("dpsgd", "pfld", "dp_fermi") else "mixed")
     assert packed.packing == want
     check_pack_and_alone(get_method(method), data, configs_of(method, data), settings, packed, arch)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pandas as pd
@@ -215,3 +216,22 @@ def test_rows_are_scored_at_the_studys_minimum_and_resume_only_at_it(tmp_path):
     proc = run_main("run", str(_study(tmp_path / "v.yaml", min_group_count=1)), "--results", str(results),
                     "--executor", "local")
     assert proc.returncode == 0 and "already stored" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_search_whose_every_objective_is_nan_stops_with_a_one_line_error(tmp_path):
+    """A search runs until its trials complete, and a trial without a finite objective does not:
+    it stops after a run of such trials, names the objective, and keeps what it trained."""
+    spec = {"name": "nan-search", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": [0],
+            "train": {"epochs": 1, "batch_size": 200},
+            "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1000},
+            "methods": {"unconstrained": {}},
+            "search": {"method": "noise", "sampler": "tpe", "trials": 3, "seed": 0,
+                       "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},
+                       "space": {"eps": {"low": 1, "high": 20, "log": True}}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    proc = run_main("search", str(path), "--results", str(tmp_path / "r"), "--executor", "local")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert re.search(r"search\.objectives: the last \d+ trials reported no finite valid_accuracy, valid_tpr_gap", last)
+    assert "stopped at 0 of 3 complete trials" in last

@@ -23,7 +23,7 @@ EXAMPLE = REPO / "examples" / "models.py"
 def _raw(models, methods=None) -> dict:
     return {"name": "models-e2e", "dataset": {"name": "synthetic", "rows": 1200, "features": 8},
             "seeds": [0], "train": {"epochs": 2, "batch_size": 200},
-            "evaluate": {"leakage": False, "mdl": False},
+            "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1},
             "architecture": {"models": models},
             "methods": methods or {"federate": {"grid": {"lam": [0.5], "eps": [2.0, 8.0]}},
                                    "dpsgd": {"grid": {"eps": [2.0], "clip_primal": [1.0]}}}}
@@ -213,7 +213,7 @@ def _sweep_study(folder, method: str = "unconstrained", grid: dict | None = None
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "nets.py").write_text(SWEEP_NET)
     raw = {"name": "sweep", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": [0],
-           "train": {"epochs": 2, "batch_size": 100}, "evaluate": {"leakage": False, "mdl": False},
+           "train": {"epochs": 2, "batch_size": 100}, "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1},
            "architecture": {"encoder": [8], "models": {"encoder": "nets.py:net"}},
            "methods": {method: {"grid": {"encoder.width": [4, 8], **(grid or {})}}}, **top}
     (folder / "s.yaml").write_text(yaml.safe_dump(raw))

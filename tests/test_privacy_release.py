@@ -527,6 +527,8 @@ def test_each_method_states_the_kind_of_its_guarantee():
 
     want = {"dpsgd": "central, add/remove one record", "pfld": "central, replace one record's attribute",
             "private_reductions": "local, replace one record's attribute",
+            "dpsgd_global_adapt": "central, add/remove one record", "dpsgd_f": "central, add/remove one record",
+            "dp_fermi": "central, add/remove one record",
             **{m: "local, replace one record's representation" for m in ("federate", "dpnr", "cape", "noise")}}
     for name in method_names():
         method = get_method(name)

@@ -653,6 +653,44 @@ def test_pfld_at_its_calibrated_noise_is_never_refuted(data, seed):
     assert result.eps_lower <= result.claimed_eps, result.to_dict()
 
 
+def _global_adapt_config(eps=1.0):
+    from fairdp.methods import get_method
+
+    method = get_method("dpsgd_global_adapt")
+    return {**method.expand(method.paper_grid("synthetic"))[0], "eps": eps, "clip_primal": 1.0}
+
+
+def test_dpsgd_global_adapt_at_its_calibrated_noise_is_not_refuted(data):
+    """DPSGD-Global-Adapt under DP-SGD's add/remove game: its own step (scaling, Z's noisy
+    count, the calibrated joint multiplier) on input canaries, fewer than DP-SGD's test's."""
+    from fairdp.testing.training_audit import audit_training
+
+    result = audit_training("dpsgd_global_adapt", _global_adapt_config(), data, canaries=300, epochs=3,
+                            batch_size=100, seed=0, canary_kind="input")
+    assert result.claimed_eps == pytest.approx(1.0, rel=0.05) and result.claimed_delta == 1e-5
+    assert result.adjacency.startswith("add/remove one record")
+    assert not result.refuted and not result.planted_bug, result.to_dict()
+    assert result.n_train == len(data.splits["train"]) + result.positive_signs
+
+
+def test_dpsgd_global_adapt_with_a_hundredth_of_its_noise_is_caught(data):
+    from fairdp.testing.training_audit import audit_training
+
+    result = audit_training("dpsgd_global_adapt", _global_adapt_config(), data, canaries=300, epochs=3,
+                            batch_size=100, seed=0, canary_kind="input", noise_scale=0.01)
+    assert result.refuted, result.to_dict()
+
+
+@pytest.mark.parametrize("kwargs,name", [({"canary_kind": "gradient"}, "canary_kind"),
+                                         ({"canary_kind": "input", "clipping": False}, "clipping")])
+def test_dpsgd_global_adapt_refuses_the_games_it_has_no_model_for(data, kwargs, name):
+    from fairdp.testing.training_audit import audit_training
+
+    with pytest.raises(InputError) as err:
+        audit_training("dpsgd_global_adapt", _global_adapt_config(), data, canaries=20, epochs=1, **kwargs)
+    assert str(err.value).startswith(name + ":")
+
+
 def test_pfld_with_a_hundredth_of_its_noise_is_caught(data):
     """Only the private part of the fairness gradient reads a canary's attribute; with its
     noise (and the dual step's) scaled by 0.01 the auditor reads the attribute from the model."""

@@ -17,7 +17,7 @@ EPOCHS = 3
 
 def _spec(**over):
     spec = {"name": "curves", "dataset": {"name": "synthetic", "rows": 800, "features": 6}, "seeds": [0, 1],
-            "train": {"epochs": EPOCHS, "batch_size": 200}, "evaluate": {"leakage": False, "mdl": False},
+            "train": {"epochs": EPOCHS, "batch_size": 200}, "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1},
             "methods": {"unconstrained": {}, "random": {},
                         "federate": {"grid": {"eps": [1, 10], "lam": [0.5, 1.5]}}},
             "pack_size": 2}

@@ -38,7 +38,7 @@ def _write_study(path: Path, predictions: str | None = "selected", **overrides) 
         "dataset": {"name": "synthetic", "rows": 1000, "features": 8},
         "seeds": [0, 1],
         "train": {"epochs": 2, "batch_size": 250},
-        "evaluate": {"leakage": False, "mdl": False, **({"predictions": predictions} if predictions else {})},
+        "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1, **({"predictions": predictions} if predictions else {})},
         "selection": {"by": ["eps"]},
         "methods": {"unconstrained": {}, "federate": {"grid": {"eps": [1, 10], "lam": [0.5, 1.0]}}},
         "pack_size": 3,

@@ -48,7 +48,7 @@ def _write_study(path: Path, **overrides) -> Path:
         "dataset": {"name": "synthetic", "rows": 1000, "features": 8},
         "seeds": [0, 1],
         "train": {"epochs": 2, "batch_size": 250},
-        "evaluate": {"leakage": True, "mdl": False},
+        "evaluate": {"leakage": True, "mdl": False, "min_group_count": 1},
         "methods": {"unconstrained": {}, "federate": {"grid": {"eps": [1, 10], "lam": [0.5, 1.0, 1.5]}}},
         "pack_size": 3,
     }
@@ -529,7 +529,7 @@ def test_four_parquet_readers_read_exactly_the_rows_of_a_directory_a_run_search_
 
     study = _write_study(
         tmp_path / "s.yaml", name="readers", seeds=[0], methods={"unconstrained": {}},
-        train={"epochs": 1, "batch_size": 250}, evaluate={"leakage": False, "mdl": False},
+        train={"epochs": 1, "batch_size": 250}, evaluate={"leakage": False, "mdl": False, "min_group_count": 1},
         search={"method": "noise", "sampler": "nsga2", "population": 2, "trials": 2, "seed": 0,
                 "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},
                 "space": {"eps": {"low": 1, "high": 20, "log": True}}})

@@ -27,7 +27,7 @@ KEY = ["method", "seed", "config_id"]
 
 def _raw(tracking=None, seeds=(0, 1)):
     raw = {"name": "tracked", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": list(seeds),
-           "train": {"epochs": EPOCHS, "batch_size": 200}, "evaluate": {"leakage": True, "mdl": False},
+           "train": {"epochs": EPOCHS, "batch_size": 200}, "evaluate": {"leakage": True, "mdl": False, "min_group_count": 1},
            "methods": {"unconstrained": {}, "federate": {"grid": {"eps": [1, 10], "lam": [0.5]}}}, "pack_size": 2}
     if tracking is not None:
         raw["tracking"] = tracking

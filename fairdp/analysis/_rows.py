@@ -245,6 +245,8 @@ BUILTIN_GUARANTEES = {
     "federate": LOCAL_REPRESENTATION, "fld": None, "inlp": None, "multi_adversarial": None,
     "noise": LOCAL_REPRESENTATION, "pfld": REPLACE_ATTRIBUTE, "private_reductions": LOCAL_ATTRIBUTE,
     "random": None, "reductions": None, "unconstrained": None,
+    "dpsgd_global_adapt": ADD_REMOVE_RECORD, "dpsgd_f": ADD_REMOVE_RECORD,
+    "dp_fermi": ADD_REMOVE_RECORD,
 }
 """The kind of each of fairdp's own methods' guarantee (None: not private), so that labelling a
 table or figure needs no method registry (torch); a test holds it equal to the registry's."""

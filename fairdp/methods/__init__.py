@@ -3,8 +3,11 @@
 from fairdp.methods import (  # noqa: F401  (each module registers its method)
     adversarial,
     cape,
+    dp_fermi,
     dpnr,
     dpsgd,
+    dpsgd_f,
+    dpsgd_global_adapt,
     federate,
     fld,
     inlp,

@@ -11,11 +11,18 @@ they are compared, or apart where none is sound (``_guarantee``).
 """
 
 from fairdp.privacy._accounting import (
+    adaptive_clipping_epsilon,
+    adaptive_clipping_event,
+    calibrate_adaptive_clipping_sigmas,
+    calibrate_dp_fermi_sigmas,
     calibrate_dpsgd_sigma,
     calibrate_pfld_sigmas,
+    dp_fermi_epsilon,
+    dp_fermi_event,
     dpsgd_epsilon,
     dpsgd_event,
     gaussian_epsilon,
+    joint_noise_multiplier,
     pfld_epsilon,
     pfld_event,
 )
@@ -33,6 +40,9 @@ __all__ = [
     "minmax_true_epsilon", "word_dropout", "word_dropout_epsilon",
     "calibrate_dpsgd_sigma", "calibrate_pfld_sigmas", "dpsgd_epsilon", "dpsgd_event", "gaussian_epsilon",
     "pfld_epsilon", "pfld_event",
+    "adaptive_clipping_epsilon", "adaptive_clipping_event", "calibrate_adaptive_clipping_sigmas",
+    "joint_noise_multiplier",
+    "calibrate_dp_fermi_sigmas", "dp_fermi_epsilon", "dp_fermi_event",
 ]
 
 

@@ -491,3 +491,143 @@ def calibrate_dpsgd_sigma(target_eps: float, delta: float, batch_size: int, n: i
     # the accountant passed on as the methods pass it: their eps is then the search's, from the cache
     return _smallest_sigma(lambda s: dpsgd_epsilon(s, batch_size, n, epochs, delta, accountant), target_eps,
                            _dpsgd_guide(batch_size, n, epochs, delta))
+
+
+# -- DP-SGD with a noisy count from the same Poisson sample ---------------------------------------
+# DPSGD-Global-Adapt (Esipova et al. 2023, Alg. 2) and DPSGD-F (Xu, Du & Wu 2021; Esipova et al.'s
+# Alg. 4) release, at every step, the clipped gradient sum with Gaussian noise of multiplier
+# sigma_gradient and a count (of large gradients; per group for DPSGD-F) with Gaussian noise of
+# multiplier sigma_count, both computed on one Poisson sample. One record moves the sum by at most
+# its clipping bound and the count vector by 1 in L2, so the pair, scaled by its noise, is one
+# Gaussian mechanism of multiplier (sigma_gradient^-2 + sigma_count^-2)^-1/2 on that sample (an
+# adaptive pair of Gaussians is dominated by that one Gaussian): one sampled Gaussian step, as
+# dp-accounting's RDP accountant itself reduces a Poisson-sampled composition of Gaussians. The
+# authors' code (layer6ai-labs/fair-dp) instead composes two separately sampled Gaussian steps,
+# which under-counts a shared sample (the joint mixture's loss is the larger for q < 1).
+
+def joint_noise_multiplier(sigma_gradient: float | None, sigma_count: float | None) -> float:
+    """The noise multiplier of two Gaussian releases of one sample taken together, each noise in
+    units of its own sensitivity (a gradient sum and a count; DP-FERMI's theta and W sums):
+    (sigma_gradient^-2 + sigma_count^-2)^-1/2; 0 (no privacy) when either is 0 or None."""
+    sigma_gradient = _check_sigma("sigma_gradient", sigma_gradient)
+    sigma_count = _check_sigma("sigma_count", sigma_count)
+    if sigma_gradient == 0 or sigma_count == 0:
+        return 0.0
+    return 1.0 / math.sqrt(sigma_gradient ** -2 + sigma_count ** -2)
+
+
+def adaptive_clipping_event(sigma_gradient: float | None, sigma_count: float | None, batch_size: int, n: int,
+                            epochs: int) -> dp_accounting.DpEvent:
+    """The ``DpEvent`` of a DPSGD-Global-Adapt or DPSGD-F run: ``epochs * ceil(n / batch_size)``
+    Poisson-sampled Gaussian steps (rate batch_size / n) of the joint multiplier of the gradient
+    sum and the count released from each sample (``joint_noise_multiplier``)."""
+    batch_size, n, epochs, _ = _check_run(batch_size, n, epochs, 0.5)
+    return _sampled_gaussian(joint_noise_multiplier(sigma_gradient, sigma_count), batch_size / n,
+                             _step_count(batch_size, n, epochs))
+
+
+@functools.lru_cache(maxsize=1024)  # each row reports the eps its calibration certified: computed once
+def adaptive_clipping_epsilon(sigma_gradient: float | None, sigma_count: float | None, batch_size: int, n: int,
+                              epochs: int, delta: float, accountant: str = "rdp") -> float:
+    """eps at ``delta`` of ``adaptive_clipping_event`` by ``accountant`` (one of ``ACCOUNTANTS``)."""
+    return dpsgd_epsilon(joint_noise_multiplier(sigma_gradient, sigma_count), batch_size, n, epochs, delta,
+                         accountant)
+
+
+@functools.lru_cache(maxsize=1024)
+def calibrate_adaptive_clipping_sigmas(target_eps: float, delta: float, batch_size: int, n: int, epochs: int,
+                                       count_ratio: float, accountant: str = "rdp") -> tuple[float, float]:
+    """(sigma_gradient, sigma_count = count_ratio * sigma_gradient) whose joint multiplier is at
+    least DP-SGD's calibrated sigma for (target_eps, delta) (``calibrate_dpsgd_sigma``), so that
+    ``adaptive_clipping_epsilon(...) <= target_eps``: the run spends exactly DP-SGD's budget,
+    its gradient noise sqrt(1 + count_ratio^-2) times DP-SGD's multiplier."""
+    count_ratio = _check_real("count_ratio", count_ratio)
+    if not 0 < count_ratio < math.inf:
+        raise InputError(f"count_ratio must be finite and > 0, got {count_ratio}")
+    joint = calibrate_dpsgd_sigma(target_eps, delta, batch_size, n, epochs, accountant)
+    sigma_gradient = joint * math.sqrt(1 + count_ratio ** -2)
+    # rounding may leave the joint multiplier an ulp below DP-SGD's certified one: step up until it is not
+    while joint_noise_multiplier(sigma_gradient, count_ratio * sigma_gradient) < joint:
+        sigma_gradient = math.nextafter(sigma_gradient, math.inf)
+    return sigma_gradient, count_ratio * sigma_gradient
+
+
+# -- DP-FERMI (Lowy, Gupta & Razaviyayn 2023) -------------------------------------------------
+# Each step releases, on one Poisson sample (rate q = B / n), the clipped theta-gradient sum plus
+# N(0, (sigma_theta C_theta)^2) and the clipped W-gradient sum plus N(0, (sigma_w C_w)^2); once,
+# before training, the training rows' group counts (eo: per label) plus N(0, sigma_count^2).
+# Adding or removing one record moves the first two by at most C_theta and C_w and one count by
+# 1: the step is one Gaussian mechanism on the concatenation, whose multiplier is
+# ``joint_noise_multiplier`` (rescale each block by 1 / (sigma_i C_i): unit noise, and the
+# record's shift has norm at most sqrt(sigma_theta^-2 + sigma_w^-2)).
+
+DP_FERMI_COUNT_SHARE = 0.1  # the eps share the one count release gets in the calibration (as PF-LD's dual share)
+
+
+def dp_fermi_event(sigma_theta: float | None, sigma_w: float | None, sigma_count: float | None,
+                   batch_size: int, n: int, epochs: int) -> dp_accounting.DpEvent:
+    """The ``DpEvent`` of a DP-FERMI run: the count release, a ``GaussianDpEvent(sigma_count)``,
+    composed with ``epochs * ceil(n / batch_size)`` Poisson-sampled Gaussian steps (rate
+    batch_size / n) of multiplier ``joint_noise_multiplier(sigma_theta, sigma_w)``."""
+    import dp_accounting
+
+    joint = joint_noise_multiplier(sigma_theta, sigma_w)
+    sigma_count = _check_sigma("sigma_count", sigma_count)
+    batch_size, n, epochs, _ = _check_run(batch_size, n, epochs, 0.5)
+    return dp_accounting.ComposedDpEvent([
+        dp_accounting.GaussianDpEvent(sigma_count),
+        _sampled_gaussian(joint, batch_size / n, _step_count(batch_size, n, epochs)),
+    ])
+
+
+@functools.lru_cache(maxsize=1024)  # each row reports the eps its calibration certified: computed once
+def dp_fermi_epsilon(sigma_theta: float | None, sigma_w: float | None, sigma_count: float | None,
+                     batch_size: int, n: int, epochs: int, delta: float, accountant: str = "rdp") -> float:
+    """eps at ``delta`` of a DP-FERMI run (``dp_fermi_event``) for adding or removing one record,
+    by ``accountant`` (one of ``ACCOUNTANTS``); inf if any multiplier is 0 or None."""
+    return _epsilon([dp_fermi_event(sigma_theta, sigma_w, sigma_count, batch_size, n, epochs)],
+                    _check_delta(delta), accountant=_check_accountant(accountant))
+
+
+def _dp_fermi_guide(sigma_count: float, batch_size: int, n: int, epochs: int,
+                    delta: float) -> Callable[[float], float]:
+    from fairdp.privacy import _rdp_guide  # scipy: loaded by a calibration, not by importing fairdp
+
+    q, steps = batch_size / n, _step_count(batch_size, n, epochs)
+    counts = _rdp_guide.sampled_gaussian_rdp(1.0, sigma_count)
+    return lambda sigma: _rdp_guide.epsilon_from_rdp(
+        steps * _rdp_guide.sampled_gaussian_rdp(q, sigma / math.sqrt(2)) + counts, delta)
+
+
+@functools.lru_cache(maxsize=1024)
+def calibrate_dp_fermi_sigmas(target_eps: float, delta: float, batch_size: int, n: int, epochs: int,
+                              count_share: float = DP_FERMI_COUNT_SHARE,
+                              accountant: str = "rdp") -> tuple[float, float, float]:
+    """(sigma_theta, sigma_w, sigma_count) that make a DP-FERMI run (target_eps, delta)-DP.
+
+    sigma_count is the smallest multiplier whose count release alone costs ``count_share *
+    target_eps``; sigma_theta = sigma_w = sigma (the paper's noise has one multiplier for both
+    steps: its sigma_theta^2 / sigma_w^2 is the ratio of their sensitivities) is then the
+    smallest whose composition with it (``dp_fermi_epsilon``) costs ``target_eps``. Both to
+    0.1% and rounded up, so ``dp_fermi_epsilon(*result, ..., accountant) <= target_eps``;
+    under "pld" both searches are PLD's, started from the RDP calibration's answers."""
+    target_eps = _check_real("target_eps", target_eps)
+    if not 0 < target_eps < math.inf:
+        raise InputError(f"target_eps must be finite and > 0, got {target_eps}")
+    count_share = _check_real("count_share", count_share)
+    if not 0 < count_share < 1:
+        raise InputError(f"count_share must be in (0, 1), got {count_share}")
+    batch_size, n, epochs, delta = _check_run(batch_size, n, epochs, delta)
+    if _check_accountant(accountant) == "pld":
+        rdp_sigma, _, rdp_count = calibrate_dp_fermi_sigmas(target_eps, delta, batch_size, n, epochs,
+                                                            count_share, "rdp")
+        sigma_count = _smallest_sigma_pld(lambda s: gaussian_epsilon(s, 1, 1.0, delta, "pld"),
+                                          count_share * target_eps, rdp_count)
+        sigma = _smallest_sigma_pld(
+            lambda s: dp_fermi_epsilon(s, s, sigma_count, batch_size, n, epochs, delta, "pld"), target_eps,
+            rdp_sigma)
+        return sigma, sigma, sigma_count
+    sigma_count = _smallest_sigma(lambda s: gaussian_epsilon(s, 1, 1.0, delta), count_share * target_eps)
+    sigma = _smallest_sigma(lambda s: dp_fermi_epsilon(s, s, sigma_count, batch_size, n, epochs, delta, accountant),
+                            target_eps, _dp_fermi_guide(sigma_count, batch_size, n, epochs, delta))
+    return sigma, sigma, sigma_count

@@ -77,6 +77,11 @@ the noise kept at the clipped sensitivity), ``noise_first_layer_only`` (the step
 the first layer's weight and bias only) and, for PF-LD, ``dual_noise=False`` (the dual sums and
 counts released without noise).
 
+DPSGD-Global-Adapt (``dpsgd_global_adapt``) is audited with input canaries only, as DP-SGD
+(add/remove one record, the same labels and score); its gradient canaries are refused
+(``INPUT_CANARIES_ONLY``), and of the planted bugs only ``noise_scale`` (on both its multipliers)
+and ``noise_first_layer_only`` apply.
+
 One caveat of the input game for DP-SGD: the training set has n + (number of included
 canaries) rows, and the method calibrates its noise multiplier and sampling rate to the
 realised n (``RunInfo``), so the mechanism's parameters move slightly with the canaries' signs;
@@ -116,11 +121,18 @@ from fairdp.privacy.training_audit import (
     one_run_epsilon_lower_bound,
 )
 
-METHODS = ("dpsgd", "pfld")
+METHODS = ("dpsgd", "pfld", "dpsgd_global_adapt")
 """The methods whose training this audit runs: central (eps, delta)-DP of the training data."""
+
+INPUT_CANARIES_ONLY = ("dpsgd_global_adapt",)
+"""Methods audited with input canaries only: the white-box game's reference and scores model
+DP-SGD's and PF-LD's steps (a sampled canary's push is its clipped gradient times the record
+weight), not DPSGD-Global-Adapt's scaling by C0 / max(||g||, Z) with a Z that moves with the
+noisy counts; its input canaries are ordinary records, through its own step, as DP-SGD's."""
 
 ADJACENCY = {
     "dpsgd": "add/remove one record: canary i is in the training set iff S_i = +1",
+    "dpsgd_global_adapt": "add/remove one record: canary i is in the training set iff S_i = +1",
     "pfld": "replace one record's attribute: canary i's sensitive attribute is 1 iff S_i = +1",
 }
 
@@ -322,12 +334,12 @@ def canary_dataset(base: Dataset, signs: np.ndarray, method: str, canary_norm: f
     """``base`` with m = len(signs) canary columns and the canaries of ``signs`` in its train split.
 
     Every base row gets m zero columns; canary i is ``canary_norm`` in column d + i and 0
-    elsewhere, labelled by ``canary_labels``. DP-SGD: only the canaries with sign +1 are rows, in
-    train; PF-LD: every canary is a train row, sensitive attribute 1 iff its sign is +1 (for
+    elsewhere, labelled by ``canary_labels``. DP-SGD and DPSGD-Global-Adapt (add/remove one
+    record): only the canaries with sign +1 are rows, in train; PF-LD: every canary is a train row, sensitive attribute 1 iff its sign is +1 (for
     DP-SGD the attribute is (i // 2) mod (groups), independent of the label and sign).
     """
     m, d = len(signs), base.n_features
-    rows = np.flatnonzero(signs > 0) if method == "dpsgd" else np.arange(m)
+    rows = np.arange(m) if method == "pfld" else np.flatnonzero(signs > 0)  # add/remove: the included ones
     x_canary = np.zeros((len(rows), d + m), dtype=np.float32)
     x_canary[np.arange(len(rows)), d + rows] = canary_norm
     y_canary = canary_labels(base, m, method)[rows]
@@ -350,8 +362,9 @@ def _plant(step: PackStep, method: str, noise_scale: float, clipping: bool, dual
     bound) what it was; with ``dual_noise=False`` (PF-LD), release the dual sums and counts
     without noise. The step's attributes are DP-SGD's ``sigma`` and ``clip`` and PF-LD's
     ``sig_p``, ``sig_d`` and ``c_p``."""
-    names = {"dpsgd": ("sigma", "clip"), "pfld": ("sig_p", "c_p")}[method]
-    for name in (*names, *(("sig_d",) if method == "pfld" else ())):
+    names = {"dpsgd": ("sigma", "clip"), "pfld": ("sig_p", "c_p"), "dpsgd_global_adapt": ("sigma", "clip")}[method]
+    for name in (*names, *(("sig_d",) if method == "pfld" else ()),
+                 *(("sigma_count",) if method == "dpsgd_global_adapt" else ())):
         if not isinstance(getattr(step, name, None), torch.Tensor):
             raise RuntimeError(f"the audit's planted bug needs the {method} step's '{name}' tensor; "
                                f"{type(step).__name__} has none (renamed?)")
@@ -359,6 +372,8 @@ def _plant(step: PackStep, method: str, noise_scale: float, clipping: bool, dual
     setattr(step, sigma, getattr(step, sigma) * noise_scale)
     if method == "pfld":
         step.sig_d = step.sig_d * (noise_scale if dual_noise else 0.0)
+    if method == "dpsgd_global_adapt":  # both multipliers: the count's noise too
+        step.sigma_count = step.sigma_count * noise_scale
     if not clipping:
         bound = getattr(step, clip)
         setattr(step, sigma, getattr(step, sigma) * bound / _NO_CLIP)
@@ -854,7 +869,8 @@ def audit_training(
     arch: Architecture | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> TrainingAuditResult:
-    """Audit one ``method`` config (``dpsgd`` or ``pfld``) trained on ``data`` with ``canaries``
+    """Audit one ``method`` config (``dpsgd``, ``pfld`` or, with input canaries,
+    ``dpsgd_global_adapt``) trained on ``data`` with ``canaries``
     canaries of ``canary_kind`` ("gradient" or "input"), in one run (see the module docstring
     for the games, the scores and the bound).
 
@@ -888,6 +904,12 @@ def audit_training(
     noise_scale = _check_positive("noise_scale", noise_scale)
     if not dual_noise and method != "pfld":
         raise InputError(f"dual_noise: only pfld releases dual values, got method {method!r}")
+    if method in INPUT_CANARIES_ONLY and gradient:
+        raise InputError(f"canary_kind: {method} is audited with input canaries only (the gradient game models "
+                         f"DP-SGD's and PF-LD's steps), got {canary_kind!r}")
+    if method in INPUT_CANARIES_ONLY and not clipping:
+        raise InputError(f"clipping: the planted clipping bug is DP-SGD's and PF-LD's; {method} scales every row "
+                         f"by C0 / max(||g||, Z), which has no clipping bound to lift")
     config = impl.validate_config(config)
     if method == "pfld" and config.get("private_group", 1) != 1:
         # its canaries enter group 1's sum (the private part at the default): an audit of the other
@@ -973,7 +995,7 @@ def audit_training(
         scores = _gradient_scores(game, push, game.step.q)
     else:
         effect = _own_column_effect(model, init, data.n_features, m, canary_norm)
-        if method == "dpsgd":
+        if method != "pfld":  # add/remove one record (DP-SGD, DPSGD-Global-Adapt)
             scores = np.where(labels == 1, effect, -effect)  # towards the canary's own label
         else:
             centred = effect.copy()

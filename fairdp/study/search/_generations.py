@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 REFILL_ASKS = 10
 """Asks per generation slot before a generation gives up refilling (a search space whose
 configs are all stored would otherwise ask forever)."""
+FAILED_IN_A_ROW = 10
+"""Trials in a row (at least; a generation's size when larger) that report no finite objective
+before a search stops: it runs until ``trials`` complete, and a study whose every row has a NaN
+objective (a gap of fewer than two groups at ``evaluate.min_group_count``, a failing method)
+would otherwise train forever."""
 
 ASK_ATTR = "fairdp:ask"
 """A trial's system attr, written right after it is asked: the generation that asked it and the
@@ -97,6 +102,7 @@ class GenerationPlanner:
         self.method = get_method(search.method)
         self.distributions = distributions(search)
         self.exhausted = False  # a generation found only stored configs
+        self.failed_in_a_row = 0  # trials told without finite objectives since the last complete one
         self.generation = 0  # the number of the next generation asked
         self._resumed = False
 
@@ -164,6 +170,8 @@ class GenerationPlanner:
         killed run left (``_resume``). Empty when the study is done."""
         population = population or self.search.population
         gen = Generation()
+        if self.stalled():
+            return gen
         asking = None if self._resumed else self._resume(gen)
         if asking is None or (asking.finished and not asking.unique):
             asking = _Asking(self.generation)
@@ -199,6 +207,12 @@ class GenerationPlanner:
         if values:
             set_constraints(trial, row, self.search)  # an infeasible trial is told like any other
         self.study.tell(trial, values, state=None if values else optuna.trial.TrialState.FAIL)
+        self.failed_in_a_row = 0 if values else self.failed_in_a_row + 1
+
+    def stalled(self) -> bool:
+        """Whether the last ``FAILED_IN_A_ROW`` trials (a generation's worth when larger) reported
+        no finite objective: the search stops there rather than train forever."""
+        return self.failed_in_a_row >= max(FAILED_IN_A_ROW, self.search.population)
 
     def tell_group(self, group: list, row: dict | None) -> None:
         """Every trial that asked for one config, answered by the row it trained (None: it failed)."""

@@ -206,6 +206,12 @@ def _search_unlocked(prep: Prepared, capacity: Capacity, journal: str, total: in
     history = write_hypervolume_history(store, spec, study, rows)
     if interrupted:
         raise KeyboardInterrupt
+    if planner.stalled():
+        objectives = ", ".join(search.objectives)
+        raise InputError(f"search.objectives: the last {planner.failed_in_a_row} trials reported no finite {objectives} "
+                         f"(a gap is NaN when fewer than two groups hold evaluate.min_group_count rows: see the "
+                         f"report's groups too small to estimate); stopped at {complete_trials(study)} of {total} "
+                         f"complete trials, their rows stored in {prep.results}")
     return SearchSummary(prep.results, journal, complete_trials(study) - done, total, front, time.monotonic() - t0,
                          mode, history, seed=search.seed, answered=progress.answered_configs, rows=len(rows),
                          excluded=excluded_by_constraint(rows, search))
