@@ -163,7 +163,7 @@ def _cmd_audit(args) -> int:
     return 0
 
 
-AUDIT_TRAINING_METHODS = ("dpsgd", "pfld", "dpsgd_global_adapt")
+AUDIT_TRAINING_METHODS = ("dpsgd", "pfld", "dpsgd_global_adapt", "dpsgd_f", "dp_fermi")
 """The keys of ``fairdp.testing.training_audit.METHODS``, spelled out so that building the
 parser does not import torch (tests check that the two agree)."""
 
@@ -245,7 +245,7 @@ def _cmd_audit_training(args) -> int:
         if method == "pfld":
             config = {"fairness_notion": args.notion or "dp", **config,
                       "clip_dual": 1.0 if args.clip_dual is None else args.clip_dual}
-        if method == "dpsgd_global_adapt":  # Z_0, eta_Z, gamma and the count's noise: the paper's
+        if method not in ("dpsgd", "pfld"):  # its other settings (Z_0, lambda, the count's noise): its paper grid's
             from fairdp.methods import get_method
 
             impl = get_method(method)
@@ -1061,10 +1061,11 @@ def _add_audit_parser(sub) -> None:
 def _add_audit_training_parser(sub) -> None:
     """``fairdp audit-training``: a canary audit of a DP-SGD or PF-LD config's training."""
     aut = sub.add_parser("audit-training", help="one-run canary audit of a DP-SGD, PF-LD or (input canaries) "
-                         "DPSGD-Global-Adapt config's training (and of PF-LD's dual release): claimed eps vs an "
+                         "DPSGD-Global-Adapt, DPSGD-F or DP-FERMI config's training (and of PF-LD's dual release): claimed eps vs an "
                          "empirical lower bound")
     aut.add_argument("--spec", metavar="STUDY.yaml",
-                     help="audit a config of this study's dpsgd, pfld or dpsgd_global_adapt grid, on its data, its "
+                     help="audit a config of this study's dpsgd, pfld, dpsgd_global_adapt, dpsgd_f or dp_fermi grid, on its "
+                          "data, its "
                           "modules (a module of your own included) and its training settings")
     aut.add_argument("--config", type=int, metavar="N", help="with --spec: the config's index in the grid (default 0)")
     aut.add_argument("--method", choices=AUDIT_TRAINING_METHODS,

@@ -653,19 +653,25 @@ def test_pfld_at_its_calibrated_noise_is_never_refuted(data, seed):
     assert result.eps_lower <= result.claimed_eps, result.to_dict()
 
 
-def _global_adapt_config(eps=1.0):
+INPUT_ONLY = ("dpsgd_global_adapt", "dpsgd_f", "dp_fermi")
+
+
+def _paper_config(method_name, eps=1.0):
+    """The method's first paper-grid config at ``eps`` and C 1 (DP-FERMI: lambda 1, not 0)."""
     from fairdp.methods import get_method
 
-    method = get_method("dpsgd_global_adapt")
-    return {**method.expand(method.paper_grid("synthetic"))[0], "eps": eps, "clip_primal": 1.0}
+    method = get_method(method_name)
+    config = {**method.expand(method.paper_grid("synthetic"))[0], "eps": eps, "clip_primal": 1.0}
+    return {**config, "lam": 1.0} if method_name == "dp_fermi" else config
 
 
-def test_dpsgd_global_adapt_at_its_calibrated_noise_is_not_refuted(data):
-    """DPSGD-Global-Adapt under DP-SGD's add/remove game: its own step (scaling, Z's noisy
-    count, the calibrated joint multiplier) on input canaries, fewer than DP-SGD's test's."""
+@pytest.mark.parametrize("method", INPUT_ONLY)
+def test_an_input_canary_method_at_its_calibrated_noise_is_not_refuted(data, method):
+    """Under DP-SGD's add/remove game: the method's own step (its counts, bounds or ERMI term,
+    the calibrated multipliers) on input canaries, fewer than DP-SGD's test's."""
     from fairdp.testing.training_audit import audit_training
 
-    result = audit_training("dpsgd_global_adapt", _global_adapt_config(), data, canaries=300, epochs=3,
+    result = audit_training(method, _paper_config(method), data, canaries=300, epochs=3,
                             batch_size=100, seed=0, canary_kind="input")
     assert result.claimed_eps == pytest.approx(1.0, rel=0.05) and result.claimed_delta == 1e-5
     assert result.adjacency.startswith("add/remove one record")
@@ -673,21 +679,23 @@ def test_dpsgd_global_adapt_at_its_calibrated_noise_is_not_refuted(data):
     assert result.n_train == len(data.splits["train"]) + result.positive_signs
 
 
-def test_dpsgd_global_adapt_with_a_hundredth_of_its_noise_is_caught(data):
+@pytest.mark.parametrize("method", INPUT_ONLY)
+def test_an_input_canary_method_with_a_hundredth_of_its_noise_is_caught(data, method):
     from fairdp.testing.training_audit import audit_training
 
-    result = audit_training("dpsgd_global_adapt", _global_adapt_config(), data, canaries=300, epochs=3,
+    result = audit_training(method, _paper_config(method), data, canaries=300, epochs=3,
                             batch_size=100, seed=0, canary_kind="input", noise_scale=0.01)
     assert result.refuted, result.to_dict()
 
 
 @pytest.mark.parametrize("kwargs,name", [({"canary_kind": "gradient"}, "canary_kind"),
                                          ({"canary_kind": "input", "clipping": False}, "clipping")])
-def test_dpsgd_global_adapt_refuses_the_games_it_has_no_model_for(data, kwargs, name):
+@pytest.mark.parametrize("method", INPUT_ONLY)
+def test_an_input_canary_method_refuses_the_games_it_has_no_model_for(data, kwargs, name, method):
     from fairdp.testing.training_audit import audit_training
 
     with pytest.raises(InputError) as err:
-        audit_training("dpsgd_global_adapt", _global_adapt_config(), data, canaries=20, epochs=1, **kwargs)
+        audit_training(method, _paper_config(method), data, canaries=20, epochs=1, **kwargs)
     assert str(err.value).startswith(name + ":")
 
 

@@ -300,7 +300,8 @@ def check_binary_attribute(data, method: str, path: str | None = None) -> None:
                          f"(its privacy proof splits the group term into a public part and one group's, "
                          f"private_group's); "
                          f"'{data.name}' has {data.n_groups} groups: choose a binary attribute, or use "
-                         f"dpsgd or private_reductions")
+                         f"a private method that takes more groups: dpsgd, dpsgd_global_adapt, dpsgd_f, dp_fermi "
+                         f"or private_reductions")
 
 
 class PrivateLagrangianStep(ClassifierSGDStep):

@@ -77,10 +77,11 @@ the noise kept at the clipped sensitivity), ``noise_first_layer_only`` (the step
 the first layer's weight and bias only) and, for PF-LD, ``dual_noise=False`` (the dual sums and
 counts released without noise).
 
-DPSGD-Global-Adapt (``dpsgd_global_adapt``) is audited with input canaries only, as DP-SGD
-(add/remove one record, the same labels and score); its gradient canaries are refused
-(``INPUT_CANARIES_ONLY``), and of the planted bugs only ``noise_scale`` (on both its multipliers)
-and ``noise_first_layer_only`` apply.
+DPSGD-Global-Adapt, DPSGD-F and DP-FERMI (``dpsgd_global_adapt``, ``dpsgd_f``, ``dp_fermi``)
+are audited with input canaries only, as DP-SGD (add/remove one record, the same labels and
+score); their gradient canaries are refused (``INPUT_CANARIES_ONLY``), and of the planted bugs
+only ``noise_scale`` (on every multiplier of a step, ``NOISE_ATTRIBUTES``) and
+``noise_first_layer_only`` apply.
 
 One caveat of the input game for DP-SGD: the training set has n + (number of included
 canaries) rows, and the method calibrates its noise multiplier and sampling rate to the
@@ -121,18 +122,26 @@ from fairdp.privacy.training_audit import (
     one_run_epsilon_lower_bound,
 )
 
-METHODS = ("dpsgd", "pfld", "dpsgd_global_adapt")
+METHODS = ("dpsgd", "pfld", "dpsgd_global_adapt", "dpsgd_f", "dp_fermi")
 """The methods whose training this audit runs: central (eps, delta)-DP of the training data."""
 
-INPUT_CANARIES_ONLY = ("dpsgd_global_adapt",)
+INPUT_CANARIES_ONLY = ("dpsgd_global_adapt", "dpsgd_f", "dp_fermi")
 """Methods audited with input canaries only: the white-box game's reference and scores model
 DP-SGD's and PF-LD's steps (a sampled canary's push is its clipped gradient times the record
 weight), not DPSGD-Global-Adapt's scaling by C0 / max(||g||, Z) with a Z that moves with the
-noisy counts; its input canaries are ordinary records, through its own step, as DP-SGD's."""
+noisy counts, DPSGD-F's bounds per group from noisy counts, or DP-FERMI's ERMI term with its W
+step; their input canaries are ordinary records, through the method's own step, as DP-SGD's."""
+
+NOISE_ATTRIBUTES = {"dpsgd": ("sigma",), "pfld": ("sig_p", "sig_d"), "dpsgd_global_adapt": ("sigma", "sigma_count"),
+                    "dpsgd_f": ("sigma", "sigma_count"), "dp_fermi": ("sigma_theta", "sigma_w")}
+"""Each method's step's noise multipliers, what ``noise_scale`` scales (every release of a step;
+DP-FERMI's one count release is drawn before training, so it keeps its noise)."""
 
 ADJACENCY = {
     "dpsgd": "add/remove one record: canary i is in the training set iff S_i = +1",
     "dpsgd_global_adapt": "add/remove one record: canary i is in the training set iff S_i = +1",
+    "dpsgd_f": "add/remove one record: canary i is in the training set iff S_i = +1",
+    "dp_fermi": "add/remove one record: canary i is in the training set iff S_i = +1",
     "pfld": "replace one record's attribute: canary i's sensitive attribute is 1 iff S_i = +1",
 }
 
@@ -357,25 +366,22 @@ def canary_dataset(base: Dataset, signs: np.ndarray, method: str, canary_norm: f
 
 
 def _plant(step: PackStep, method: str, noise_scale: float, clipping: bool, dual_noise: bool = True) -> None:
-    """Scale the step's noise multipliers by ``noise_scale``; with ``clipping=False``, raise
-    its clipping bound out of reach and keep the noise's standard deviation (multiplier times
-    bound) what it was; with ``dual_noise=False`` (PF-LD), release the dual sums and counts
-    without noise. The step's attributes are DP-SGD's ``sigma`` and ``clip`` and PF-LD's
-    ``sig_p``, ``sig_d`` and ``c_p``."""
-    names = {"dpsgd": ("sigma", "clip"), "pfld": ("sig_p", "c_p"), "dpsgd_global_adapt": ("sigma", "clip")}[method]
-    for name in (*names, *(("sig_d",) if method == "pfld" else ()),
-                 *(("sigma_count",) if method == "dpsgd_global_adapt" else ())):
+    """Scale the step's noise multipliers (``NOISE_ATTRIBUTES``) by ``noise_scale``; with
+    ``clipping=False`` (DP-SGD, PF-LD), raise its clipping bound out of reach and keep the noise's
+    standard deviation (multiplier times bound) what it was; with ``dual_noise=False`` (PF-LD),
+    release the dual sums and counts without noise. The clipping bounds are DP-SGD's ``clip`` and
+    PF-LD's ``c_p``."""
+    noises = NOISE_ATTRIBUTES[method]
+    clip = {"dpsgd": "clip", "pfld": "c_p"}.get(method)
+    for name in (*noises, *((clip,) if clip else ())):
         if not isinstance(getattr(step, name, None), torch.Tensor):
             raise RuntimeError(f"the audit's planted bug needs the {method} step's '{name}' tensor; "
                                f"{type(step).__name__} has none (renamed?)")
-    sigma, clip = names
-    setattr(step, sigma, getattr(step, sigma) * noise_scale)
-    if method == "pfld":
-        step.sig_d = step.sig_d * (noise_scale if dual_noise else 0.0)
-    if method == "dpsgd_global_adapt":  # both multipliers: the count's noise too
-        step.sigma_count = step.sigma_count * noise_scale
+    for name in noises:
+        scale = (noise_scale if dual_noise else 0.0) if name == "sig_d" else noise_scale
+        setattr(step, name, getattr(step, name) * scale)
     if not clipping:
-        bound = getattr(step, clip)
+        sigma, bound = noises[0], getattr(step, clip)
         setattr(step, sigma, getattr(step, sigma) * bound / _NO_CLIP)
         setattr(step, clip, torch.full_like(bound, _NO_CLIP))
 
@@ -908,8 +914,8 @@ def audit_training(
         raise InputError(f"canary_kind: {method} is audited with input canaries only (the gradient game models "
                          f"DP-SGD's and PF-LD's steps), got {canary_kind!r}")
     if method in INPUT_CANARIES_ONLY and not clipping:
-        raise InputError(f"clipping: the planted clipping bug is DP-SGD's and PF-LD's; {method} scales every row "
-                         f"by C0 / max(||g||, Z), which has no clipping bound to lift")
+        raise InputError(f"clipping: the planted clipping bug lifts DP-SGD's and PF-LD's one bound; {method}'s "
+                         f"bounds move with its releases (or its rows are scaled, not clipped), none to lift")
     config = impl.validate_config(config)
     if method == "pfld" and config.get("private_group", 1) != 1:
         # its canaries enter group 1's sum (the private part at the default): an audit of the other
