@@ -301,3 +301,23 @@ def test_analyze_states_each_private_picks_total_eps(pfld_adult, tmp_path):
     assert "noisy validation counts it was picked from" in proc.stdout
     proc = run_main("analyze", str(rows), "--private-selection", "-1")
     assert proc.returncode == 2 and proc.stderr.strip().endswith("--private-selection: must be a finite number > 0, got -1.0")
+
+
+def test_the_whole_tables_release_adds_every_runs_count_release_once(pfld_adult):
+    from fairdp.analysis import whole_table_release
+
+    noisy = private_valid_metrics(pfld_adult, PrivateSelection(1.0), BY)
+    table = whole_table_release(noisy).set_index("methods")
+    row = table.loc["pfld"]
+    pfld = noisy[noisy["method"] == "pfld"]
+    accountant = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_SPECIAL)
+    for text in pfld["privacy_event"]:
+        accountant.compose(event_from_json(text)[0])
+    runs = pfld.groupby(["seed", *BY])
+    assert runs.ngroups == 2 * 18  # 2 seeds x 3 notions x 6 eps, each its own release
+    for _, run in runs:
+        accountant.compose(dp_accounting.GaussianDpEvent(count_sigma(1.0, DELTA, 2 * len(run)) / math.sqrt(2 * len(run))))
+    assert row["ε, all seeds"] == pytest.approx(accountant.get_epsilon(DELTA), rel=1e-9)
+    assert "36 runs' noisy validation counts" in row["bound"]
+    clear = whole_table_release(pfld_adult).set_index("methods").loc["pfld"]
+    assert row["ε, one seed (largest)"] > clear["ε, one seed (largest)"]

@@ -31,7 +31,7 @@ SEARCH = {
     "dataset": {"name": "synthetic", "rows": 600, "features": 6},
     "seeds": [0],
     "train": {"epochs": 1, "batch_size": 200},
-    "evaluate": {"leakage": False, "mdl": False},
+    "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1},
     "methods": {"noise": {}},
     "search": {"method": "noise", "sampler": "nsga2", "population": 2, "trials": TRIALS, "seed": 0,
                "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},

@@ -248,6 +248,7 @@ class Applied:
 
     bad: set[str] = field(default_factory=set)
     dropped: list[tuple[str, str]] = field(default_factory=list)
+    retyped: dict[str, set[str]] = field(default_factory=dict)  # a file bad only for these columns' types
 
 
 def _apply(results: Path, changes, packs: list[Path]) -> Applied:
@@ -296,21 +297,35 @@ def _apply(results: Path, changes, packs: list[Path]) -> Applied:
         elif kind == "double":
             pq.write_table(pa.concat_tables([table, table]), path)
             done.bad.add(str(path))
+            done.retyped.pop(str(path), None)  # bad whatever columns leave it
         elif kind == "truncate":
             blob = path.read_bytes()
             path.write_bytes(blob[:int(change[2] * len(blob))])
             done.bad.add(str(path))
+            done.retyped.pop(str(path), None)
         elif kind == "retype":
             numeric = [f.name for f in table.schema if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
-            _retype(path, numeric[change[2] % len(numeric)])
+            column = numeric[change[2] % len(numeric)]
+            _retype(path, column)
+            if str(path) not in done.bad:  # bad for this column alone, until it is deleted
+                done.retyped.setdefault(str(path), set()).add(column)
+            elif str(path) in done.retyped:
+                done.retyped[str(path)].add(column)
             done.bad.add(str(path))
         else:
             column = table.column_names[change[2] % len(table.column_names)]
             pq.write_table(table.drop_columns([column]), path)
             if column in PACK_KEY_TYPES:
                 done.bad.add(str(path))
+                done.retyped.pop(str(path), None)
             else:  # as a file written before the column existed: its rows read it as null
                 done.dropped.append((str(path), column))
+                retyped = done.retyped.get(str(path))
+                if retyped and column in retyped:  # the retyped column is gone with it
+                    retyped.discard(column)
+                    if not retyped:
+                        done.bad.discard(str(path))
+                        del done.retyped[str(path)]
     return done
 
 

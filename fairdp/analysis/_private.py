@@ -31,6 +31,7 @@ import pandas as pd
 
 from fairdp.analysis._release import (
     SELECTION_EVENT,
+    SELECTION_RUN,
     SELECTION_SIGMA,
     SELECTION_UNCOVERED,
     released_guarantees,
@@ -91,6 +92,7 @@ def private_valid_metrics(df: object, selection: PrivateSelection, by: Sequence[
     events = np.full(len(rows), None, dtype=object)
     uncovered = np.full(len(rows), "", dtype=object)
     released = np.full(len(rows), None, dtype=object)  # the noisy counts replace the exact ones
+    runs, runs_seen = np.full(len(rows), -1, dtype=np.int64), []
     sigmas = np.full(len(rows), np.nan)
     keys = [*RUN_KEYS, *by]
     stored_events = rows[PRIVACY_EVENT] if PRIVACY_EVENT in rows.columns else pd.Series([None] * len(rows))
@@ -108,9 +110,11 @@ def private_valid_metrics(df: object, selection: PrivateSelection, by: Sequence[
             for column in _VALID_COLUMNS:
                 out[column][i] = float(scores[column[len("valid_"):]])
         events[index] = event_to_json(count_release_event(sigma, cells), relation)
+        runs[index] = len(runs_seen)
+        runs_seen.append(key)
         sigmas[index] = sigma
         uncovered[index] = _uncovered(rows.iloc[index])
-    return rows.assign(**out, **{VALID_CONFUSION: released, SELECTION_EVENT: events, SELECTION_SIGMA: sigmas, SELECTION_UNCOVERED: uncovered})
+    return rows.assign(**out, **{VALID_CONFUSION: released, SELECTION_EVENT: events, SELECTION_RUN: runs, SELECTION_SIGMA: sigmas, SELECTION_UNCOVERED: uncovered})
 
 
 def _uncovered(run: pd.DataFrame) -> str:

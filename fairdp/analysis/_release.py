@@ -73,6 +73,7 @@ from fairdp.schema import GUARANTEE, PRIVACY_EVENT, RUN_KEYS, TUNING
 # A private pick's columns (``fairdp.analysis._private.private_valid_metrics``): its run's count
 # release (event JSON with its relation), the noise's sigma, and why its reads are not covered
 SELECTION_EVENT, SELECTION_SIGMA, SELECTION_UNCOVERED = "selection_event", "selection_sigma", "selection_uncovered"
+SELECTION_RUN = "selection_run"  # the run whose count release the row's counts are part of
 ACCOUNTANT = "accountant"  # the rows' column: which accountant reported their eps (null: none)
 
 
@@ -454,6 +455,26 @@ def _compose(counts: Counter, relation: str, delta: float, accountant: str, basi
     return eps, how
 
 
+def _with_count_releases(mine: pd.DataFrame, stats: _ScopeStats, whole: _ScopeStats, seed_of_row: np.ndarray,
+                         relation: str, delta: float) -> tuple[float, float, str]:
+    """(one seed's largest eps, every seed's eps, label) of the whole table where the rows were
+    picked from noisy validation counts (a private selection): every config's training and every
+    run's count release (``SELECTION_RUN`` names the run, each released once), RDP curves added."""
+    import dp_accounting  # imported here: scipy under it costs a CLI start ~2 s
+
+    def training(counter: Counter) -> np.ndarray:
+        return rdp_curve(dp_accounting.ComposedDpEvent(
+            [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n) for e, n in counter.items()]), relation)
+
+    releases = mine.loc[mine[SELECTION_EVENT].notna(), [SELECTION_RUN, SELECTION_EVENT]].drop_duplicates(SELECTION_RUN)
+    seeds = seed_of_row[mine.index.get_indexer(releases.index)]
+    curves = np.array([rdp_curve(event_from_json(t)[0], relation) for t in releases[SELECTION_EVENT]])
+    per_seed = [epsilon_of_rdp(training(stats.counter(i)) + curves[seeds == i].sum(axis=0), delta)
+                for i in range(int(seed_of_row.max()) + 1)]
+    every = epsilon_of_rdp(training(whole.counter(0)) + curves.sum(axis=0), delta)
+    return max(per_seed), every, f", and the {len(releases)} runs' noisy validation counts (RDP)"
+
+
 PER_SEED = "ε released, one seed (largest)"
 """release_summary's column: each seed's pick released alone, the largest over seeds."""
 MEAN_OVER_SEEDS = "ε released, mean over seeds"
@@ -520,7 +541,7 @@ def whole_table_release(rows: object, kinds: dict[str, str | None] | None = None
     require_columns(rows, [*RUN_KEYS, "config_id"], "rows")
     # the columns read here, taken before any filter copies the rows (a million rows, sixty columns)
     rows = rows[[c for c in (*RUN_KEYS, "config_id", "status", PRIVACY_EVENT, "eps_formal", "delta", ACCOUNTANT,
-                             TUNING, GUARANTEE) if c in rows.columns]]
+                             TUNING, GUARANTEE, SELECTION_EVENT, SELECTION_RUN) if c in rows.columns]]
     ok = rows[rows["status"].astype("object") == "ok"] if "status" in rows.columns else rows
     if kinds is None:
         kinds = guarantees_by_method(rows) if len(rows) else {}
@@ -551,9 +572,12 @@ def whole_table_release(rows: object, kinds: dict[str, str | None] | None = None
             seed_of_row, seed_values = pd.factorize(mine["seed"])
             stats = _ScopeStats.of(mine, seed_of_row.astype(np.int64), len(seed_values))
             composed = _Compositions(stats)  # seeds of one grid compose the same events: each distinct one once
-            one = max(composed(i, relation, delta)[0] for i in range(len(seed_values)))
             whole = stats.union(np.zeros(len(seed_values), np.int64), np.arange(len(seed_values)), 1)
-            every, how = _Compositions(whole)(0, relation, delta)
+            if SELECTION_EVENT in mine.columns and mine[SELECTION_EVENT].notna().any():
+                one, every, how = _with_count_releases(mine, stats, whole, seed_of_row, relation, delta)
+            else:
+                one = max(composed(i, relation, delta)[0] for i in range(len(seed_values)))
+                every, how = _Compositions(whole)(0, relation, delta)
             out.append({**record, "ε, one seed (largest)": one, "ε, all seeds": every, "δ": delta,
                         "bound": f"composition of every config trained ({relation})" + how})
     return pd.DataFrame(out, columns=list(WHOLE_TABLE_COLUMNS))
