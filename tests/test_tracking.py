@@ -5,6 +5,7 @@ refused before anything runs."""
 import importlib.util
 import logging
 import threading
+import time
 
 import pandas as pd
 import pytest
@@ -156,6 +157,22 @@ def test_a_study_on_embedded_ray_is_tracked_from_its_driver(tmp_path):
     assert "fairdp: tracking: 3 configs logged to MLflow at " in proc.stderr
 
 
+def _flushed_offline_runs(where, count: int, timeout_s: float = 60.0) -> list[dict]:
+    """W&B's offline runs once ``count`` of them end with their exit record. Twice under a full
+    suite's load a read right after ``run_study`` found a run without its config records
+    (KeyError 'fairdp_method'); W&B's service process writing a run's file behind
+    ``run.finish()`` is the likely cause, so the read waits for the records, up to a minute."""
+    from tests.wandb_log import offline_runs
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs = offline_runs(where)
+        if (len(runs) >= count and all(r["exit_code"] is not None and "fairdp_method" in r["config"] for r in runs)) \
+                or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.5)
+
+
 def test_wandb_offline_runs_hold_each_configs_numbers_and_curves(tmp_path):
     pytest.importorskip("wandb", reason="W&B's client: pip install 'fairdp[wandb]'")
     from tests.wandb_log import offline_runs
@@ -164,7 +181,7 @@ def test_wandb_offline_runs_hold_each_configs_numbers_and_curves(tmp_path):
     spec = _raw({"wandb": {"dir": str(where), "project": "p"}}, seeds=(0,))
     run_study(parse_spec(spec), str(results), executor="local", checkpoint_every_s=0)
     rows, _ = ResultStore(results).read()
-    runs = offline_runs(where)  # read from W&B's own files, with a reader of their format
+    runs = _flushed_offline_runs(where, len(rows))  # read from W&B's own files, with a reader of their format
     assert len(runs) == len(rows) == 3
     by_key = {(r["config"]["fairdp_method"], r["config"]["fairdp_seed"], r["config"]["fairdp_config_id"]): r
               for r in runs}
