@@ -233,6 +233,38 @@ def test_group_counts_and_clipping_by_group_match_explicit_rows():
     np.testing.assert_array_equal(got[0], (norms > per_row).sum(0).numpy())
 
 
+class _WithoutRowNorms:
+    """The chain without ``row_norms``: DPSGD-F's counts then take a clipping pass per group."""
+
+    def __init__(self, chain):
+        self.chain = chain
+
+    def parameters(self):
+        return self.chain.parameters()
+
+    def add_clipped(self, *args, **kwargs):
+        return self.chain.add_clipped(*args, **kwargs)
+
+
+def test_group_counts_from_row_norms_are_the_per_group_passes():
+    """One pass of norms counted by group gives the per-group clipping passes' counts, padding
+    (weight 0) and a row with a non-finite gradient left out of both."""
+    model = _model()
+    xb, yb = _batch(b=60, seed=3)
+    chain, trace, unit = _traced(model, xb, yb)
+    unit = unit.clone()
+    unit[1, 7] = torch.inf  # config 1's row 7: not finite
+    groups = torch.randint(0, 4, (2, 60), generator=torch.Generator().manual_seed(1))
+    rows = torch.ones(2, 60, dtype=F64)
+    rows[:, 50:] = 0  # padding
+    _, norms = _row_gradients(model, xb, yb)
+    c0 = torch.quantile(norms, 0.4, dim=0)
+    fast = dpsgd_f.group_counts(chain, trace, unit, rows, groups, 4, c0)
+    slow = dpsgd_f.group_counts(_WithoutRowNorms(chain), trace, unit, rows, groups, 4, c0)
+    torch.testing.assert_close(fast, slow, rtol=0, atol=0)
+    assert fast[1].sum() == 49 and fast[0].sum() == 50  # config 1 lost its non-finite row
+
+
 def test_dpsgd_f_noise_is_scaled_to_the_largest_bound_of_every_group():
     """sigma max_k C_k / B, the max over all groups: here every sampled row is in group 0 and
     the largest bound is group 2's, so a noise scaled to the rows present would be 3x smaller."""

@@ -139,6 +139,16 @@ class HandPackedChain:
         return out, inputs
 
     @torch.no_grad()
+    def row_norms(self, trace, unit: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Each row's gradient norm over every layer's parameters, (K, B), in ``dtype``, as
+        ``add_clipped`` computes it (not finite where the gradient is not): a count by rows'
+        norms without the clipped sum's matmuls."""
+        deltas = backprop_errors(self.layers, trace, unit)
+        with full_precision(unit.device):
+            return sum(d.to(dtype).pow(2).sum(-1) * (a.to(dtype).pow(2).sum(-1) + 1)
+                       for a, d in zip(trace, deltas)).sqrt()
+
+    @torch.no_grad()
     def add_clipped(self, trace, unit: torch.Tensor, row_scale: torch.Tensor | None, weight: torch.Tensor,
                     clip: torch.Tensor, noise_std: torch.Tensor | None, generators,
                     plain_scale: torch.Tensor | None = None, per_layer: bool = False) -> np.ndarray:

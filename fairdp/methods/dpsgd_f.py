@@ -133,8 +133,17 @@ class DPSGDFStep(ClassifierSGDStep):
 def group_counts(chain, trace, unit: torch.Tensor, rows: torch.Tensor, groups: torch.Tensor, n_groups: int,
                  clip: torch.Tensor, per_layer: bool = False) -> torch.Tensor:
     """(K, groups, 2): per config and group k, (m_k, o_k), the weighted rows of group k whose
-    gradient norm is above ``clip`` (C0) and at or below it (one noiseless pass of the engine's
-    clipping per group, ``exceeding_counts``)."""
+    gradient norm is above ``clip`` (C0) and at or below it; a row whose gradient is not finite
+    is in neither, as the engine's clipping leaves it out. From every row's norm at once where the
+    chain gives them (``row_norms``: fairdp's own network), else one noiseless pass of the
+    engine's clipping per group (``exceeding_counts``)."""
+    if hasattr(chain, "row_norms"):
+        norms = chain.row_norms(trace, unit, clip.dtype)
+        counted = (rows != 0) & torch.isfinite(norms)
+        above = counted & (norms > clip.unsqueeze(1))
+        member = torch.nn.functional.one_hot(groups, n_groups).to(clip.dtype)  # (K, M, groups)
+        m = (above.to(clip.dtype).unsqueeze(-1) * member).sum(1)
+        return torch.stack([m, (counted.to(clip.dtype).unsqueeze(-1) * member).sum(1) - m], dim=-1)
     out = []
     for k in range(n_groups):
         above, total = exceeding_counts(chain, trace, unit, rows * (groups == k).to(rows.dtype), clip, per_layer)
