@@ -70,6 +70,7 @@ TEST_PRIVATE_IMPORTS = {
     "fairdp.analysis._pareto": "every run's front and hypervolume in one pass, held to the per-run functions; the blocked front held to the pairwise definition",
     "fairdp.analysis._select": "every RT of a sweep picked from one ordering, held to each RT's own selection",
     "fairdp.analysis._groups": "one row's rates from its counts: the definition the whole-table computation is held to",
+    "fairdp.analysis._private": "the methods a private pick covers, held to the registry, and a run's coverage rule",
     "fairdp.privacy._selection": "the exact discrete Gaussian sampler and the count release's cells and calibration, each held to its definition",
     "fairdp.study.store._compact": "compaction's steps interrupted one by one (fault injection), and its store-level call",
     "fairdp.methods._describe": "a hyperparameter's range in words, checked against its validation",

@@ -321,3 +321,16 @@ def test_the_whole_tables_release_adds_every_runs_count_release_once(pfld_adult)
     assert "36 runs' noisy validation counts" in row["bound"]
     clear = whole_table_release(pfld_adult).set_index("methods").loc["pfld"]
     assert row["ε, one seed (largest)"] > clear["ε, one seed (largest)"]
+
+
+def test_the_covered_methods_are_the_ones_that_train_to_their_last_epoch():
+    """A private pick covers the validation reads only where training never read the validation
+    split: the methods whose steps keep the last epoch, and no other (a plugin's is not covered)."""
+    from fairdp.analysis._private import LAST_EPOCH_METHODS, _uncovered
+    from fairdp.methods import builtin_method_names, get_method
+    from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod
+
+    assert ClassifierSGDStep.selection == "last"
+    assert LAST_EPOCH_METHODS == {n for n in builtin_method_names() if isinstance(get_method(n), TranMethod)}
+    rows = pd.DataFrame([{"method": "gap_reg"}])
+    assert "validation accuracy in the clear" in _uncovered(rows)
