@@ -37,58 +37,21 @@ import numpy as np
 import torch
 
 from fairdp import _rng
-from fairdp.methods._base import TARGET_EPS, HyperParam, RunInfo
-from fairdp.methods._lagrangian import ClassifierSGDStep, TranMethod, gather_rows, poisson_sample
+from fairdp.methods._base import TARGET_EPS, HyperParam
+from fairdp.methods._lagrangian import gather_rows
 from fairdp.methods._registry import register_method
-from fairdp.methods.dpsgd import cross_entropy_grad
-from fairdp.methods.dpsgd_global_adapt import COUNT_NOISE_RATIO, exceeding_counts
-from fairdp.privacy import (
-    Guarantee,
-    adaptive_clipping_epsilon,
-    adaptive_clipping_event,
-    calibrate_adaptive_clipping_sigmas,
+from fairdp.methods.dpsgd_global_adapt import (
+    COUNT_NOISE_RATIO,
+    AdaptiveClippingMethod,
+    AdaptiveClippingStep,
+    exceeding_counts,
 )
-from fairdp.privacy._shared import PFLD_DELTA
 
 CLIP = HyperParam("clip_primal", low=0.0, low_open=True,
                   doc="C0, the base bound: the counts are of rows above it, and every group's bound is >= C0")
 
 
-@register_method
-class DPSGDF(TranMethod):
-    name = "dpsgd_f"
-    clips_per_sample = True
-    poisson_sampled = True
-    privacy_scope = "central"
-    neighbour_relation = "add_or_remove_one"  # a whole record of the training split, as DP-SGD
-    hyperparams = (TARGET_EPS, CLIP, COUNT_NOISE_RATIO)
-    default_lr = 0.01  # Esipova et al. App. B.2: "for non-global methods, the learning rate is 0.01"
-
-    def paper_grid(self, dataset):
-        # Esipova et al. App. B.2: C0 0.5 on the tabular sets, count noise 10 sigma; the eps of their
-        # sigma 1 runs (Dutch 2.84, Adult 3.41, MNIST 5.90; at delta 1e-6), which DPSGD-F "negligibly" exceeds
-        return {"eps": [2.84, 3.41, 5.9], "clip_primal": [0.5], "count_noise_ratio": [COUNT_NOISE_RATIO.default]}
-
-    def noise_multipliers(self, config: dict, run: RunInfo) -> tuple[float, float]:
-        """(sigma, sigma_c), the gradient's and the counts' multipliers, whose joint multiplier
-        makes the run (eps, 1e-5)-DP by the run's accountant (RDP or PLD)."""
-        return calibrate_adaptive_clipping_sigmas(config["eps"], PFLD_DELTA, run.batch_size, run.n, run.epochs,
-                                                  config["count_noise_ratio"], run.accountant)
-
-    def privacy(self, config, run):
-        # (eps, delta) for add/remove one record (attribute included) of the training split as fixed
-        return Guarantee(adaptive_clipping_epsilon(*self.noise_multipliers(config, run), run.batch_size, run.n,
-                                                   run.epochs, PFLD_DELTA, run.accountant), PFLD_DELTA)
-
-    def dp_event(self, config, run):
-        return adaptive_clipping_event(*self.noise_multipliers(config, run), run.batch_size, run.n, run.epochs)
-
-    def make_step(self, ctx):
-        run = RunInfo.of(ctx.data, ctx.settings, ctx.arch.representation_dim)
-        return DPSGDFStep(ctx, [self.noise_multipliers(c, run) for c in ctx.configs])
-
-
-class DPSGDFStep(ClassifierSGDStep):
+class DPSGDFStep(AdaptiveClippingStep):
     """Algorithm 4 for a chunk of configs: each step's own Poisson sample (as DP-SGD's), its
     noisy per-group counts, the group bounds from them, and the sum clipped by group with
     noise scaled to the largest bound. No state outlives a step but the model's."""
@@ -96,23 +59,13 @@ class DPSGDFStep(ClassifierSGDStep):
     per_config_attributes = ("clip", "sigma", "sigma_count", "last_bounds")
 
     def __init__(self, ctx, sigmas: list[tuple[float, float]]):
-        super().__init__(ctx)
-        self.clip = ctx.per_config("clip_primal")
-        self.sigma = torch.tensor([s for s, _ in sigmas], device=ctx.device, dtype=ctx.dtype)
-        self.sigma_count = torch.tensor([c for _, c in sigmas], device=ctx.device, dtype=ctx.dtype)
+        super().__init__(ctx, sigmas)
         self.n_groups = ctx.data.n_groups
-        self.n = len(ctx.split("train").y)
-        self.q = min(ctx.settings.batch_size, self.n) / self.n
         self.last_bounds = self.clip.unsqueeze(1).repeat(1, self.n_groups)  # (K, groups), for diagnostics
 
     def update(self, batch, optimizer):
-        index, valid = poisson_sample(self.n, self.q, self.ctx.generators("sample"), self.clip.device,
-                                      sampler=self.ctx.settings.poisson_sampler)
-        train = self.ctx.split("train")
-        chain = self.model.per_sample_chain()
-        logits, trace = chain.forward_traced(gather_rows(train.X, index))
-        unit = cross_entropy_grad(logits, gather_rows(train.y, index)).to(logits.dtype)
-        groups = gather_rows(train.s, index)  # (K, M): the attribute, read inside the mechanism
+        index, valid, chain, trace, unit = self.traced_sample()
+        groups = gather_rows(self.ctx.split("train").s, index)  # (K, M): the attribute, read inside the mechanism
         per_layer = self.ctx.settings.clipping == "per_layer"
         rows = valid.to(self.clip.dtype)
         b = self.q * self.n
@@ -128,6 +81,19 @@ class DPSGDFStep(ClassifierSGDStep):
 
     def diagnostics(self):
         return {**self.clipped_fraction(), "last_max_group_clip": self.last_bounds.amax(dim=1).double().cpu().numpy()}
+
+
+@register_method
+class DPSGDF(AdaptiveClippingMethod):
+    name = "dpsgd_f"
+    hyperparams = (TARGET_EPS, CLIP, COUNT_NOISE_RATIO)
+    default_lr = 0.01  # Esipova et al. App. B.2: "for non-global methods, the learning rate is 0.01"
+    step_class = DPSGDFStep
+
+    def paper_grid(self, dataset):
+        # Esipova et al. App. B.2: C0 0.5 on the tabular sets, count noise 10 sigma; the eps of their
+        # sigma 1 runs (Dutch 2.84, Adult 3.41, MNIST 5.90; at delta 1e-6), which DPSGD-F "negligibly" exceeds
+        return {"eps": [2.84, 3.41, 5.9], "clip_primal": [0.5], "count_noise_ratio": [COUNT_NOISE_RATIO.default]}
 
 
 def group_counts(chain, trace, unit: torch.Tensor, rows: torch.Tensor, groups: torch.Tensor, n_groups: int,

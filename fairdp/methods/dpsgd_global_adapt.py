@@ -32,6 +32,8 @@ papers leave unstated").
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 import torch
 
@@ -63,21 +65,16 @@ COUNT_NOISE_RATIO = HyperParam("count_noise_ratio", low=0.0, low_open=True, defa
 Z_RANGE = (1e-8, 1e8)
 
 
-@register_method
-class DPSGDGlobalAdapt(TranMethod):
-    name = "dpsgd_global_adapt"
+class AdaptiveClippingMethod(TranMethod):
+    """DP-SGD that also releases a noisy count from each step's Poisson sample (DPSGD-Global-Adapt,
+    DPSGD-F): the noise multipliers calibrated so that their joint multiplier is DP-SGD's for the
+    target ``eps``, the guarantee and event of ``adaptive_clipping_event``; ``step_class`` trains."""
+
     clips_per_sample = True
     poisson_sampled = True
     privacy_scope = "central"
     neighbour_relation = "add_or_remove_one"  # a whole record of the training split, as DP-SGD
-    hyperparams = (TARGET_EPS, CLIP, STRICT_CLIP, STRICT_CLIP_LR, STRICT_CLIP_TOLERANCE, COUNT_NOISE_RATIO)
-    default_lr = 0.2  # Esipova et al. App. B.2, Adult (Dutch: 1)
-
-    def paper_grid(self, dataset):
-        # App. B.2 (Adult): C0 0.5, Z_0 50, eta_Z 0.1, gamma 1, sigma_2 = 10 sigma; the eps the paper
-        # reports for its sigma 1 runs (Dutch 2.84, Adult 3.41, MNIST 5.90; at delta 1e-6)
-        return {"eps": [2.84, 3.41, 5.9], "clip_primal": [0.5], "strict_clip": [50.0], "strict_clip_lr": [0.1],
-                "strict_clip_tolerance": [1.0], "count_noise_ratio": [COUNT_NOISE_RATIO.default]}
+    step_class: ClassVar[type]
 
     def noise_multipliers(self, config: dict, run: RunInfo) -> tuple[float, float]:
         """(sigma, sigma_c), the gradient's and the count's multipliers, whose joint multiplier
@@ -95,10 +92,34 @@ class DPSGDGlobalAdapt(TranMethod):
 
     def make_step(self, ctx):
         run = RunInfo.of(ctx.data, ctx.settings, ctx.arch.representation_dim)
-        return GlobalAdaptStep(ctx, [self.noise_multipliers(c, run) for c in ctx.configs])
+        return self.step_class(ctx, [self.noise_multipliers(c, run) for c in ctx.configs])
 
 
-class GlobalAdaptStep(ClassifierSGDStep):
+class AdaptiveClippingStep(ClassifierSGDStep):
+    """What both methods' steps share: per config C0, the gradient's and the count's multipliers,
+    and each step's own Poisson sample at rate q = B / n (as DP-SGD's) traced through the chain."""
+
+    def __init__(self, ctx, sigmas: list[tuple[float, float]]):
+        super().__init__(ctx)
+        self.clip = ctx.per_config("clip_primal")
+        self.sigma = torch.tensor([s for s, _ in sigmas], device=ctx.device, dtype=ctx.dtype)
+        self.sigma_count = torch.tensor([c for _, c in sigmas], device=ctx.device, dtype=ctx.dtype)
+        self.n = len(ctx.split("train").y)
+        self.q = min(ctx.settings.batch_size, self.n) / self.n
+
+    def traced_sample(self):
+        """(index, valid, chain, trace, unit) of this step's Poisson sample: the rows, their
+        cross-entropy gradients w.r.t. the logits and the chain's trace of them."""
+        index, valid = poisson_sample(self.n, self.q, self.ctx.generators("sample"), self.clip.device,
+                                      sampler=self.ctx.settings.poisson_sampler)
+        train = self.ctx.split("train")
+        chain = self.model.per_sample_chain()
+        logits, trace = chain.forward_traced(gather_rows(train.X, index))
+        unit = cross_entropy_grad(logits, gather_rows(train.y, index)).to(logits.dtype)
+        return index, valid, chain, trace, unit
+
+
+class GlobalAdaptStep(AdaptiveClippingStep):
     """Algorithm 2 for a chunk of configs: each step's own Poisson sample (as DP-SGD's), the
     scaled and clipped sum with noise, then the noisy count and Z's update. Z (K,) is the
     state a checkpoint keeps."""
@@ -106,23 +127,13 @@ class GlobalAdaptStep(ClassifierSGDStep):
     per_config_attributes = ("clip", "sigma", "sigma_count", "z", "z_lr", "tolerance")
 
     def __init__(self, ctx, sigmas: list[tuple[float, float]]):
-        super().__init__(ctx)
-        self.clip = ctx.per_config("clip_primal")
-        self.sigma = torch.tensor([s for s, _ in sigmas], device=ctx.device, dtype=ctx.dtype)
-        self.sigma_count = torch.tensor([c for _, c in sigmas], device=ctx.device, dtype=ctx.dtype)
+        super().__init__(ctx, sigmas)
         self.z = ctx.per_config("strict_clip")
         self.z_lr = ctx.per_config("strict_clip_lr")
         self.tolerance = ctx.per_config("strict_clip_tolerance")
-        self.n = len(ctx.split("train").y)
-        self.q = min(ctx.settings.batch_size, self.n) / self.n
 
     def update(self, batch, optimizer):
-        index, valid = poisson_sample(self.n, self.q, self.ctx.generators("sample"), self.clip.device,
-                                      sampler=self.ctx.settings.poisson_sampler)
-        train = self.ctx.split("train")
-        chain = self.model.per_sample_chain()
-        logits, trace = chain.forward_traced(gather_rows(train.X, index))
-        unit = cross_entropy_grad(logits, gather_rows(train.y, index)).to(logits.dtype)
+        _, valid, chain, trace, unit = self.traced_sample()
         per_layer = self.ctx.settings.clipping == "per_layer"
         rows = valid.to(self.clip.dtype)
         optimizer.zero_grad(set_to_none=True)
@@ -143,6 +154,20 @@ class GlobalAdaptStep(ClassifierSGDStep):
 
     def diagnostics(self):
         return {**self.clipped_fraction(), "final_strict_clip": self.z.double().cpu().numpy()}
+
+
+@register_method
+class DPSGDGlobalAdapt(AdaptiveClippingMethod):
+    name = "dpsgd_global_adapt"
+    hyperparams = (TARGET_EPS, CLIP, STRICT_CLIP, STRICT_CLIP_LR, STRICT_CLIP_TOLERANCE, COUNT_NOISE_RATIO)
+    default_lr = 0.2  # Esipova et al. App. B.2, Adult (Dutch: 1)
+    step_class = GlobalAdaptStep
+
+    def paper_grid(self, dataset):
+        # App. B.2 (Adult): C0 0.5, Z_0 50, eta_Z 0.1, gamma 1, sigma_2 = 10 sigma; the eps the paper
+        # reports for its sigma 1 runs (Dutch 2.84, Adult 3.41, MNIST 5.90; at delta 1e-6)
+        return {"eps": [2.84, 3.41, 5.9], "clip_primal": [0.5], "strict_clip": [50.0], "strict_clip_lr": [0.1],
+                "strict_clip_tolerance": [1.0], "count_noise_ratio": [COUNT_NOISE_RATIO.default]}
 
 
 def global_adapt_gradients(chain, trace, unit: torch.Tensor, rows: torch.Tensor, clip: torch.Tensor,
