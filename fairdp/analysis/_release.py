@@ -177,10 +177,7 @@ class _Releases:
             record, count = self.record(tuning)
             grid = [event_from_json(e)[0] for e in record["grid_events"]]
             return repeat_and_select_rdp(grid, relation, count.mean, count.shape)
-        import dp_accounting  # imported here: scipy under it costs a CLI start ~2 s
-
-        return rdp_curve(dp_accounting.ComposedDpEvent(
-            [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n) for e, n in s.counter(i).items()]), relation)
+        return _composed_rdp(s.counter(i), relation)
 
     def one(self, i: int, event: object, eps_formal: object, method: str) -> tuple:
         s = self.stats
@@ -240,12 +237,7 @@ class _Releases:
             return epsilon_of_rdp(rdp, delta), f"composition of the {seeds} seeds' repeat-and-select releases{with_reads}"
         what = "trials drawn" if any(t is not None for t in tunings) else "configs trained"
         if reads is not None:
-            import dp_accounting  # imported here: scipy under it costs a CLI start ~2 s
-
-            training = rdp_curve(dp_accounting.ComposedDpEvent(
-                [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n) for e, n in union.counter(0).items()]),
-                relation)
-            return (epsilon_of_rdp(training + reads, delta),
+            return (epsilon_of_rdp(_composed_rdp(union.counter(0), relation) + reads, delta),
                     f"composition of the {int(union.events[0])} {what} in the {seeds} seeds (the same data){with_reads}")
         eps, how = _Compositions(union)(0, relation, delta)
         return eps, f"composition of the {int(union.events[0])} {what} in the {seeds} seeds (the same data)" + how
@@ -455,23 +447,26 @@ def _compose(counts: Counter, relation: str, delta: float, accountant: str, basi
     return eps, how
 
 
+def _composed_rdp(counts: Counter, relation: str) -> np.ndarray:
+    """The RDP curve of composing each distinct event (JSON) of ``counts`` its number of times."""
+    import dp_accounting  # imported here: scipy under it costs a CLI start ~2 s
+
+    return rdp_curve(dp_accounting.ComposedDpEvent(
+        [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n) for e, n in counts.items()]), relation)
+
+
 def _with_count_releases(mine: pd.DataFrame, stats: _ScopeStats, whole: _ScopeStats, seed_of_row: np.ndarray,
                          relation: str, delta: float) -> tuple[float, float, str]:
     """(one seed's largest eps, every seed's eps, label) of the whole table where the rows were
     picked from noisy validation counts (a private selection): every config's training and every
     run's count release (``SELECTION_RUN`` names the run, each released once), RDP curves added."""
-    import dp_accounting  # imported here: scipy under it costs a CLI start ~2 s
-
-    def training(counter: Counter) -> np.ndarray:
-        return rdp_curve(dp_accounting.ComposedDpEvent(
-            [dp_accounting.SelfComposedDpEvent(event_from_json(e)[0], n) for e, n in counter.items()]), relation)
 
     releases = mine.loc[mine[SELECTION_EVENT].notna(), [SELECTION_RUN, SELECTION_EVENT]].drop_duplicates(SELECTION_RUN)
     seeds = seed_of_row[mine.index.get_indexer(releases.index)]
     curves = np.array([rdp_curve(event_from_json(t)[0], relation) for t in releases[SELECTION_EVENT]])
-    per_seed = [epsilon_of_rdp(training(stats.counter(i)) + curves[seeds == i].sum(axis=0), delta)
+    per_seed = [epsilon_of_rdp(_composed_rdp(stats.counter(i), relation) + curves[seeds == i].sum(axis=0), delta)
                 for i in range(int(seed_of_row.max()) + 1)]
-    every = epsilon_of_rdp(training(whole.counter(0)) + curves.sum(axis=0), delta)
+    every = epsilon_of_rdp(_composed_rdp(whole.counter(0), relation) + curves.sum(axis=0), delta)
     return max(per_seed), every, f", and the {len(releases)} runs' noisy validation counts (RDP)"
 
 
