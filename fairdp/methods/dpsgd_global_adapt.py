@@ -99,6 +99,8 @@ class AdaptiveClippingStep(ClassifierSGDStep):
     """What both methods' steps share: per config C0, the gradient's and the count's multipliers,
     and each step's own Poisson sample at rate q = B / n (as DP-SGD's) traced through the chain."""
 
+    per_config_attributes = ("clip", "sigma", "sigma_count")  # each method's step adds its own state
+
     def __init__(self, ctx, sigmas: list[tuple[float, float]]):
         super().__init__(ctx)
         self.clip = ctx.per_config("clip_primal")
