@@ -280,6 +280,27 @@ def _wait_for_checkpoints(cluster: Cluster, uri: str, n: int, timeout: float = 1
     return out.stdout.split()
 
 
+def _freeze_host_mid_pack(cluster: Cluster, uri: str, host: str, timeout: float = 120) -> list[str]:
+    """Once both hosts' packs have a checkpoint in the store, SIGSTOP every process of ``host``
+    at once and return the checkpoints listed after that: the frozen host can neither finish
+    its pack (deleting its checkpoint) nor start another, so the list holds its checkpoint as it
+    is when it dies. One process on the head host lists every 0.1 s and freezes: a kill from
+    the test after a separate listing raced the host's pack finishing in between."""
+    code = (f"import os, signal, subprocess, time; from fairdp.study import ResultStore\n"
+            f"store = ResultStore({uri!r})\n"
+            f"while len(store.checkpoint_ids()) < 2:\n"
+            f"    time.sleep(0.1)\n"
+            f"for pid in subprocess.run(['ip', 'netns', 'pids', {host!r}], capture_output=True, text=True).stdout.split():\n"
+            f"    try:\n"
+            f"        os.kill(int(pid), signal.SIGSTOP)\n"
+            f"    except ProcessLookupError:\n"
+            f"        pass\n"
+            f"print(' '.join(store.checkpoint_ids()))")
+    out = cluster.python(code, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.split()
+
+
 def _assert_complete_and_equal(cluster: Cluster, uri: str, reference: Reference) -> object:
     df, bad, checkpoints = _stored(cluster, uri)
     reference = reference.rows()
@@ -306,13 +327,13 @@ def test_a_worker_host_killed_mid_pack_has_its_packs_retried_on_the_survivor(clu
     trace = cluster.logs / "progress-trace.json"
     driver = Driver(cluster, study, uri, "driver", {"FAIRDP_PROGRESS_TRACE": str(trace)})
     driver.wait_for(_packs_done(2))
-    # kill once both hosts are mid-pack with a checkpoint in S3 (saved every second): a fixed
-    # sleep raced a slower machine's pack start-up and killed a host before its first save
-    _wait_for_checkpoints(cluster, uri, 2)
+    # freeze, then kill, once both hosts are mid-pack with a checkpoint in S3 (saved every
+    # second): a fixed sleep raced a slower machine's pack start-up and killed a host before
+    # its first save; `left` is what S3 holds from the frozen host when it dies
+    left = _freeze_host_mid_pack(cluster, uri, cluster.workers[0])
     killed = cluster.kill_host(cluster.workers[0])
     # every process of the host has had its SIGKILL: no row made after this is the dead host's
     t_kill, killed_at = time.monotonic(), pd.Timestamp(time.time(), unit="s", tz="UTC")
-    _, _, left = _stored(cluster, uri)  # the checkpoints in S3 when the host died
     t_detect = driver.wait_for(r"[1-9]\d* retried", timeout=180)
     t_resize = driver.wait_for(r"1 pack\(s\) at a time from now on", timeout=60)
     rc, wall = driver.finish()
@@ -325,12 +346,15 @@ def test_a_worker_host_killed_mid_pack_has_its_packs_retried_on_the_survivor(clu
     after = df[finished > killed_at]
     assert len(after) and set(after["node"]) == {survivor}, \
         (killed_at, df.assign(finished_at=finished)[["pack_id", "node", "finished_at"]].sort_values("finished_at"))
-    # the dead host's pack had its checkpoint in S3, and the survivor finished that pack
-    orphaned = set(left) & set(df.loc[df["node"] == survivor, "pack_id"])
-    assert orphaned, (left, df[["pack_id", "node"]])
+    # the dead host's pack (the one the driver restarted) had its checkpoint in S3 when the
+    # host died, and the survivor finished that pack
+    events = json.loads(trace.read_text())["events"]
+    restarted = {e["key"] for e in events if e["kind"] == "restart"}
+    orphaned = restarted & set(left)
+    assert orphaned and orphaned <= set(df.loc[df["node"] == survivor, "pack_id"]), \
+        (restarted, left, df[["pack_id", "node"]])
     # the progress saw the cluster shrink to one slot (its ETA spreads the rest over it; the
     # trace is replayed in tests/test_study_progress.py)
-    events = json.loads(trace.read_text())["events"]
     shrink = [e for e in events if e["kind"] == "slots"]
     assert shrink and shrink[0]["slots"] == 1, shrink
     _report("worker killed", detect_s=t_detect - t_kill, slots_seen_s=t_resize - t_kill,
