@@ -175,12 +175,18 @@ def test_methods_of_a_study_have_clearly_different_colours():
         f = np.cbrt(np.maximum(xyz / np.array([0.95047, 1.0, 1.08883]), (6 / 29) ** 3))
         return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
 
+    def methods_of(*names: str) -> list[str]:
+        return sorted({m for name in names for m in (yaml.safe_load((REPO / "studies" / name).read_text())["methods"]
+                                                      or {})})
+
     studies = 0
-    for path in sorted((REPO / "studies").glob("*.yaml")):
-        methods = sorted((yaml.safe_load(path.read_text())["methods"] or {}).keys())
+    # each shipped study, and the studies reported pooled (the baselines beside PF-LD's rows)
+    for names in [(path.name,) for path in sorted((REPO / "studies").glob("*.yaml"))] + [
+            ("pfld_adult.yaml", "baselines_adult.yaml"), ("pfld_compas.yaml", "baselines_compas.yaml")]:
+        methods = methods_of(*names)
         for a, b in itertools.combinations(methods, 2):
             distance = float(np.linalg.norm(lab(BUILTIN_STYLES[a].color) - lab(BUILTIN_STYLES[b].color)))
-            assert distance >= 40, (path.name, a, b, round(distance, 1))
+            assert distance >= 40, (names, a, b, round(distance, 1))
         studies += len(methods) > 1
     assert studies >= 5
     # a view's label ("pfld [dp]") has its method's style, not a hashed plugin's
@@ -426,3 +432,27 @@ def test_the_leakage_figure_draws_chance_from_the_data_without_a_random_method()
     assert any(label.startswith("chance") for label in legend_labels(fig))
     without = figure_leakage_vs_eps(rows.drop(columns="test_confusion"))
     assert not [line for ax in without.axes for line in ax.lines if line.get_label() == "_chance"]
+
+
+def test_methods_without_eps_are_levels_of_every_panel_and_never_a_panel_of_their_own():
+    """Six private methods and three without privacy per notion: nine lines, one more than a
+    panel's series. The levels (no ε) ride along in each panel: packed like curves, the last
+    one filled a panel of its own with no ε axis to draw on, an empty panel (the baselines
+    study's first report)."""
+    from fairdp.analysis import figure_violation_accuracy_by_eps
+
+    curves = ("dp_fermi", "dpsgd", "dpsgd_f", "dpsgd_global_adapt", "pfld", "private_reductions")
+    rows = []
+    for notion in ("dp", "eo"):
+        for i, method in enumerate((*curves, "fld", "reductions", "unconstrained")):
+            for eps in ((0.5, 1.0, 5.0) if method in curves else (np.nan,)):
+                rows.append({"dataset": "compas", "method": method, "fairness_notion": notion, "eps": eps,
+                             "n_seeds": 3, "test_notion_gap_mean": 10.0 + i, "test_notion_gap_std": 1.0,
+                             "test_accuracy_mean": 65.0 + i / 10, "test_accuracy_std": 0.5})
+    fig = figure_violation_accuracy_by_eps(pd.DataFrame(rows))
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert sorted({ax.get_title() for ax in panels}) == ["compas, fairness_notion dp", "compas, fairness_notion eo"]
+    for ax in panels:
+        drawn = set(ax.get_legend_handles_labels()[1])
+        assert {"fld", "reductions", "unconstrained"} <= {label.split(" (")[0] for label in drawn}, drawn
+    assert_readable(fig, name="levels")

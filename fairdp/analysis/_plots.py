@@ -215,7 +215,8 @@ def _plan(table: pd.DataFrame, by: Sequence[str] = (), cap: int = SERIES_PER_PAN
     relation: ε of different relations never share an axis) and value of the first key (the
     first ``by`` column, else a method label's bracket), series per (method, further keys'
     values), at most ``cap`` a panel. Rows whose ``apart`` value or first key is missing (a
-    method without ε, drawn as a level) are drawn in every panel of their dataset;
+    method without ε, drawn as a level) are drawn in every panel of their dataset, beyond the
+    cap;
     ``BASELINES`` are references of each panel unless they are all there is."""
     t = table.reset_index(drop=True).copy()
     t["_apart"] = ["" if apart is None or _missing(v) else str(v)
@@ -247,13 +248,16 @@ def _plan(table: pd.DataFrame, by: Sequence[str] = (), cap: int = SERIES_PER_PAN
                 rows = part[(part["_facet"] == facet) | (part["_facet"] == "")]
                 base = is_baseline.loc[rows.index]
                 compared, references = (rows[~base], rows[base]) if (~base).any() else (rows, rows.iloc[0:0])
-                groups = []
+                groups, levels = [], []
                 for method, m_rows in compared.groupby("_method", sort=True):
                     drawn.add(str(method))
                     by_variant = {v: g for v, g in m_rows.groupby("_variant", sort=False)}
-                    groups.append([_Series(str(method), v, by_variant[v]) for v in ([""] if "" in by_variant else [])
-                                   + [v for v in variants if v in by_variant]])
-                chunks = _chunks(groups, cap)
+                    series = [_Series(str(method), v, by_variant[v]) for v in ([""] if "" in by_variant else [])
+                              + [v for v in variants if v in by_variant]]
+                    # a method outside every relation (no ε) is a level of each panel, not a series
+                    # to pack: packed, it could fill a panel of its own with no ε axis to draw on
+                    (levels if relation and (m_rows["_apart"] == "").all() else groups).append(series)
+                chunks = [chunk + [s for level in levels for s in level] for chunk in _chunks(groups, cap) or [[]]]
                 for k, chunk in enumerate(chunks):
                     # several relations: each panel says which of them its ε axis is (the axis names it)
                     title = (ds + (f", ε relation {r_i + 1} of {len(relations)}" if len(relations) > 1 else "")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import textwrap
 import warnings
 from collections.abc import Iterable, Sequence
 
@@ -461,7 +462,9 @@ def eps_labels(methods, kinds: dict | None = None) -> tuple[dict[str | None, str
     axes: dict[str | None, str] = {None: "ε"}
     for relation in sorted({r for r in relations.values() if r is not None}):
         moved = [f"{m} {how}" for m, how in converted.items() if relations[m] == relation]
-        axes[relation] = f"ε ({relation})" + (f"\nconverted: {', '.join(moved)}" if moved else "")
+        # wrapped: five converted methods on one line overlapped the next panel's label
+        axes[relation] = f"ε ({relation})" + ("\n" + "\n".join(textwrap.wrap(f"converted: {', '.join(moved)}", 36))
+                                              if moved else "")
     return axes, kind_labels(kinds, kinds)
 
 

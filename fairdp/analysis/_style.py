@@ -43,12 +43,13 @@ BUILTIN_STYLES = {
     "pfld": MethodStyle("#EE6677", "*"),
     "reductions": MethodStyle("#DDAA33", "d"),
     "private_reductions": MethodStyle("#8E44AD", "p"),
-    # DP-SGD's fairness-aware variants (Esipova et al. 2023; Xu et al. 2021): Tol's bright cyan and purple
-    "dpsgd_global_adapt": MethodStyle("#66CCEE", "H"),
-    "dpsgd_f": MethodStyle("#AA3377", "8"),
-    # DP-FERMI (Lowy et al. 2023): Tol's vibrant red, at least 39 in CIE L*a*b* from every PF-LD-family
-    # colour; every filled marker is taken, so a plus
-    "dp_fermi": MethodStyle("#CC3311", "+"),
+    # the baselines reported pooled with PF-LD's study (studies/baselines_*.yaml): DP-SGD's fairness-aware
+    # variants (Esipova et al. 2023; Xu et al. 2021) and DP-FERMI (Lowy et al. 2023), chosen so that
+    # all nine methods of the pooled report are at least 41 apart in CIE L*a*b*; every filled marker is
+    # taken, so DP-FERMI's is a plus
+    "dpsgd_global_adapt": MethodStyle("#00BBBB", "H"),
+    "dpsgd_f": MethodStyle("#B09C85", "8"),
+    "dp_fermi": MethodStyle("#E41A1C", "+"),
 }
 _PLUGIN_COLORS = ("#88CCEE", "#DDCC77", "#CC6677", "#661100", "#6699CC", "#AA4466")
 _PLUGIN_MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
