@@ -1293,7 +1293,8 @@ def _add_report_parser(sub) -> None:
                           "supported differences and the Pareto fronts (default: left out, and named)")
     rep.add_argument("--compare", action="append", metavar="PAPER_TABLE",
                      help="put a paper's published values and claims beside the study's: "
-                          "federate-table3, pfld-adult or pfld-compas (repeatable)")
+                          "federate-table3, pfld-adult, pfld-compas, dp-fermi-adult, dp-fermi-compas, "
+                          "global-adapt-adult or global-adapt-compas (repeatable)")
     rep.add_argument("--pool", action="store_true",
                      help="rows of several studies selected together (refused without it); the report names them")
     rep.add_argument("--compare-grid", action="append", metavar="GRID_DIR",

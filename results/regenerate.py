@@ -18,8 +18,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+# results read beside a directory's own (`--pool`): its report covers both
+POOLED = {"baselines-adult": ["pfld-adult"], "baselines-compas": ["pfld-compas"]}
+
 # results directory -> (the study file its rows were run from, extra `fairdp report` options)
 REPORTS = {
+    # the baselines' rows are reported pooled with PF-LD's committed rows of one protocol
+    "baselines-adult": ("studies/baselines_adult.yaml", ["--pool", "--compare", "dp-fermi-adult", "--compare",
+                                                         "global-adapt-adult"]),
+    "baselines-compas": ("studies/baselines_compas.yaml", ["--pool", "--compare", "dp-fermi-compas", "--compare",
+                                                           "global-adapt-compas"]),
     "demo-reference": ("studies/demo.yaml", []),
     "federate-adult": ("studies/federate_adult.yaml", ["--compare", "federate-table3"]),
     "pfld-adult": ("studies/pfld_adult.yaml", ["--compare", "pfld-adult"]),
@@ -29,6 +37,8 @@ REPORTS = {
 
 
 def regenerate(name: str) -> None:
+    import pandas as pd
+
     from fairdp.analysis import ReportOptions, report_figures
     from fairdp.cli import main
     from fairdp.study import ResultStore, load_spec, read_history, read_results
@@ -43,9 +53,10 @@ def regenerate(name: str) -> None:
     spec = load_spec(REPO / study)
     stored, _ = write_selection(ResultStore(results), spec)
     out = results / "_report"
-    if main(["report", str(results), "-o", str(out), *options]) != 0:
+    pooled = [REPO / "results" / other for other in POOLED.get(name, [])]
+    if main(["report", str(results), *map(str, pooled), "-o", str(out), *options]) != 0:
         raise SystemExit(f"{name}: fairdp report failed")
-    rows = read_results(results)
+    rows = pd.concat([read_results(d) for d in (results, *pooled)], ignore_index=True)
     figures = report_figures(rows, ReportOptions(rt=stored.rt, fairness=stored.fairness, by=tuple(stored.by),
                                                  history=read_history(results, rows=rows),
                                                  **({"rts": tuple(stored.rts)} if stored.rts else {})))

@@ -91,7 +91,8 @@ def test_trends_and_baselines_without_eps():
 def test_an_unknown_paper_names_the_option():
     with pytest.raises(InputError, match="^--compare: unknown paper table 'federate-table9'"):
         get_paper("federate-table9")
-    assert set(PAPERS) == {"federate-table3", "pfld-adult", "pfld-compas"}
+    assert set(PAPERS) == {"federate-table3", "pfld-adult", "pfld-compas", "dp-fermi-adult", "dp-fermi-compas",
+                           "global-adapt-adult", "global-adapt-compas"}
 
 
 def test_fairdp_report_compare_puts_table3_beside_the_demo(tmp_path):

@@ -166,6 +166,40 @@ def aggregate_group_rates(selected: pd.DataFrame, split: str = "test", by: Seque
     return out.reset_index()[columns]
 
 
+def privacy_cost_gaps(selected: pd.DataFrame, baseline: str = "unconstrained", split: str = "test") -> pd.Series:
+    """Esipova et al.'s privacy cost gap (ICLR 2023, their Section 3) of each selected row, in
+    points: each group's privacy cost pi_g = acc_g(baseline) - acc_g(row), the baseline the
+    non-private model ``baseline`` selected on the same dataset and seed, and the gap
+    max_g pi_g - min_g pi_g (|pi_a - pi_b| for two groups): how unequally the row's groups
+    lose accuracy against the model trained without privacy. Aligned with ``selected``'s
+    index; NaN where the row or its seed's baseline lacks counts on ``split``, the baseline has
+    no single pick on that seed, or fewer than two groups have an accuracy (a group too small
+    to estimate has none, ``evaluate.min_group_count``)."""
+    out = pd.Series(np.nan, index=selected.index, name=f"{split}_privacy_cost_gap", dtype=float)
+    keys = ["dataset", "method", "seed", "config_id"]
+    rates = per_group_rates(selected, split)
+    if rates.empty:
+        return out
+    # a group's accuracy is the same under every class row and every copy of one config
+    acc = rates.groupby([*keys, "group"], sort=True)["accuracy"].first().astype(float).unstack("group")
+    base = acc.xs(baseline, level="method") if baseline in acc.index.get_level_values("method") else None
+    if base is None:
+        return out
+    base = base.droplevel("config_id")
+    base = base[~base.index.duplicated(keep=False)]  # several baseline picks on one seed: none is its baseline
+    gaps = {}
+    for (dataset, method, seed, config), mine in acc.iterrows():
+        if (dataset, seed) not in base.index:
+            continue
+        cost = (base.loc[(dataset, seed)] - mine).dropna()
+        if len(cost) >= 2:
+            gaps[(dataset, method, seed, config)] = float(cost.max() - cost.min())
+    if gaps:
+        found = pd.Series(gaps, dtype=float)
+        out[:] = found.reindex(pd.MultiIndex.from_frame(selected[keys])).to_numpy()
+    return out
+
+
 SMALL_GROUP_COLUMNS = ("dataset", "split", "group", "class", "set", "n_seeds", "count_min", "count_max",
                        "min_group_count")
 

@@ -25,6 +25,7 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from fairdp.analysis._groups import privacy_cost_gaps
 from fairdp.analysis._intervals import check_level, t_halfwidth
 from fairdp.analysis._predictions import TEST_CONFUSION
 from fairdp.analysis._rows import (
@@ -41,11 +42,15 @@ from fairdp.privacy import convert_guarantee
 from fairdp.privacy._shared import ADD_REMOVE_RECORD
 from fairdp.schema import PRIVACY_EVENT
 
+PAIRED_KINDS = ("below", "within", "no_worse")  # claims that compare two methods
+
 
 @dataclass(frozen=True)
 class Claim:
     """``kind`` "below": ``method``'s ``metric`` mean is below ``other``'s (per ``by`` group);
     "within": ``method``'s ``metric`` mean is within ``ACCURACY_MARGIN`` points of ``other``'s;
+    "no_worse": ``method``'s ``metric`` mean is at least ``other``'s minus ``ACCURACY_MARGIN``
+    (as accurate or more: a better trade-off claims the violation lower at no lost accuracy);
     "falls_with_eps": ``method``'s ``metric`` mean at the largest eps is below its mean at the
     smallest (per group of the other ``by`` keys)."""
 
@@ -54,6 +59,7 @@ class Claim:
     method: str
     other: str | None
     source: str  # where the paper says it
+    notions: tuple[str, ...] = ()  # the fairness notions the paper makes it for (empty: each the study has)
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class PaperReference:
     lagrangian: bool = False  # PF-LD's claims: add what bounds PF-LD per notion (``pfld_bounds``)
     seeds: int | None = None  # the seeds behind each published mean ± std
     labels: tuple[tuple[str, str], ...] = ()  # method and metric names as the paper prints them
+    # claims of any method judged per (dataset, notion, ε) in the relation of the two methods
+    # compared (``eps_claim_intervals``): papers that compare private methods at matched ε
+    per_eps: bool = False
 
     def label(self, name: str | None) -> str | None:
         return dict(self.labels).get(name, name)
@@ -161,6 +170,54 @@ _PFLD_LABELS = (*_METHOD_LABELS.items(), *_METRIC_LABELS.items())
 _PFLD_NOTE = ("Tran et al. print no Adult or COMPAS numbers in the text (their figures are plots, and the text "
               "discusses the Bank dataset), so only their claims are checked.")
 
+PRIVACY_COST_GAP = "test_privacy_cost_gap"
+"""Esipova et al.'s disparity metric (``fairdp.analysis._groups.privacy_cost_gaps``): computed
+from the selected rows and their seed's non-private pick when a claim judges it."""
+
+
+# Lowy, Gupta & Razaviyayn (ICLR 2023). Only the abstract of the paper could be read from this
+# machine; its Adult figures' baselines and ε are read from the authors' released plot data.
+_LOWY = ("abstract: 'the proposed algorithm consistently offers significant performance gains over the "
+         "state-of-the-art baselines'; its Adult figures draw Tran et al. (2021b), PF-LD, at each ε")
+_LOWY_EO = ("abstract, as above; its Adult equalized-odds figure draws Jagielski et al. (2019), M, beside PF-LD, "
+            "at ε 0.5, 1, 3")
+_LOWY_CLAIMS = (
+    # a better fairness-accuracy trade-off at each ε: fairer, at no lost accuracy
+    Claim("below", "test_notion_gap", "dp_fermi", "pfld", _LOWY, notions=("dp", "eo")),
+    Claim("no_worse", "test_accuracy", "dp_fermi", "pfld", _LOWY, notions=("dp", "eo")),
+    Claim("below", "test_notion_gap", "dp_fermi", "private_reductions", _LOWY_EO, notions=("eo",)),
+    Claim("no_worse", "test_accuracy", "dp_fermi", "private_reductions", _LOWY_EO, notions=("eo",)),
+)
+_LOWY_NOTE = ("Only the paper's abstract could be read from this machine, so its claims are the abstract's, at the "
+              "baselines and ε of its Adult figures (from the authors' released plot data). It draws whole λ "
+              "curves of a logistic regression trained 200 epochs at nominally equal ε, its DP-FERMI private for "
+              "the sensitive attribute; fairdp's DP-FERMI is the F-LD network, private for the whole record "
+              "(add/remove), each method picked at RT 1 per notion and ε, so it meets PF-LD and M at twice its "
+              "ε in their attribute-level relation.")
+
+# Esipova, Ghomi, Luo & Cresswell (ICLR 2023): disparity is the privacy cost gap (their
+# Section 3), not an accuracy-parity gap of the private model. Only the abstract could be read.
+_ESIPOVA = ("abstract: DPSGD 'frequently intensifies disparate impact'; global scaling is 'a new method for "
+            "reducing unfairness by preventing gradient misalignment'")
+_XU = "Xu, Du & Wu (2021), run by Esipova et al. as a baseline: 'Removing disparate impact ... in DPSGD' (its title)"
+_ESIPOVA_CLAIMS = (
+    Claim("below", PRIVACY_COST_GAP, "dpsgd_global_adapt", "dpsgd", _ESIPOVA, notions=("ap",)),
+    Claim("below", PRIVACY_COST_GAP, "dpsgd_f", "dpsgd", _XU, notions=("ap",)),
+    Claim("no_worse", "test_accuracy", "dpsgd_global_adapt", "dpsgd",
+          "Table 2 (unbalanced MNIST, as a replication quotes it): Global-Adapt more accurate than DPSGD on both "
+          "groups; no Adult sentence could be read", notions=("ap",)),
+)
+_ESIPOVA_NOTE = ("Only the paper's abstract could be read from this machine. Disparity is the paper's privacy "
+                 "cost gap: each group's accuracy lost against the non-private model (N, the same network, picked "
+                 "on the same seed), the gap between the groups' losses, in points. The paper runs one setting "
+                 "(σ 1, C0 0.5, an MLP of 256 × 256, 20 epochs, δ 1e-6) with no selection; fairdp picks each "
+                 "method at RT 1 on accuracy, then the lowest accuracy-parity gap, per ε, DP-SGD and both "
+                 "variants at one ε of one accountant.")
+
+_BASELINE_LABELS = (*_PFLD_LABELS, ("dp_fermi", "DP-FERMI"), ("dpsgd_global_adapt", "Global-Adapt"),
+                    ("dpsgd_f", "DPSGD-F"), (PRIVACY_COST_GAP, "privacy cost gap"))
+_NOT_THEIRS = " The paper has no COMPAS experiment: its claims are checked on COMPAS beyond it."
+
 PAPERS = {
     "federate-table3": PaperReference(
         "federate-table3", "FEDERATE (Maheshwari et al. 2022), Table 3: Adult, RT = 1, 5 seeds",
@@ -175,6 +232,16 @@ PAPERS = {
         "pfld-compas", "PF-LD (Tran et al. 2021), Figures 1-2: COMPAS, 10 repeats", None, "notion_gap",
         1.0, ("fairness_notion", "eps"), _PFLD_CLAIMS, _PFLD_NOTE, lagrangian=True,
         labels=_PFLD_LABELS),
+    **{f"dp-fermi-{dataset}": PaperReference(
+        f"dp-fermi-{dataset}", f"DP-FERMI (Lowy et al. 2023), its Adult figures' claims: {title}", None,
+        "notion_gap", 1.0, ("fairness_notion", "eps"), _LOWY_CLAIMS, _LOWY_NOTE + extra, labels=_BASELINE_LABELS,
+        per_eps=True) for dataset, title, extra in (("adult", "Adult (sex)", ""),
+                                                     ("compas", "COMPAS (race), beyond the paper", _NOT_THEIRS))},
+    **{f"global-adapt-{dataset}": PaperReference(
+        f"global-adapt-{dataset}", f"DPSGD-Global-Adapt (Esipova et al. 2023) and DPSGD-F: {title}", None,
+        "notion_gap", 1.0, ("fairness_notion", "eps"), _ESIPOVA_CLAIMS, _ESIPOVA_NOTE + extra,
+        labels=_BASELINE_LABELS, per_eps=True) for dataset, title, extra in (
+            ("adult", "Adult (sex)", ""), ("compas", "COMPAS (race), beyond the paper", _NOT_THEIRS))},
 }
 
 
@@ -214,16 +281,19 @@ def check_claims(agg: pd.DataFrame, paper: PaperReference, by: tuple[str, ...] =
         for key, grp in groups:
             key = key if isinstance(key, tuple) else (key,)
             where = ", ".join(f"{k} {v}" for k, v in zip(keys, key) if not _missing(v))
-            if c.kind in ("below", "within"):
+            if c.kind in PAIRED_KINDS:
                 # a method without a by-column (a baseline) is repeated under every group
                 a = _mean_of(rows, grp, c.method, col, keys, key)
                 b = _mean_of(rows, grp, c.other, col, keys, key)
                 if c.kind == "below":
                     holds = None if np.isnan(a) or np.isnan(b) else bool(a < b)
                     text = f"{c.method} {c.metric} below {c.other}'s"
-                else:
+                elif c.kind == "within":
                     holds = None if np.isnan(a) or np.isnan(b) else bool(abs(a - b) <= ACCURACY_MARGIN)
                     text = f"{c.method} {c.metric} within {_MARGIN_TEXT} of {c.other}'s"
+                else:
+                    holds = None if np.isnan(a) or np.isnan(b) else bool(a - b >= -ACCURACY_MARGIN)
+                    text = f"{c.method} {c.metric} at most {_MARGIN_TEXT} below {c.other}'s"
                 in_paper = _paper_holds(pub, c)
                 alike = "same" if known[c.method] == known[c.other] else DIFFERENT_GUARANTEES
             else:
@@ -314,6 +384,8 @@ def _paper_holds(pub: pd.DataFrame, c: Claim) -> bool | None:
     if not len(a) or not len(b):
         return None
     diff = float(a["mean"].iloc[0]) - float(b["mean"].iloc[0])
+    if c.kind == "no_worse":
+        return bool(diff >= -ACCURACY_MARGIN)
     return bool(diff < 0) if c.kind == "below" else bool(abs(diff) <= ACCURACY_MARGIN)
 
 
@@ -389,8 +461,10 @@ def claim_verdict(kind: str, n: int, lo: float, hi: float) -> str:
     lies wholly below 0 and contradicted when wholly above; for "within" (the difference is
     within +-``ACCURACY_MARGIN``), supported when the interval lies wholly inside the margin and
     contradicted when wholly below -margin (an interval wholly above +margin, more accurate than
-    the baseline by more than the margin, is not what the claim denies: not resolved). Fewer
-    than two seeds: too few seeds."""
+    the baseline by more than the margin, is not what the claim denies: not resolved); for
+    "no_worse" (the difference is at least -margin), supported when the interval lies wholly
+    at or above -margin and contradicted when wholly below it. Fewer than two seeds: too few
+    seeds."""
     if n < 2 or not (math.isfinite(lo) and math.isfinite(hi)):
         return TOO_FEW_SEEDS
     if kind in ("below", "falls_with_eps"):
@@ -398,6 +472,8 @@ def claim_verdict(kind: str, n: int, lo: float, hi: float) -> str:
     if kind == "within":
         return (SUPPORTED if -ACCURACY_MARGIN <= lo and hi <= ACCURACY_MARGIN else
                 CONTRADICTED if hi < -ACCURACY_MARGIN else NOT_RESOLVED)
+    if kind == "no_worse":
+        return SUPPORTED if lo >= -ACCURACY_MARGIN else CONTRADICTED if hi < -ACCURACY_MARGIN else NOT_RESOLVED
     raise ValueError(f"claim kind {kind!r}: no verdict by interval")
 
 
@@ -453,7 +529,7 @@ def pfld_claim_intervals(df: pd.DataFrame, paper: PaperReference, level: float =
 
 def _claim_intervals(selected: pd.DataFrame, paper: PaperReference, level: float) -> pd.DataFrame:
     level = check_level(level)
-    claims = [c for c in paper.claims if c.kind in ("below", "within") and c.method == PFLD]
+    claims = [c for c in paper.claims if c.kind in PAIRED_KINDS and c.method == PFLD]
     columns = ["dataset", "fairness_notion", "eps", "n_seeds",
                *(f"{m}_{s}" for m in _LEVELS for s in ("mean", "lo", "hi")), "compared_in",
                *(f"{c.metric}_vs_{c.other}_{s}" for c in claims
@@ -566,7 +642,7 @@ def _ordering_intervals(selected: pd.DataFrame, paper: PaperReference, level: fl
     out = []
     for dataset in sorted(selected["dataset"].unique()):
         for c in paper.claims:
-            if c.kind not in ("below", "within"):
+            if c.kind not in PAIRED_KINDS:
                 continue
             mine = _per_seed(selected, c.method, dataset, c.metric)
             other = _per_seed(selected, c.other, dataset, c.metric)
@@ -581,6 +657,79 @@ def _ordering_intervals(selected: pd.DataFrame, paper: PaperReference, level: fl
                         "compared_in": relation_text(c.method, c.other, kinds_of([c.method, c.other], kinds),
                                                      paper.labels)})
     return pd.DataFrame(out, columns=columns)
+
+
+def eps_claim_intervals(df: pd.DataFrame, paper: PaperReference, level: float = CLAIM_LEVEL) -> pd.DataFrame:
+    """The "below" and "within" claims of a paper that compares private methods at matched ε
+    (``per_eps``), judged per (dataset, fairness_notion, ε) with intervals over seeds, from
+    ``df``'s rows selected as the paper reports (one row per method, seed, notion and ε).
+
+    Each claim compares its two methods in the relation they share (``pair_relation``), both
+    at one ε of it: each method's rows are taken at their ε converted to it (``in_relation``:
+    an add/remove (ε, δ) is (2ε, (1 + e^ε) δ) in PF-LD's attribute-level relation); a claim
+    with ``notions`` is judged at those notions only. A method without privacy (N) counts at
+    every ε, one without a notion (DP-SGD) under each notion (``per_notion``).
+
+    One row per claim and (dataset, notion, ε of the claim's method in the relation): ``claim``,
+    ``source``, ``kind``, ``metric``, ``method``, ``other``, ``eps`` (in the relation),
+    ``eps_stated`` (the method's own), ``other_eps`` (the other's stated ε there) and
+    ``other_delta`` (its δ in the relation; NaN for a method without privacy), ``compared_in``
+    (``relation_text``), ``seeds`` (seeds both have), ``diff`` (the mean of the method's value
+    minus the other's, seed by seed: one seed is one split), ``lo``, ``hi`` (its t-interval at
+    ``level`` percent, not cut) and ``verdict`` (``claim_verdict``; ``NOT_AT_EPS`` where the
+    other ran at no ε that converts to this one; one row "not run", without dataset, notion or
+    ε, where the study has no rows of the claim's method at its notions)."""
+    return _eps_claim_intervals(_paper_selection(df, paper), paper, level)
+
+
+_EPS_CLAIM_COLUMNS = ["claim", "source", "kind", "metric", "method", "other", "dataset", "fairness_notion", "eps",
+                      "eps_stated", "other_eps", "other_delta", "compared_in", "seeds", "diff", "lo", "hi", "verdict"]
+
+
+def _with_derived(selected: pd.DataFrame, paper: PaperReference) -> pd.DataFrame:
+    """``selected`` with the metrics its claims judge that rows do not store."""
+    if len(selected) and PRIVACY_COST_GAP not in selected and any(c.metric == PRIVACY_COST_GAP for c in paper.claims):
+        return selected.assign(**{PRIVACY_COST_GAP: privacy_cost_gaps(selected)})
+    return selected
+
+
+def _eps_claim_intervals(selected: pd.DataFrame, paper: PaperReference, level: float) -> pd.DataFrame:
+    level = check_level(level)
+    rows = _with_eps(_with_derived(selected, paper))
+    kinds = guarantees_by_method(selected) if len(selected) else {}
+    nan = math.nan
+    out = []
+    for c in paper.claims:
+        if c.kind not in PAIRED_KINDS:
+            continue
+        known = kinds_of([c.method, c.other], kinds)
+        there = in_relation(rows, pair_relation(c.method, c.other, known), known)
+        base = {"claim": _claim_text(c, paper), "source": c.source, "kind": c.kind, "metric": c.metric,
+                "method": c.method, "other": c.other,
+                "compared_in": relation_text(c.method, c.other, known, paper.labels)}
+        mine = there[(there["method"] == c.method) & there["eps"].notna()] if len(there) else there
+        if c.notions and len(mine):
+            mine = mine[mine["fairness_notion"].isin(c.notions)]
+        if not len(mine) or c.metric not in mine:
+            out.append({**base, "dataset": None, "fairness_notion": None, "eps": nan, "eps_stated": nan,
+                        "other_eps": nan, "other_delta": nan, "seeds": 0, "diff": nan, "lo": nan, "hi": nan,
+                        "verdict": NOT_RUN})
+            continue
+        for (dataset, notion, eps), grp in mine.groupby(["dataset", "fairness_notion", "eps"], sort=True):
+            a = _per_seed(there, c.method, dataset, c.metric, notion, eps)
+            b = _per_seed(there, c.other, dataset, c.metric, notion, eps)
+            other_eps, other_delta = _stated(there, c.other, dataset, notion, eps)
+            if b is None:
+                ran = _per_seed(there, c.other, dataset, c.metric, notion) is not None  # at another ε
+                n, diff, lo, hi, verdict = 0, nan, nan, nan, NOT_AT_EPS if ran else NOT_RUN
+            else:
+                n, diff, lo, hi = paired_difference(a, b, level)
+                verdict = claim_verdict(c.kind, n, lo, hi)
+            out.append({**base, "dataset": dataset, "fairness_notion": notion, "eps": float(eps),
+                        "eps_stated": float(grp["eps_stated"].max()), "other_eps": other_eps,
+                        "other_delta": other_delta, "seeds": n, "diff": diff, "lo": lo, "hi": hi,
+                        "verdict": verdict})
+    return pd.DataFrame(out, columns=_EPS_CLAIM_COLUMNS)
 
 
 def number_intervals(df: pd.DataFrame, paper: PaperReference, level: float = CLAIM_LEVEL,
@@ -628,6 +777,8 @@ def _claim_text(c: Claim, paper: PaperReference) -> str:
         return f"{who} {metric} below {other}'s"
     if c.kind == "within":
         return f"{who} {metric} within ±{_MARGIN_TEXT} of {other}'s"
+    if c.kind == "no_worse":
+        return f"{who} {metric} at most {_MARGIN_TEXT} below {other}'s"
     return f"{who} {metric} falls as ε grows"
 
 
@@ -644,7 +795,7 @@ def _verdict_cell(verdict: str, n: int) -> str:
 def _claims_display(table: pd.DataFrame, paper: PaperReference, kinds: dict | None = None) -> pd.DataFrame:
     """``pfld_claim_intervals`` as text: one row per notion and eps, saying in which relation
     (``_compared_cells``; ``kinds``: each method's guarantee kind)."""
-    claims = [c for c in paper.claims if c.kind in ("below", "within") and c.method == PFLD]
+    claims = [c for c in paper.claims if c.kind in PAIRED_KINDS and c.method == PFLD]
     shown = {"Dataset": table["dataset"]} if table["dataset"].nunique() > 1 else {}
     shown.update({"Notion": table["fairness_notion"], "ε": [f"{e:g}" for e in table["eps"]],
                   "Compared in": _compared_cells(table, claims, kinds or {}),
@@ -725,7 +876,7 @@ def _failing_text(claims_table: pd.DataFrame, trends_table: pd.DataFrame, paper:
     for c in paper.claims:
         if c.method != PFLD:
             continue
-        if c.kind in ("below", "within"):
+        if c.kind in PAIRED_KINDS:
             table, col = claims_table, f"{c.metric}_vs_{c.other}_verdict"
         else:
             table, col = trends_table[trends_table["metric"] == c.metric], "verdict"
@@ -845,6 +996,70 @@ def _orderings_display(table: pd.DataFrame, level: float) -> pd.DataFrame:
     return pd.DataFrame(shown)
 
 
+def _eps_claims_display(table: pd.DataFrame, paper: PaperReference, level: float) -> pd.DataFrame:
+    """``eps_claim_intervals`` as text: one row per claim, notion and ε."""
+    def stated(r) -> str:
+        if not math.isfinite(r.eps):
+            return "-"
+        other = (f"no {paper.label(r.other)} at this ε" if r.verdict == NOT_AT_EPS else
+                 f"{paper.label(r.other)} not private" if not math.isfinite(r.other_eps) else
+                 f"{paper.label(r.other)} {r.other_eps:g}" + (f" (δ {r.other_delta:.2g})" if
+                                                              math.isfinite(r.other_delta) else ""))
+        return f"{paper.label(r.method)} {r.eps_stated:g}; {other}"
+
+    rows = list(table.itertuples(index=False))
+    shown = {"Dataset": table["dataset"]} if table["dataset"].nunique() > 1 else {}
+    shown.update({
+        "Claim": table["claim"],
+        "Notion": [r.fairness_notion if isinstance(r.fairness_notion, str) else "-" for r in rows],
+        "ε compared": [f"{r.eps:g}" if math.isfinite(r.eps) else "-" for r in rows],
+        "Stated ε": [stated(r) for r in rows],
+        f"Difference [{level:g}% CI]": [_interval_cell(*v, fmt="+.2f") for v in zip(
+            table["diff"], table["lo"], table["hi"])],
+        "Verdict": [_verdict_cell(v, n) for v, n in zip(table["verdict"], table["seeds"])],
+        "Compared in": table["compared_in"],
+    })
+    return pd.DataFrame(shown)
+
+
+def _eps_claims_caption(table: pd.DataFrame, paper: PaperReference, level: float) -> str:
+    sources = "; ".join(f"{_claim_text(c, paper)} ({c.source}"
+                        + (f"; notion {', '.join(c.notions)}" if c.notions else "") + ")"
+                        for c in paper.claims if c.kind in PAIRED_KINDS)
+    judged = table[table["verdict"] != NOT_RUN]
+    bad = judged[judged["verdict"] != SUPPORTED]
+    tally = (f"{len(judged) - len(bad)} of the {len(judged)} comparisons are supported."
+             if len(judged) else "No claim could be judged: the study has none of their methods.")
+    return (f"The claims, each judged per notion and ε with the {level:g}% t-interval of the per-seed paired "
+            f"difference of the two methods' picks (seed s of one against seed s of the other: one seed is one "
+            f"split). Both methods are compared in the neighbouring relation they share, at one ε of it (ε "
+            f"compared; each method's own ε beside it, with the other's δ in that relation where group privacy "
+            f"changed it: an add/remove (ε, δ) is (2ε, (1 + e^ε) δ) for one record's attribute replaced). Below "
+            f"another's: supported when the interval lies wholly below 0, contradicted when wholly above, else not "
+            f"resolved. Within ±{_MARGIN_TEXT} of another's: supported when the interval lies inside "
+            f"±{ACCURACY_MARGIN:g}, contradicted when wholly below −{ACCURACY_MARGIN:g}, else not resolved. At "
+            f"most {_MARGIN_TEXT} below another's (a better trade-off: fairer at no lost accuracy): supported when "
+            f"the interval lies wholly at or above −{ACCURACY_MARGIN:g}, contradicted when wholly below it. "
+            f"{NOT_AT_EPS}: the other method ran at no ε that converts to this one; not run: the study lacks the "
+            f"method. Where the paper makes each claim: {sources}. {tally}")
+
+
+def _eps_claims_summary(table: pd.DataFrame) -> list[tuple]:
+    """(claim, verdicts) per claim: each verdict it gets and at which notions and ε."""
+    out = []
+    for claim, grp in table.groupby("claim", sort=False):
+        if grp["eps"].isna().all():
+            out.append((claim, NOT_RUN))
+            continue
+        every_eps = grp.groupby(["dataset", "fairness_notion"])["eps"].nunique().to_dict()  # the claim's own ε
+        found = [f"{'not compared (no config of theirs at that ε)' if v == NOT_AT_EPS else v} at "
+                 f"{_where_text(grp[grp['verdict'] == v], every_eps)}"
+                 for v in (SUPPORTED, CONTRADICTED, NOT_RESOLVED, TOO_FEW_SEEDS, NOT_RUN, NOT_AT_EPS)
+                 if (grp["verdict"] == v).any()]
+        out.append((claim, "; ".join(found)))
+    return out
+
+
 def _pfld_summary(claims_table: pd.DataFrame, trends_table: pd.DataFrame, paper: PaperReference) -> list[tuple]:
     """(claim, verdicts) per PF-LD claim: each verdict it gets and at which notions and ε."""
     every_eps = (claims_table.groupby(["dataset", "fairness_notion"])["eps"].nunique().to_dict()
@@ -853,7 +1068,7 @@ def _pfld_summary(claims_table: pd.DataFrame, trends_table: pd.DataFrame, paper:
     for c in paper.claims:
         if c.method != PFLD:
             continue
-        if c.kind in ("below", "within"):
+        if c.kind in PAIRED_KINDS:
             table, col = claims_table, f"{c.metric}_vs_{c.other}_verdict"
         else:
             table, col = trends_table[trends_table["metric"] == c.metric], "verdict"
@@ -928,6 +1143,11 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
                     "σ_p and batch size of each seed's selected row at ε 1 (a range where the seeds differ); the "
                     "noise's norm is √d times this for d parameters.")
         tables.append(pfld_bounds(df, agg, selected))
+    elif paper.per_eps:
+        eps_claims = _eps_claim_intervals(selected, paper, CLAIM_LEVEL)
+        text.append(_eps_claims_caption(eps_claims, paper, CLAIM_LEVEL))
+        summary += _eps_claims_summary(eps_claims)
+        tables.append(_eps_claims_display(eps_claims, paper, CLAIM_LEVEL))
     else:
         orderings = _ordering_intervals(selected, paper, CLAIM_LEVEL)
         summary += _orderings_summary(orderings)
