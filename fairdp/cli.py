@@ -474,8 +474,8 @@ def _cmd_search(args) -> int:
 def _print_search(spec, summary) -> None:
     search = spec.search
     answered = f", {summary.answered} answered from stored rows" if summary.answered else ""
-    print(f"\n{spec.name} (seed {summary.seed}): {summary.trials_run} trials run ({summary.mode}){answered}, "
-          f"{summary.trials_total} in the study; {summary.wall_s:.0f} s; rows in {summary.results}, Optuna journal "
+    print(f"\n{spec.name} (seed {summary.seed}): {summary.trials_run} trials completed by this run ({summary.mode})"
+          f"{answered}, of the {summary.trials_total} the search asks for; {summary.wall_s:.0f} s; rows in {summary.results}, Optuna journal "
           f"{summary.journal}\n")
     print(f"Pareto front of {search.method} over "
           + ", ".join(f"{k} ({v})" for k, v in search.objectives.items())

@@ -218,20 +218,42 @@ def test_rows_are_scored_at_the_studys_minimum_and_resume_only_at_it(tmp_path):
     assert proc.returncode == 0 and "already stored" in proc.stderr, proc.stderr[-2000:]
 
 
-def test_a_search_whose_every_objective_is_nan_stops_with_a_one_line_error(tmp_path):
-    """A search runs until its trials complete, and a trial without a finite objective does not:
-    it stops after a run of such trials, names the objective, and keeps what it trained."""
-    spec = {"name": "nan-search", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": [0],
+NAN_SEARCH = {"name": "nan-search", "dataset": {"name": "synthetic", "rows": 600, "features": 6}, "seeds": [0],
             "train": {"epochs": 1, "batch_size": 200},
             "evaluate": {"leakage": False, "mdl": False, "min_group_count": 1000},
             "methods": {"unconstrained": {}},
             "search": {"method": "noise", "sampler": "tpe", "trials": 3, "seed": 0,
                        "objectives": {"valid_accuracy": "max", "valid_tpr_gap": "min"},
                        "space": {"eps": {"low": 1, "high": 20, "log": True}}}}
+
+
+def test_a_search_whose_every_objective_is_nan_stops_with_a_one_line_error(tmp_path):
+    """A search runs until its trials complete, and a trial without a finite objective does not:
+    it stops after a run of such trials, names the objective, and keeps what it trained."""
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path.write_text(yaml.safe_dump(NAN_SEARCH))
     proc = run_main("search", str(path), "--results", str(tmp_path / "r"), "--executor", "local")
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert re.search(r"search\.objectives: the last \d+ trials reported no finite valid_accuracy, valid_tpr_gap", last)
     assert "stopped at 0 of 3 complete trials" in last
+    # every failed trial is asked again: the progress total grows with it, and never runs past 100%
+    lines = re.findall(r"fairdp search nan-search: +(\d+)% \| ([\d,]+)/([\d,]+) config-epochs", proc.stderr)
+    assert lines, proc.stderr[-2000:]
+    for pct, done, total in lines:
+        assert int(pct) <= 100 and int(done.replace(",", "")) <= int(total.replace(",", "")), (pct, done, total)
+    assert int(lines[-1][2].replace(",", "")) > 3  # more than the 3 trials it was asked for
+
+
+@pytest.mark.slow
+def test_a_per_config_search_on_ray_says_which_trials_did_not_complete(tmp_path):
+    """On Ray, a per-config search runs the trials it asks for through Ray's OptunaSearch;
+    those without a finite objective did not complete, and the run says so instead of
+    reporting a finished search."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(NAN_SEARCH))
+    proc = run_main("search", str(path), "--results", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("3 of the 3 trials did not complete (no finite valid_accuracy, valid_tpr_gap); the same command asks "
+            "for them again") in proc.stderr, proc.stderr[-2000:]
+    assert "0 trials completed by this run (per-config), of the 3 the search asks for" in proc.stdout + proc.stderr

@@ -349,3 +349,21 @@ def test_a_slow_step_says_what_it_is_and_a_fast_one_stays_quiet(caplog):
     with said_if_slow("loading dataset y", after_s=0.05):
         time.sleep(0.2)
     assert caplog.messages == ["loading dataset y"]
+
+
+def test_work_added_by_a_replaced_search_trial_grows_the_total_and_its_replay(tmp_path, monkeypatch):
+    """A search trial told without a finite objective is asked again: ``add_work`` grows the
+    total, so the line never passes 100%, and a replayed trace ends at exactly 1."""
+    trace_path = tmp_path / "trace.json"
+    monkeypatch.setenv(TRACE_ENV, str(trace_path))
+    out = io.StringIO()
+    with Progress("search s", None, 2, epochs=3, pending={"noise": 6.0}, stream=out) as p:
+        for key in ("g0", "g1", "g2"):  # g0 fails: its trial is replaced by g2's
+            p.start_pack(key, "noise", 1)
+            p.advance(key, 3)
+            p.finish_pack(key)
+            if key == "g0":
+                p.add_work("noise")
+        assert (p.units, p.total_units) == (9.0, 9.0)
+    assert "100% | 9/9 config-epochs" in out.getvalue().splitlines()[-1]
+    assert replay(json.loads(trace_path.read_text()))[-1][1] == pytest.approx(1.0)

@@ -19,7 +19,13 @@ from fairdp.study.run._progress import Progress
 from fairdp.study.run._signals import sigterm_as_ctrl_c
 from fairdp.study.search._generation_searcher import GenerationSearcher
 from fairdp.study.search._generations import GenerationPlanner
-from fairdp.study.search._optuna import distributions, sampler, search_config, set_constraints
+from fairdp.study.search._optuna import (
+    distributions,
+    failed_since_complete,
+    sampler,
+    search_config,
+    set_constraints,
+)
 from fairdp.study.spec._spec import SearchSpec, StudySpec
 
 
@@ -48,6 +54,10 @@ def run_search_on_ray(ctx, spec: StudySpec, slots: int, name: str, storage, plan
                    run_config=run_config).fit()
         if run_config.stop.message is not None:
             raise RunAborted(run_config.stop.message)
+    if mode != "packed":
+        # Ray's OptunaSearch ran its num_samples trials: those told without a finite objective
+        # did not complete; the planner counts them for the stall check and the summary
+        planner.failed_in_a_row = failed_since_complete(planner.study)
 
 
 def _config_id_optuna_search(search: SearchSpec):

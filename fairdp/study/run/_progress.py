@@ -195,6 +195,9 @@ def replay(trace: dict, model: EtaModel | None = None) -> list[tuple[float, floa
             model.restart(t, key)
         elif kind == "answered":
             done += ev.get("units", 0.0)
+        elif kind == "added":
+            total += ev["units"]
+            model.pending[ev["method"]] = model.pending.get(ev["method"], 0.0) + ev["units"]
         elif kind == "slots":
             model.resize(t, ev["slots"])
         out.append((t, done / total if total else 1.0, model.eta(t)))
@@ -308,6 +311,16 @@ class Progress:
             self.answered_configs += configs
             self._record(t, "answered", "", units=float(configs * self.epochs))
             self._show(force=True)
+
+    def add_work(self, method: str, configs: int = 1) -> None:
+        """``configs`` more configs of ``method`` to train than the total said: a search trial
+        told without a finite objective does not complete, and the sampler asks another in its
+        place (without this, a search with such trials ran past 100%)."""
+        with self._lock:
+            units = float(configs * self.epochs)
+            self.total_units += units
+            self.model.pending[method] = self.model.pending.get(method, 0.0) + units
+            self._record(self._now(), "added", "", method=method, units=units)
 
     def tick(self) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ search trains them in this process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -97,8 +98,10 @@ class GenerationPlanner:
     in one uninterrupted process. A trial killed between its ask and that record is failed
     and asked again (the restored state proposes it again)."""
 
-    def __init__(self, study, search: SearchSpec, total: int, stored: dict):
+    def __init__(self, study, search: SearchSpec, total: int, stored: dict,
+                 on_failed: Callable[[], None] | None = None):
         self.study, self.search, self.total, self.stored = study, search, total, stored
+        self.on_failed = on_failed  # called per trial told failed: another is asked in its place
         self.method = get_method(search.method)
         self.distributions = distributions(search)
         self.exhausted = False  # a generation found only stored configs
@@ -208,6 +211,8 @@ class GenerationPlanner:
             set_constraints(trial, row, self.search)  # an infeasible trial is told like any other
         self.study.tell(trial, values, state=None if values else optuna.trial.TrialState.FAIL)
         self.failed_in_a_row = 0 if values else self.failed_in_a_row + 1
+        if not values and self.on_failed is not None:
+            self.on_failed()
 
     def stalled(self) -> bool:
         """Whether the last ``FAILED_IN_A_ROW`` trials (a generation's worth when larger) reported

@@ -248,6 +248,19 @@ def complete_trials(study) -> int:
     return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
+def failed_since_complete(study) -> int:
+    """Trials failed since the last complete one, in the order they were asked (the count a
+    search stalls at, ``GenerationPlanner.stalled``, when Ray's OptunaSearch told them)."""
+    import optuna
+
+    n = 0
+    for trial in reversed(study.get_trials(deepcopy=False)):
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            break
+        n += trial.state == optuna.trial.TrialState.FAIL
+    return n
+
+
 def objective_values(row: dict, objectives: dict[str, str]) -> list[float] | None:
     """The row's objective values in order, or None when one is missing or not finite."""
     values = [row.get(k) for k in objectives]

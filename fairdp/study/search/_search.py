@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -190,10 +191,10 @@ def _search_unlocked(prep: Prepared, capacity: Capacity, journal: str, total: in
         logger.info(line)
     if done:
         prep.say(f"{done} complete trials already in {journal}")
-    planner = GenerationPlanner(study, search, total, stored)
     epochs = prep.ctx.training(search.method)[0].epochs
     progress = Progress(f"search {spec.name}", None, remaining, epochs=epochs, slots=capacity.slots,
                         pending={search.method: remaining * epochs}, stream=prep.stream)
+    planner = GenerationPlanner(study, search, total, stored, on_failed=functools.partial(progress.add_work, search.method))
     interrupted = False
     if remaining:
         with contextlib.nullcontext() if connected else prep.executor.session(spec, lambda line: None):
@@ -212,7 +213,12 @@ def _search_unlocked(prep: Prepared, capacity: Capacity, journal: str, total: in
                          f"(a gap is NaN when fewer than two groups hold evaluate.min_group_count rows: see the "
                          f"report's groups too small to estimate); stopped at {complete_trials(study)} of {total} "
                          f"complete trials, their rows stored in {prep.results}")
-    return SearchSummary(prep.results, journal, complete_trials(study) - done, total, front, time.monotonic() - t0,
+    complete = complete_trials(study)
+    if complete < total and not planner.exhausted:
+        # per-config on Ray: its trials ran, some without a finite objective; a rerun asks for the rest
+        prep.say(f"{total - complete} of the {total} trials did not complete (no finite "
+                 f"{', '.join(search.objectives)}); the same command asks for them again")
+    return SearchSummary(prep.results, journal, complete - done, total, front, time.monotonic() - t0,
                          mode, history, seed=search.seed, answered=progress.answered_configs, rows=len(rows),
                          excluded=excluded_by_constraint(rows, search))
 
