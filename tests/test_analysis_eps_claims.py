@@ -21,6 +21,7 @@ from fairdp.analysis._papers import (
     NOT_AT_EPS,
     NOT_RESOLVED,
     NOT_RUN,
+    PAPERS,
     PRIVACY_COST_GAP,
     SUPPORTED,
     Claim,
@@ -243,3 +244,20 @@ def test_a_claim_on_the_privacy_cost_gap_pairs_each_method_with_its_seed_s_basel
     mean, lo, hi = _scipy(expected["dpsgd_global_adapt"], expected["dpsgd"])
     assert row["fairness_notion"] == "ap" and row["seeds"] == 4
     assert (row["diff"], row["lo"], row["hi"]) == (pytest.approx(mean), pytest.approx(lo), pytest.approx(hi))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in PAPERS.items() if p.per_eps))
+def test_every_matched_eps_claim_names_methods_and_metrics_that_exist(name):
+    """A claim about a method that is not registered, or a metric no row or derivation gives,
+    would be judged "not run" forever: each one names real ones, and each judged table's
+    notions are ones the study's selection has."""
+    from fairdp.methods import method_names
+    from fairdp.schema import METRIC_COLUMNS
+
+    paper = PAPERS[name]
+    for c in paper.claims:
+        assert {c.method, c.other} <= set(method_names()), c
+        assert c.metric in (*METRIC_COLUMNS, "test_notion_gap", PRIVACY_COST_GAP), c
+        assert set(c.notions) <= {"dp", "eo", "ap"}, c
+        assert paper.label(c.method) != c.method  # printed as the paper names it
+    assert paper.by == ("fairness_notion", "eps") and paper.fairness == "notion_gap"
