@@ -12,6 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from fairdp.analysis._groups import privacy_cost_gaps
@@ -26,6 +28,7 @@ from fairdp.analysis._papers import (
     SUPPORTED,
     Claim,
     PaperReference,
+    claim_verdict,
     comparison_section,
     eps_claim_intervals,
 )
@@ -261,3 +264,26 @@ def test_every_matched_eps_claim_names_methods_and_metrics_that_exist(name):
         assert set(c.notions) <= {"dp", "eo", "ap"}, c
         assert paper.label(c.method) != c.method  # printed as the paper names it
     assert paper.by == ("fairness_notion", "eps") and paper.fairness == "notion_gap"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 40), st.floats(0, 40), st.floats(50, 90), st.floats(50, 90)),
+                min_size=2, max_size=10),
+       st.sampled_from([0.5, 1.0, 5.0]))
+def test_any_per_seed_values_give_scipys_paired_interval_and_the_verdict_it_implies(values, eps):
+    """Whatever the seeds' values, each claim's interval is scipy's paired t-interval of the
+    seeds both methods have, and its verdict is ``claim_verdict``'s on it."""
+    below = Claim("below", "test_notion_gap", "dp_fermi", "pfld", "Figure 1")
+    no_worse = Claim("no_worse", "test_accuracy", "dp_fermi", "pfld", "Figure 1")
+    df = _rows({("dp_fermi", "dp", eps): [(g, a) for g, _, a, _ in values],
+                ("pfld", "dp", 2 * eps): [(g, a) for _, g, _, a in values]})
+    out = eps_claim_intervals(df, _paper(below, no_worse)).set_index("kind")
+    for kind, mine, theirs in (("below", [v[0] for v in values], [v[1] for v in values]),
+                               ("no_worse", [v[2] for v in values], [v[3] for v in values])):
+        row = out.loc[kind]
+        d = np.subtract(mine, theirs)
+        assert row["seeds"] == len(values) and row["diff"] == pytest.approx(d.mean(), abs=1e-9)
+        if d.std(ddof=1) > 1e-9:
+            _, lo, hi = _scipy(mine, theirs)
+            assert (row["lo"], row["hi"]) == (pytest.approx(lo, abs=1e-6), pytest.approx(hi, abs=1e-6))
+        assert row["verdict"] == claim_verdict(kind, len(values), row["lo"], row["hi"])
