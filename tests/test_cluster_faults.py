@@ -266,36 +266,31 @@ def _stored(cluster: Cluster, uri: str):
     return pd.DataFrame(got["rows"]), got["bad"], got["ckpt"]
 
 
-def _wait_for_checkpoints(cluster: Cluster, uri: str, n: int, timeout: float = 120, new: bool = False) -> list[str]:
+def _wait_for_checkpoints(cluster: Cluster, uri: str, n: int, timeout: float = 120, new: bool = False,
+                          freeze: str | None = None) -> list[str]:
     """Return as soon as ``n`` packs have a checkpoint in the store at once (with ``new``, one
     of them a pack that saved its first checkpoint after this started: a pack just begun),
-    listed every 0.1 s by one process on the head host (the store is only reachable there)."""
-    code = (f"import sys, time; from fairdp.study import ResultStore; store = ResultStore({uri!r})\n"
-            f"before = set(store.checkpoint_ids()) if {new!r} else None\n"
-            f"while len(ids := store.checkpoint_ids()) < {n} or (before is not None and not set(ids) - before):\n"
-            f"    time.sleep(0.1)\n"
-            f"print(' '.join(ids))")
-    out = cluster.python(code, timeout=timeout)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout.split()
+    listed every 0.1 s by one process on the head host (the store is only reachable there).
 
-
-def _freeze_host_mid_pack(cluster: Cluster, uri: str, host: str, timeout: float = 120) -> list[str]:
-    """Once both hosts' packs have a checkpoint in the store, SIGSTOP every process of ``host``
-    at once and return the checkpoints listed after that: the frozen host can neither finish
-    its pack (deleting its checkpoint) nor start another, so the list holds its checkpoint as it
-    is when it dies. One process on the head host lists every 0.1 s and freezes: a kill from
-    the test after a separate listing raced the host's pack finishing in between."""
+    With ``freeze`` (a host), that process then SIGSTOPs every process of the host at once and
+    returns the checkpoints listed after that: the frozen host can neither finish its pack
+    (deleting its checkpoint) nor start another, so the list holds its checkpoint as it is when
+    it dies (a kill from the test after a separate listing raced the host's pack finishing in
+    between)."""
     code = (f"import os, signal, subprocess, time; from fairdp.study import ResultStore\n"
             f"store = ResultStore({uri!r})\n"
-            f"while len(store.checkpoint_ids()) < 2:\n"
-            f"    time.sleep(0.1)\n"
-            f"for pid in subprocess.run(['ip', 'netns', 'pids', {host!r}], capture_output=True, text=True).stdout.split():\n"
-            f"    try:\n"
-            f"        os.kill(int(pid), signal.SIGSTOP)\n"
-            f"    except ProcessLookupError:\n"
-            f"        pass\n"
-            f"print(' '.join(store.checkpoint_ids()))")
+            f"before = set(store.checkpoint_ids()) if {new!r} else None\n"
+            f"while len(ids := store.checkpoint_ids()) < {n} or (before is not None and not set(ids) - before):\n"
+            f"    time.sleep(0.1)\n")
+    if freeze is not None:
+        code += (f"for pid in subprocess.run(['ip', 'netns', 'pids', {freeze!r}], capture_output=True, "
+                 f"text=True).stdout.split():\n"
+                 f"    try:\n"
+                 f"        os.kill(int(pid), signal.SIGSTOP)\n"
+                 f"    except ProcessLookupError:\n"
+                 f"        pass\n"
+                 f"ids = store.checkpoint_ids()\n")
+    code += "print(' '.join(ids))"
     out = cluster.python(code, timeout=timeout)
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.split()
@@ -330,7 +325,7 @@ def test_a_worker_host_killed_mid_pack_has_its_packs_retried_on_the_survivor(clu
     # freeze, then kill, once both hosts are mid-pack with a checkpoint in S3 (saved every
     # second): a fixed sleep raced a slower machine's pack start-up and killed a host before
     # its first save; `left` is what S3 holds from the frozen host when it dies
-    left = _freeze_host_mid_pack(cluster, uri, cluster.workers[0])
+    left = _wait_for_checkpoints(cluster, uri, 2, freeze=cluster.workers[0])
     killed = cluster.kill_host(cluster.workers[0])
     # every process of the host has had its SIGKILL: no row made after this is the dead host's
     t_kill, killed_at = time.monotonic(), pd.Timestamp(time.time(), unit="s", tz="UTC")
