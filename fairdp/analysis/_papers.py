@@ -1052,11 +1052,7 @@ def _eps_claims_summary(table: pd.DataFrame) -> list[tuple]:
             out.append((claim, NOT_RUN))
             continue
         every_eps = grp.groupby(["dataset", "fairness_notion"])["eps"].nunique().to_dict()  # the claim's own ε
-        found = [f"{'not compared (no config of theirs at that ε)' if v == NOT_AT_EPS else v} at "
-                 f"{_where_text(grp[grp['verdict'] == v], every_eps)}"
-                 for v in (SUPPORTED, CONTRADICTED, NOT_RESOLVED, TOO_FEW_SEEDS, NOT_RUN, NOT_AT_EPS)
-                 if (grp["verdict"] == v).any()]
-        out.append((claim, "; ".join(found)))
+        out.append((claim, _verdicts_where(grp, "verdict", every_eps)))
     return out
 
 
@@ -1074,11 +1070,17 @@ def _pfld_summary(claims_table: pd.DataFrame, trends_table: pd.DataFrame, paper:
             table, col = trends_table[trends_table["metric"] == c.metric], "verdict"
         if col not in table or not len(table):
             continue
-        found = [f"{'not compared (no config of theirs at that ε)' if v == NOT_AT_EPS else v} at "
-                 f"{_where_text(table[table[col] == v], every_eps)}" for v in (SUPPORTED, CONTRADICTED, NOT_RESOLVED, TOO_FEW_SEEDS, NOT_RUN, NOT_AT_EPS)
-                 if (table[col] == v).any()]
-        out.append((_claim_text(c, paper), "; ".join(found)))
+        out.append((_claim_text(c, paper), _verdicts_where(table, col, every_eps)))
     return out
+
+
+def _verdicts_where(table: pd.DataFrame, col: str, every_eps: dict) -> str:
+    """"supported at dp (every ε); not resolved at eo (ε 1)": each verdict in ``table[col]``
+    and the notions and ε it holds at (``_where_text``)."""
+    return "; ".join(f"{'not compared (no config of theirs at that ε)' if v == NOT_AT_EPS else v} at "
+                     f"{_where_text(table[table[col] == v], every_eps)}"
+                     for v in (SUPPORTED, CONTRADICTED, NOT_RESOLVED, TOO_FEW_SEEDS, NOT_RUN, NOT_AT_EPS)
+                     if (table[col] == v).any())
 
 
 def _numbers_summary(numbers: pd.DataFrame, paper: PaperReference) -> list[tuple]:
