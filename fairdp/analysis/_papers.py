@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 import numpy as np
@@ -529,18 +529,20 @@ def pfld_claim_intervals(df: pd.DataFrame, paper: PaperReference, level: float =
 
 def _claim_intervals(selected: pd.DataFrame, paper: PaperReference, level: float) -> pd.DataFrame:
     level = check_level(level)
-    claims = [c for c in paper.claims if c.kind in PAIRED_KINDS and c.method == PFLD]
+    claims = tuple(c for c in paper.claims if c.kind in PAIRED_KINDS and c.method == PFLD)
+    stats = ("seeds", "diff", "lo", "hi", "verdict", "eps", "delta")
     columns = ["dataset", "fairness_notion", "eps", "n_seeds",
                *(f"{m}_{s}" for m in _LEVELS for s in ("mean", "lo", "hi")), "compared_in",
-               *(f"{c.metric}_vs_{c.other}_{s}" for c in claims
-                 for s in ("seeds", "diff", "lo", "hi", "verdict", "eps", "delta"))]
+               *(f"{c.metric}_vs_{c.other}_{s}" for c in claims for s in stats)]
     rows = _with_eps(selected)
     kinds = guarantees_by_method(selected) if len(selected) else {}
-    # each claim's rows at their ε in the relation PF-LD and the other method are compared in
-    at = {c.other: in_relation(rows, pair_relation(PFLD, c.other, kinds), kinds) for c in claims}
-    mine = rows[rows["method"] == PFLD]
+    # the pairing is eps_claim_intervals'; PF-LD's relation is the one each pair shares, so
+    # its rows keep their own ε there and the long table's rows key on PF-LD's (dataset, notion, ε)
+    long = _eps_claim_intervals(selected, replace(paper, claims=claims), level)
+    long = long.dropna(subset=["dataset"]).set_index(["metric", "other", "dataset", "fairness_notion", "eps"])
     out = []
-    for (dataset, notion, eps), grp in mine.groupby(["dataset", "fairness_notion", "eps"], sort=True):
+    for (dataset, notion, eps), grp in rows[rows["method"] == PFLD].groupby(["dataset", "fairness_notion", "eps"],
+                                                                           sort=True):
         rec = {"dataset": dataset, "fairness_notion": notion, "eps": float(eps), "n_seeds": int(grp["seed"].nunique()),
                "compared_in": kinds.get(PFLD)}
         for m in _LEVELS:
@@ -548,18 +550,13 @@ def _claim_intervals(selected: pd.DataFrame, paper: PaperReference, level: float
             rec.update({f"{m}_mean": mean, f"{m}_lo": float(np.clip(lo, 0.0, 100.0)),
                         f"{m}_hi": float(np.clip(hi, 0.0, 100.0))})
         for c in claims:
-            key, there = f"{c.metric}_vs_{c.other}", at[c.other]
-            mine_c = _per_seed(rows, PFLD, dataset, c.metric, notion, eps)
-            other = _per_seed(there, c.other, dataset, c.metric, notion, eps)
-            stated, delta = _stated(there, c.other, dataset, notion, eps)
-            if mine_c is None or other is None:
-                ran = _per_seed(there, c.other, dataset, c.metric, notion) is not None  # at another ε
-                n, diff, lo, hi, verdict = 0, math.nan, math.nan, math.nan, NOT_AT_EPS if ran else NOT_RUN
-            else:
-                n, diff, lo, hi = paired_difference(mine_c, other, level)
-                verdict = claim_verdict(c.kind, n, lo, hi)
-            rec.update({f"{key}_seeds": n, f"{key}_diff": diff, f"{key}_lo": lo, f"{key}_hi": hi,
-                        f"{key}_verdict": verdict, f"{key}_eps": stated, f"{key}_delta": delta})
+            key, at = f"{c.metric}_vs_{c.other}", (c.metric, c.other, dataset, notion, float(eps))
+            if at in long.index:
+                r = long.loc[at]
+                values = (r["seeds"], r["diff"], r["lo"], r["hi"], r["verdict"], r["other_eps"], r["other_delta"])
+            else:  # PF-LD's rows lack the metric
+                values = (0, math.nan, math.nan, math.nan, NOT_RUN, math.nan, math.nan)
+            rec.update({f"{key}_{s}": v for s, v in zip(stats, values)})
         out.append(rec)
     return pd.DataFrame(out, columns=columns)
 
