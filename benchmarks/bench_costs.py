@@ -1,7 +1,7 @@
 """Reference costs: seconds per config-epoch of every registered method, and of the probes, on Adult.
 
     .venv/bin/python benchmarks/bench_costs.py [--pack 8] [--epochs 2] [--repeats 2] [--precisions float32,bf16]
-                                               [--batches 2000,256] [--methods M,...] [--write]
+                                               [--batches 2000,256] [--methods M,... | --probes-only] [--write]
 
 For each method, a pack of up to ``--pack`` configs spread over its Adult paper grid trains
 for 1 and for 1 + ``--epochs`` epochs on one thread (a trial's default ``cpus_per_trial: 1``)
@@ -10,9 +10,16 @@ config-epoch dearer at small batches; the dry run interpolates between them in 1
 after a one-config warm-up (and one of FEDERATE before the first method, for the process's
 one-off costs). The cost of a config-epoch is the slope between the two, the least of
 ``--repeats`` timings; what the one-epoch
-pack took beyond its config-epochs is the pack's fixed time (model set-up, predictions).
+pack took beyond its config-epochs is the pack's fixed time (model set-up, predictions). A
+method whose fixed work depends on how long it trained is timed over more epochs: INLP fits its
+nullspace projection to the trained features, 6.5 s after 1 epoch and 8.4 s after 3 on Adult,
+so ``--epochs 2`` counted that growth as training (``--methods inlp --epochs 10``); the file
+records each method's ``epochs``.
 A method that does not train by epochs is timed per config. All per 1,000 training rows. The leakage and MDL probes
-are timed on FEDERATE's pack, per config. Each method that trains by epochs is timed in every
+are timed on FEDERATE's pack and on its first config alone, under each stopping rule (fairdp's
+default probe, which stops early on a held-out tenth, and FEDERATE's probe protocol, which
+stops on the training loss): the slope is a config's cost, the rest a pack's. ``--probes-only``
+times just them (with ``--write``, replacing only their figures). Each method that trains by epochs is timed in every
 ``--precisions`` (default float32, and bf16 where this CPU multiplies bf16 matrices in hardware,
 as a study without ``train.precision`` then trains in it); float32's figure is the method's,
 another precision's is stored under its name. The probes train in full precision whatever the
@@ -56,6 +63,44 @@ def spread(configs: list[dict], k: int) -> list[dict]:
 # Below this a method's guarantee is a formula, not an accountant's search: not stored
 CALIBRATION_FLOOR = 0.01
 
+# the probes' stopping rules (``_estimate.probe_stopping``), each timed as the studies that use
+# it set it: fairdp's default probe, and FEDERATE's probe protocol (studies/federate_*.yaml)
+PROBE_PROTOCOLS = {
+    "early_stopping": ProbeSettings(device="cpu"),
+    "training_loss": ProbeSettings(device="cpu", standardize=True, early_stopping=False, alpha=1.0, max_epochs=1000),
+}
+
+
+def probe_figures(data, pack, single, repeats: int) -> dict[str, dict]:
+    """Seconds per 1,000 training rows of each probe under each stopping rule: per config (the
+    slope between ``single``, the pack's first config trained alone, and ``pack``) and per pack
+    (what the single config took beyond it), the least of ``repeats`` timings each, beyond
+    ``evaluate_pack``'s own work without probes."""
+    rows_k = len(data.splits["train"]) / 1000
+    k = len(pack.configs)
+
+    def seconds(result, probe, leakage, mdl):
+        best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            evaluate_pack(data, result, with_leakage=leakage, with_mdl=mdl, probe=probe)
+            best = min(best, time.perf_counter() - t)
+        return best
+
+    figures = {}
+    for rule, probe in PROBE_PROTOCOLS.items():
+        base = [seconds(r, probe, False, False) for r in (single, pack)]
+        figures[rule] = {"settings": {f: getattr(probe, f) for f in ("kind", "standardize", "early_stopping",
+                                                                     "alpha", "max_epochs")}}
+        for kind, flags in (("leakage", (True, False)), ("mdl", (False, True))):
+            one = max(0.0, seconds(single, probe, *flags) - base[0])
+            many = max(0.0, seconds(pack, probe, *flags) - base[1])
+            per_config = max(0.0, (many - one) / (k - 1))
+            figures[rule][kind] = {"per_config": per_config / rows_k, "per_pack": max(0.0, one - per_config) / rows_k}
+            print(f"| probe {kind} ({rule}) | - | 1, {k} | {one:.2f}, {many:.2f} | - | "
+                  f"{per_config / rows_k:.4f} per config | {figures[rule][kind]['per_pack']:.4f} |", flush=True)
+    return figures
+
 
 def calibration_seconds(method, configs: list[dict], data, settings: TrainSettings) -> float:
     """Seconds of a config's guarantee on a fresh process, ``Method.privacy`` for each of
@@ -92,6 +137,7 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help=f"store the figures in {REFERENCE_PATH}")
     ap.add_argument("--repeats", type=int, default=2, help="timings per method; the least is kept (default 2)")
     ap.add_argument("--methods", help="comma-separated methods to time (default: every registered one)")
+    ap.add_argument("--probes-only", action="store_true", help="time only the probes (no method)")
     ap.add_argument("--batches", default="2000,1024,256",
                     help="comma-separated batch sizes to time the methods that train by epochs at (default 2000,1024,256); "
                          "the first is the reference, whose figure is the method's; the dry run interpolates "
@@ -120,10 +166,12 @@ def main() -> None:
     # kernels): not any method's
     federate = get_method("federate")
     warm = spread(federate.expand(federate.paper_grid("adult")), args.pack)
-    for precision in precisions:
+    for precision in [] if args.probes_only else precisions:
         for epochs in (1, 1 + args.epochs):
             federate.train_pack(data, warm, 0, dataclasses.replace(settings, epochs=epochs, precision=precision))
-    names = args.methods.split(",") if args.methods else method_names()
+    names = [] if args.probes_only else args.methods.split(",") if args.methods else method_names()
+    if args.probes_only and args.methods:
+        ap.error("--probes-only times no method: give it without --methods")
 
     def timed(method, configs, epochs, precision, callback=None, batch=None):
         t = time.perf_counter()
@@ -185,20 +233,18 @@ def main() -> None:
         if args.write:
             _update(methods, args, precisions, batches)
         return
+    probe_configs = spread(federate.expand(federate.paper_grid("adult")), args.pack)
     if probe_pack is None:
-        probe_pack = federate.train_pack(data, spread(federate.expand(federate.paper_grid("adult")), args.pack), 0,
-                                         dataclasses.replace(settings, precision="float32"))
-    probes = {}
-    probe = ProbeSettings(device="cpu")
-    k = len(probe_pack.configs)
-    t = time.perf_counter()
-    evaluate_pack(data, probe_pack, with_leakage=False, with_mdl=False, probe=probe)
-    base = time.perf_counter() - t
-    for kind, flags in (("leakage", (True, False)), ("mdl", (False, True))):
-        t = time.perf_counter()
-        evaluate_pack(data, probe_pack, with_leakage=flags[0], with_mdl=flags[1], probe=probe)
-        probes[kind] = max(0.0, time.perf_counter() - t - base) / k / rows_k
-        print(f"| probe {kind} | - | {k} | - | - | {probes[kind]:.4f} per config | - |", flush=True)
+        probe_pack = federate.train_pack(data, probe_configs, 0, dataclasses.replace(settings, precision="float32",
+                                                                                     epochs=1 + args.epochs))
+    # the first config alone: the same streams as in the pack (counter-based), so the same representation
+    single = federate.train_pack(data, probe_configs[:1], 0, dataclasses.replace(settings, precision="float32",
+                                                                                 epochs=1 + args.epochs))
+    probes = probe_figures(data, probe_pack, single, args.repeats)
+    if args.probes_only:
+        if args.write:
+            _update({}, args, precisions, batches, probes=probes)
+        return
     if args.write:
         commit = _commit()
         figures = {
@@ -209,7 +255,7 @@ def main() -> None:
                          "date": datetime.date.today().isoformat()},
             "unit": "seconds per 1,000 training rows",
             "methods": methods,
-            "probes_per_config": probes,
+            "probes": probes,
         }
         with open(REFERENCE_PATH, "w") as f:
             json.dump(figures, f, indent=1, sort_keys=True)
@@ -225,25 +271,28 @@ def _commit() -> str:
     return commit
 
 
-def _update(methods: dict, args, precisions: list[str], batches: list[int]) -> None:
-    """--write with --methods: replace those methods' figures in the stored file, which says
-    under ``updated`` when, where, at which commit and in which precisions each was measured
-    (the others keep ``measured``'s). A precision not measured here is dropped from the
-    method's figure: the estimate then uses float32's for it, and says so."""
+def _update(methods: dict, args, precisions: list[str], batches: list[int], probes: dict | None = None) -> None:
+    """--write with --methods (or --probes-only): replace those methods' figures (or the
+    probes') in the stored file, which says under ``updated`` when, where, at which commit and
+    in which precisions each was measured (the others keep ``measured``'s). A precision not
+    measured here is dropped from the method's figure: the estimate then uses float32's for
+    it, and says so."""
     with open(REFERENCE_PATH) as f:
         figures = json.load(f)
-    if figures["measured"].get("epochs") != args.epochs:
-        raise SystemExit(f"--write --methods: measure over the stored figures' {figures['measured'].get('epochs')} "
-                         f"epochs, so that the methods stay comparable")
+    where = {"commit": _commit(), "date": datetime.date.today().isoformat(),
+             "machine": f"{_cpu_model()}, {os.cpu_count()} cores", "epochs": args.epochs}
     for name, figure in methods.items():
         figures["methods"][name] = figure
-        figures.setdefault("updated", {})[name] = {
-            "commit": _commit(), "date": datetime.date.today().isoformat(), "batches": batches,
-            "machine": f"{_cpu_model()}, {os.cpu_count()} cores", "precisions": precisions}
+        figures.setdefault("updated", {})[name] = {**where, "batches": batches, "precisions": precisions}
+    if probes is not None:
+        figures["probes"] = probes
+        figures.pop("probes_per_config", None)  # the figure before stopping rules were told apart
+        figures.setdefault("updated", {})["probes"] = {**where, "pack": args.pack}
+    label = ", ".join([*methods, *(["the probes"] if probes is not None else [])])
     with open(REFERENCE_PATH, "w") as f:
         json.dump(figures, f, indent=1, sort_keys=True)
         f.write("\n")
-    print(f"updated {', '.join(methods)} in {REFERENCE_PATH}")
+    print(f"updated {label} in {REFERENCE_PATH}")
 
 
 if __name__ == "__main__":

@@ -448,7 +448,7 @@ def test_a_method_timed_on_the_users_module_replaces_its_reference_figure_scaled
     from fairdp.study.run._estimate import config_epoch_figure, unit_costs
 
     figures = {"methods": {"dpsgd": {"per_config_epoch": 1.0, "by_batch": {"100": 2.0, "400": 0.5}}},
-               "probes_per_config": {"leakage": 3.0}}
+               "probes": {"early_stopping": {"leakage": {"per_config": 3.0}}}}
     plain = unit_costs(["dpsgd"], 10, 2000, False, False, figures=figures, batch_size=100)
     assert plain["dpsgd"] == pytest.approx(2.0 * 2)
     timed = unit_costs(["dpsgd"], 10, 2000, False, False, figures=figures, batch_size=100, timed={"dpsgd": (7.0, 100)})

@@ -201,7 +201,7 @@ def test_on_a_terminal_it_draws_a_bar_in_place():
 
 def test_reference_costs_turn_into_a_schedule():
     figures = {"methods": {"a": {"per_config_epoch": 0.5}, "b": {"per_config": 2.0}},
-               "probes_per_config": {"leakage": 1.0, "mdl": 4.0}}
+               "probes": {"early_stopping": {"leakage": {"per_config": 1.0}, "mdl": {"per_config": 4.0}}}}
     costs = unit_costs(["a", "b", "c"], epochs=10, train_rows=2000, leakage=True, mdl=False, figures=figures)
     # per config: a 0.5 * 10 epochs + 1 leakage; b 2 + 1; per 1,000 rows x 2, spread over 10 epochs
     assert costs == pytest.approx({"a": 1.2, "b": 0.6})
@@ -218,7 +218,7 @@ def test_a_bf16_study_is_costed_at_the_bf16_figures_where_measured():
     figures = {"methods": {"a": {"per_config_epoch": 0.5, "per_pack": 1.0,
                                  "bf16": {"per_config_epoch": 0.25, "per_pack": 0.5}},
                            "b": {"per_config_epoch": 0.5, "per_pack": 1.0}, "c": {"per_config": 2.0}},
-               "probes_per_config": {"leakage": 1.0}}
+               "probes": {"early_stopping": {"leakage": {"per_config": 1.0}}}}
     args = dict(epochs=10, train_rows=2000, leakage=True, mdl=False, figures=figures)
     # a: 0.25 * 10 epochs + 1 leakage (probes train in full precision), per 1,000 rows x 2, over 10 epochs
     assert unit_costs(["a", "b", "c"], **args, precision="bf16") == pytest.approx({"a": 0.7, "b": 1.2, "c": 0.6})
@@ -232,6 +232,29 @@ def test_a_bf16_study_is_costed_at_the_bf16_figures_where_measured():
     assert unit_costs(["a"], **args, precision="tf32") == pytest.approx({"a": 1.2})
     for full in (None, "float32", "tf32"):
         assert lacking_precision(["a", "b", "c"], full, figures) == []
+
+
+@pytest.mark.parametrize("early_stopping", [True, False])
+@pytest.mark.parametrize("leakage, mdl", [(True, False), (False, True), (True, True), (False, False)])
+def test_probes_are_costed_under_the_studys_stopping_rule_per_config_and_per_pack(early_stopping, leakage, mdl):
+    """FEDERATE's probe protocol stops on the training loss and costs about ten times fairdp's
+    default probe, which stops early: a study is costed at its own rule's figures, each probe
+    it runs a per-config part (spread over the epochs) and a per-pack part (on every method's
+    fixed time, a method without one of its own included)."""
+    from fairdp.metrics import ProbeSettings
+
+    rules = {"early_stopping": {"leakage": {"per_config": 1.0, "per_pack": 0.5}, "mdl": {"per_config": 2.0, "per_pack": 1.5}},
+             "training_loss": {"leakage": {"per_config": 10.0, "per_pack": 5.0}, "mdl": {"per_config": 20.0, "per_pack": 15.0}}}
+    figures = {"methods": {"a": {"per_config_epoch": 0.5, "per_pack": 1.0}, "r": {"per_config": 2.0}}, "probes": rules}
+    probe = ProbeSettings(early_stopping=early_stopping, max_epochs=1000, alpha=1.0)
+    rule = rules["early_stopping" if early_stopping else "training_loss"]
+    kinds = [k for k, on in (("leakage", leakage), ("mdl", mdl)) if on]
+    per_config = sum(rule[k]["per_config"] for k in kinds)
+    per_pack = sum(rule[k]["per_pack"] for k in kinds)
+    costs = unit_costs(["a", "r"], epochs=10, train_rows=2000, leakage=leakage, mdl=mdl, figures=figures, probe=probe)
+    assert costs == pytest.approx({"a": (0.5 * 10 + per_config) * 2 / 10, "r": (2.0 + per_config) * 2 / 10})
+    fixed = pack_fixed(["a", "r"], 2000, figures, leakage=leakage, mdl=mdl, probe=probe)
+    assert fixed == pytest.approx({"a": (1.0 + per_pack) * 2, **({"r": per_pack * 2} if per_pack else {})})
 
 
 @pytest.mark.parametrize("batch", [64, 256, 1024, 2000, 4096])
@@ -278,6 +301,26 @@ def test_the_dry_run_costs_each_pack_at_its_own_batch_size():
     assert set(fixed) <= set(costs)
 
 
+def test_the_dry_run_costs_a_studys_probes_under_its_own_probe_settings():
+    """studies/federate_adult.yaml gives FEDERATE's probe protocol (stopping on the training
+    loss): its random baseline, which trains nothing, is costed almost wholly at that rule's
+    probe figures, per config and per pack, not at the default probe's."""
+    from fairdp.study import load_spec
+    from fairdp.study.run._estimate import pack_work
+    from fairdp.study.run._plan import Backlog
+
+    spec = load_spec(str(Path(__file__).parents[1] / "studies" / "federate_adult.yaml"))
+    assert not spec.probe.early_stopping and spec.leakage and spec.mdl
+    packs = Backlog.from_stored(spec, pd.DataFrame()).packs(2, False)
+    work, costs, fixed = pack_work(spec, packs, 27133, "float32")
+    probes = reference()["probes"]["training_loss"]
+    per_config = sum(probes[k]["per_config"] for k in ("leakage", "mdl")) * 27.133
+    per_pack = sum(probes[k]["per_pack"] for k in ("leakage", "mdl")) * 27.133
+    random = reference()["methods"]["random"]["per_config"] * 27.133
+    assert costs[("random", 2000)] * spec.train.epochs == pytest.approx(random + per_config)
+    assert fixed[("random", 2000)] == pytest.approx(per_pack)
+
+
 def test_each_slot_pays_one_calibration_per_distinct_method_eps_and_batch():
     from types import SimpleNamespace
 
@@ -302,7 +345,12 @@ def test_every_builtin_method_has_a_reference_figure():
     assert set(builtin_method_names()) <= set(figures["methods"])
     for fig in figures["methods"].values():  # epoch-trained methods: a config-epoch's cost and a pack's fixed time
         assert ("per_config_epoch" in fig and "per_pack" in fig) or set(fig) == {"per_config"}
-    assert figures["measured"]["device"] == "cpu" and {"leakage", "mdl"} <= set(figures["probes_per_config"])
+    assert figures["measured"]["device"] == "cpu"
+    for rule in ("early_stopping", "training_loss"):  # each probe, each stopping rule, per config and per pack
+        for kind in ("leakage", "mdl"):
+            assert set(figures["probes"][rule][kind]) == {"per_config", "per_pack"}
+    # FEDERATE's probe protocol (stopping on the training loss) costs far more than the default
+    assert figures["probes"]["training_loss"]["leakage"]["per_config"] > 3 * figures["probes"]["early_stopping"]["leakage"]["per_config"]
     # a study trains in bf16 by default on CPUs with native bf16 matmuls: its estimate needs their figures
     assert figures["measured"]["precisions"] == ["float32", "bf16"]
     updated = figures.get("updated", {})

@@ -1,7 +1,8 @@
 """How long a study will take, from the reference figures of ``benchmarks/bench_costs.py``.
 
 The figures (``reference_costs.json``) are seconds per config-epoch per 1,000 training rows of
-each method, and per config of each probe, measured on one machine (the file says which). A
+each method, and per config and per pack of each probe under each stopping rule, measured on
+one machine (the file says which). A
 method's figure is float32's; its figure in another precision (bf16) is stored under that
 precision's name, where measured.
 ``fairdp run --dry-run`` turns them into a wall-time estimate; the live ETA uses them only as
@@ -62,21 +63,39 @@ def config_epoch_figure(fig: dict, batch_size: int | None) -> float:
     return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
+def probe_stopping(probe) -> str:
+    """The key of a study's probe figures: ``early_stopping`` (fairdp's default probe stops when
+    a held-out tenth stops improving) or ``training_loss`` (sklearn's rule, FEDERATE's probe
+    protocol: it stops on the training loss, up to ``max_epochs``, and costs about ten times
+    more on Adult). The rule decides a probe's cost far more than its other settings do."""
+    return "early_stopping" if probe is None or probe.early_stopping else "training_loss"
+
+
+def probe_figures(leakage: bool, mdl: bool, probe=None, figures: dict | None = None) -> tuple[float, float]:
+    """Reference seconds per 1,000 training rows of a study's probes under ``probe``'s stopping
+    rule: (per config, per pack), summed over the probes it runs (full precision)."""
+    figures = reference() if figures is None else figures
+    by_kind = figures.get("probes", {}).get(probe_stopping(probe), {})
+    kinds = [k for k, on in (("leakage", leakage), ("mdl", mdl)) if on]
+    return (sum(by_kind.get(k, {}).get("per_config", 0.0) for k in kinds),
+            sum(by_kind.get(k, {}).get("per_pack", 0.0) for k in kinds))
+
+
 def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
                figures: dict | None = None, probes: bool = True, precision: str | None = None,
-               batch_size: int | None = None, timed: dict | None = None) -> dict[str, float]:
+               batch_size: int | None = None, timed: dict | None = None, probe=None) -> dict[str, float]:
     """Reference seconds per config-epoch (one trial slot) of each of ``methods`` that has a
     figure, for this study: its training in ``precision`` at ``batch_size`` (``config_epoch_figure``),
-    plus (``probes``) its probes (full precision) spread over its epochs. ``timed`` (method ->
+    plus (``probes``) its probes' per-config cost under ``probe``'s settings (``probe_figures``)
+    spread over its epochs; their per-pack cost is ``pack_fixed``'s. ``timed`` (method ->
     (seconds per config-epoch per 1,000 rows, the batch size timed at), ``_timing``) replaces a
     method's figure by what its module of the user's cost here, scaled to ``batch_size`` as its
     figure scales."""
     figures = reference() if figures is None else figures
     per_method = _method_figures(figures, precision)
     timed = timed or {}
-    probe_figs = figures.get("probes_per_config", {}) if probes else {}
     rows_k = train_rows / 1000
-    probe = (probe_figs.get("leakage", 0.0) if leakage else 0.0) + (probe_figs.get("mdl", 0.0) if mdl else 0.0)
+    probe_config = probe_figures(leakage, mdl, probe, figures)[0] if probes else 0.0
     epochs = max(1, epochs)
     costs = {}
     for name in methods:
@@ -86,22 +105,26 @@ def unit_costs(methods, epochs: int, train_rows: int, leakage: bool, mdl: bool,
             scale = 1.0
             if fig is not None and "per_config_epoch" in fig and batch_size is not None:
                 scale = config_epoch_figure(fig, batch_size) / max(config_epoch_figure(fig, at_batch), 1e-12)
-            costs[name] = (seconds * scale * epochs + probe) * rows_k / epochs
+            costs[name] = (seconds * scale * epochs + probe_config) * rows_k / epochs
             continue
         if fig is None:
             continue
         per_config = (config_epoch_figure(fig, batch_size) * epochs if "per_config_epoch" in fig
                       else fig["per_config"])
-        costs[name] = (per_config + probe) * rows_k / epochs
+        costs[name] = (per_config + probe_config) * rows_k / epochs
     return costs
 
 
-def pack_fixed(methods, train_rows: int, figures: dict | None = None, precision: str | None = None) -> dict[str, float]:
+def pack_fixed(methods, train_rows: int, figures: dict | None = None, precision: str | None = None,
+               leakage: bool = False, mdl: bool = False, probe=None) -> dict[str, float]:
     """Reference seconds a pack of each of ``methods`` takes in ``precision`` beyond its
-    config-epochs (model set-up, predictions), where the figures have it."""
-    per_method = _method_figures(reference() if figures is None else figures, precision)
-    return {m: per_method[m]["per_pack"] * train_rows / 1000 for m in methods
-            if "per_pack" in per_method.get(m, {})}
+    config-epochs (model set-up, predictions, and the probes' per-pack part under ``probe``'s
+    settings), where the figures have it."""
+    figures = reference() if figures is None else figures
+    per_method = _method_figures(figures, precision)
+    probe_pack = probe_figures(leakage, mdl, probe, figures)[1]
+    fixed = {m: per_method.get(m, {}).get("per_pack", 0.0) + probe_pack for m in methods}
+    return {m: seconds * train_rows / 1000 for m, seconds in fixed.items() if seconds > 0}
 
 
 def calibration_by_pack_key(spec, packs, figures: dict | None = None) -> dict[tuple[str, int], float]:
@@ -143,7 +166,8 @@ def study_unit_costs(spec, train_rows: int, probes: bool = True, precision: str 
     """``unit_costs`` for the methods, epochs and probes of a study spec trained in ``precision``
     at ``batch_size`` (default the study's), with the ``timed`` modules of the user's."""
     return unit_costs(study_methods(spec), spec.train.epochs, train_rows, spec.leakage, spec.mdl, probes=probes,
-                      precision=precision, batch_size=batch_size or spec.train.batch_size, timed=timed)
+                      precision=precision, batch_size=batch_size or spec.train.batch_size, timed=timed,
+                      probe=spec.probe)
 
 
 def pack_work(spec, packs, train_rows: int, precision: str | None = None, timed: dict | None = None):
@@ -151,15 +175,16 @@ def pack_work(spec, packs, train_rows: int, precision: str | None = None, timed:
     per pack, the reference cost of a config-epoch and the fixed cost of a pack under each such
     key (a pack trains at one batch size: its configs' ``batch_size``, else the study's)."""
     work, costs, fixed = [], {}, {}
-    base = pack_fixed(study_methods(spec), train_rows, precision=precision)
+    base = pack_fixed(study_methods(spec), train_rows, precision=precision, leakage=spec.leakage, mdl=spec.mdl,
+                      probe=spec.probe)
     for p in packs:
         key = (p.method, int(p.configs[0].get("batch_size") or spec.train.batch_size))
         if key not in costs:
             at_batch = study_unit_costs(spec, train_rows, precision=precision, batch_size=key[1], timed=timed)
             if p.method in at_batch:
                 costs[key] = at_batch[p.method]
-            if p.method in base:
-                fixed[key] = base[p.method]
+                if p.method in base:
+                    fixed[key] = base[p.method]
         work.append((key, len(p.configs) * spec.train.epochs))
     return work, costs, fixed
 
