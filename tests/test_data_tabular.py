@@ -173,6 +173,7 @@ def test_every_source_failing_says_which_file_to_place_where(tmp_path, monkeypat
     [(("data", "describe", "nosuch"), ("nosuch",)),
      (("data", "describe", "adult", "-o", "sensitive=age"), ("dataset.sensitive", "age")),
      (("data", "describe", "adult", "-o", "colour=red"), ("dataset.colour",)),
+     (("data", "describe", "adult", "-o", "features=capital"), ("dataset.features", "capital")),
      (("data", "describe", "adult", "-o", "sensitive"), ("sensitive",)),
      (("data", "fetch", "synthetic"), ("synthetic",)),
      (("data",), ("data_command",))],

@@ -138,10 +138,31 @@ ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "ma
                  "hours-per-week", "native-country", "income"]
 
 
+# Wu, Zhang & Wu (2019)'s Adult, which FEDERATE's Appendix D.2 uses ("9 features"): their
+# adult_preprocessing.py drops fnlwgt, education, capital-gain and capital-loss, and its binary
+# version splits each of the 9 attributes left in two, as below
+WU2019_ATTRIBUTES = ("age", "workclass", "education-num", "marital-status", "occupation", "relationship",
+                     "race", "hours-per-week", "native-country")
+WU2019_BINARY = {
+    "age": lambda c: np.where(c > 37, "> 37", "<= 37"),
+    "workclass": lambda c: np.where(c == "Private", "Private", "not Private"),
+    "education-num": lambda c: np.where(c > 9, "> 9", "<= 9"),
+    "marital-status": lambda c: np.where(c == "Married-civ-spouse", "Married-civ-spouse", "other"),
+    "occupation": lambda c: np.where(c == "Craft-repair", "Craft-repair", "other"),
+    "relationship": lambda c: np.where(c == "Not-in-family", "Not-in-family", "other"),
+    "race": lambda c: np.where(c == "White", "White", "not White"),
+    "hours-per-week": lambda c: np.where(c > 40, "> 40", "<= 40"),
+    "native-country": lambda c: np.where(c == "United-States", "United-States", "other"),
+}
+ADULT_FEATURES = ("all", "wu2019", "wu2019_binary")
+
+
 @register("adult", kind="fetched", files=ADULT_FILES,
           description="UCI Adult census income (adult.data + adult.test): income >50K, sensitive sex or race")
-def load_adult(sensitive: str | list[str] = "sex", split_seed: int = 0, include_sensitive: bool = False) -> Dataset:
+def load_adult(sensitive: str | list[str] = "sex", split_seed: int = 0, include_sensitive: bool = False,
+               features: str = "all") -> Dataset:
     attributes = _attributes(sensitive, ("sex", "race"))
+    features = _choice(features, ADULT_FEATURES, "features")
     paths = fetch(ADULT_FILES)
     frames = [
         pd.read_csv(paths[fname], header=None, names=ADULT_COLUMNS, skipinitialspace=True,
@@ -150,18 +171,32 @@ def load_adult(sensitive: str | list[str] = "sex", split_seed: int = 0, include_
     ]
     df = pd.concat(frames, ignore_index=True).dropna().reset_index(drop=True)
     df["income"] = df["income"].str.rstrip(".")  # adult.test writes "<=50K." / ">50K."
+    sensitive_values = [df[a].copy() for a in attributes]  # the groups, whatever the features make of the column
+    numeric = ["age", "education-num", "capital-gain", "capital-loss", "hours-per-week"]
+    categorical = ["workclass", "marital-status", "occupation", "relationship", "race", "sex", "native-country"]
+    encoded = ("fnlwgt (a census sampling weight) and education (duplicated by education-num) dropped; 5 "
+               "numerical features standardised on train rows only; 7 categoricals one-hot")
+    if features != "all":
+        numeric = [c for c in numeric if c in WU2019_ATTRIBUTES]
+        encoded = ("Wu, Zhang & Wu (2019)'s 9 attributes (fnlwgt, education, capital-gain and capital-loss "
+                   "dropped): 3 numerical standardised on train rows only, 6 categoricals one-hot")
+    if features == "wu2019_binary":
+        for col, split_in_two in WU2019_BINARY.items():
+            df[col] = split_in_two(df[col].to_numpy())
+        categorical = [*WU2019_ATTRIBUTES, "sex"]
+        numeric = []
+        encoded = ("Wu, Zhang & Wu (2019)'s 9 attributes, each split in two as their binary Adult is (age > 37, "
+                   "Private, education-num > 9, Married-civ-spouse, Craft-repair, Not-in-family, White, "
+                   "hours-per-week > 40, United-States), one-hot")
     return _build(
         "adult", df, label="income", sensitive=attributes,
-        sensitive_values=[df[a] for a in attributes],
-        numeric=["age", "education-num", "capital-gain", "capital-loss", "hours-per-week"],
-        categorical=["workclass", "marital-status", "occupation", "relationship", "race", "sex",
-                     "native-country"],
+        sensitive_values=sensitive_values,
+        numeric=numeric, categorical=categorical,
         include_sensitive=include_sensitive, split_seed=split_seed, files=ADULT_FILES, paths=paths,
         preprocessing=(
             "adult.data and adult.test concatenated (48,842 rows); rows with any missing value "
-            "('?') dropped (45,222 left); label income >50K; fnlwgt (a census sampling weight) and "
-            "education (duplicated by education-num) dropped; 5 numerical features standardised on "
-            f"train rows only; 7 categoricals one-hot; {_excluded(attributes)} excluded from features"
+            f"('?') dropped (45,222 left); label income >50K; {encoded}; "
+            f"{_excluded(attributes)} excluded from features"
             + (" (included by option, one-hot)" if include_sensitive else "")
             + f"; split 60/20/20 stratified by label only, seed {split_seed}"
         ),
