@@ -257,3 +257,25 @@ def test_the_report_section_shows_both_tables_and_names_what_fails():
     assert set(shown["Verdict"]) <= set(verdicts.values()) and len(verdicts) >= len(shown)
     for _, t in shown_tables:
         assert "| Verdict |" in render_table(t, "md") and "<table" in render_table(t, "html")
+
+
+@pytest.mark.parametrize("leakage, named", [
+    ([60.0, 61.0, 59.5, 60.5], True),    # the whole interval under chance (70%)
+    ([66.0, 69.5, 67.0, 70.5], False),   # mean under chance, interval across it
+    ([71.0, 72.0, 70.5, 73.0], False),   # above chance
+])
+def test_a_leakage_wholly_below_chance_is_named_as_chance_not_privacy(leakage, named):
+    """Chance is the largest group's share of the test rows, from the rows' stored counts (70%
+    here): a leakage whose whole interval lies under it is what a probe fitting noise does, and
+    the caption says it reads as chance; without stored counts nothing is said."""
+    import json
+
+    df = _rows({"federate": {"leakage": leakage}, "adversarial": {"leakage": [83.0] * 4}})
+    groups = json.dumps([[[10, 5], [10, 5]], [[30, 5], [30, 5]]])  # 30 and 70 test rows
+    caption, _, _ = comparison_section(df.assign(test_confusion=groups), PAPER)
+    sentence = caption.split("Below chance")[1].split(". ")[0] if "Below chance" in caption else ""
+    assert ("FEDERATE leakage (" in sentence) == named, caption
+    assert "Adversarial" not in sentence
+    if named:
+        assert f"FEDERATE leakage ({np.mean(leakage):.2f})" in sentence and "70.0%" in sentence
+    assert "Below chance" not in comparison_section(df, PAPER)[0]

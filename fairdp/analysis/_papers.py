@@ -27,7 +27,7 @@ import pandas as pd
 
 from fairdp.analysis._groups import privacy_cost_gaps
 from fairdp.analysis._intervals import check_level, t_halfwidth
-from fairdp.analysis._predictions import TEST_CONFUSION
+from fairdp.analysis._predictions import TEST_CONFUSION, majority_group_share
 from fairdp.analysis._rows import (
     DIFFERENT_GUARANTEES,
     compared_relations,
@@ -913,7 +913,8 @@ def _cells_text(rows: pd.DataFrame, names, several: bool) -> str:
     return "; ".join(f"{d} " * several + name for d, name in zip(rows["dataset"], names))
 
 
-def _numbers_caption(table: pd.DataFrame, paper: PaperReference, level: float) -> str:
+def _numbers_caption(table: pd.DataFrame, paper: PaperReference, level: float,
+                     chance: dict[str, float] | None = None) -> str:
     n = paper.seeds
     text = [f"The first table: fairdp's mean over seeds with its {level:g}% t-interval beside the paper's mean ± "
             f"std over its {n} seeds. The paper's number is itself a {n}-seed mean with its own spread, so each "
@@ -932,7 +933,24 @@ def _numbers_caption(table: pd.DataFrame, paper: PaperReference, level: float) -
             text.append(f"{verdict.capitalize()}: {_cells_text(rows, names, several)}.")
     if len(table) and not (table["verdict"] != CONSISTENT).any():
         text.append("Every number is consistent with the paper's.")
+    text.extend(_below_chance_text(table, paper, chance or {}, several))
     return " ".join(text)
+
+
+def _below_chance_text(table: pd.DataFrame, paper: PaperReference, chance: dict[str, float],
+                       several: bool) -> list[str]:
+    """A sentence naming each leakage whose whole interval lies below chance (``chance``: per
+    dataset, the largest group's share of the test rows), which reads as chance, not as privacy."""
+    at = table["dataset"].astype(str).map(chance).astype(float)
+    rows = table[(table["metric"] == "leakage") & (table["fairdp_hi"] < at)]
+    if not len(rows):
+        return []
+    names = [f"{paper.label(r.method)} leakage ({r.fairdp:.2f})" for r in rows.itertuples(index=False)]
+    shares = ", ".join(f"{chance[str(d)]:.1f}%" + (f" on {d}" if several else "") for d in pd.unique(rows["dataset"]))
+    return [f"Below chance, with their whole interval: {_cells_text(rows, names, several)}, under the {shares} a "
+            f"probe reaches by always guessing the test rows' largest group. A probe that fits a representation "
+            f"that is mostly noise guesses worse than that on the test rows: such a leakage reads as chance, not "
+            f"as privacy beyond it."]
 
 
 def _numbers_display(table: pd.DataFrame, paper: PaperReference, kinds: dict, level: float) -> pd.DataFrame:
@@ -1114,7 +1132,9 @@ def comparison_section(df: pd.DataFrame, paper: PaperReference) -> tuple[str, li
     if paper.table is not None:
         numbers = _number_intervals(selected, published(paper), paper, CLAIM_LEVEL)
         summary += _numbers_summary(numbers, paper)
-        text.append(_numbers_caption(numbers, paper, CLAIM_LEVEL))
+        chance = {str(d): majority_group_share(rows) for d, rows in selected.groupby(
+            selected["dataset"].astype(str))}
+        text.append(_numbers_caption(numbers, paper, CLAIM_LEVEL, chance))
         tables.append(_numbers_display(numbers, paper, kinds, CLAIM_LEVEL))
     claims = check_claims(agg, paper, tuple(by), kinds)
     if len(claims) and (claims["guarantees"] != "same").any():
