@@ -286,7 +286,6 @@ def _update(methods: dict, args, precisions: list[str], batches: list[int], prob
         figures.setdefault("updated", {})[name] = {**where, "batches": batches, "precisions": precisions}
     if probes is not None:
         figures["probes"] = probes
-        figures.pop("probes_per_config", None)  # the figure before stopping rules were told apart
         figures.setdefault("updated", {})["probes"] = {**where, "pack": args.pack}
     label = ", ".join([*methods, *(["the probes"] if probes is not None else [])])
     with open(REFERENCE_PATH, "w") as f:
