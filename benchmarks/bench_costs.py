@@ -48,7 +48,7 @@ from fairdp.data import load_dataset
 from fairdp.engine import TrainSettings
 from fairdp.engine._shared import native_bf16
 from fairdp.methods import RunInfo, get_method, method_names
-from fairdp.metrics import ProbeSettings, evaluate_pack
+from fairdp.metrics import FEDERATE_PROBE, ProbeSettings, evaluate_pack
 from fairdp.study.run._estimate import REFERENCE_PATH
 
 
@@ -67,7 +67,7 @@ CALIBRATION_FLOOR = 0.01
 # it set it: fairdp's default probe, and FEDERATE's probe protocol (studies/federate_*.yaml)
 PROBE_PROTOCOLS = {
     "early_stopping": ProbeSettings(device="cpu"),
-    "training_loss": ProbeSettings(device="cpu", standardize=True, early_stopping=False, alpha=1.0, max_epochs=1000),
+    "training_loss": dataclasses.replace(FEDERATE_PROBE, device="cpu"),
 }
 
 
