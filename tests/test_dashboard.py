@@ -348,8 +348,11 @@ def test_serving_and_clicking_every_config_writes_nothing_under_the_results(serv
 
 def test_the_command_prints_its_url_serves_and_stops_on_ctrl_c(study):
     before = digests(study)
+    # Ctrl-C as a terminal's user has it: a suite run as a background job of a script inherits
+    # SIGINT ignored (POSIX shells ignore it for `cmd &`), and Python then keeps it ignored
     proc = subprocess.Popen([sys.executable, "-m", "fairdp", "dashboard", str(study), "--port", "0"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         url = proc.stdout.readline().strip()
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", url), (url, proc.stderr.read() if proc.poll() else "")
