@@ -630,3 +630,44 @@ def test_learning_curves_tick_whole_epochs():
         if ax.get_xlabel() == "epoch":
             ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
             assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_a_setting_held_fixed_is_named_once_not_listed_in_every_pick(tmp_path):
+    """Pooled methods each bring fixed settings (DP-FERMI's C_d, the adaptive methods' count
+    noise) that widened the selected-configurations table past the page: a hyperparameter
+    with one value in every pick that has it is named once, with its methods; one that
+    varies stays a column."""
+    rows = synthetic_results(datasets=("adult",), seeds=(0, 1), configs=6)
+    rows["clip_dual"] = np.where(rows["method"] == "federate", 5.0, np.nan)
+    write_report(rows, tmp_path, ReportOptions(rt=1.0))
+    table = pd.read_csv(tmp_path / "tables" / "selected-configurations.csv")
+    assert "clip_dual" not in table.columns and "lam" in table.columns and "eps" in table.columns
+    page = (tmp_path / "pages" / "selected-configurations.md").read_text(encoding="utf-8")
+    assert "so not listed: clip_dual 5 (federate)." in page
+    rows.loc[(rows["method"] == "federate") & (rows["seed"] == 1), "clip_dual"] = 1.0  # each seed picks one
+    write_report(rows, tmp_path, ReportOptions(rt=1.0))
+    assert "clip_dual" in pd.read_csv(tmp_path / "tables" / "selected-configurations.csv").columns
+    assert "not listed: clip_dual" not in (tmp_path / "pages" / "selected-configurations.md").read_text()
+
+
+def test_a_main_table_too_long_and_too_wide_for_the_first_page_is_on_its_own_page(tmp_path):
+    """Nine methods at up to nine ε each, three notions side by side (the baselines pooled with
+    PF-LD's rows): 43 rows, 9 columns, too wide for two halves; the first page read in four
+    screens. It now names the table's page instead of holding it; a shorter table stays."""
+    rows = synthetic_results(datasets=("adult", "twitter"), seeds=(0, 1), configs=30)
+    k = rows["config_id"].str[-2:].astype(float)
+    private = rows["method"].isin(EPS_METHODS)
+    # noise and federate at 30 (ε, C_p, C_d) cells each: 2 datasets x (2 x 30 + 2) rows, 9 columns
+    rows["eps"] = np.where(private, k % 5 + 1, np.nan)
+    rows["clip_primal"] = np.where(private, k // 10 + 1, np.nan)
+    rows["clip_dual"] = np.where(private, k % 2 + 1, np.nan)
+    by = ("eps", "clip_primal", "clip_dual")
+    write_report(rows, tmp_path, ReportOptions(rt=1.0, by=by))
+    first = (tmp_path / "report.md").read_text(encoding="utf-8")
+    main = first.split("## Main results", 1)[1].split("\n## ", 1)[0]
+    assert "do not fit this page: it is on a page of its own" in main and "| Method" not in main
+    assert "](pages/test-results-at-rt-1.md)" in main
+    assert "| Method" in (tmp_path / "pages" / "test-results-at-rt-1.md").read_text(encoding="utf-8")
+    write_report(rows[rows["dataset"] == "adult"], tmp_path, ReportOptions(rt=1.0, by=by))
+    main = (tmp_path / "report.md").read_text(encoding="utf-8").split("## Main results", 1)[1].split("\n## ", 1)[0]
+    assert "| Method" in main and "do not fit" not in main

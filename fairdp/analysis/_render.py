@@ -38,8 +38,9 @@ class Document:
 
 
 HALVES_AFTER = 40
-"""An HTML display table longer than this (and at most 8 columns wide) is laid out in two halves
-side by side: a long narrow table reads in half the height."""
+"""An HTML display table longer than this (and at most ``HALVES_MAX_COLUMNS`` wide) is laid out
+in two halves side by side: a long narrow table reads in half the height."""
+HALVES_MAX_COLUMNS = 8
 
 
 class Renderer:
@@ -182,7 +183,7 @@ class HtmlRenderer(Renderer):
         return f"<h3>{html.escape(title)}</h3>\n{html_table(table)}"
 
     def display(self, table):
-        if len(table) > HALVES_AFTER and len(table.columns) <= 8:  # a long, narrow table: two halves side by side
+        if len(table) > HALVES_AFTER and len(table.columns) <= HALVES_MAX_COLUMNS:  # a long, narrow table: two halves side by side
             half = (len(table) + 1) // 2
             return f'<div class="halves">{html_table(table.iloc[:half])}{html_table(table.iloc[half:])}</div>'
         return html_table(table)

@@ -65,7 +65,13 @@ from fairdp.analysis._release import (
     selection_release,
     whole_table_release,
 )
-from fairdp.analysis._render import Document, HtmlRenderer, Item, MarkdownRenderer
+from fairdp.analysis._render import (
+    HALVES_MAX_COLUMNS,
+    Document,
+    HtmlRenderer,
+    Item,
+    MarkdownRenderer,
+)
 from fairdp.analysis._rows import (
     COMPARED_IN,
     DIFFERENT_GUARANTEES,
@@ -825,15 +831,38 @@ def _selected_section(selected: pd.DataFrame, agg: pd.DataFrame, rt: float, fair
     past ``SELECTED_LISTED`` those of the lowest seeds (a table of a hundred thousand picks is
     read by no one, and each listed pick's bootstrap interval costs a thousand resamples)."""
     listed, cut = _first_seeds(selected)
+    shown = display_strings(_guarantees_shown(mark_constant_picks(
+        selected_with_intervals(listed, selected_configs(listed, fairness), fairness, ci)
+        if ci is not None else selected_configs(listed, fairness), listed)))
+    shown, fixed = _without_fixed_settings(shown)
     return (
         "Selected configurations",
         f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "
         "and test metrics (percent)" + (f"; constant: the pick is a constant model, which {CONSTANT_SENTENCE}"
-                                        if CONSTANT_PICKS in agg.columns else "") + "." + cut,
-        [("display", display_strings(_guarantees_shown(mark_constant_picks(
-            selected_with_intervals(listed, selected_configs(listed, fairness), fairness, ci)
-            if ci is not None else selected_configs(listed, fairness), listed))))],
+                                        if CONSTANT_PICKS in agg.columns else "") + "." + fixed + cut,
+        [("display", shown)],
     )
+
+
+def _without_fixed_settings(shown: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """``shown`` (``selected_configs`` as display strings) without the hyperparameter columns
+    that hold one value in every pick that has them (a method's fixed setting, not a choice:
+    pooled methods' fixed settings would otherwise widen the table past the page), and a
+    sentence that names each such setting, its value and the methods that have it."""
+    if "config_id" not in shown.columns:
+        return shown, ""
+    start = shown.columns.get_loc("config_id") + 1
+    end = next((i for i, c in enumerate(shown.columns) if c.startswith(("valid_", "test_"))), len(shown.columns))
+    fixed = [c for c in shown.columns[start:end] if shown[c][shown[c] != "-"].nunique() == 1]
+    if not fixed:
+        return shown, ""
+    said = []
+    for c in fixed:
+        has = shown[c] != "-"
+        methods = sorted(shown.loc[has, "method"].unique()) if "method" in shown.columns else []
+        everyone = bool(has.all())
+        said.append(f"{c} {shown.loc[has, c].iloc[0]}" + ("" if everyone or not methods else f" ({', '.join(methods)})"))
+    return shown.drop(columns=fixed), f" The same in every pick that has it, so not listed: {'; '.join(said)}."
 
 
 def _learning_curves_section(figure: Path | None, fairness: str) -> _Section | None:
@@ -1189,13 +1218,21 @@ def _first_page(df, ok, agg, marks, rt, fairness, by, ci, kinds, whole, complete
     link = dict(zip([title for title, _, _ in pages], (f"pages/{slug}" for slug in slugs)))
     main_title = next(title for title, _, _ in pages if title.startswith("Test results"))
     compact = _compact_table(agg, by, fairness, marks, kinds)
+    several_eps = "eps" in ok.columns and pd.to_numeric(ok["eps"], errors="coerce").nunique() > 1
+    headline = next((name for name in HEADLINE_FIGURES if figures.get(name) is not None
+                     and (several_eps or name not in ("violation_accuracy_eps", "privacy_accuracy"))), None)
+    # a table too long for three screens and too wide to lay out in halves (a pooled study's
+    # methods at each of their ε, each notion side by side) stays on its own page
+    elsewhere = len(compact) > FIRST_PAGE_ROWS and len(compact.columns) > HALVES_MAX_COLUMNS
     first: list[_Section] = [
         ("Study", _study_paragraph(df, ok, completeness, selection, rt, fairness, by), []),
         (f"Main results at RT = {rt:g} (mean ± std over seeds)",
-         ("≈: the method's t-interval over seeds overlaps the best method's in that column (a difference the "
-          "intervals do not support). " if ci is not None else "") + _advice(agg, ci)
-         + (f" Every row: {compact.attrs['same']}." if compact.attrs.get("same") else ""),
-         [("display", compact),
+         (f"The table's {len(compact)} rows do not fit this page: it is on a page of its own"
+          + (", and the headline figure below draws it. " if headline is not None else ". ") if elsewhere else "")
+         + ("≈: the method's t-interval over seeds overlaps the best method's in that column (a difference the "
+            "intervals do not support). " if ci is not None and not elsewhere else "") + _advice(agg, ci)
+         + (f" Every row: {compact.attrs['same']}." if compact.attrs.get("same") and not elsewhere else ""),
+         [*([] if elsewhere else [("display", compact)]),
           ("links", [("The full table: intervals, guarantees, ε compared, probes", link[main_title])])]),
     ]
     for (section, summary) in papers:
@@ -1205,9 +1242,6 @@ def _first_page(df, ok, agg, marks, rt, fairness, by, ci, kinds, whole, complete
                       "intervals and where each claim is made).",
                       [("display", summary), ("links", [(f"The full comparison: {title.split(': ', 1)[1]}",
                                                          link[title])])]))
-    several_eps = "eps" in ok.columns and pd.to_numeric(ok["eps"], errors="coerce").nunique() > 1
-    headline = next((name for name in HEADLINE_FIGURES if figures.get(name) is not None
-                     and (several_eps or name not in ("violation_accuracy_eps", "privacy_accuracy"))), None)
     if headline is not None:
         first.append(("Headline figure", "", [("figure", headline)]))
     first.append(("What the privacy guarantees do not cover", _privacy_note(df, agg, by, kinds, whole, predictions),
