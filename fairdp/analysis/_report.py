@@ -85,6 +85,7 @@ from fairdp.analysis._rows import (
     default_direction,
     guarantee_text,
     guarantees_by_method,
+    hyperparameter_columns,
     kinds_of,
     method_deltas,
     ok_rows,
@@ -834,7 +835,7 @@ def _selected_section(selected: pd.DataFrame, agg: pd.DataFrame, rt: float, fair
     shown = display_strings(_guarantees_shown(mark_constant_picks(
         selected_with_intervals(listed, selected_configs(listed, fairness), fairness, ci)
         if ci is not None else selected_configs(listed, fairness), listed)))
-    shown, fixed = _without_fixed_settings(shown)
+    shown, fixed = _without_fixed_settings(shown, hyperparameter_columns(listed))
     return (
         "Selected configurations",
         f"The config RT = {rt:g} selection picked in each run, with its hyperparameters and its validation "
@@ -844,16 +845,12 @@ def _selected_section(selected: pd.DataFrame, agg: pd.DataFrame, rt: float, fair
     )
 
 
-def _without_fixed_settings(shown: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """``shown`` (``selected_configs`` as display strings) without the hyperparameter columns
-    that hold one value in every pick that has them (a method's fixed setting, not a choice:
-    pooled methods' fixed settings would otherwise widen the table past the page), and a
-    sentence that names each such setting, its value and the methods that have it."""
-    if "config_id" not in shown.columns:
-        return shown, ""
-    start = shown.columns.get_loc("config_id") + 1
-    end = next((i for i, c in enumerate(shown.columns) if c.startswith(("valid_", "test_"))), len(shown.columns))
-    fixed = [c for c in shown.columns[start:end] if shown[c][shown[c] != "-"].nunique() == 1]
+def _without_fixed_settings(shown: pd.DataFrame, hyperparameters: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """``shown`` (``selected_configs`` as display strings) without the ``hyperparameters``
+    columns that hold one value in every pick that has them (a method's fixed setting, not a
+    choice: pooled methods' fixed settings would otherwise widen the table past the page), and
+    a sentence that names each such setting, its value and the methods that have it."""
+    fixed = [c for c in hyperparameters if c in shown.columns and shown[c][shown[c] != "-"].nunique() == 1]
     if not fixed:
         return shown, ""
     said = []
@@ -1170,7 +1167,8 @@ def _without_constant_keys(shown: pd.DataFrame) -> pd.DataFrame:
 
 FIRST_PAGE_ROWS = 40
 """A first-page table longer than this drops its constant key columns and is laid out in two
-halves side by side in HTML, so that the page still reads in three screens."""
+halves side by side in HTML, or, wider than ``HALVES_MAX_COLUMNS``, left to its own page, so
+that the page still reads in three screens."""
 
 
 def _study_paragraph(df: pd.DataFrame, ok: pd.DataFrame, completeness: Completeness | None,
@@ -1223,17 +1221,20 @@ def _first_page(df, ok, agg, marks, rt, fairness, by, ci, kinds, whole, complete
                      and (several_eps or name not in ("violation_accuracy_eps", "privacy_accuracy"))), None)
     # a table too long for three screens and too wide to lay out in halves (a pooled study's
     # methods at each of their ε, each notion side by side) stays on its own page
-    elsewhere = len(compact) > FIRST_PAGE_ROWS and len(compact.columns) > HALVES_MAX_COLUMNS
+    if len(compact) > FIRST_PAGE_ROWS and len(compact.columns) > HALVES_MAX_COLUMNS:
+        main_text = (f"The table's {len(compact)} rows do not fit this page: it is on a page of its own"
+                     + (", and the headline figure below draws it. " if headline is not None else ". ")
+                     + _advice(agg, ci))
+        main_items: list[Item] = []
+    else:
+        main_text = (("≈: the method's t-interval over seeds overlaps the best method's in that column (a "
+                      "difference the intervals do not support). " if ci is not None else "") + _advice(agg, ci)
+                     + (f" Every row: {compact.attrs['same']}." if compact.attrs.get("same") else ""))
+        main_items = [("display", compact)]
     first: list[_Section] = [
         ("Study", _study_paragraph(df, ok, completeness, selection, rt, fairness, by), []),
-        (f"Main results at RT = {rt:g} (mean ± std over seeds)",
-         (f"The table's {len(compact)} rows do not fit this page: it is on a page of its own"
-          + (", and the headline figure below draws it. " if headline is not None else ". ") if elsewhere else "")
-         + ("≈: the method's t-interval over seeds overlaps the best method's in that column (a difference the "
-            "intervals do not support). " if ci is not None and not elsewhere else "") + _advice(agg, ci)
-         + (f" Every row: {compact.attrs['same']}." if compact.attrs.get("same") and not elsewhere else ""),
-         [*([] if elsewhere else [("display", compact)]),
-          ("links", [("The full table: intervals, guarantees, ε compared, probes", link[main_title])])]),
+        (f"Main results at RT = {rt:g} (mean ± std over seeds)", main_text,
+         [*main_items, ("links", [("The full table: intervals, guarantees, ε compared, probes", link[main_title])])]),
     ]
     for (section, summary) in papers:
         title = section[0]
